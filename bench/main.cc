@@ -1,0 +1,209 @@
+// bench: every model family and phase as Google Benchmark benchmarks.
+// Google Benchmark's flags (--benchmark_*) are handled first; the suite's
+// own flags below select the sweep and the run settings.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "harness/context.h"
+#include "harness/device.h"
+#include "harness/memory.h"
+#include "harness/runner.h"
+#include "harness/sweep.h"
+#include "harness/threads.h"
+#include "models/ops.h"
+#include "models/transformer.h"
+
+// Every flag is a string, validated here, so that a bad value stops the
+// program with exit code 2 and the valid choices.
+ABSL_FLAG(std::string, devices, "",
+          "Devices to benchmark, e.g. cpu,cuda,cuda:1,mps. Default: every "
+          "available device.");
+ABSL_FLAG(std::string, batch, "", "Batch sizes to sweep, e.g. 1,8,32. Default: per family.");
+ABSL_FLAG(std::string, seq, "", "Sequence lengths to sweep, e.g. 128,512. Default: per family.");
+ABSL_FLAG(std::string, dtype, "fp32", "Precisions to sweep: fp32, bf16, fp16.");
+ABSL_FLAG(std::string, threads, "0",
+          "Intra-op (and BLAS) threads. 0: LibTorch's default, one per physical core.");
+ABSL_FLAG(std::string, interop_threads, "1", "Inter-op threads.");
+ABSL_FLAG(std::string, sync, "true",
+          "Synchronise the device before reading the clock. false reproduces "
+          "the classic timing mistake; such runs carry /nosync in their names.");
+ABSL_FLAG(std::string, warmup_s, "0.5", "Minimum warm-up time per benchmark, seconds.");
+ABSL_FLAG(std::string, warmup_steps, "1", "Minimum warm-up steps per benchmark.");
+ABSL_FLAG(std::string, malloc, "tuned",
+          "glibc malloc settings: tuned (keep freed memory, no trimming) or system.");
+ABSL_FLAG(std::string, seed, "0", "Random seed for weights and inputs.");
+
+namespace {
+
+constexpr int kBadUsage = 2;
+
+[[noreturn]] void Die(const std::string& message) {
+  std::fprintf(stderr, "bench: %s\n", message.c_str());
+  std::exit(kBadUsage);
+}
+
+template <typename T>
+T OrDie(absl::StatusOr<T> value) {
+  if (!value.ok()) Die(std::string(value.status().message()));
+  return *std::move(value);
+}
+
+const std::vector<std::string>& OwnFlags() {
+  static const auto* flags = new std::vector<std::string>{
+      "devices", "batch", "seq", "dtype", "threads", "interop_threads", "sync",
+      "warmup_s", "warmup_steps", "malloc", "seed"};
+  return *flags;
+}
+
+void PrintHelp() {
+  benchmark::PrintDefaultHelp();
+  std::fprintf(stdout,
+               "\nbench flags (lists are comma-separated and expand into a sweep):\n");
+  for (const std::string& name : OwnFlags()) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    std::fprintf(stdout, "  --%s=%s\n      %s\n", name.c_str(),
+                 flag->DefaultValue().c_str(), flag->Help().c_str());
+  }
+  std::fprintf(stdout,
+               "\nWith no --benchmark_filter the default suite runs; "
+               "--benchmark_filter=all runs everything.\n");
+}
+
+// Anything left after Google Benchmark took its flags must be one of ours.
+void RejectUnknownArguments(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) {
+      Die(absl::StrCat("unexpected argument '", argv[i], "'"));
+    }
+    const absl::string_view name = arg.substr(0, arg.find('='));
+    if (name == "help" || name == "helpfull") continue;
+    if (std::find(OwnFlags().begin(), OwnFlags().end(), name) == OwnFlags().end()) {
+      Die(absl::StrCat("unknown flag '", argv[i], "'; bench flags: --",
+                       absl::StrJoin(OwnFlags(), ", --"),
+                       "; Google Benchmark flags start with --benchmark_ (see --help)"));
+    }
+  }
+}
+
+std::string UserFilter(int argc, char** argv) {
+  std::string filter;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (absl::ConsumePrefix(&arg, "--benchmark_filter=")) filter = std::string(arg);
+  }
+  return filter;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before any tensor exists, so every CPU tensor is counted.
+  ltb::InstallCpuTracking();
+
+  const std::string user_filter = UserFilter(argc, argv);
+  benchmark::Initialize(&argc, argv, PrintHelp);
+  RejectUnknownArguments(argc, argv);
+  absl::SetProgramUsageMessage("Benchmarks LibTorch models; see --help.");
+  absl::ParseCommandLine(argc, argv);
+
+  ltb::Sweep sweep;
+  const std::string devices_flag = absl::GetFlag(FLAGS_devices);
+  if (!devices_flag.empty()) sweep.devices = OrDie(ltb::ParseDeviceList(devices_flag));
+  if (!absl::GetFlag(FLAGS_batch).empty()) {
+    sweep.batches = OrDie(ltb::ParsePositiveList("batch", absl::GetFlag(FLAGS_batch)));
+  }
+  if (!absl::GetFlag(FLAGS_seq).empty()) {
+    sweep.seqs = OrDie(ltb::ParsePositiveList("seq", absl::GetFlag(FLAGS_seq)));
+  }
+  sweep.dtypes = OrDie(ltb::ParseDtypeList(absl::GetFlag(FLAGS_dtype)));
+  sweep.sync = OrDie(ltb::ParseBool("sync", absl::GetFlag(FLAGS_sync)));
+
+  ltb::ThreadSettings threads;
+  threads.intra_op = OrDie(ltb::ParseNonNegativeInt("threads", absl::GetFlag(FLAGS_threads)));
+  threads.inter_op =
+      OrDie(ltb::ParseNonNegativeInt("interop_threads", absl::GetFlag(FLAGS_interop_threads)));
+  if (threads.inter_op == 0) Die("bad --interop_threads value '0'; valid: a whole number >= 1");
+
+  ltb::RunOptions run;
+  run.warmup_seconds = OrDie(ltb::ParseNonNegativeDouble("warmup_s", absl::GetFlag(FLAGS_warmup_s)));
+  run.warmup_steps =
+      OrDie(ltb::ParseNonNegativeInt("warmup_steps", absl::GetFlag(FLAGS_warmup_steps)));
+  run.seed = static_cast<uint64_t>(
+      OrDie(ltb::ParseNonNegativeInt("seed", absl::GetFlag(FLAGS_seed))));
+
+  std::string malloc_description;
+  if (absl::Status s = ltb::ConfigureMalloc(absl::GetFlag(FLAGS_malloc), &malloc_description);
+      !s.ok()) {
+    Die(std::string(s.message()));
+  }
+  if (absl::Status s = ltb::ConfigureThreads(threads); !s.ok()) Die(std::string(s.message()));
+
+  // Default: every available device, plus any the filter names explicitly
+  // so that they report why they cannot run instead of vanishing.
+  if (sweep.devices.empty()) {
+    sweep.devices = ltb::AvailableDevices();
+    for (const c10::Device& d : ltb::DevicesNamedIn(user_filter)) {
+      if (std::find(sweep.devices.begin(), sweep.devices.end(), d) == sweep.devices.end()) {
+        sweep.devices.push_back(d);
+      }
+    }
+  }
+
+  std::cerr << ltb::DeviceSummary();
+  if (!ltb::BuiltOptimized()) {
+    std::cerr << "***WARNING*** bench was built without optimisation; "
+                 "timings are not representative. Build with "
+                 "-DCMAKE_BUILD_TYPE=Release.\n";
+  }
+
+  static const std::vector<ltb::Family> families = {ltb::OpsFamily(),
+                                                    ltb::TransformerFamily()};
+  const ltb::RunOptions options = run;
+  for (const ltb::Registration& r : ltb::ExpandSweep(families, sweep)) {
+    const ltb::Family* family = r.family;
+    const ltb::BenchSpec spec = r.spec;
+    benchmark::TimeUnit unit = benchmark::kMillisecond;
+    if (spec.family == "Ops") {
+      unit = spec.size == "noop" ? benchmark::kNanosecond : benchmark::kMicrosecond;
+    }
+    benchmark::RegisterBenchmark(spec.Name().c_str(),
+                                 [family, spec, options](benchmark::State& state) {
+                                   ltb::RunBenchmark(state, *family, spec, options);
+                                 })
+        ->UseManualTime()
+        ->Unit(unit);
+  }
+
+  const ltb::Context extra = {
+      {"malloc", malloc_description},
+      {"sync", sweep.sync ? "true" : "false (clock read without device sync)"},
+      {"warmup", absl::StrCat(">= ", run.warmup_steps, " steps and >= ",
+                              run.warmup_seconds, " s")},
+      {"seed", absl::StrCat(run.seed)},
+  };
+  for (const auto& [key, value] : ltb::CollectContext(extra)) {
+    benchmark::AddCustomContext(key, value);
+  }
+
+  const std::string filter =
+      user_filter.empty() ? ltb::DefaultSuiteFilter(families) : user_filter;
+  benchmark::RunSpecifiedBenchmarks(filter);
+  ltb::ReleaseCachedWorkload();
+  benchmark::Shutdown();
+  return 0;
+}

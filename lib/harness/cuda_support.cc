@@ -1,0 +1,117 @@
+// CUDA runtime queries for the harness; compiled only when LibTorch has CUDA.
+#include "harness/cuda_support.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+
+#include <ATen/detail/CUDAHooksInterface.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace ltb::cuda {
+namespace {
+
+std::string VersionString(long v, long major_div, long minor_div) {
+  if (v <= 0) return "";
+  return absl::StrCat(v / major_div, ".", (v % major_div) / minor_div);
+}
+
+}  // namespace
+
+bool Compiled() { return true; }
+
+std::string RuntimeVersion() {
+  // The runtime LibTorch was built with, 1000 * major + 10 * minor; it may
+  // differ from the toolkit this file was compiled with.
+  return VersionString(at::detail::getCUDAHooks().versionCUDART(), 1000, 10);
+}
+
+std::string CudnnVersion() {
+  if (!at::detail::getCUDAHooks().compiledWithCuDNN()) return "";
+  const long v = at::detail::getCUDAHooks().versionCuDNN();
+  // cuDNN 9 encodes major * 10000 + minor * 100 + patch.
+  if (v <= 0) return "";
+  return absl::StrCat(v / 10000, ".", (v % 10000) / 100, ".", v % 100);
+}
+
+int DeviceCount(std::string* why) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    if (why != nullptr) *why = cudaGetErrorString(err);
+    (void)cudaGetLastError();  // clear the sticky error for later queries
+    return 0;
+  }
+  if (count == 0 && why != nullptr) *why = "no CUDA-capable device is detected";
+  return count;
+}
+
+std::string DeviceName(int index) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return "unknown";
+  return prop.name;
+}
+
+int64_t AvailableBytes(int index) {
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
+  size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return -1;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+      static_cast<c10::DeviceIndex>(index));
+  const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  const int64_t cached_unused =
+      stats.reserved_bytes[agg].current - stats.allocated_bytes[agg].current;
+  return static_cast<int64_t>(free_bytes) + cached_unused;
+}
+
+void ResetPeakAllocated(int index) {
+  c10::cuda::CUDACachingAllocator::resetPeakStats(
+      static_cast<c10::DeviceIndex>(index));
+}
+
+int64_t PeakAllocated(int index) {
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+      static_cast<c10::DeviceIndex>(index));
+  const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  return stats.allocated_bytes[agg].peak;
+}
+
+void EmptyCache() { c10::cuda::CUDACachingAllocator::emptyCache(); }
+
+namespace {
+
+class CudaEventTimer : public EventTimer {
+ public:
+  explicit CudaEventTimer(int index)
+      : index_(static_cast<c10::DeviceIndex>(index)),
+        start_(cudaEventDefault),
+        stop_(cudaEventDefault) {}
+
+  void Start() override {
+    c10::cuda::CUDAGuard guard(index_);
+    start_.record(c10::cuda::getCurrentCUDAStream(index_));
+  }
+
+  double StopSeconds() override {
+    c10::cuda::CUDAGuard guard(index_);
+    stop_.record(c10::cuda::getCurrentCUDAStream(index_));
+    stop_.synchronize();
+    return static_cast<double>(start_.elapsed_time(stop_)) / 1e3;
+  }
+
+ private:
+  c10::DeviceIndex index_;
+  c10::cuda::CUDAEvent start_;
+  c10::cuda::CUDAEvent stop_;
+};
+
+}  // namespace
+
+std::unique_ptr<EventTimer> MakeEventTimer(int index) {
+  return std::make_unique<CudaEventTimer>(index);
+}
+
+}  // namespace ltb::cuda

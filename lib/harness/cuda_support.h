@@ -1,0 +1,46 @@
+// The part of the harness that talks to the CUDA runtime directly. It is
+// compiled from cuda_support.cc when LibTorch has CUDA, and from
+// cuda_support_stub.cc otherwise, so the rest of the suite never needs CUDA
+// headers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ltb::cuda {
+
+// True when this build links LibTorch's CUDA backend.
+bool Compiled();
+
+// CUDA runtime version LibTorch was built with, as "13.2", or "".
+std::string RuntimeVersion();
+
+// cuDNN version as "9.26.0", or "" when absent.
+std::string CudnnVersion();
+
+// Number of visible GPUs; when zero, *why says why (driver, no device).
+int DeviceCount(std::string* why);
+
+std::string DeviceName(int index);
+
+// Free and total bytes on the device (cudaMemGetInfo) plus what LibTorch's
+// caching allocator holds but does not use, which it can hand out again.
+int64_t AvailableBytes(int index);
+
+// Peak bytes allocated by LibTorch's caching allocator since the last reset.
+void ResetPeakAllocated(int index);
+int64_t PeakAllocated(int index);
+void EmptyCache();
+
+// Times GPU work on the current stream with CUDA events.
+class EventTimer {
+ public:
+  virtual ~EventTimer() = default;
+  virtual void Start() = 0;
+  // Waits for the stop event and returns the elapsed seconds.
+  virtual double StopSeconds() = 0;
+};
+std::unique_ptr<EventTimer> MakeEventTimer(int index);
+
+}  // namespace ltb::cuda

@@ -1,0 +1,20 @@
+// Stand-in for cuda_support.cc when LibTorch was built without CUDA.
+#include "harness/cuda_support.h"
+
+namespace ltb::cuda {
+
+bool Compiled() { return false; }
+std::string RuntimeVersion() { return ""; }
+std::string CudnnVersion() { return ""; }
+int DeviceCount(std::string* why) {
+  if (why != nullptr) *why = "this LibTorch was built without CUDA";
+  return 0;
+}
+std::string DeviceName(int) { return ""; }
+int64_t AvailableBytes(int) { return -1; }
+void ResetPeakAllocated(int) {}
+int64_t PeakAllocated(int) { return -1; }
+void EmptyCache() {}
+std::unique_ptr<EventTimer> MakeEventTimer(int) { return nullptr; }
+
+}  // namespace ltb::cuda

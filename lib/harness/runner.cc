@@ -1,0 +1,131 @@
+#include "harness/runner.h"
+
+#include <c10/util/Exception.h>
+#include <torch/cuda.h>
+#include <ATen/Context.h>
+
+#include <chrono>
+#include <new>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "harness/device.h"
+#include "harness/timer.h"
+
+namespace ltb {
+namespace {
+
+// Google Benchmark calls a benchmark function several times while it
+// settles on an iteration count; the built, warmed-up workload is kept
+// across those calls and dropped when another benchmark starts.
+struct Cached {
+  std::string name;
+  c10::Device device = c10::Device(c10::kCPU);
+  std::unique_ptr<Workload> workload;
+};
+Cached& Cache() {
+  static Cached* cache = new Cached;
+  return *cache;
+}
+
+Workload& Prepare(const Family& family, const BenchSpec& spec,
+                  const RunOptions& options) {
+  Cached& cache = Cache();
+  const std::string name = spec.Name();
+  if (cache.workload && cache.name == name) return *cache.workload;
+  ReleaseCachedWorkload();
+
+  at::manual_seed(options.seed);
+  std::unique_ptr<Workload> workload = family.build(spec);
+  StepTimer timer(spec.device, /*sync=*/true);
+  double warm = 0;
+  for (int i = 0; i < options.warmup_steps || warm < options.warmup_seconds; ++i) {
+    timer.Start();
+    workload->Step();
+    warm += timer.Stop();
+  }
+  cache.name = name;
+  cache.device = spec.device;
+  cache.workload = std::move(workload);
+  return *cache.workload;
+}
+
+void Fail(benchmark::State& state, const std::string& message) {
+  ReleaseCachedWorkload();
+  state.SkipWithError(message.c_str());
+}
+
+}  // namespace
+
+void ReleaseCachedWorkload() {
+  Cached& cache = Cache();
+  if (!cache.workload) return;
+  cache.workload.reset();
+  cache.name.clear();
+  Synchronize(cache.device);
+  ReleaseCachedMemory(cache.device);
+}
+
+void RunBenchmark(benchmark::State& state, const Family& family,
+                  const BenchSpec& spec, const RunOptions& options) {
+  std::string why;
+  if (!DeviceAvailable(spec.device, &why)) return Fail(state, why);
+  absl::StatusOr<Plan> plan = family.plan(spec);
+  if (!plan.ok()) return Fail(state, std::string(plan.status().message()));
+  if (Cache().name != spec.Name()) {
+    // The memory guard looks at the device as the previous benchmark left it.
+    ReleaseCachedWorkload();
+    absl::Status fits = CheckFits(plan->memory, spec.device);
+    if (!fits.ok()) return Fail(state, std::string(fits.message()));
+  }
+
+  try {
+    Workload& workload = Prepare(family, spec, options);
+    StepTimer timer(spec.device, spec.sync);
+    ResetPeak(spec.device);
+    for (auto _ : state) {
+      timer.Start();
+      workload.Step();
+      state.SetIterationTime(timer.Stop());
+    }
+    if (!spec.sync) Synchronize(spec.device);
+  } catch (const c10::OutOfMemoryError& e) {
+    return Fail(state, absl::StrCat("out of memory on ", DeviceName(spec.device),
+                                    " (estimate was ",
+                                    FormatBytes(plan->memory.Total()), "): ",
+                                    e.what_without_backtrace()));
+  } catch (const std::bad_alloc&) {
+    return Fail(state, absl::StrCat("out of host memory (estimate was ",
+                                    FormatBytes(plan->memory.Total()), ")"));
+  } catch (const c10::Error& e) {
+    return Fail(state, absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return Fail(state, absl::StrCat("error: ", e.what()));
+  }
+
+  using benchmark::Counter;
+  auto& c = state.counters;
+  if (plan->tokens_per_step > 0) {
+    c["tokens/s"] = Counter(static_cast<double>(plan->tokens_per_step),
+                            Counter::kIsIterationInvariantRate);
+  }
+  if (plan->samples_per_step > 0) {
+    c["samples/s"] = Counter(static_cast<double>(plan->samples_per_step),
+                             Counter::kIsIterationInvariantRate);
+  }
+  if (plan->flops_per_step > 0) {
+    c["FLOP/s"] = Counter(plan->flops_per_step, Counter::kIsIterationInvariantRate);
+  }
+  if (plan->bytes_per_step > 0) {
+    c["bytes/s"] = Counter(plan->bytes_per_step, Counter::kIsIterationInvariantRate,
+                           Counter::kIs1024);
+  }
+  if (plan->params > 0) c["params"] = Counter(static_cast<double>(plan->params));
+  const int64_t peak = PeakBytes(spec.device);
+  if (peak >= 0) {
+    c["peak_mem"] = Counter(static_cast<double>(peak), Counter::kDefaults,
+                            Counter::kIs1024);
+  }
+}
+
+}  // namespace ltb

@@ -1,0 +1,24 @@
+// The one benchmark body every registered benchmark runs: availability and
+// memory checks, build, warm-up, timed steps and counters, with every
+// failure turned into a benchmark error instead of a crash.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include "harness/family.h"
+
+namespace ltb {
+
+struct RunOptions {
+  double warmup_seconds = 0.5;  // warm up at least this long ...
+  int warmup_steps = 1;         // ... and at least this many steps
+  uint64_t seed = 0;
+};
+
+void RunBenchmark(benchmark::State& state, const Family& family,
+                  const BenchSpec& spec, const RunOptions& options);
+
+// Drops the model kept between invocations of one benchmark.
+void ReleaseCachedWorkload();
+
+}  // namespace ltb

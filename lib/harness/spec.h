@@ -1,0 +1,46 @@
+// What one benchmark measures (family, size, device, phase and settings) and
+// the stable name tools and compare.py match results by.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ltb {
+
+struct BenchSpec {
+  std::string family;  // "Transformer"
+  std::string size;    // "small"; for Ops, the operation
+  std::string phase;   // "forward"; for Ops, the shape
+  c10::Device device = c10::Device(c10::kCPU);
+  c10::ScalarType dtype = c10::kFloat;
+  int64_t batch = 0;  // 0: the family has no batch setting
+  int64_t seq = 0;    // 0: the family has no sequence setting
+  bool sync = true;
+
+  // Model families: Family/size/device/phase/batch:B/seq:T/dtype[/nosync].
+  // Ops: Ops/op/shape/device/dtype[/nosync].
+  std::string Name() const;
+};
+
+// "fp32", "bf16", "fp16" <-> ScalarType.
+std::string DtypeName(c10::ScalarType dtype);
+absl::StatusOr<c10::ScalarType> ParseDtype(const std::string& text);
+int64_t DtypeBytes(c10::ScalarType dtype);
+
+// Comma-separated flag values. Errors name the flag and the valid values.
+absl::StatusOr<std::vector<int64_t>> ParsePositiveList(const std::string& flag,
+                                                       const std::string& text);
+absl::StatusOr<std::vector<c10::ScalarType>> ParseDtypeList(const std::string& text);
+absl::StatusOr<std::vector<c10::Device>> ParseDeviceList(const std::string& text);
+absl::StatusOr<bool> ParseBool(const std::string& flag, const std::string& text);
+absl::StatusOr<int> ParseNonNegativeInt(const std::string& flag, const std::string& text);
+absl::StatusOr<double> ParseNonNegativeDouble(const std::string& flag,
+                                              const std::string& text);
+
+}  // namespace ltb

@@ -1,0 +1,82 @@
+#include "harness/sweep.h"
+
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "harness/device.h"
+
+namespace ltb {
+namespace {
+
+std::string EscapeRegex(const std::string& text) {
+  static const std::regex special(R"([.^$|()\[\]{}*+?\\])");
+  return std::regex_replace(text, special, R"(\$&)");
+}
+
+}  // namespace
+
+std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
+                                      const Sweep& sweep) {
+  std::vector<Registration> out;
+  for (const Family& family : families) {
+    const std::vector<int64_t> batches =
+        family.default_batch == 0 ? std::vector<int64_t>{0}
+        : sweep.batches.empty()   ? std::vector<int64_t>{family.default_batch}
+                                  : sweep.batches;
+    const std::vector<int64_t> seqs =
+        family.default_seq == 0 ? std::vector<int64_t>{0}
+        : sweep.seqs.empty()    ? std::vector<int64_t>{family.default_seq}
+                                : sweep.seqs;
+    for (const Case& c : family.Cases()) {
+      for (const c10::Device& device : sweep.devices) {
+        for (const c10::ScalarType dtype : sweep.dtypes) {
+          if (!c.sweeps_dtype && dtype != c10::kFloat) continue;
+          for (const int64_t batch : batches) {
+            for (const int64_t seq : seqs) {
+              BenchSpec spec;
+              spec.family = family.name;
+              spec.size = c.size;
+              spec.phase = c.phase;
+              spec.device = device;
+              spec.dtype = dtype;
+              spec.batch = batch;
+              spec.seq = seq;
+              spec.sync = sweep.sync;
+              out.push_back({&family, spec});
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::string DefaultSuiteFilter(const std::vector<Family>& families) {
+  std::vector<std::string> parts;
+  for (const Family& family : families) {
+    std::vector<std::string> sizes;
+    for (const std::string& size : family.suite_sizes) sizes.push_back(EscapeRegex(size));
+    if (sizes.empty()) continue;
+    parts.push_back(absl::StrCat(EscapeRegex(family.name), "/(",
+                                 absl::StrJoin(sizes, "|"), ")/"));
+  }
+  return absl::StrCat("^(", absl::StrJoin(parts, "|"), ")");
+}
+
+std::vector<c10::Device> DevicesNamedIn(const std::string& filter) {
+  std::vector<c10::Device> devices;
+  static const std::regex named(R"(cuda:(\d+)|cuda|mps)");
+  for (auto it = std::sregex_iterator(filter.begin(), filter.end(), named);
+       it != std::sregex_iterator(); ++it) {
+    absl::StatusOr<c10::Device> device = ParseDevice(it->str());
+    if (device.ok() &&
+        std::find(devices.begin(), devices.end(), *device) == devices.end()) {
+      devices.push_back(*device);
+    }
+  }
+  return devices;
+}
+
+}  // namespace ltb

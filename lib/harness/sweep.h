@@ -1,0 +1,36 @@
+// Expands the families and the sweep flags into the list of benchmarks to
+// register, in an order that keeps one model's cases together, and builds
+// the filter of the default suite.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harness/family.h"
+
+namespace ltb {
+
+struct Sweep {
+  std::vector<c10::Device> devices;
+  std::vector<int64_t> batches;  // empty: each family's default
+  std::vector<int64_t> seqs;     // empty: each family's default
+  std::vector<c10::ScalarType> dtypes = {c10::kFloat};
+  bool sync = true;
+};
+
+struct Registration {
+  const Family* family;
+  BenchSpec spec;
+};
+
+std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
+                                      const Sweep& sweep);
+
+// Regex selecting each family's suite sizes: what runs with no filter.
+std::string DefaultSuiteFilter(const std::vector<Family>& families);
+
+// Devices a --benchmark_filter names explicitly ("cuda", "cuda:1", "mps"),
+// so that benchmarks on them are registered and report why they cannot run.
+std::vector<c10::Device> DevicesNamedIn(const std::string& filter);
+
+}  // namespace ltb

@@ -1,0 +1,76 @@
+# How each dependency is found: the system package first, then (when the
+# machine is online) a pinned FetchContent fallback. LibTorch is always found
+# with find_package(Torch), so CMAKE_PREFIX_PATH or Torch_DIR choose which.
+include(FetchContent)
+
+# --- LibTorch ---------------------------------------------------------------
+# The wheel's Caffe2 config asks for CUDA architectures only to compile .cu
+# files, which this project has none of; a fixed list keeps it from probing.
+if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(TORCH_CUDA_ARCH_LIST "8.0;9.0" CACHE STRING "CUDA architectures")
+endif()
+find_package(Torch REQUIRED)
+set(LTB_TORCH_HAS_CUDA OFF)
+if(TARGET torch_cuda OR CAFFE2_USE_CUDA)
+  set(LTB_TORCH_HAS_CUDA ON)
+endif()
+message(STATUS "libtorch-bench: LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX} (CUDA: ${CAFFE2_USE_CUDA})")
+
+add_library(ltb_torch INTERFACE)
+target_link_libraries(ltb_torch INTERFACE ${TORCH_LIBRARIES})
+if(TORCH_CXX_FLAGS)
+  separate_arguments(_ltb_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+  target_compile_options(ltb_torch INTERFACE ${_ltb_torch_flags})
+endif()
+# The PyPI wheel keeps CUDA, cuDNN and NCCL in site-packages/nvidia/*/lib,
+# newer than (and preferred over) a system CUDA toolkit: link against them
+# and look there first at run time.
+get_filename_component(_ltb_site "${TORCH_INSTALL_PREFIX}/.." ABSOLUTE)
+file(GLOB _ltb_wheel_libs LIST_DIRECTORIES true "${_ltb_site}/nvidia/*/lib")
+if(_ltb_wheel_libs)
+  foreach(dir IN LISTS _ltb_wheel_libs)
+    target_link_options(ltb_torch INTERFACE "LINKER:-rpath-link,${dir}")
+  endforeach()
+  list(PREPEND CMAKE_BUILD_RPATH ${_ltb_wheel_libs} "${TORCH_INSTALL_PREFIX}/lib")
+endif()
+add_library(ltb::torch ALIAS ltb_torch)
+
+# --- Abseil -----------------------------------------------------------------
+find_package(absl CONFIG QUIET)
+if(NOT absl_FOUND)
+  message(STATUS "libtorch-bench: no system Abseil, fetching 20220623.1")
+  set(ABSL_PROPAGATE_CXX_STD ON)
+  set(ABSL_ENABLE_INSTALL OFF)
+  FetchContent_Declare(absl
+    GIT_REPOSITORY https://github.com/abseil/abseil-cpp.git
+    GIT_TAG 20220623.1 GIT_SHALLOW TRUE)
+  FetchContent_MakeAvailable(absl)
+endif()
+
+# --- Google Benchmark -------------------------------------------------------
+find_package(benchmark CONFIG QUIET)
+if(NOT benchmark_FOUND)
+  message(STATUS "libtorch-bench: no system Google Benchmark, fetching v1.7.1")
+  set(BENCHMARK_ENABLE_TESTING OFF)
+  set(BENCHMARK_ENABLE_INSTALL OFF)
+  FetchContent_Declare(benchmark
+    GIT_REPOSITORY https://github.com/google/benchmark.git
+    GIT_TAG v1.7.1 GIT_SHALLOW TRUE)
+  FetchContent_MakeAvailable(benchmark)
+endif()
+
+# --- GoogleTest -------------------------------------------------------------
+if(LTB_BUILD_TESTS)
+  find_package(GTest CONFIG QUIET)
+  if(NOT GTest_FOUND)
+    find_package(GTest QUIET)
+  endif()
+  if(NOT GTest_FOUND)
+    message(STATUS "libtorch-bench: no system GoogleTest, fetching v1.12.1")
+    set(INSTALL_GTEST OFF)
+    FetchContent_Declare(googletest
+      GIT_REPOSITORY https://github.com/google/googletest.git
+      GIT_TAG release-1.12.1 GIT_SHALLOW TRUE)
+    FetchContent_MakeAvailable(googletest)
+  endif()
+endif()
