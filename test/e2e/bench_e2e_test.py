@@ -1,0 +1,153 @@
+"""End-to-end tests: run the bench binary as a user would and check its JSON.
+
+LTB_BENCH names the binary; LTB_COMPARE_PY names Google Benchmark's compare.py.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BENCH = os.environ.get("LTB_BENCH", "")
+COMPARE_PY = os.environ.get("LTB_COMPARE_PY", "/usr/share/benchmark/compare.py")
+FAST = ["--benchmark_min_time=0.01", "--warmup_s=0", "--seq=32", "--batch=2"]
+
+
+def run_bench(*args, check=True):
+    proc = subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"bench {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
+    return proc
+
+
+def run_json(*args):
+    return json.loads(run_bench("--benchmark_format=json", *args).stdout)
+
+
+@unittest.skipUnless(BENCH, "LTB_BENCH is not set")
+class NanoJsonTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.files = []
+        for i in range(2):
+            path = os.path.join(cls.tmp.name, f"run{i}.json")
+            run_bench("--benchmark_filter=Transformer/nano/cpu", *FAST,
+                      "--benchmark_repetitions=2", f"--benchmark_out={path}",
+                      "--benchmark_out_format=json")
+            cls.files.append(path)
+        with open(cls.files[0]) as f:
+            cls.doc = json.load(f)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def iterations(self):
+        return [b for b in self.doc["benchmarks"] if b["run_type"] == "iteration"]
+
+    def test_every_phase_ran_without_error(self):
+        names = {b["run_name"] for b in self.iterations()}
+        self.assertEqual(names, {
+            f"Transformer/nano/cpu/{phase}/batch:2/seq:32/fp32/manual_time"
+            for phase in ("forward", "forward_backward", "train_step")})
+        for b in self.doc["benchmarks"]:
+            self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
+
+    def test_every_entry_has_the_counters(self):
+        for b in self.iterations():
+            for counter in ("tokens/s", "FLOP/s", "peak_mem", "params"):
+                self.assertIn(counter, b, b["name"])
+            self.assertEqual(b["params"], 259392)
+            self.assertGreater(b["peak_mem"], 0)
+
+    def test_rates_use_the_measured_step_time(self):
+        for b in self.iterations():
+            seconds = b["real_time"] * {"ms": 1e-3, "us": 1e-6, "ns": 1e-9}[b["time_unit"]]
+            self.assertAlmostEqual(b["tokens/s"] * seconds / (2 * 32), 1.0, places=3)
+
+    def test_context_records_what_ran(self):
+        ctx = self.doc["context"]
+        for key in ("libtorch_version", "blas", "intra_op_threads", "inter_op_threads",
+                    "blas_threads", "cpu_model", "cuda_runtime", "build_type",
+                    "suite_commit", "malloc", "sync"):
+            self.assertIn(key, ctx)
+            self.assertTrue(ctx[key], key)
+
+    def test_compare_py_accepts_two_runs(self):
+        proc = subprocess.run([sys.executable, COMPARE_PY, "benchmarks", *self.files],
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("Transformer/nano/cpu/forward/batch:2/seq:32/fp32", proc.stdout)
+
+
+@unittest.skipUnless(BENCH, "LTB_BENCH is not set")
+class BadInputTest(unittest.TestCase):
+    def assert_usage_error(self, args, *expected):
+        proc = run_bench(*args, check=False)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        for text in expected:
+            self.assertIn(text, proc.stderr)
+        self.assertEqual(proc.stdout.count("Transformer/"), 0, "ran before rejecting")
+
+    def test_bad_flag_values_exit_2_with_the_valid_choices(self):
+        self.assert_usage_error(["--dtype=fp64"], "valid: fp32, bf16, fp16")
+        self.assert_usage_error(["--devices=gpu"], "valid: cpu, cuda, cuda:N")
+        self.assert_usage_error(["--batch=0"], "--batch", "positive integers")
+        self.assert_usage_error(["--seq=12x"], "--seq", "positive integers")
+        self.assert_usage_error(["--sync=maybe"], "valid: true, false")
+        self.assert_usage_error(["--threads=-2"], "--threads")
+        self.assert_usage_error(["--malloc=jemalloc"], "valid: tuned, system")
+        self.assert_usage_error(["--no_such_flag=1"], "unknown flag", "--devices")
+
+    def test_unavailable_device_is_an_error_entry_not_an_absence(self):
+        doc = run_json("--benchmark_filter=Transformer/nano/cuda:7/forward/", *FAST)
+        entries = doc["benchmarks"]
+        self.assertEqual(len(entries), 1)
+        self.assertTrue(entries[0]["error_occurred"])
+        self.assertIn("cuda:7", entries[0]["run_name"])
+        self.assertIn("no ", entries[0]["error_message"])
+
+    def test_memory_guard_skips_what_cannot_fit_and_the_run_goes_on(self):
+        doc = run_json("--benchmark_filter=Transformer/(2.7B|nano)/cpu/train_step",
+                       "--devices=cpu", "--benchmark_min_time=0.01", "--warmup_s=0",
+                       "--seq=32", "--batch=512")
+        by_size = {b["run_name"].split("/")[1]: b for b in doc["benchmarks"]}
+        self.assertTrue(by_size["2.7B"]["error_occurred"])
+        message = by_size["2.7B"]["error_message"]
+        self.assertIn("does not fit", message)
+        self.assertIn("GiB available", message)
+        self.assertFalse(by_size["nano"].get("error_occurred", False))
+        self.assertIn("tokens/s", by_size["nano"])
+
+
+@unittest.skipUnless(BENCH, "LTB_BENCH is not set")
+class SuiteTest(unittest.TestCase):
+    def test_default_suite_lists_small_models_and_the_references(self):
+        names = run_bench("--benchmark_list_tests", "--devices=cpu").stdout.split()
+        self.assertIn("Ops/matmul/2048x2048/cpu/fp32/manual_time", names)
+        self.assertIn("Ops/noop/empty/cpu/fp32/manual_time", names)
+        for phase in ("forward", "forward_backward", "train_step"):
+            self.assertIn(f"Transformer/small/cpu/{phase}/batch:4/seq:512/fp32/manual_time",
+                          names)
+        self.assertFalse([n for n in names if "/nano/" in n])
+
+    def test_filter_all_lists_every_size_and_sweeps_expand(self):
+        names = run_bench("--benchmark_list_tests", "--benchmark_filter=all",
+                          "--devices=cpu", "--batch=1,8", "--dtype=fp32,bf16").stdout.split()
+        for size in ("nano", "small", "medium", "large", "xl", "2.7B"):
+            self.assertIn(f"Transformer/{size}/cpu/train_step/batch:8/seq:512/bf16/manual_time",
+                          names)
+        self.assertEqual(len([n for n in names if n.startswith("Transformer/")]),
+                         6 * 3 * 2 * 2)
+
+    def test_nosync_runs_are_marked(self):
+        names = run_bench("--benchmark_list_tests", "--benchmark_filter=Transformer/nano",
+                          "--devices=cpu", "--sync=false").stdout.split()
+        self.assertTrue(names)
+        self.assertTrue(all("/nosync" in n for n in names), names)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,63 @@
+#include "harness/device.h"
+
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+namespace ltb {
+namespace {
+
+TEST(ParseDevice, AcceptsEveryForm) {
+  EXPECT_EQ(ParseDevice("cpu").value(), c10::Device(c10::kCPU));
+  EXPECT_EQ(ParseDevice("cuda").value(), c10::Device(c10::kCUDA, 0));
+  EXPECT_EQ(ParseDevice("cuda:0").value(), c10::Device(c10::kCUDA, 0));
+  EXPECT_EQ(ParseDevice("cuda:1").value(), c10::Device(c10::kCUDA, 1));
+  EXPECT_EQ(ParseDevice("cuda:12").value(), c10::Device(c10::kCUDA, 12));
+  EXPECT_EQ(ParseDevice("mps").value(), c10::Device(c10::kMPS));
+}
+
+TEST(ParseDevice, RejectsBadFormsNamingTheValidOnes) {
+  for (const char* bad : {"", "gpu", "CPU", "cuda:", "cuda:-1", "cuda:x", "cuda:1x",
+                          "cuda:01", "cuda1", "mps:0", " cpu"}) {
+    absl::StatusOr<c10::Device> d = ParseDevice(bad);
+    ASSERT_FALSE(d.ok()) << "accepted '" << bad << "'";
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(d.status().message().find("valid: cpu, cuda, cuda:N"), std::string::npos)
+        << d.status().message();
+  }
+}
+
+TEST(DeviceName, IsCanonical) {
+  EXPECT_EQ(DeviceName(ParseDevice("cpu").value()), "cpu");
+  EXPECT_EQ(DeviceName(ParseDevice("cuda:0").value()), "cuda");
+  EXPECT_EQ(DeviceName(ParseDevice("cuda:3").value()), "cuda:3");
+  EXPECT_EQ(DeviceName(ParseDevice("mps").value()), "mps");
+}
+
+TEST(DeviceAvailable, CpuAlwaysAndCudaWithAReason) {
+  std::string why;
+  EXPECT_TRUE(DeviceAvailable(c10::Device(c10::kCPU), &why));
+  const bool cuda = DeviceAvailable(c10::Device(c10::kCUDA, 0), &why);
+  EXPECT_EQ(cuda, torch::cuda::is_available());
+  if (!cuda) EXPECT_NE(why.find("no CUDA device"), std::string::npos) << why;
+  // A GPU index beyond what the machine has is never available.
+  why.clear();
+  EXPECT_FALSE(DeviceAvailable(c10::Device(c10::kCUDA, 63), &why));
+  EXPECT_FALSE(why.empty());
+}
+
+TEST(AvailableDevices, StartsWithCpuAndListsOnlyUsableDevices) {
+  const std::vector<c10::Device> devices = AvailableDevices();
+  ASSERT_FALSE(devices.empty());
+  EXPECT_EQ(devices.front(), c10::Device(c10::kCPU));
+  for (const c10::Device& d : devices) {
+    std::string why;
+    EXPECT_TRUE(DeviceAvailable(d, &why)) << DeviceName(d) << ": " << why;
+  }
+}
+
+TEST(DeviceAvailableBytes, CpuReportsPositiveMemory) {
+  EXPECT_GT(DeviceAvailableBytes(c10::Device(c10::kCPU)), 0);
+}
+
+}  // namespace
+}  // namespace ltb
