@@ -15,9 +15,9 @@
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "harness/context.h"
 #include "harness/device.h"
 #include "harness/memory.h"
@@ -32,8 +32,10 @@
 ABSL_FLAG(std::string, devices, "",
           "Devices to benchmark, e.g. cpu,cuda,cuda:1,mps. Default: every "
           "available device.");
-ABSL_FLAG(std::string, batch, "", "Batch sizes to sweep, e.g. 1,8,32. Default: per family.");
-ABSL_FLAG(std::string, seq, "", "Sequence lengths to sweep, e.g. 128,512. Default: per family.");
+ABSL_FLAG(std::string, batch, "",
+          "Batch sizes to sweep, e.g. 1,8,32. Default: per family.");
+ABSL_FLAG(std::string, seq, "",
+          "Sequence lengths to sweep, e.g. 128,512. Default: per family.");
 ABSL_FLAG(std::string, dtype, "fp32", "Precisions to sweep: fp32, bf16, fp16.");
 ABSL_FLAG(std::string, threads, "0",
           "Intra-op (and BLAS) threads. 0: LibTorch's default, one per physical core.");
@@ -64,8 +66,8 @@ T OrDie(absl::StatusOr<T> value) {
 
 const std::vector<std::string>& OwnFlags() {
   static const auto* flags = new std::vector<std::string>{
-      "devices", "batch", "seq", "dtype", "threads", "interop_threads", "sync",
-      "warmup_s", "warmup_steps", "malloc", "seed"};
+      "devices", "batch",    "seq",          "dtype",  "threads", "interop_threads",
+      "sync",    "warmup_s", "warmup_steps", "malloc", "seed"};
   return *flags;
 }
 
@@ -134,31 +136,37 @@ int main(int argc, char** argv) {
   sweep.sync = OrDie(ltb::ParseBool("sync", absl::GetFlag(FLAGS_sync)));
 
   ltb::ThreadSettings threads;
-  threads.intra_op = OrDie(ltb::ParseNonNegativeInt("threads", absl::GetFlag(FLAGS_threads)));
-  threads.inter_op =
-      OrDie(ltb::ParseNonNegativeInt("interop_threads", absl::GetFlag(FLAGS_interop_threads)));
-  if (threads.inter_op == 0) Die("bad --interop_threads value '0'; valid: a whole number >= 1");
+  threads.intra_op =
+      OrDie(ltb::ParseNonNegativeInt("threads", absl::GetFlag(FLAGS_threads)));
+  threads.inter_op = OrDie(
+      ltb::ParseNonNegativeInt("interop_threads", absl::GetFlag(FLAGS_interop_threads)));
+  if (threads.inter_op == 0)
+    Die("bad --interop_threads value '0'; valid: a whole number >= 1");
 
   ltb::RunOptions run;
-  run.warmup_seconds = OrDie(ltb::ParseNonNegativeDouble("warmup_s", absl::GetFlag(FLAGS_warmup_s)));
+  run.warmup_seconds =
+      OrDie(ltb::ParseNonNegativeDouble("warmup_s", absl::GetFlag(FLAGS_warmup_s)));
   run.warmup_steps =
       OrDie(ltb::ParseNonNegativeInt("warmup_steps", absl::GetFlag(FLAGS_warmup_steps)));
   run.seed = static_cast<uint64_t>(
       OrDie(ltb::ParseNonNegativeInt("seed", absl::GetFlag(FLAGS_seed))));
 
   std::string malloc_description;
-  if (absl::Status s = ltb::ConfigureMalloc(absl::GetFlag(FLAGS_malloc), &malloc_description);
+  if (absl::Status s =
+          ltb::ConfigureMalloc(absl::GetFlag(FLAGS_malloc), &malloc_description);
       !s.ok()) {
     Die(std::string(s.message()));
   }
-  if (absl::Status s = ltb::ConfigureThreads(threads); !s.ok()) Die(std::string(s.message()));
+  if (absl::Status s = ltb::ConfigureThreads(threads); !s.ok())
+    Die(std::string(s.message()));
 
   // Default: every available device, plus any the filter names explicitly
   // so that they report why they cannot run instead of vanishing.
   if (sweep.devices.empty()) {
     sweep.devices = ltb::AvailableDevices();
     for (const c10::Device& d : ltb::DevicesNamedIn(user_filter)) {
-      if (std::find(sweep.devices.begin(), sweep.devices.end(), d) == sweep.devices.end()) {
+      if (std::find(sweep.devices.begin(), sweep.devices.end(), d) ==
+          sweep.devices.end()) {
         sweep.devices.push_back(d);
       }
     }
@@ -192,8 +200,8 @@ int main(int argc, char** argv) {
   const ltb::Context extra = {
       {"malloc", malloc_description},
       {"sync", sweep.sync ? "true" : "false (clock read without device sync)"},
-      {"warmup", absl::StrCat(">= ", run.warmup_steps, " steps and >= ",
-                              run.warmup_seconds, " s")},
+      {"warmup",
+       absl::StrCat(">= ", run.warmup_steps, " steps and >= ", run.warmup_seconds, " s")},
       {"seed", absl::StrCat(run.seed)},
   };
   for (const auto& [key, value] : ltb::CollectContext(extra)) {

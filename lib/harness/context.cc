@@ -44,13 +44,14 @@ Context CollectContext(const Context& extra) {
     const int count = cuda::DeviceCount(&why);
     std::vector<std::string> gpus;
     for (int i = 0; i < count; ++i) gpus.push_back(cuda::DeviceName(i));
-    ctx.emplace_back("gpus", count > 0 ? absl::StrJoin(gpus, "; ")
-                                       : absl::StrCat("none (", why, ")"));
+    ctx.emplace_back(
+        "gpus", count > 0 ? absl::StrJoin(gpus, "; ") : absl::StrCat("none (", why, ")"));
   } else {
     ctx.emplace_back("cuda_runtime", "none (LibTorch built without CUDA)");
   }
-  ctx.emplace_back("build_type", BuiltOptimized() ? kBuildType
-                                                  : absl::StrCat(kBuildType, " (unoptimized)"));
+  ctx.emplace_back("build_type", BuiltOptimized()
+                                     ? kBuildType
+                                     : absl::StrCat(kBuildType, " (unoptimized)"));
   ctx.emplace_back("suite_commit", kGitCommit);
   for (const auto& kv : extra) ctx.push_back(kv);
   return ctx;

@@ -2,12 +2,11 @@
 #include "harness/cuda_support.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
-
-#include <ATen/detail/CUDAHooksInterface.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -68,8 +67,7 @@ int64_t AvailableBytes(int index) {
 }
 
 void ResetPeakAllocated(int index) {
-  c10::cuda::CUDACachingAllocator::resetPeakStats(
-      static_cast<c10::DeviceIndex>(index));
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
 }
 
 int64_t PeakAllocated(int index) {

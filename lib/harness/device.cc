@@ -74,9 +74,9 @@ bool DeviceAvailable(const c10::Device& device, std::string* why_not) {
       std::string why;
       const int count = cuda::DeviceCount(&why);
       if (count == 0 || !torch::cuda::is_available()) {
-        *why_not = absl::StrCat("no CUDA device: LibTorch has CUDA ",
-                                cuda::RuntimeVersion(),
-                                " but no GPU or driver was found (", why, ")");
+        *why_not =
+            absl::StrCat("no CUDA device: LibTorch has CUDA ", cuda::RuntimeVersion(),
+                         " but no GPU or driver was found (", why, ")");
         return false;
       }
       const int index = device.has_index() ? device.index() : 0;
@@ -116,8 +116,7 @@ std::vector<c10::Device> AvailableDevices() {
 
 std::string DeviceSummary() {
   std::string out = absl::StrCat("cpu: ", CpuModelName(), ", ",
-                                 std::thread::hardware_concurrency(),
-                                 " logical cores\n");
+                                 std::thread::hardware_concurrency(), " logical cores\n");
   std::string why;
   if (DeviceAvailable(c10::Device(c10::kCUDA, 0), &why)) {
     const int count = cuda::DeviceCount(nullptr);

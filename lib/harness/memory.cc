@@ -25,9 +25,7 @@ class TrackingCpuAllocator final : public c10::Allocator {
   // Keeps the 64-byte alignment of the underlying allocator.
   static constexpr size_t kHeader = 64;
 
-  explicit TrackingCpuAllocator(c10::Allocator* base) : base_(base) {
-    instance_ = this;
-  }
+  explicit TrackingCpuAllocator(c10::Allocator* base) : base_(base) { instance_ = this; }
 
   c10::DataPtr allocate(size_t n) override {
     char* block = static_cast<char*>(base_->raw_allocate(n + kHeader));

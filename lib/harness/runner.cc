@@ -1,8 +1,8 @@
 #include "harness/runner.h"
 
+#include <ATen/Context.h>
 #include <c10/util/Exception.h>
 #include <torch/cuda.h>
-#include <ATen/Context.h>
 
 #include <chrono>
 #include <new>
@@ -66,8 +66,8 @@ void ReleaseCachedWorkload() {
   ReleaseCachedMemory(cache.device);
 }
 
-void RunBenchmark(benchmark::State& state, const Family& family,
-                  const BenchSpec& spec, const RunOptions& options) {
+void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec& spec,
+                  const RunOptions& options) {
   std::string why;
   if (!DeviceAvailable(spec.device, &why)) return Fail(state, why);
   absl::StatusOr<Plan> plan = family.plan(spec);
@@ -91,9 +91,8 @@ void RunBenchmark(benchmark::State& state, const Family& family,
     if (!spec.sync) Synchronize(spec.device);
   } catch (const c10::OutOfMemoryError& e) {
     return Fail(state, absl::StrCat("out of memory on ", DeviceName(spec.device),
-                                    " (estimate was ",
-                                    FormatBytes(plan->memory.Total()), "): ",
-                                    e.what_without_backtrace()));
+                                    " (estimate was ", FormatBytes(plan->memory.Total()),
+                                    "): ", e.what_without_backtrace()));
   } catch (const std::bad_alloc&) {
     return Fail(state, absl::StrCat("out of host memory (estimate was ",
                                     FormatBytes(plan->memory.Total()), ")"));
@@ -123,8 +122,8 @@ void RunBenchmark(benchmark::State& state, const Family& family,
   if (plan->params > 0) c["params"] = Counter(static_cast<double>(plan->params));
   const int64_t peak = PeakBytes(spec.device);
   if (peak >= 0) {
-    c["peak_mem"] = Counter(static_cast<double>(peak), Counter::kDefaults,
-                            Counter::kIs1024);
+    c["peak_mem"] =
+        Counter(static_cast<double>(peak), Counter::kDefaults, Counter::kIs1024);
   }
 }
 

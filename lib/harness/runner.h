@@ -15,8 +15,8 @@ struct RunOptions {
   uint64_t seed = 0;
 };
 
-void RunBenchmark(benchmark::State& state, const Family& family,
-                  const BenchSpec& spec, const RunOptions& options);
+void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec& spec,
+                  const RunOptions& options);
 
 // Drops the model kept between invocations of one benchmark.
 void ReleaseCachedWorkload();

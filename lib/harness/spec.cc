@@ -70,8 +70,7 @@ absl::StatusOr<std::vector<int64_t>> ParsePositiveList(const std::string& flag,
     if (!absl::SimpleAtoi(item, &v) || v <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "bad --", flag, " value '", item, "' in '", text,
-          "'; valid: positive integers separated by commas, e.g. --", flag,
-          "=1,8,32"));
+          "'; valid: positive integers separated by commas, e.g. --", flag, "=1,8,32"));
     }
     if (seen.insert(v).second) values.push_back(v);
   }
@@ -108,16 +107,16 @@ absl::StatusOr<std::vector<c10::Device>> ParseDeviceList(const std::string& text
 absl::StatusOr<bool> ParseBool(const std::string& flag, const std::string& text) {
   if (text == "true" || text == "1" || text == "yes") return true;
   if (text == "false" || text == "0" || text == "no") return false;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "bad --", flag, " value '", text, "'; valid: true, false"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad --", flag, " value '", text, "'; valid: true, false"));
 }
 
 absl::StatusOr<int> ParseNonNegativeInt(const std::string& flag,
                                         const std::string& text) {
   int v = 0;
   if (!absl::SimpleAtoi(text, &v) || v < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bad --", flag, " value '", text, "'; valid: a whole number >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad --", flag, " value '", text, "'; valid: a whole number >= 0"));
   }
   return v;
 }
@@ -126,8 +125,8 @@ absl::StatusOr<double> ParseNonNegativeDouble(const std::string& flag,
                                               const std::string& text) {
   double v = 0;
   if (!absl::SimpleAtod(text, &v) || !(v >= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bad --", flag, " value '", text, "'; valid: a number of seconds >= 0"));
+    return absl::InvalidArgumentError(absl::StrCat("bad --", flag, " value '", text,
+                                                   "'; valid: a number of seconds >= 0"));
   }
   return v;
 }

@@ -24,10 +24,10 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
         family.default_batch == 0 ? std::vector<int64_t>{0}
         : sweep.batches.empty()   ? std::vector<int64_t>{family.default_batch}
                                   : sweep.batches;
-    const std::vector<int64_t> seqs =
-        family.default_seq == 0 ? std::vector<int64_t>{0}
-        : sweep.seqs.empty()    ? std::vector<int64_t>{family.default_seq}
-                                : sweep.seqs;
+    const std::vector<int64_t> seqs = family.default_seq == 0 ? std::vector<int64_t>{0}
+                                      : sweep.seqs.empty()
+                                          ? std::vector<int64_t>{family.default_seq}
+                                          : sweep.seqs;
     for (const Case& c : family.Cases()) {
       for (const c10::Device& device : sweep.devices) {
         for (const c10::ScalarType dtype : sweep.dtypes) {
@@ -59,8 +59,8 @@ std::string DefaultSuiteFilter(const std::vector<Family>& families) {
     std::vector<std::string> sizes;
     for (const std::string& size : family.suite_sizes) sizes.push_back(EscapeRegex(size));
     if (sizes.empty()) continue;
-    parts.push_back(absl::StrCat(EscapeRegex(family.name), "/(",
-                                 absl::StrJoin(sizes, "|"), ")/"));
+    parts.push_back(
+        absl::StrCat(EscapeRegex(family.name), "/(", absl::StrJoin(sizes, "|"), ")/"));
   }
   return absl::StrCat("^(", absl::StrJoin(parts, "|"), ")");
 }

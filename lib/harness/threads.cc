@@ -51,9 +51,9 @@ int ParallelInfoValue(absl::string_view name) {
 
 absl::Status ConfigureThreads(const ThreadSettings& settings) {
   if (settings.intra_op < 0 || settings.inter_op < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "thread counts must be positive (got --threads=", settings.intra_op,
-        ", --interop_threads=", settings.inter_op, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("thread counts must be positive (got --threads=", settings.intra_op,
+                     ", --interop_threads=", settings.inter_op, ")"));
   }
   const int intra = settings.intra_op > 0 ? settings.intra_op : at::get_num_threads();
   // set_num_threads also sets MKL's count and OpenMP's.
@@ -73,7 +73,8 @@ int InterOpThreads() { return at::get_num_interop_threads(); }
 
 std::string BlasLibrary() {
   std::string built = "unknown";
-  for (absl::string_view item : absl::StrSplit(at::show_config(), absl::ByAnyChar(",\n"))) {
+  for (absl::string_view item :
+       absl::StrSplit(at::show_config(), absl::ByAnyChar(",\n"))) {
     const size_t at = item.find("BLAS_INFO=");
     if (at != absl::string_view::npos) {
       built = std::string(absl::StripAsciiWhitespace(item.substr(at + 10)));

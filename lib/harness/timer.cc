@@ -25,8 +25,7 @@ void StepTimer::Start() {
 double StepTimer::Stop() {
   if (events_) return events_->StopSeconds();
   if (sync_) Synchronize(device_);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
 }  // namespace ltb

@@ -39,10 +39,9 @@ int64_t TransformerParamCount(const TransformerOptions& o) {
   return o.num_layers() * (4 * d * d + 3 * d * f + 2 * d) + 2 * v * d + d;
 }
 
-double TransformerForwardFlops(const TransformerOptions& o, int64_t batch,
-                               int64_t seq) {
-  const double b = batch, t = seq, d = o.d_model(), f = o.d_ff(),
-               v = o.vocab_size(), layers = o.num_layers();
+double TransformerForwardFlops(const TransformerOptions& o, int64_t batch, int64_t seq) {
+  const double b = batch, t = seq, d = o.d_model(), f = o.d_ff(), v = o.vocab_size(),
+               layers = o.num_layers();
   const double projections = 2 * b * t * d * d * 4;  // q, k, v, o
   const double attention = 2 * b * t * t * d * 2;    // QK^T and AV
   const double ffn = 2 * b * t * d * f * 3;          // w1, w3, w2
@@ -101,9 +100,8 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const TransformerOptions& o)
   k_proj = register_module("k_proj", linear());
   v_proj = register_module("v_proj", linear());
   output_proj = register_module("output_proj", linear());
-  rope = register_module(
-      "rope", RotaryEmbedding(o.d_model() / o.num_heads(), o.context_length(),
-                              o.rope_theta()));
+  rope = register_module("rope", RotaryEmbedding(o.d_model() / o.num_heads(),
+                                                 o.context_length(), o.rope_theta()));
 }
 
 at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x,
@@ -162,8 +160,9 @@ TransformerLMImpl::TransformerLMImpl(const TransformerOptions& o)
       layers(register_module("layers", torch::nn::ModuleList())),
       ln_final(register_module("ln_final", RMSNorm(o.d_model(), o.eps()))),
       lm_head(register_module(
-          "lm_head", torch::nn::Linear(
-                         torch::nn::LinearOptions(o.d_model(), o.vocab_size()).bias(false)))),
+          "lm_head",
+          torch::nn::Linear(
+              torch::nn::LinearOptions(o.d_model(), o.vocab_size()).bias(false)))),
       options_(o) {
   for (int64_t i = 0; i < o.num_layers(); ++i) layers->push_back(TransformerBlock(o));
 }
@@ -171,8 +170,7 @@ TransformerLMImpl::TransformerLMImpl(const TransformerOptions& o)
 at::Tensor TransformerLMImpl::forward(const at::Tensor& tokens) {
   const int64_t t = tokens.size(1);
   TORCH_CHECK(t <= options_.context_length(), "sequence of ", t,
-              " tokens is longer than the context length ",
-              options_.context_length());
+              " tokens is longer than the context length ", options_.context_length());
   const at::Tensor positions =
       torch::arange(t, torch::dtype(torch::kLong).device(tokens.device()));
   at::Tensor x = token_embeddings(tokens);  // (B, T, d)
@@ -196,7 +194,8 @@ MemoryEstimate TransformerMemory(const TransformerOptions& o, const BenchSpec& s
     m.weights = p * e;
     // The widest live tensors of one layer, plus logits and their softmax.
     m.activations = tokens * (4 * d + 3 * f + 2 * v) * e;
-    if (!o.fused_attention()) m.activations += s.batch * o.num_heads() * s.seq * s.seq * e;
+    if (!o.fused_attention())
+      m.activations += s.batch * o.num_heads() * s.seq * s.seq * e;
     return m;
   }
   const int64_t e = s.dtype == c10::kFloat ? 4 : 2;
@@ -216,9 +215,9 @@ absl::StatusOr<Plan> PlanTransformer(const BenchSpec& s) {
   absl::StatusOr<TransformerOptions> o = TransformerSizeOptions(s.size);
   if (!o.ok()) return o.status();
   if (s.phase != kForward && s.phase != kForwardBackward && s.phase != kTrainStep) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown Transformer phase '", s.phase,
-        "'; valid: forward, forward_backward, train_step"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown Transformer phase '", s.phase,
+                     "'; valid: forward, forward_backward, train_step"));
   }
   if (s.batch <= 0 || s.seq <= 0) {
     return absl::InvalidArgumentError("batch and seq must be positive");
@@ -239,7 +238,8 @@ std::unique_ptr<Workload> BuildTransformer(const BenchSpec& s) {
   PrepareModel(*model, s);
   const auto on_device = torch::dtype(torch::kLong).device(s.device);
   // Next-token prediction on random ids: inputs and targets are shifted by one.
-  const at::Tensor ids = torch::randint(0, o.vocab_size(), {s.batch, s.seq + 1}, on_device);
+  const at::Tensor ids =
+      torch::randint(0, o.vocab_size(), {s.batch, s.seq + 1}, on_device);
   const at::Tensor inputs = ids.narrow(1, 0, s.seq).contiguous();
   const at::Tensor targets = ids.narrow(1, 1, s.seq).contiguous();
   const int64_t vocab = o.vocab_size();
@@ -247,8 +247,8 @@ std::unique_ptr<Workload> BuildTransformer(const BenchSpec& s) {
   fns.module = model.ptr();
   fns.forward = [model, inputs]() mutable { return model(inputs); };
   fns.loss = [targets, vocab](const at::Tensor& logits) {
-    return torch::nn::functional::cross_entropy(logits.reshape({-1, vocab}).to(at::kFloat),
-                                                targets.reshape({-1}));
+    return torch::nn::functional::cross_entropy(
+        logits.reshape({-1, vocab}).to(at::kFloat), targets.reshape({-1}));
   };
   fns.make_optimizer = [model]() {
     return std::make_unique<torch::optim::AdamW>(model->parameters(),

@@ -4,9 +4,9 @@
 #pragma once
 
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
-#include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
@@ -55,8 +55,7 @@ int64_t TransformerParamCount(const TransformerOptions& o);
 // Forward FLOPs for a (batch, seq) input: 2 per multiply-add of every
 // matmul: the q, k, v, o projections, QK^T and AV over the full seq x seq
 // square, the three FFN matrices and the LM head. Backward is 2x forward.
-double TransformerForwardFlops(const TransformerOptions& o, int64_t batch,
-                               int64_t seq);
+double TransformerForwardFlops(const TransformerOptions& o, int64_t batch, int64_t seq);
 
 class RMSNormImpl : public torch::nn::Module {
  public:

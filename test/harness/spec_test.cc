@@ -104,7 +104,8 @@ TEST(DefaultSuiteFilter, SelectsEachFamilysSuiteSizes) {
     return std::regex_search(name, suite);
   };
   EXPECT_TRUE(selected("Transformer/small/cpu/forward/batch:4/seq:512/fp32/manual_time"));
-  EXPECT_TRUE(selected("Transformer/small/cuda/train_step/batch:4/seq:512/fp32/manual_time"));
+  EXPECT_TRUE(
+      selected("Transformer/small/cuda/train_step/batch:4/seq:512/fp32/manual_time"));
   EXPECT_TRUE(selected("Ops/matmul/2048x2048/cpu/fp32/manual_time"));
   EXPECT_TRUE(selected("Ops/noop/empty/cpu/fp32/manual_time"));
   EXPECT_FALSE(selected("Transformer/nano/cpu/forward/batch:4/seq:512/fp32/manual_time"));

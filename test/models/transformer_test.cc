@@ -21,8 +21,8 @@ TransformerOptions Nano() { return TransformerSizeOptions("nano").value(); }
 
 TEST(TransformerSizes, AnalyticCountEqualsTheCardForEverySize) {
   const std::map<std::string, int64_t> card = {
-      {"nano", 259'392},         {"small", 128'625'408}, {"medium", 423'183'360},
-      {"large", 969'411'840},    {"xl", 1'998'235'200},  {"2.7B", 3'406'809'600}};
+      {"nano", 259'392},      {"small", 128'625'408}, {"medium", 423'183'360},
+      {"large", 969'411'840}, {"xl", 1'998'235'200},  {"2.7B", 3'406'809'600}};
   ASSERT_EQ(TransformerSizes().size(), card.size());
   for (const TransformerSize& s : TransformerSizes()) {
     EXPECT_EQ(TransformerParamCount(s.options), card.at(s.name)) << s.name;
@@ -34,8 +34,9 @@ TEST(TransformerSizes, BuiltModelsHaveTheCardsParameterCount) {
   for (const char* size : {"nano", "small", "medium"}) {
     TransformerLM model(TransformerSizeOptions(size).value());
     const auto& sizes = TransformerSizes();
-    const auto it = std::find_if(sizes.begin(), sizes.end(),
-                                 [&](const TransformerSize& s) { return s.name == size; });
+    const auto it =
+        std::find_if(sizes.begin(), sizes.end(),
+                     [&](const TransformerSize& s) { return s.name == size; });
     EXPECT_EQ(CountParameters(*model), it->card_params) << size;
   }
 }
@@ -54,9 +55,9 @@ TEST(TransformerLM, ParameterNamesMatchTheReferenceModel) {
   for (const char* name :
        {"token_embeddings.weight", "layers.0.ln1.weight", "layers.0.attn.q_proj.weight",
         "layers.0.attn.k_proj.weight", "layers.0.attn.v_proj.weight",
-        "layers.0.attn.output_proj.weight", "layers.0.ln2.weight", "layers.1.ffn.w1.weight",
-        "layers.1.ffn.w2.weight", "layers.1.ffn.w3.weight", "ln_final.weight",
-        "lm_head.weight"}) {
+        "layers.0.attn.output_proj.weight", "layers.0.ln2.weight",
+        "layers.1.ffn.w1.weight", "layers.1.ffn.w2.weight", "layers.1.ffn.w3.weight",
+        "ln_final.weight", "lm_head.weight"}) {
     EXPECT_TRUE(names.count(name)) << name;
   }
   EXPECT_EQ(names.size(), 2u * 9 + 3);  // no biases, no positional parameters
@@ -94,9 +95,10 @@ TEST(RotaryEmbedding, RotatesAdjacentPairsByPositionTimesFrequency) {
   for (int64_t i = 0; i < hd / 2; ++i) {
     const double angle = p * std::pow(theta, -2.0 * i / hd);
     const double x0 = x[0][2 * i].item<double>(), x1 = x[0][2 * i + 1].item<double>();
-    EXPECT_NEAR(y[0][2 * i].item<double>(), x0 * std::cos(angle) - x1 * std::sin(angle), 1e-5);
-    EXPECT_NEAR(y[0][2 * i + 1].item<double>(), x0 * std::sin(angle) + x1 * std::cos(angle),
+    EXPECT_NEAR(y[0][2 * i].item<double>(), x0 * std::cos(angle) - x1 * std::sin(angle),
                 1e-5);
+    EXPECT_NEAR(y[0][2 * i + 1].item<double>(),
+                x0 * std::sin(angle) + x1 * std::cos(angle), 1e-5);
   }
 }
 
@@ -105,7 +107,9 @@ TEST(RotaryEmbedding, ScoresDependOnlyOnRelativePosition) {
   RotaryEmbedding rope(hd, 512, 10000.0);
   const at::Tensor q = torch::randn({1, hd}), k = torch::randn({1, hd});
   const auto score = [&](int64_t m, int64_t n) {
-    return (rope(q, torch::tensor({m})) * rope(k, torch::tensor({n}))).sum().item<double>();
+    return (rope(q, torch::tensor({m})) * rope(k, torch::tensor({n})))
+        .sum()
+        .item<double>();
   };
   for (int64_t shift : {1, 7, 100, 400}) {
     EXPECT_NEAR(score(3, 9), score(3 + shift, 9 + shift), 1e-4) << shift;
@@ -154,8 +158,8 @@ double ProfiledMatmulFlops(const std::function<void()>& fn) {
 }
 
 TEST(TransformerFlops, AnalyticForwardCountEqualsTheProfilers) {
-  for (const auto& [batch, seq] : std::vector<std::pair<int64_t, int64_t>>{
-           {1, 16}, {2, 64}, {3, 100}}) {
+  for (const auto& [batch, seq] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 16}, {2, 64}, {3, 100}}) {
     TransformerOptions o = Nano();
     o.context_length(seq).fused_attention(false);  // so attention runs as bmm
     TransformerLM model(o);
@@ -174,8 +178,10 @@ TEST(TransformerFlops, HandCountForNano) {
   // 2 layers of: q,k,v,o 4*2*T*64*64; QK^T and AV 2*2*T*T*64; FFN 3*2*T*64*256;
   // then the head 2*T*64*1000; T = 8, B = 1.
   const double t = 8;
-  const double per_layer = 4 * 2 * t * 64 * 64 + 2 * 2 * t * t * 64 + 3 * 2 * t * 64 * 256;
-  EXPECT_DOUBLE_EQ(TransformerForwardFlops(Nano(), 1, 8), 2 * per_layer + 2 * t * 64 * 1000);
+  const double per_layer =
+      4 * 2 * t * 64 * 64 + 2 * 2 * t * t * 64 + 3 * 2 * t * 64 * 256;
+  EXPECT_DOUBLE_EQ(TransformerForwardFlops(Nano(), 1, 8),
+                   2 * per_layer + 2 * t * 64 * 1000);
 }
 
 TEST(TransformerFamily, PlansCountersAndMemoryPerPhase) {
