@@ -60,7 +60,7 @@ int64_t AvailableBytes(int index) {
   if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return -1;
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
       static_cast<c10::DeviceIndex>(index));
-  const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  constexpr size_t agg = 0;  // StatType::AGGREGATE, in every LibTorch version
   const int64_t cached_unused =
       stats.reserved_bytes[agg].current - stats.allocated_bytes[agg].current;
   return static_cast<int64_t>(free_bytes) + cached_unused;
@@ -73,7 +73,7 @@ void ResetPeakAllocated(int index) {
 int64_t PeakAllocated(int index) {
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
       static_cast<c10::DeviceIndex>(index));
-  const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  constexpr size_t agg = 0;  // StatType::AGGREGATE, in every LibTorch version
   return stats.allocated_bytes[agg].peak;
 }
 
