@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -22,8 +23,10 @@
 #include "harness/device.h"
 #include "harness/memory.h"
 #include "harness/runner.h"
+#include "harness/summary.h"
 #include "harness/sweep.h"
 #include "harness/threads.h"
+#include "models/gpt2.h"
 #include "models/ops.h"
 #include "models/transformer.h"
 
@@ -36,6 +39,10 @@ ABSL_FLAG(std::string, batch, "",
           "Batch sizes to sweep, e.g. 1,8,32. Default: per family.");
 ABSL_FLAG(std::string, seq, "",
           "Sequence lengths to sweep, e.g. 128,512. Default: per family.");
+ABSL_FLAG(std::string, prompt, "32",
+          "Prompt tokens per sequence for generate, e.g. 32,128.");
+ABSL_FLAG(std::string, new_tokens, "100",
+          "Tokens generated per sequence for generate, e.g. 100.");
 ABSL_FLAG(std::string, dtype, "fp32", "Precisions to sweep: fp32, bf16, fp16.");
 ABSL_FLAG(std::string, threads, "0",
           "Intra-op (and BLAS) threads. 0: LibTorch's default, one per physical core.");
@@ -47,6 +54,9 @@ ABSL_FLAG(std::string, warmup_s, "0.5", "Minimum warm-up time per benchmark, sec
 ABSL_FLAG(std::string, warmup_steps, "1", "Minimum warm-up steps per benchmark.");
 ABSL_FLAG(std::string, malloc, "tuned",
           "glibc malloc settings: tuned (keep freed memory, no trimming) or system.");
+ABSL_FLAG(std::string, cpu_linear, "onednn",
+          "Linear layers of CPU generation: onednn (weights packed once for oneDNN) "
+          "or aten (LibTorch's default GEMM path).");
 ABSL_FLAG(std::string, seed, "0", "Random seed for weights and inputs.");
 
 namespace {
@@ -65,9 +75,12 @@ T OrDie(absl::StatusOr<T> value) {
 }
 
 const std::vector<std::string>& OwnFlags() {
+  // clang-format off
   static const auto* flags = new std::vector<std::string>{
-      "devices", "batch",    "seq",          "dtype",  "threads", "interop_threads",
-      "sync",    "warmup_s", "warmup_steps", "malloc", "seed"};
+      "devices", "batch", "seq", "prompt", "new_tokens", "dtype", "threads",
+      "interop_threads", "sync", "warmup_s", "warmup_steps", "malloc", "cpu_linear",
+      "seed"};
+  // clang-format on
   return *flags;
 }
 
@@ -92,14 +105,26 @@ void RejectUnknownArguments(int argc, char** argv) {
     if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) {
       Die(absl::StrCat("unexpected argument '", argv[i], "'"));
     }
-    const absl::string_view name = arg.substr(0, arg.find('='));
+    const size_t eq = arg.find('=');
+    const absl::string_view name = arg.substr(0, eq);
     if (name == "help" || name == "helpfull") continue;
     if (std::find(OwnFlags().begin(), OwnFlags().end(), name) == OwnFlags().end()) {
       Die(absl::StrCat("unknown flag '", argv[i], "'; bench flags: --",
                        absl::StrJoin(OwnFlags(), ", --"),
                        "; Google Benchmark flags start with --benchmark_ (see --help)"));
     }
+    if (eq == absl::string_view::npos) {
+      const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+      Die(absl::StrCat("--", name, " needs a value, as --", name, "=VALUE (default ",
+                       flag->DefaultValue(), "): ", flag->Help()));
+    }
   }
+}
+
+std::string DeviceList(const std::vector<c10::Device>& devices) {
+  std::vector<std::string> names;
+  for (const c10::Device& d : devices) names.push_back(ltb::DeviceName(d));
+  return absl::StrJoin(names, ",");
 }
 
 std::string UserFilter(int argc, char** argv) {
@@ -132,8 +157,17 @@ int main(int argc, char** argv) {
   if (!absl::GetFlag(FLAGS_seq).empty()) {
     sweep.seqs = OrDie(ltb::ParsePositiveList("seq", absl::GetFlag(FLAGS_seq)));
   }
+  sweep.prompts = OrDie(ltb::ParsePositiveList("prompt", absl::GetFlag(FLAGS_prompt)));
+  sweep.new_tokens =
+      OrDie(ltb::ParsePositiveList("new_tokens", absl::GetFlag(FLAGS_new_tokens)));
   sweep.dtypes = OrDie(ltb::ParseDtypeList(absl::GetFlag(FLAGS_dtype)));
   sweep.sync = OrDie(ltb::ParseBool("sync", absl::GetFlag(FLAGS_sync)));
+
+  const std::string cpu_linear = absl::GetFlag(FLAGS_cpu_linear);
+  if (cpu_linear != "onednn" && cpu_linear != "aten") {
+    Die(absl::StrCat("unknown --cpu_linear '", cpu_linear, "'; valid: onednn, aten"));
+  }
+  sweep.pack_cpu_linears = cpu_linear == "onednn";
 
   ltb::ThreadSettings threads;
   threads.intra_op =
@@ -179,8 +213,8 @@ int main(int argc, char** argv) {
                  "-DCMAKE_BUILD_TYPE=Release.\n";
   }
 
-  static const std::vector<ltb::Family> families = {ltb::OpsFamily(),
-                                                    ltb::TransformerFamily()};
+  static const std::vector<ltb::Family> families = {
+      ltb::OpsFamily(), ltb::TransformerFamily(), ltb::GPT2Family()};
   const ltb::RunOptions options = run;
   for (const ltb::Registration& r : ltb::ExpandSweep(families, sweep)) {
     const ltb::Family* family = r.family;
@@ -203,6 +237,9 @@ int main(int argc, char** argv) {
       {"warmup",
        absl::StrCat(">= ", run.warmup_steps, " steps and >= ", run.warmup_seconds, " s")},
       {"seed", absl::StrCat(run.seed)},
+      {"cpu_linear", sweep.pack_cpu_linears
+                         ? "onednn (CPU generation: linear weights packed for oneDNN)"
+                         : "aten (LibTorch's default GEMM path)"},
   };
   for (const auto& [key, value] : ltb::CollectContext(extra)) {
     benchmark::AddCustomContext(key, value);
@@ -210,8 +247,31 @@ int main(int argc, char** argv) {
 
   const std::string filter =
       user_filter.empty() ? ltb::DefaultSuiteFilter(families) : user_filter;
-  benchmark::RunSpecifiedBenchmarks(filter);
+  if (filter != "all") {
+    // Google Benchmark compiles the filter as an extended regex, less a
+    // leading '-' that negates it; a bad one would run nothing, silently.
+    try {
+      std::regex(filter[0] == '-' ? filter.substr(1) : filter, std::regex::extended);
+    } catch (const std::regex_error& e) {
+      Die(absl::StrCat("--benchmark_filter='", filter,
+                       "' is not a valid regular expression: ", e.what()));
+    }
+  }
+  benchmark::BenchmarkReporter* display = benchmark::CreateDefaultDisplayReporter();
+  ltb::RecordingReporter recorder(display);
+  const size_t matched = benchmark::RunSpecifiedBenchmarks(&recorder, filter);
   ltb::ReleaseCachedWorkload();
+  if (matched == 0) {
+    Die(absl::StrCat("no benchmark matches --benchmark_filter='", filter, "' on devices ",
+                     DeviceList(sweep.devices),
+                     "; list them with --benchmark_filter=all --benchmark_list_tests"));
+  }
+  const std::string summary = ltb::SpeedupSummary(recorder.runs());
+  // Console output ends with the summary; JSON or CSV on stdout stays clean.
+  if (!summary.empty()) {
+    (dynamic_cast<benchmark::ConsoleReporter*>(display) ? std::cout : std::cerr)
+        << summary;
+  }
   benchmark::Shutdown();
   return 0;
 }

@@ -1,11 +1,11 @@
 // CUDA runtime queries for the harness; compiled only when LibTorch has CUDA.
 #include "harness/cuda_support.h"
 
-#include <ATen/cuda/CUDAContext.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
 #include "absl/strings/str_cat.h"
@@ -81,35 +81,50 @@ void EmptyCache() { c10::cuda::CUDACachingAllocator::emptyCache(); }
 
 namespace {
 
-class CudaEventTimer : public EventTimer {
+// Raw CUDA events rather than LibTorch's wrapper, whose header and namespace
+// moved between LibTorch versions.
+class CudaEventTimeline : public EventTimeline {
  public:
-  explicit CudaEventTimer(int index)
-      : index_(static_cast<c10::DeviceIndex>(index)),
-        start_(cudaEventDefault),
-        stop_(cudaEventDefault) {}
-
-  void Start() override {
-    c10::cuda::CUDAGuard guard(index_);
-    start_.record(c10::cuda::getCurrentCUDAStream(index_));
+  explicit CudaEventTimeline(int index) : index_(static_cast<c10::DeviceIndex>(index)) {}
+  ~CudaEventTimeline() override {
+    for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
   }
 
-  double StopSeconds() override {
+  void Clear() override { used_ = 0; }
+
+  void Mark() override {
     c10::cuda::CUDAGuard guard(index_);
-    stop_.record(c10::cuda::getCurrentCUDAStream(index_));
-    stop_.synchronize();
-    return static_cast<double>(start_.elapsed_time(stop_)) / 1e3;
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      C10_CUDA_CHECK(cudaEventCreate(&e));
+      events_.push_back(e);
+    }
+    C10_CUDA_CHECK(cudaEventRecord(events_[used_++],
+                                   c10::cuda::getCurrentCUDAStream(index_).stream()));
+  }
+
+  std::vector<double> Intervals() override {
+    std::vector<double> out;
+    if (used_ < 2) return out;
+    C10_CUDA_CHECK(cudaEventSynchronize(events_[used_ - 1]));
+    for (size_t i = 1; i < used_; ++i) {
+      float ms = 0;
+      C10_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i - 1], events_[i]));
+      out.push_back(static_cast<double>(ms) / 1e3);
+    }
+    return out;
   }
 
  private:
   c10::DeviceIndex index_;
-  c10::cuda::CUDAEvent start_;
-  c10::cuda::CUDAEvent stop_;
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<EventTimer> MakeEventTimer(int index) {
-  return std::make_unique<CudaEventTimer>(index);
+std::unique_ptr<EventTimeline> MakeEventTimeline(int index) {
+  return std::make_unique<CudaEventTimeline>(index);
 }
 
 }  // namespace ltb::cuda

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ltb::cuda {
 
@@ -33,14 +34,16 @@ void ResetPeakAllocated(int index);
 int64_t PeakAllocated(int index);
 void EmptyCache();
 
-// Times GPU work on the current stream with CUDA events.
-class EventTimer {
+// Times GPU work on the current stream with CUDA events: Mark() records an
+// event without waiting; Intervals() waits for the last one and returns the
+// seconds between consecutive marks.
+class EventTimeline {
  public:
-  virtual ~EventTimer() = default;
-  virtual void Start() = 0;
-  // Waits for the stop event and returns the elapsed seconds.
-  virtual double StopSeconds() = 0;
+  virtual ~EventTimeline() = default;
+  virtual void Clear() = 0;
+  virtual void Mark() = 0;
+  virtual std::vector<double> Intervals() = 0;
 };
-std::unique_ptr<EventTimer> MakeEventTimer(int index);
+std::unique_ptr<EventTimeline> MakeEventTimeline(int index);
 
 }  // namespace ltb::cuda

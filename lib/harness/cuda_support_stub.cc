@@ -15,6 +15,6 @@ int64_t AvailableBytes(int) { return -1; }
 void ResetPeakAllocated(int) {}
 int64_t PeakAllocated(int) { return -1; }
 void EmptyCache() {}
-std::unique_ptr<EventTimer> MakeEventTimer(int) { return nullptr; }
+std::unique_ptr<EventTimeline> MakeEventTimeline(int) { return nullptr; }
 
 }  // namespace ltb::cuda

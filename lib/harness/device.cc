@@ -128,6 +128,8 @@ std::string DeviceSummary() {
   }
   if (DeviceAvailable(c10::Device(c10::kMPS), &why)) {
     absl::StrAppend(&out, "mps: available\n");
+  } else {
+    absl::StrAppend(&out, "mps: ", why, "\n");
   }
   return out;
 }

@@ -20,6 +20,10 @@ class Workload {
  public:
   virtual ~Workload() = default;
   virtual void Step() = 0;
+  // Workloads that time parts of a step (prefill, decode) accumulate them
+  // from ResetStats() on and report them as named counter values.
+  virtual void ResetStats() {}
+  virtual std::vector<std::pair<std::string, double>> Counters() const { return {}; }
 };
 
 // What a benchmark will do per step, known before it is built.
@@ -33,10 +37,18 @@ struct Plan {
 };
 
 // One (size, phase) pair a family registers.
+// Which settings a case's benchmark names and sweeps carry.
+enum class Shape {
+  kNone,      // Ops: no batch or sequence
+  kSequence,  // batch and seq
+  kGenerate,  // batch, prompt and new tokens
+};
+
 struct Case {
   std::string size;
   std::string phase;
   bool sweeps_dtype = true;  // false: fp32 only
+  Shape shape = Shape::kSequence;
 };
 
 struct Family {
@@ -58,7 +70,10 @@ struct Family {
     if (!cases.empty()) return cases;
     std::vector<Case> all;
     for (const std::string& size : sizes) {
-      for (const std::string& phase : phases) all.push_back({size, phase, true});
+      for (const std::string& phase : phases) {
+        all.push_back({size, phase, true,
+                       phase == "generate" ? Shape::kGenerate : Shape::kSequence});
+      }
     }
     return all;
   }

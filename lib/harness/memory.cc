@@ -108,6 +108,7 @@ int64_t PeakBytes(const c10::Device& device) {
 
 void ReleaseCachedMemory(const c10::Device& device) {
   if (device.is_cuda()) cuda::EmptyCache();
+  malloc_trim(0);  // the model was built on the host whatever the device
 }
 
 absl::Status ConfigureMalloc(const std::string& mode, std::string* description) {
@@ -139,6 +140,27 @@ std::string FormatBytes(int64_t bytes) {
 }
 
 absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device) {
+  const c10::Device cpu(c10::kCPU);
+  const int64_t host_available = DeviceAvailableBytes(cpu);
+  const bool on_cpu = device.is_cpu();
+  // Built on the host first; on the CPU the build and the run share memory.
+  const int64_t host_need =
+      on_cpu ? std::max(need.Total(), need.host_build) : need.host_build;
+  if (host_available >= 0 && host_need > host_available) {
+    std::string what =
+        on_cpu && need.Total() >= need.host_build
+            ? absl::StrCat(FormatBytes(need.Total()), " (weights ",
+                           FormatBytes(need.weights), ", gradients ",
+                           FormatBytes(need.gradients), ", optimizer state ",
+                           FormatBytes(need.optimizer), ", activations ",
+                           FormatBytes(need.activations), ")")
+            : absl::StrCat(FormatBytes(need.host_build),
+                           " to build the fp32 model on the host");
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "does not fit: needs about ", what, " but cpu has ", FormatBytes(host_available),
+        " available; try a smaller size, --batch or --seq"));
+  }
+  if (on_cpu) return absl::OkStatus();
   const int64_t available = DeviceAvailableBytes(device);
   if (available < 0 || need.Total() <= available) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(

@@ -27,7 +27,8 @@ void ResetCpuPeak();
 void ResetPeak(const c10::Device& device);
 int64_t PeakBytes(const c10::Device& device);
 
-// Returns cached device memory to the driver between benchmarks.
+// Returns cached device memory to the driver between benchmarks (on the
+// CPU, the memory malloc keeps, so the next memory check sees it free).
 void ReleaseCachedMemory(const c10::Device& device);
 
 // glibc malloc: "tuned" keeps freed memory in the process (no mmap for large
@@ -42,6 +43,9 @@ struct MemoryEstimate {
   int64_t gradients = 0;
   int64_t optimizer = 0;
   int64_t activations = 0;
+  // Host memory to build the model before it is converted or moved: every
+  // LibTorch module starts as fp32 tensors on the CPU.
+  int64_t host_build = 0;
   int64_t Total() const { return weights + gradients + optimizer + activations; }
 };
 

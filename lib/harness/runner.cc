@@ -72,6 +72,7 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
   if (!DeviceAvailable(spec.device, &why)) return Fail(state, why);
   absl::StatusOr<Plan> plan = family.plan(spec);
   if (!plan.ok()) return Fail(state, std::string(plan.status().message()));
+  plan->memory.host_build = plan->params * 4;
   if (Cache().name != spec.Name()) {
     // The memory guard looks at the device as the previous benchmark left it.
     ReleaseCachedWorkload();
@@ -83,6 +84,7 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
     Workload& workload = Prepare(family, spec, options);
     StepTimer timer(spec.device, spec.sync);
     ResetPeak(spec.device);
+    workload.ResetStats();
     for (auto _ : state) {
       timer.Start();
       workload.Step();
@@ -116,8 +118,10 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
     c["FLOP/s"] = Counter(plan->flops_per_step, Counter::kIsIterationInvariantRate);
   }
   if (plan->bytes_per_step > 0) {
-    c["bytes/s"] = Counter(plan->bytes_per_step, Counter::kIsIterationInvariantRate,
-                           Counter::kIs1024);
+    c["bytes/s"] = Counter(plan->bytes_per_step, Counter::kIsIterationInvariantRate);
+  }
+  if (Cache().workload) {
+    for (const auto& [name, value] : Cache().workload->Counters()) c[name] = value;
   }
   if (plan->params > 0) c["params"] = Counter(static_cast<double>(plan->params));
   const int64_t peak = PeakBytes(spec.device);

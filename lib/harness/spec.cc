@@ -1,5 +1,6 @@
 #include "harness/spec.h"
 
+#include <cmath>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -30,6 +31,7 @@ std::string BenchSpec::Name() const {
     name = absl::StrCat(family, "/", size, "/", DeviceName(device), "/", phase);
     if (batch > 0) absl::StrAppend(&name, "/batch:", batch);
     if (seq > 0) absl::StrAppend(&name, "/seq:", seq);
+    if (prompt > 0) absl::StrAppend(&name, "/prompt:", prompt, "/new:", new_tokens);
     absl::StrAppend(&name, "/", DtypeName(dtype));
   }
   if (!sync) absl::StrAppend(&name, "/nosync");
@@ -124,7 +126,7 @@ absl::StatusOr<int> ParseNonNegativeInt(const std::string& flag,
 absl::StatusOr<double> ParseNonNegativeDouble(const std::string& flag,
                                               const std::string& text) {
   double v = 0;
-  if (!absl::SimpleAtod(text, &v) || !(v >= 0)) {
+  if (!absl::SimpleAtod(text, &v) || !std::isfinite(v) || v < 0) {
     return absl::InvalidArgumentError(absl::StrCat("bad --", flag, " value '", text,
                                                    "'; valid: a number of seconds >= 0"));
   }

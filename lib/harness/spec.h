@@ -19,11 +19,17 @@ struct BenchSpec {
   std::string phase;   // "forward"; for Ops, the shape
   c10::Device device = c10::Device(c10::kCPU);
   c10::ScalarType dtype = c10::kFloat;
-  int64_t batch = 0;  // 0: the family has no batch setting
-  int64_t seq = 0;    // 0: the family has no sequence setting
+  int64_t batch = 0;       // 0: the family has no batch setting
+  int64_t seq = 0;         // 0: the family has no sequence setting
+  int64_t prompt = 0;      // generate: prompt tokens per sequence
+  int64_t new_tokens = 0;  // generate: tokens generated per sequence
   bool sync = true;
+  // CPU inference phases run linear layers through oneDNN with packed
+  // weights (families that support it); false: LibTorch's default path.
+  bool pack_cpu_linears = true;
 
-  // Model families: Family/size/device/phase/batch:B/seq:T/dtype[/nosync].
+  // Model families: Family/size/device/phase/batch:B/seq:T/dtype[/nosync];
+  // generation: .../batch:B/prompt:P/new:N/dtype[/nosync].
   // Ops: Ops/op/shape/device/dtype[/nosync].
   std::string Name() const;
 };

@@ -28,12 +28,25 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
                                       : sweep.seqs.empty()
                                           ? std::vector<int64_t>{family.default_seq}
                                           : sweep.seqs;
+    // (prompt, new tokens) pairs for generation, (seq, 0) otherwise.
+    std::vector<std::pair<int64_t, int64_t>> generate_lengths;
+    for (const int64_t p : sweep.prompts) {
+      for (const int64_t n : sweep.new_tokens) generate_lengths.emplace_back(p, n);
+    }
+    std::vector<std::pair<int64_t, int64_t>> seq_lengths;
+    for (const int64_t t : seqs) seq_lengths.emplace_back(t, 0);
+    const std::vector<std::pair<int64_t, int64_t>> no_lengths = {{0, 0}};
+
     for (const Case& c : family.Cases()) {
+      const auto& lengths = c.shape == Shape::kGenerate   ? generate_lengths
+                            : c.shape == Shape::kSequence ? seq_lengths
+                                                          : no_lengths;
       for (const c10::Device& device : sweep.devices) {
         for (const c10::ScalarType dtype : sweep.dtypes) {
           if (!c.sweeps_dtype && dtype != c10::kFloat) continue;
-          for (const int64_t batch : batches) {
-            for (const int64_t seq : seqs) {
+          for (const int64_t batch :
+               c.shape == Shape::kNone ? std::vector<int64_t>{0} : batches) {
+            for (const auto& [first, second] : lengths) {
               BenchSpec spec;
               spec.family = family.name;
               spec.size = c.size;
@@ -41,8 +54,14 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
               spec.device = device;
               spec.dtype = dtype;
               spec.batch = batch;
-              spec.seq = seq;
+              if (c.shape == Shape::kGenerate) {
+                spec.prompt = first;
+                spec.new_tokens = second;
+              } else {
+                spec.seq = first;
+              }
               spec.sync = sweep.sync;
+              spec.pack_cpu_linears = sweep.pack_cpu_linears;
               out.push_back({&family, spec});
             }
           }

@@ -14,8 +14,11 @@ struct Sweep {
   std::vector<c10::Device> devices;
   std::vector<int64_t> batches;  // empty: each family's default
   std::vector<int64_t> seqs;     // empty: each family's default
+  std::vector<int64_t> prompts = {32};
+  std::vector<int64_t> new_tokens = {100};
   std::vector<c10::ScalarType> dtypes = {c10::kFloat};
   bool sync = true;
+  bool pack_cpu_linears = true;
 };
 
 struct Registration {

@@ -1,32 +1,53 @@
-// Times one benchmark step. With sync on, the device finishes its queued
-// work before the clock is read (CUDA events on a GPU); with sync off, the
-// clock is read as soon as the host has queued the work, which is the
-// mistake --sync=false exists to demonstrate.
+// Times benchmark steps. With sync on, the device finishes its queued work
+// before the clock is read (CUDA events on a GPU); with sync off, the clock
+// is read as soon as the host has queued the work, which is the mistake
+// --sync=false exists to demonstrate.
 #pragma once
 
 #include <c10/core/Device.h>
 
 #include <chrono>
 #include <memory>
+#include <vector>
 
 #include "harness/cuda_support.h"
 
 namespace ltb {
 
-class StepTimer {
+// A sequence of time marks on one device; Intervals() gives the seconds
+// between consecutive marks. On a GPU the marks are CUDA events, so marking
+// inside a loop of kernels does not stall the host.
+class Timeline {
  public:
-  StepTimer(const c10::Device& device, bool sync);
-  ~StepTimer();
+  Timeline(const c10::Device& device, bool sync);
+  ~Timeline();
 
-  void Start();
-  // Seconds since Start().
-  double Stop();
+  void Clear();
+  void Mark();
+  std::vector<double> Intervals();
 
  private:
   c10::Device device_;
   bool sync_;
-  std::unique_ptr<cuda::EventTimer> events_;
-  std::chrono::steady_clock::time_point start_;
+  std::unique_ptr<cuda::EventTimeline> events_;
+  std::vector<std::chrono::steady_clock::time_point> marks_;
+};
+
+// Times one step: Start(), the work, Stop() returns its seconds.
+class StepTimer {
+ public:
+  StepTimer(const c10::Device& device, bool sync) : timeline_(device, sync) {}
+  void Start() {
+    timeline_.Clear();
+    timeline_.Mark();
+  }
+  double Stop() {
+    timeline_.Mark();
+    return timeline_.Intervals().front();
+  }
+
+ private:
+  Timeline timeline_;
 };
 
 }  // namespace ltb

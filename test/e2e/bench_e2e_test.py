@@ -100,6 +100,11 @@ class BadInputTest(unittest.TestCase):
         self.assert_usage_error(["--threads=-2"], "--threads")
         self.assert_usage_error(["--malloc=jemalloc"], "valid: tuned, system")
         self.assert_usage_error(["--no_such_flag=1"], "unknown flag", "--devices")
+        self.assert_usage_error(["--batch"], "--batch needs a value")
+        self.assert_usage_error(["--warmup_s=inf"], "--warmup_s")
+        self.assert_usage_error(["--cpu_linear=blas"], "valid: onednn, aten")
+        self.assert_usage_error(["--benchmark_filter=("], "not a valid regular expression")
+        self.assert_usage_error(["--benchmark_filter=NoSuchModel"], "no benchmark matches")
 
     def test_unavailable_device_is_an_error_entry_not_an_absence(self):
         doc = run_json("--benchmark_filter=Transformer/nano/cuda:7/forward/", *FAST)
@@ -123,14 +128,45 @@ class BadInputTest(unittest.TestCase):
 
 
 @unittest.skipUnless(BENCH, "LTB_BENCH is not set")
+class GenerateTest(unittest.TestCase):
+    def test_generation_counters_add_up_to_the_step_time(self):
+        doc = run_json("--benchmark_filter=GPT2/nano/cpu/generate", "--batch=1,4",
+                       "--prompt=16", "--new_tokens=40", "--benchmark_min_time=0.2",
+                       "--warmup_s=0")
+        entries = [b for b in doc["benchmarks"] if b["run_type"] == "iteration"]
+        self.assertEqual(len(entries), 2)
+        for b in entries:
+            self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
+            self.assertIn("/prompt:16/new:40/", b["run_name"])
+            step_ms = b["real_time"] * {"ms": 1, "us": 1e-3, "ns": 1e-6}[b["time_unit"]]
+            self.assertAlmostEqual((b["ttft_ms"] + 39 * b["tpot_ms"]) / step_ms, 1, delta=0.05)
+            for counter in ("tokens/s", "prefill_tokens/s", "decode_tokens/s", "weight_GB/s",
+                            "tpot_growth_%", "FLOP/s", "peak_mem", "params"):
+                self.assertIn(counter, b)
+            batch = int(b["run_name"].split("/batch:")[1].split("/")[0])
+            self.assertAlmostEqual(b["tokens/s"] * step_ms / 1e3, batch * 40, delta=0.01 * batch * 40)
+
+    def test_more_positions_than_the_model_has_is_reported(self):
+        doc = run_json("--benchmark_filter=GPT2/nano/cpu/generate", "--prompt=1000",
+                       "--new_tokens=100", "--benchmark_min_time=0.01")
+        [entry] = doc["benchmarks"]
+        self.assertTrue(entry["error_occurred"])
+        self.assertIn("1100 positions, but GPT2 has 1024", entry["error_message"])
+
+
+@unittest.skipUnless(BENCH, "LTB_BENCH is not set")
 class SuiteTest(unittest.TestCase):
     def test_default_suite_lists_small_models_and_the_references(self):
         names = run_bench("--benchmark_list_tests", "--devices=cpu").stdout.split()
         self.assertIn("Ops/matmul/2048x2048/cpu/fp32/manual_time", names)
         self.assertIn("Ops/noop/empty/cpu/fp32/manual_time", names)
+        self.assertIn("Ops/copy/256MiB/cpu/fp32/manual_time", names)
         for phase in ("forward", "forward_backward", "train_step"):
             self.assertIn(f"Transformer/small/cpu/{phase}/batch:4/seq:512/fp32/manual_time",
                           names)
+            self.assertIn(f"GPT2/small/cpu/{phase}/batch:1/seq:1024/fp32/manual_time", names)
+        self.assertIn("GPT2/small/cpu/generate/batch:1/prompt:32/new:100/fp32/manual_time",
+                      names)
         self.assertFalse([n for n in names if "/nano/" in n])
 
     def test_filter_all_lists_every_size_and_sweeps_expand(self):
@@ -141,6 +177,8 @@ class SuiteTest(unittest.TestCase):
                           names)
         self.assertEqual(len([n for n in names if n.startswith("Transformer/")]),
                          6 * 3 * 2 * 2)
+        # GPT2: 5 sizes x (3 sequence phases + generate) x 2 batches x 2 dtypes.
+        self.assertEqual(len([n for n in names if n.startswith("GPT2/")]), 5 * 4 * 2 * 2)
 
     def test_nosync_runs_are_marked(self):
         names = run_bench("--benchmark_list_tests", "--benchmark_filter=Transformer/nano",

@@ -71,6 +71,19 @@ TEST(CheckFits, AcceptsWhatFitsAndNamesBothNumbersOtherwise) {
   EXPECT_NE(msg.find("optimizer state 1024.00 GiB"), std::string::npos) << msg;
 }
 
+TEST(CheckFits, CountsTheFp32HostBuildOfAModelForAnyDevice) {
+  // Small on the device, but too big to build on the host first.
+  MemoryEstimate need;
+  need.weights = kMiB;
+  need.host_build = int64_t{1} << 50;
+  for (const c10::Device& d : {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 0)}) {
+    const absl::Status s = CheckFits(need, d);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("to build the fp32 model on the host"), std::string::npos)
+        << s.message();
+  }
+}
+
 TEST(FormatBytes, UsesBinaryUnits) {
   EXPECT_EQ(FormatBytes(512), "512 B");
   EXPECT_EQ(FormatBytes(1536), "1.5 KiB");

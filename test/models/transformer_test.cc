@@ -119,6 +119,29 @@ TEST(RotaryEmbedding, ScoresDependOnlyOnRelativePosition) {
   EXPECT_GT(std::abs(score(3, 9) - score(3, 10)), 1e-4);
 }
 
+TEST(RotaryEmbedding, AShiftedSequenceGivesTheSameAttentionScores) {
+  torch::manual_seed(6);
+  TransformerOptions o = Nano();
+  o.context_length(128);
+  CausalSelfAttention attn(o);
+  torch::NoGradGuard no_grad;
+  const at::Tensor x = torch::randn({1, 12, 64});
+  // The scores q k^T of every head, with the sequence at positions p0 + [0, 12).
+  const auto scores = [&](int64_t p0) {
+    const at::Tensor positions = torch::arange(p0, p0 + 12);
+    const auto heads = [](const at::Tensor& y) {
+      return y.view({1, 12, 4, 16}).transpose(1, 2);  // (B, nh, T, hs)
+    };
+    const at::Tensor q = attn->rope(heads(attn->q_proj(x)), positions);
+    const at::Tensor k = attn->rope(heads(attn->k_proj(x)), positions);
+    return torch::matmul(q, k.transpose(-2, -1));  // (B, nh, T, T)
+  };
+  const at::Tensor base = scores(0);
+  for (int64_t shift : {1, 5, 50, 116}) {
+    EXPECT_TRUE(torch::allclose(scores(shift), base, 1e-4, 1e-4)) << shift;
+  }
+}
+
 TEST(CausalSelfAttention, FusedEqualsExplicitComposition) {
   torch::manual_seed(2);
   TransformerOptions fused = Nano(), plain = Nano();

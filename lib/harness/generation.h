@@ -1,0 +1,36 @@
+// The generate phase shared by text-generation families: greedy decoding
+// timed as prefill (the prompt, up to the first new token) and decode (one
+// token per step), with the counters that describe it.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <functional>
+#include <memory>
+
+#include "harness/family.h"
+
+namespace ltb {
+
+extern const char kGenerate[];
+
+struct GenerateFns {
+  std::shared_ptr<torch::nn::Module> module;  // kept alive with the workload
+  // Runs the prompt from an empty cache; returns the first new token (B, 1).
+  std::function<at::Tensor()> prefill;
+  // Feeds one token per sequence at `position`; returns the next (B, 1).
+  std::function<at::Tensor(const at::Tensor& token, int64_t position)> decode;
+};
+
+// Counters, averaged over the measured steps (N = spec.new_tokens):
+//   ttft_ms           prefill time, prompt to first new token
+//   tpot_ms           decode time / (N - 1): time per output token after the first
+//   prefill_tokens/s  batch * prompt / prefill time
+//   decode_tokens/s   batch * (N - 1) / decode time
+//   weight_GB/s       weight_bytes * (N - 1) / decode time / 1e9
+//   tpot_growth_%     mean of the last 10 decode steps over the first 10, minus 1
+// so that ttft + (N - 1) * tpot is the step time.
+std::unique_ptr<Workload> MakeGenerateWorkload(const BenchSpec& spec, GenerateFns fns,
+                                               double weight_bytes);
+
+}  // namespace ltb

@@ -1,0 +1,351 @@
+#include "models/gpt2.h"
+
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/adamw.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "harness/generation.h"
+#include "harness/phases.h"
+
+namespace ltb {
+
+const std::vector<GPT2Size>& GPT2Sizes() {
+  static const auto* sizes = new std::vector<GPT2Size>{
+      {"nano", GPT2Options(1000, 64, 2, 4), 229'632},
+      {"small", GPT2Options(50257, 768, 12, 12), 124'439'808},
+      {"medium", GPT2Options(50257, 1024, 24, 16), 354'823'168},
+      {"large", GPT2Options(50257, 1280, 36, 20), 774'030'080},
+      {"xl", GPT2Options(50257, 1600, 48, 25), 1'557'611'200},
+  };
+  return *sizes;
+}
+
+absl::StatusOr<GPT2Options> GPT2SizeOptions(const std::string& size) {
+  std::vector<std::string> names;
+  for (const GPT2Size& s : GPT2Sizes()) {
+    if (s.name == size) return s.options;
+    names.push_back(s.name);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown GPT2 size '", size, "'; valid: ", absl::StrJoin(names, ", ")));
+}
+
+int64_t GPT2ParamCount(const GPT2Options& o) {
+  const int64_t d = o.d_model();
+  return o.vocab_size() * d + o.max_positions() * d +
+         o.num_layers() * (12 * d * d + 13 * d) + 2 * d;
+}
+
+namespace {
+
+// One layer over `tokens` queries attending to `keys` keys: the qkv, output
+// and MLP projections (24 d^2 per token) and QK^T plus AV.
+double LayerFlops(const GPT2Options& o, double batch, double tokens, double keys) {
+  const double d = o.d_model();
+  return 24 * batch * tokens * d * d + 4 * batch * tokens * keys * d;
+}
+
+}  // namespace
+
+double GPT2ForwardFlops(const GPT2Options& o, int64_t batch, int64_t seq) {
+  return o.num_layers() * LayerFlops(o, batch, seq, seq) +
+         2.0 * batch * seq * o.d_model() * o.vocab_size();
+}
+
+double GPT2GenerateFlops(const GPT2Options& o, int64_t batch, int64_t prompt,
+                         int64_t new_tokens) {
+  const double head = 2.0 * batch * o.d_model() * o.vocab_size();
+  double flops = o.num_layers() * LayerFlops(o, batch, prompt, prompt) + head;
+  for (int64_t i = 1; i < new_tokens; ++i) {
+    flops += o.num_layers() * LayerFlops(o, batch, 1, prompt + i) + head;
+  }
+  return flops;
+}
+
+// ---------------------------------------------------------------- modules
+
+GPT2AttentionImpl::GPT2AttentionImpl(const GPT2Options& o) : num_heads_(o.num_heads()) {
+  TORCH_CHECK(o.d_model() % o.num_heads() == 0, "heads (", o.num_heads(),
+              ") must divide d_model (", o.d_model(), ")");
+  c_attn = register_module("c_attn", torch::nn::Linear(o.d_model(), 3 * o.d_model()));
+  c_proj = register_module("c_proj", torch::nn::Linear(o.d_model(), o.d_model()));
+}
+
+at::Tensor GPT2AttentionImpl::forward(const at::Tensor& x, at::Tensor* cache_k,
+                                      at::Tensor* cache_v, int64_t position) {
+  const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hs = d / num_heads_;
+  const std::vector<at::Tensor> qkv = Project(c_attn, c_attn_packed_, x).split(d, -1);
+  const auto heads = [&](const at::Tensor& y) {
+    return y.view({b, t, num_heads_, hs}).transpose(1, 2);  // (B, nh, T, hs)
+  };
+  const at::Tensor q = heads(qkv[0]);
+  at::Tensor k = heads(qkv[1]), v = heads(qkv[2]);
+  if (cache_k != nullptr) {
+    TORCH_CHECK(t == 1 || position == 0,
+                "a chunk of several tokens must start at position 0");
+    cache_k->narrow(2, position, t).copy_(k);
+    cache_v->narrow(2, position, t).copy_(v);
+    k = cache_k->narrow(2, 0, position + t);  // (B, nh, position + T, hs)
+    v = cache_v->narrow(2, 0, position + t);
+  }
+  // One new token attends to every earlier one: no mask. A chunk from
+  // position 0 needs the causal mask.
+  const at::Tensor y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{},
+                                                        /*dropout_p=*/0.0,
+                                                        /*is_causal=*/t > 1);
+  return Project(c_proj, c_proj_packed_,
+                 y.transpose(1, 2).reshape({b, t, d}));  // (B, T, d)
+}
+
+void GPT2AttentionImpl::PackForCpuInference() {
+  c_attn_packed_ = PackedLinear(c_attn);
+  c_proj_packed_ = PackedLinear(c_proj);
+}
+
+GPT2MLPImpl::GPT2MLPImpl(int64_t d_model) {
+  c_fc = register_module("c_fc", torch::nn::Linear(d_model, 4 * d_model));
+  c_proj = register_module("c_proj", torch::nn::Linear(4 * d_model, d_model));
+}
+
+at::Tensor GPT2MLPImpl::forward(const at::Tensor& x) {
+  return Project(c_proj, c_proj_packed_,
+                 torch::gelu(Project(c_fc, c_fc_packed_, x), "tanh"));
+}
+
+void GPT2MLPImpl::PackForCpuInference() {
+  c_fc_packed_ = PackedLinear(c_fc);
+  c_proj_packed_ = PackedLinear(c_proj);
+}
+
+GPT2BlockImpl::GPT2BlockImpl(const GPT2Options& o)
+    : ln_1(register_module(
+          "ln_1",
+          torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.d_model()}).eps(o.eps())))),
+      ln_2(register_module(
+          "ln_2",
+          torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.d_model()}).eps(o.eps())))),
+      attn(register_module("attn", GPT2Attention(o))),
+      mlp(register_module("mlp", GPT2MLP(o.d_model()))) {}
+
+at::Tensor GPT2BlockImpl::forward(const at::Tensor& x, at::Tensor* cache_k,
+                                  at::Tensor* cache_v, int64_t position) {
+  const at::Tensor h = x + attn(ln_1(x), cache_k, cache_v, position);
+  return h + mlp(ln_2(h));
+}
+
+GPT2LMImpl::GPT2LMImpl(const GPT2Options& o)
+    : wte(register_module("wte", torch::nn::Embedding(o.vocab_size(), o.d_model()))),
+      wpe(register_module("wpe", torch::nn::Embedding(o.max_positions(), o.d_model()))),
+      h(register_module("h", torch::nn::ModuleList())),
+      ln_f(register_module(
+          "ln_f",
+          torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.d_model()}).eps(o.eps())))),
+      options_(o) {
+  for (int64_t i = 0; i < o.num_layers(); ++i) h->push_back(GPT2Block(o));
+}
+
+at::Tensor GPT2LMImpl::Logits(const at::Tensor& x) {
+  const at::Tensor y = ln_f(x);
+  if (head_packed_.packed()) return head_packed_(y);
+  return at::linear(y, wte->weight);  // tied to the token embedding
+}
+
+void GPT2LMImpl::PackForCpuInference() {
+  for (const auto& block : *h) {
+    auto b = block->as<GPT2Block>();
+    b->attn->PackForCpuInference();
+    b->mlp->PackForCpuInference();
+  }
+  head_packed_ = PackedLinear(wte->weight, at::Tensor());
+}
+
+at::Tensor GPT2LMImpl::forward(const at::Tensor& tokens) {
+  const int64_t t = tokens.size(1);
+  TORCH_CHECK(t <= options_.max_positions(), "sequence of ", t, " tokens exceeds GPT2's ",
+              options_.max_positions(), " positions");
+  const at::Tensor pos =
+      torch::arange(t, torch::dtype(torch::kLong).device(tokens.device()));
+  at::Tensor x = wte(tokens) + wpe(pos);  // (B, T, d)
+  for (const auto& block : *h) x = block->as<GPT2Block>()->forward(x);
+  return Logits(x);  // (B, T, V)
+}
+
+at::Tensor GPT2LMImpl::forward_cached(const at::Tensor& tokens, int64_t position,
+                                      KVCache& cache) {
+  const int64_t t = tokens.size(1);
+  TORCH_CHECK(position + t <= cache.keys.front().size(2), "position ", position + t,
+              " is beyond the cache of ", cache.keys.front().size(2));
+  const at::Tensor pos = torch::arange(
+      position, position + t, torch::dtype(torch::kLong).device(tokens.device()));
+  at::Tensor x = wte(tokens) + wpe(pos);  // (B, T, d)
+  for (size_t i = 0; i < h->size(); ++i) {
+    x = h[i]->as<GPT2Block>()->forward(x, &cache.keys[i], &cache.values[i], position);
+  }
+  return Logits(x.select(1, t - 1));  // (B, V): only the last position is needed
+}
+
+KVCache GPT2LMImpl::MakeCache(int64_t batch, int64_t positions) const {
+  const int64_t hs = options_.d_model() / options_.num_heads();
+  const auto opts = wte->weight.options();
+  KVCache cache;
+  for (int64_t i = 0; i < options_.num_layers(); ++i) {
+    cache.keys.push_back(
+        torch::empty({batch, options_.num_heads(), positions, hs}, opts));
+    cache.values.push_back(
+        torch::empty({batch, options_.num_heads(), positions, hs}, opts));
+  }
+  return cache;
+}
+
+at::Tensor GenerateWithCache(GPT2LM& model, const at::Tensor& prompt,
+                             int64_t new_tokens) {
+  KVCache cache = model->MakeCache(prompt.size(0), prompt.size(1) + new_tokens);
+  std::vector<at::Tensor> out;
+  at::Tensor token = model->forward_cached(prompt, 0, cache).argmax(-1, true);  // (B, 1)
+  out.push_back(token);
+  for (int64_t i = 1; i < new_tokens; ++i) {
+    token = model->forward_cached(token, prompt.size(1) + i - 1, cache).argmax(-1, true);
+    out.push_back(token);
+  }
+  return torch::cat(out, 1);
+}
+
+at::Tensor GenerateByRecompute(GPT2LM& model, const at::Tensor& prompt,
+                               int64_t new_tokens) {
+  at::Tensor seq = prompt;
+  for (int64_t i = 0; i < new_tokens; ++i) {
+    const at::Tensor next = model(seq).select(1, seq.size(1) - 1).argmax(-1, true);
+    seq = torch::cat({seq, next}, 1);
+  }
+  return seq.narrow(1, prompt.size(1), new_tokens);
+}
+
+// ----------------------------------------------------------------- family
+
+namespace {
+
+const char* const kPhases[] = {kForward, kForwardBackward, kTrainStep, kGenerate};
+
+absl::StatusOr<Plan> PlanGPT2(const BenchSpec& s) {
+  absl::StatusOr<GPT2Options> o = GPT2SizeOptions(s.size);
+  if (!o.ok()) return o.status();
+  if (std::find(std::begin(kPhases), std::end(kPhases), s.phase) == std::end(kPhases)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown GPT2 phase '", s.phase,
+                     "'; valid: forward, forward_backward, train_step, generate"));
+  }
+  Plan plan;
+  plan.params = GPT2ParamCount(*o);
+  const int64_t d = o->d_model(), v = o->vocab_size(), layers = o->num_layers();
+  MemoryEstimate& m = plan.memory;
+  if (s.phase == kGenerate) {
+    if (s.batch <= 0 || s.prompt <= 0 || s.new_tokens <= 0) {
+      return absl::InvalidArgumentError("batch, prompt and new tokens must be positive");
+    }
+    if (s.prompt + s.new_tokens > o->max_positions()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt ", s.prompt, " + new tokens ", s.new_tokens, " = ",
+                       s.prompt + s.new_tokens, " positions, but GPT2 has ",
+                       o->max_positions(), ": lower --prompt or --new_tokens"));
+    }
+    plan.tokens_per_step = s.batch * s.new_tokens;
+    plan.flops_per_step = GPT2GenerateFlops(*o, s.batch, s.prompt, s.new_tokens);
+    const int64_t e = DtypeBytes(s.dtype);
+    // Packed linears keep a second copy of the weights.
+    m.weights = plan.params * e *
+                (s.pack_cpu_linears && CanPackLinear(s.device, s.dtype) ? 2 : 1);
+    m.activations = 2 * layers * s.batch * (s.prompt + s.new_tokens) * d * e +  // cache
+                    s.batch * s.prompt * 8 * d * e + s.batch * v * 4;
+    return plan;
+  }
+  if (s.batch <= 0 || s.seq <= 0) {
+    return absl::InvalidArgumentError("batch and seq must be positive");
+  }
+  if (s.seq > o->max_positions()) {
+    return absl::InvalidArgumentError(absl::StrCat("seq ", s.seq, " exceeds GPT2's ",
+                                                   o->max_positions(), " positions"));
+  }
+  const double fwd = GPT2ForwardFlops(*o, s.batch, s.seq);
+  plan.flops_per_step = s.phase == kForward ? fwd : 3 * fwd;
+  plan.tokens_per_step = s.batch * s.seq;
+  const int64_t tokens = s.batch * s.seq;
+  if (s.phase == kForward) {
+    const int64_t e = DtypeBytes(s.dtype);
+    m.weights = plan.params * e;
+    m.activations = tokens * (8 * d + 2 * v) * e;
+    return plan;
+  }
+  const int64_t e = s.dtype == c10::kFloat ? 4 : 2;
+  m.weights = plan.params * 4 + (s.dtype == c10::kFloat ? 0 : plan.params * 2);
+  m.gradients = plan.params * 4;
+  m.optimizer = s.phase == kTrainStep ? 2 * plan.params * 4 : 0;
+  // Saved per layer and token: norms, qkv, attention output, MLP in and out.
+  m.activations = layers * tokens * 20 * d * e + tokens * v * 4 * 4;
+  return plan;
+}
+
+std::unique_ptr<Workload> BuildGPT2(const BenchSpec& s) {
+  const GPT2Options o = GPT2SizeOptions(s.size).value();
+  GPT2LM model(o);
+  PrepareModel(*model, s);
+  const auto on_device = torch::dtype(torch::kLong).device(s.device);
+
+  if (s.phase == kGenerate) {
+    if (s.pack_cpu_linears && CanPackLinear(s.device, s.dtype))
+      model->PackForCpuInference();
+    const at::Tensor prompt =
+        torch::randint(0, o.vocab_size(), {s.batch, s.prompt}, on_device);
+    auto cache =
+        std::make_shared<KVCache>(model->MakeCache(s.batch, s.prompt + s.new_tokens));
+    GenerateFns fns;
+    fns.module = model.ptr();
+    fns.prefill = [model, prompt, cache]() mutable {
+      return model->forward_cached(prompt, 0, *cache).argmax(-1, true);
+    };
+    fns.decode = [model, cache](const at::Tensor& token, int64_t position) mutable {
+      return model->forward_cached(token, position, *cache).argmax(-1, true);
+    };
+    // A decode step reads every weight once, except wpe: one row of it.
+    const double weight_bytes =
+        static_cast<double>(GPT2ParamCount(o) - o.max_positions() * o.d_model()) *
+        DtypeBytes(s.dtype);
+    return MakeGenerateWorkload(s, std::move(fns), weight_bytes);
+  }
+
+  const at::Tensor ids =
+      torch::randint(0, o.vocab_size(), {s.batch, s.seq + 1}, on_device);
+  const at::Tensor inputs = ids.narrow(1, 0, s.seq).contiguous();
+  const at::Tensor targets = ids.narrow(1, 1, s.seq).contiguous();
+  const int64_t vocab = o.vocab_size();
+  ModelFns fns;
+  fns.module = model.ptr();
+  fns.forward = [model, inputs]() mutable { return model(inputs); };
+  fns.loss = [targets, vocab](const at::Tensor& logits) {
+    return torch::nn::functional::cross_entropy(
+        logits.reshape({-1, vocab}).to(at::kFloat), targets.reshape({-1}));
+  };
+  fns.make_optimizer = [model]() {
+    return std::make_unique<torch::optim::AdamW>(model->parameters(),
+                                                 torch::optim::AdamWOptions(1e-4));
+  };
+  return MakePhaseWorkload(s, std::move(fns));
+}
+
+}  // namespace
+
+Family GPT2Family() {
+  Family f;
+  f.name = "GPT2";
+  for (const GPT2Size& s : GPT2Sizes()) f.sizes.push_back(s.name);
+  f.phases = {kForward, kForwardBackward, kTrainStep, kGenerate};
+  f.suite_sizes = {"small"};
+  f.default_batch = 1;
+  f.default_seq = 1024;
+  f.plan = PlanGPT2;
+  f.build = BuildGPT2;
+  return f;
+}
+
+}  // namespace ltb

@@ -1,0 +1,71 @@
+"""tools/speedup against fixture JSON files."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+TOOLS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def entry(name, counter, value, error=False, run_type="iteration"):
+    e = {"name": name + "/manual_time", "run_name": name + "/manual_time",
+         "run_type": run_type, "real_time": 1.0, "cpu_time": 1.0, "time_unit": "ms",
+         "iterations": 1, counter: value}
+    if error:
+        e.update(error_occurred=True, error_message="no CUDA device")
+    return e
+
+
+class SpeedupTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def write(self, name, content):
+        path = os.path.join(self.tmp.name, name)
+        with open(path, "w") as f:
+            f.write(content if isinstance(content, str) else json.dumps(content))
+        return path
+
+    def run_tool(self, *files):
+        return subprocess.run([sys.executable, os.path.join(TOOLS, "speedup"), *files],
+                              capture_output=True, text=True)
+
+    def test_speedup_over_cpu_from_two_files(self):
+        cpu = self.write("cpu.json", {"context": {}, "benchmarks": [
+            entry("GPT2/small/cpu/generate/batch:1/prompt:32/new:100/fp32", "tokens/s", 10),
+            entry("GPT2/small/cpu/generate/batch:1/prompt:32/new:100/fp32", "tokens/s", 30),
+            entry("Ops/matmul/2048x2048/cpu/fp32", "FLOP/s", 1e11)]})
+        gpu = self.write("gpu.json", {"context": {}, "benchmarks": [
+            entry("GPT2/small/cuda/generate/batch:1/prompt:32/new:100/fp32", "tokens/s", 54),
+            entry("Ops/matmul/2048x2048/cuda/fp32", "FLOP/s", 0, error=True)]})
+        proc = self.run_tool(cpu, gpu)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("GPT2/small/generate/batch:1/prompt:32/new:100/fp32", proc.stdout)
+        self.assertIn("Speedup: 2.70x (cuda vs cpu)", proc.stdout)
+        self.assertNotIn("Ops/matmul", proc.stdout)
+
+    def test_single_device_is_an_error(self):
+        path = self.write("one.json", {"benchmarks": [
+            entry("Transformer/nano/cpu/forward/batch:4/seq:512/fp32", "tokens/s", 1)]})
+        proc = self.run_tool(path)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("two or more devices", proc.stderr)
+
+    def test_bad_input_exits_2_with_the_file_named(self):
+        for content in ("not json", json.dumps({"no": "benchmarks"})):
+            path = self.write("bad.json", content)
+            proc = self.run_tool(path)
+            self.assertEqual(proc.returncode, 2)
+            self.assertIn("bad.json", proc.stderr)
+        proc = self.run_tool(os.path.join(self.tmp.name, "missing.json"))
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("cannot read", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
