@@ -28,6 +28,7 @@
 #include "harness/threads.h"
 #include "models/gpt2.h"
 #include "models/ops.h"
+#include "models/selftest.h"
 #include "models/transformer.h"
 
 // Every flag is a string, validated here, so that a bad value stops the
@@ -213,8 +214,14 @@ int main(int argc, char** argv) {
                  "-DCMAKE_BUILD_TYPE=Release.\n";
   }
 
-  static const std::vector<ltb::Family> families = {
-      ltb::OpsFamily(), ltb::TransformerFamily(), ltb::GPT2Family()};
+  static const std::vector<ltb::Family> families = [] {
+    std::vector<ltb::Family> f = {ltb::OpsFamily(), ltb::TransformerFamily(),
+                                  ltb::GPT2Family()};
+    const char* selftest = std::getenv("LTB_SELFTEST");
+    if (selftest != nullptr && std::string(selftest) == "1")
+      f.push_back(ltb::SelftestFamily());
+    return f;
+  }();
   const ltb::RunOptions options = run;
   for (const ltb::Registration& r : ltb::ExpandSweep(families, sweep)) {
     const ltb::Family* family = r.family;

@@ -1,0 +1,14 @@
+// The Selftest family: benchmarks that exist to test the tools around bench
+// (a step that succeeds quickly, one that is slow, one that crashes the
+// process). Registered only when the environment sets LTB_SELFTEST=1.
+#pragma once
+
+#include "harness/family.h"
+
+namespace ltb {
+
+// Selftest/ok/cpu/step/fp32, Selftest/slow/cpu/step/fp32 (0.2 s a step),
+// Selftest/abort/cpu/step/fp32 (calls std::abort in its first step).
+Family SelftestFamily();
+
+}  // namespace ltb
