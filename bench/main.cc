@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <regex>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "harness/context.h"
 #include "harness/device.h"
 #include "harness/memory.h"
+#include "harness/peaks.h"
 #include "harness/runner.h"
 #include "harness/summary.h"
 #include "harness/sweep.h"
@@ -58,6 +60,16 @@ ABSL_FLAG(std::string, malloc, "tuned",
 ABSL_FLAG(std::string, cpu_linear, "onednn",
           "Linear layers of CPU generation: onednn (weights packed once for oneDNN) "
           "or aten (LibTorch's default GEMM path).");
+ABSL_FLAG(std::string, peak_flops, "",
+          "Peak FLOP/s for mfu: one number for every dtype, or dtype=number pairs "
+          "(fp32=6.7e13,bf16=9.9e14). Default: a known GPU's datasheet, else measured.");
+ABSL_FLAG(std::string, peak_bandwidth, "",
+          "Peak memory bandwidth in bytes/s for mbu. Default: a known GPU's datasheet, "
+          "else a measured copy.");
+ABSL_FLAG(std::string, profile, "",
+          "Directory: profile each benchmark's steps (apart from the timed ones) into a "
+          "Chrome trace and a table of the top operators.");
+ABSL_FLAG(std::string, profile_steps, "5", "Steps to profile with --profile.");
 ABSL_FLAG(std::string, seed, "0", "Random seed for weights and inputs.");
 
 namespace {
@@ -80,7 +92,7 @@ const std::vector<std::string>& OwnFlags() {
   static const auto* flags = new std::vector<std::string>{
       "devices", "batch", "seq", "prompt", "new_tokens", "dtype", "threads",
       "interop_threads", "sync", "warmup_s", "warmup_steps", "malloc", "cpu_linear",
-      "seed"};
+      "peak_flops", "peak_bandwidth", "profile", "profile_steps", "seed"};
   // clang-format on
   return *flags;
 }
@@ -128,6 +140,17 @@ std::string DeviceList(const std::vector<c10::Device>& devices) {
   return absl::StrJoin(names, ",");
 }
 
+bool ListOnly(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--benchmark_list_tests" || arg == "--benchmark_list_tests=true" ||
+        arg == "--benchmark_list_tests=1") {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string UserFilter(int argc, char** argv) {
   std::string filter;
   for (int i = 1; i < argc; ++i) {
@@ -144,6 +167,7 @@ int main(int argc, char** argv) {
   ltb::InstallCpuTracking();
 
   const std::string user_filter = UserFilter(argc, argv);
+  const bool list_only = ListOnly(argc, argv);
   benchmark::Initialize(&argc, argv, PrintHelp);
   RejectUnknownArguments(argc, argv);
   absl::SetProgramUsageMessage("Benchmarks LibTorch models; see --help.");
@@ -183,6 +207,19 @@ int main(int argc, char** argv) {
       OrDie(ltb::ParseNonNegativeDouble("warmup_s", absl::GetFlag(FLAGS_warmup_s)));
   run.warmup_steps =
       OrDie(ltb::ParseNonNegativeInt("warmup_steps", absl::GetFlag(FLAGS_warmup_steps)));
+  run.profile_dir = absl::GetFlag(FLAGS_profile);
+  run.profile_steps = OrDie(
+      ltb::ParseNonNegativeInt("profile_steps", absl::GetFlag(FLAGS_profile_steps)));
+  if (run.profile_steps == 0)
+    Die("bad --profile_steps value '0'; valid: a whole number >= 1");
+  std::map<c10::ScalarType, double> peak_flops;
+  if (!absl::GetFlag(FLAGS_peak_flops).empty()) {
+    peak_flops = OrDie(ltb::ParsePeakFlops(absl::GetFlag(FLAGS_peak_flops)));
+  }
+  const double peak_bandwidth =
+      absl::GetFlag(FLAGS_peak_bandwidth).empty()
+          ? 0
+          : OrDie(ltb::ParsePeakBandwidth(absl::GetFlag(FLAGS_peak_bandwidth)));
   run.seed = static_cast<uint64_t>(
       OrDie(ltb::ParseNonNegativeInt("seed", absl::GetFlag(FLAGS_seed))));
 
@@ -222,8 +259,42 @@ int main(int argc, char** argv) {
       f.push_back(ltb::SelftestFamily());
     return f;
   }();
+  const std::string filter =
+      user_filter.empty() ? ltb::DefaultSuiteFilter(families) : user_filter;
+  if (filter != "all") {
+    // Google Benchmark compiles the filter as an extended regex, less a
+    // leading '-' that negates it; a bad one would run nothing, silently.
+    try {
+      std::regex(filter[0] == '-' ? filter.substr(1) : filter, std::regex::extended);
+    } catch (const std::regex_error& e) {
+      Die(absl::StrCat("--benchmark_filter='", filter,
+                       "' is not a valid regular expression: ", e.what()));
+    }
+  }
+
+  // Peaks for mfu/mbu, determined before anything is timed, for the devices
+  // and dtypes of the benchmarks the filter selects.
+  static ltb::Peaks peaks(peak_flops, peak_bandwidth, ltb::OpsMatmulShapes());
+  const std::vector<ltb::Registration> registrations = ltb::ExpandSweep(families, sweep);
+  if (!list_only) {
+    for (const ltb::Registration& r : registrations) {
+      std::string why;
+      if (!ltb::FilterSelects(filter, r.spec.Name() + "/manual_time") ||
+          !ltb::DeviceAvailable(r.spec.device, &why)) {
+        continue;
+      }
+      absl::StatusOr<ltb::Plan> plan = r.family->plan(r.spec);
+      if (!plan.ok() || (plan->flops_per_step <= 0 && plan->bytes_per_step <= 0 &&
+                         r.spec.phase != "generate")) {
+        continue;
+      }
+      peaks.Prepare(r.spec.device, r.spec.dtype,
+                    plan->bytes_per_step > 0 || r.spec.phase == "generate");
+    }
+  }
+  run.peaks = &peaks;
   const ltb::RunOptions options = run;
-  for (const ltb::Registration& r : ltb::ExpandSweep(families, sweep)) {
+  for (const ltb::Registration& r : registrations) {
     const ltb::Family* family = r.family;
     const ltb::BenchSpec spec = r.spec;
     benchmark::TimeUnit unit = benchmark::kMillisecond;
@@ -248,22 +319,12 @@ int main(int argc, char** argv) {
                          ? "onednn (CPU generation: linear weights packed for oneDNN)"
                          : "aten (LibTorch's default GEMM path)"},
   };
-  for (const auto& [key, value] : ltb::CollectContext(extra)) {
+  ltb::Context context_extra = extra;
+  for (const auto& kv : peaks.Context()) context_extra.push_back(kv);
+  for (const auto& [key, value] : ltb::CollectContext(context_extra)) {
     benchmark::AddCustomContext(key, value);
   }
 
-  const std::string filter =
-      user_filter.empty() ? ltb::DefaultSuiteFilter(families) : user_filter;
-  if (filter != "all") {
-    // Google Benchmark compiles the filter as an extended regex, less a
-    // leading '-' that negates it; a bad one would run nothing, silently.
-    try {
-      std::regex(filter[0] == '-' ? filter.substr(1) : filter, std::regex::extended);
-    } catch (const std::regex_error& e) {
-      Die(absl::StrCat("--benchmark_filter='", filter,
-                       "' is not a valid regular expression: ", e.what()));
-    }
-  }
   benchmark::BenchmarkReporter* display = benchmark::CreateDefaultDisplayReporter();
   ltb::RecordingReporter recorder(display);
   const size_t matched = benchmark::RunSpecifiedBenchmarks(&recorder, filter);

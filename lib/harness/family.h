@@ -49,6 +49,7 @@ struct Case {
   std::string phase;
   bool sweeps_dtype = true;  // false: fp32 only
   Shape shape = Shape::kSequence;
+  bool cuda_only = false;  // registered for CUDA devices only
 };
 
 struct Family {
@@ -57,9 +58,11 @@ struct Family {
   std::vector<std::string> phases;
   // When set, registered instead of every size x phase.
   std::vector<Case> cases;
-  std::vector<std::string> suite_sizes;  // what the default suite runs
-  int64_t default_batch = 0;             // 0: no batch setting
-  int64_t default_seq = 0;               // 0: no sequence setting
+  // What the default suite runs: sizes ("small"), or size/phase prefixes
+  // ("matmul/2048x2048").
+  std::vector<std::string> suite;
+  int64_t default_batch = 0;  // 0: no batch setting
+  int64_t default_seq = 0;    // 0: no sequence setting
   // Validates the spec and says what it will cost.
   std::function<absl::StatusOr<Plan>(const BenchSpec&)> plan;
   // Builds the model and inputs on spec.device; may throw c10::Error.

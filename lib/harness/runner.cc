@@ -5,11 +5,14 @@
 #include <torch/cuda.h>
 
 #include <chrono>
+#include <iostream>
 #include <new>
+#include <stdexcept>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "harness/device.h"
+#include "harness/profiling.h"
 #include "harness/timer.h"
 
 namespace ltb {
@@ -22,6 +25,7 @@ struct Cached {
   std::string name;
   c10::Device device = c10::Device(c10::kCPU);
   std::unique_ptr<Workload> workload;
+  double gpu_busy = -1;  // from --profile, on CUDA
 };
 Cached& Cache() {
   static Cached* cache = new Cached;
@@ -44,6 +48,14 @@ Workload& Prepare(const Family& family, const BenchSpec& spec,
     workload->Step();
     warm += timer.Stop();
   }
+  if (!options.profile_dir.empty()) {
+    absl::StatusOr<ProfileResult> profile =
+        ProfileSteps(*workload, spec, options.profile_steps, options.profile_dir);
+    if (!profile.ok()) throw std::runtime_error(std::string(profile.status().message()));
+    std::cerr << "profile: " << profile->trace_path << ", " << profile->table_path
+              << "\n";
+    cache.gpu_busy = profile->gpu_busy;
+  }
   cache.name = name;
   cache.device = spec.device;
   cache.workload = std::move(workload);
@@ -62,6 +74,7 @@ void ReleaseCachedWorkload() {
   if (!cache.workload) return;
   cache.workload.reset();
   cache.name.clear();
+  cache.gpu_busy = -1;
   Synchronize(cache.device);
   ReleaseCachedMemory(cache.device);
 }
@@ -80,6 +93,7 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
     if (!fits.ok()) return Fail(state, std::string(fits.message()));
   }
 
+  double measured = 0;  // seconds over every timed step
   try {
     Workload& workload = Prepare(family, spec, options);
     StepTimer timer(spec.device, spec.sync);
@@ -88,7 +102,9 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
     for (auto _ : state) {
       timer.Start();
       workload.Step();
-      state.SetIterationTime(timer.Stop());
+      const double seconds = timer.Stop();
+      measured += seconds;
+      state.SetIterationTime(seconds);
     }
     if (!spec.sync) Synchronize(spec.device);
   } catch (const c10::OutOfMemoryError& e) {
@@ -123,6 +139,24 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
   if (Cache().workload) {
     for (const auto& [name, value] : Cache().workload->Counters()) c[name] = value;
   }
+  // Utilisation against the run's peaks: achieved FLOP/s over the matmul
+  // peak of the dtype; bandwidth (decode's weight reads, an op's bytes)
+  // over the device's peak bandwidth.
+  const double steps_per_s =
+      measured > 0 ? static_cast<double>(state.iterations()) / measured : 0;
+  if (options.peaks != nullptr && steps_per_s > 0) {
+    const Peak* flops = options.peaks->Flops(spec.device, spec.dtype);
+    if (flops != nullptr && plan->flops_per_step > 0) {
+      c["mfu"] = plan->flops_per_step * steps_per_s / flops->value;
+    }
+    const Peak* bandwidth = options.peaks->Bandwidth(spec.device);
+    if (bandwidth != nullptr && c.find("weight_GB/s") != c.end()) {
+      c["mbu"] = c["weight_GB/s"].value * 1e9 / bandwidth->value;
+    } else if (bandwidth != nullptr && plan->bytes_per_step > 0) {
+      c["mbu"] = plan->bytes_per_step * steps_per_s / bandwidth->value;
+    }
+  }
+  if (Cache().gpu_busy >= 0) c["gpu_busy_%"] = 100 * Cache().gpu_busy;
   if (plan->params > 0) c["params"] = Counter(static_cast<double>(plan->params));
   const int64_t peak = PeakBytes(spec.device);
   if (peak >= 0) {

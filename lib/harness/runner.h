@@ -6,6 +6,7 @@
 #include <benchmark/benchmark.h>
 
 #include "harness/family.h"
+#include "harness/peaks.h"
 
 namespace ltb {
 
@@ -13,6 +14,11 @@ struct RunOptions {
   double warmup_seconds = 0.5;  // warm up at least this long ...
   int warmup_steps = 1;         // ... and at least this many steps
   uint64_t seed = 0;
+  // Peaks for the mfu and mbu counters; prepared before the run.
+  const Peaks* peaks = nullptr;
+  // --profile: profile this many steps apart from the timed ones, into dir.
+  std::string profile_dir;
+  int profile_steps = 5;
 };
 
 void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec& spec,

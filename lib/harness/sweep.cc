@@ -42,6 +42,7 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
                             : c.shape == Shape::kSequence ? seq_lengths
                                                           : no_lengths;
       for (const c10::Device& device : sweep.devices) {
+        if (c.cuda_only && !device.is_cuda()) continue;
         for (const c10::ScalarType dtype : sweep.dtypes) {
           if (!c.sweeps_dtype && dtype != c10::kFloat) continue;
           for (const int64_t batch :
@@ -76,12 +77,19 @@ std::string DefaultSuiteFilter(const std::vector<Family>& families) {
   std::vector<std::string> parts;
   for (const Family& family : families) {
     std::vector<std::string> sizes;
-    for (const std::string& size : family.suite_sizes) sizes.push_back(EscapeRegex(size));
+    for (const std::string& size : family.suite) sizes.push_back(EscapeRegex(size));
     if (sizes.empty()) continue;
     parts.push_back(
         absl::StrCat(EscapeRegex(family.name), "/(", absl::StrJoin(sizes, "|"), ")/"));
   }
   return absl::StrCat("^(", absl::StrJoin(parts, "|"), ")");
+}
+
+bool FilterSelects(const std::string& filter, const std::string& full_name) {
+  if (filter.empty() || filter == "all") return true;
+  const bool negate = filter[0] == '-';
+  const std::regex re(negate ? filter.substr(1) : filter, std::regex::extended);
+  return std::regex_search(full_name, re) != negate;
 }
 
 std::vector<c10::Device> DevicesNamedIn(const std::string& filter) {

@@ -32,6 +32,11 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
 // Regex selecting each family's suite sizes: what runs with no filter.
 std::string DefaultSuiteFilter(const std::vector<Family>& families);
 
+// Whether Google Benchmark's --benchmark_filter selects a benchmark's full
+// name: "all" or "." select everything, a leading '-' negates, otherwise an
+// extended regular expression searched in the name.
+bool FilterSelects(const std::string& filter, const std::string& full_name);
+
 // Devices a --benchmark_filter names explicitly ("cuda", "cuda:1", "mps"),
 // so that benchmarks on them are registered and report why they cannot run.
 std::vector<c10::Device> DevicesNamedIn(const std::string& filter);

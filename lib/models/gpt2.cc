@@ -1,6 +1,5 @@
 #include "models/gpt2.h"
 
-#include <ATen/ops/scaled_dot_product_attention.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adamw.h>
 
@@ -8,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "harness/generation.h"
 #include "harness/phases.h"
+#include "models/attention.h"
 
 namespace ltb {
 
@@ -66,7 +66,8 @@ double GPT2GenerateFlops(const GPT2Options& o, int64_t batch, int64_t prompt,
 
 // ---------------------------------------------------------------- modules
 
-GPT2AttentionImpl::GPT2AttentionImpl(const GPT2Options& o) : num_heads_(o.num_heads()) {
+GPT2AttentionImpl::GPT2AttentionImpl(const GPT2Options& o)
+    : num_heads_(o.num_heads()), fused_(o.fused_attention()) {
   TORCH_CHECK(o.d_model() % o.num_heads() == 0, "heads (", o.num_heads(),
               ") must divide d_model (", o.d_model(), ")");
   c_attn = register_module("c_attn", torch::nn::Linear(o.d_model(), 3 * o.d_model()));
@@ -90,11 +91,8 @@ at::Tensor GPT2AttentionImpl::forward(const at::Tensor& x, at::Tensor* cache_k,
     k = cache_k->narrow(2, 0, position + t);  // (B, nh, position + T, hs)
     v = cache_v->narrow(2, 0, position + t);
   }
-  // One new token attends to every earlier one: no mask. A chunk from
-  // position 0 needs the causal mask.
-  const at::Tensor y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{},
-                                                        /*dropout_p=*/0.0,
-                                                        /*is_causal=*/t > 1);
+  // A chunk from position 0 is causal; one new token attends to all before it.
+  const at::Tensor y = Attention(q, k, v, /*causal=*/t > 1, fused_);  // (B, nh, T, hs)
   return Project(c_proj, c_proj_packed_,
                  y.transpose(1, 2).reshape({b, t, d}));  // (B, T, d)
 }
@@ -340,7 +338,7 @@ Family GPT2Family() {
   f.name = "GPT2";
   for (const GPT2Size& s : GPT2Sizes()) f.sizes.push_back(s.name);
   f.phases = {kForward, kForwardBackward, kTrainStep, kGenerate};
-  f.suite_sizes = {"small"};
+  f.suite = {"small"};
   f.default_batch = 1;
   f.default_seq = 1024;
   f.plan = PlanGPT2;

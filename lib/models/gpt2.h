@@ -32,6 +32,9 @@ struct GPT2Options {
   TORCH_ARG(int64_t, num_heads);
   TORCH_ARG(int64_t, max_positions) = 1024;
   TORCH_ARG(double, eps) = 1e-5;
+  // Fused: LibTorch's scaled_dot_product_attention; else the explicit
+  // composition, which profilers count as matmuls.
+  TORCH_ARG(bool, fused_attention) = true;
 };
 
 struct GPT2Size {
@@ -78,6 +81,7 @@ class GPT2AttentionImpl : public torch::nn::Module {
 
  private:
   int64_t num_heads_;
+  bool fused_;
   PackedLinear c_attn_packed_, c_proj_packed_;
 };
 TORCH_MODULE(GPT2Attention);

@@ -1,6 +1,5 @@
 #include "models/transformer.h"
 
-#include <ATen/ops/scaled_dot_product_attention.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adamw.h>
 
@@ -9,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "harness/phases.h"
+#include "models/attention.h"
 
 namespace ltb {
 
@@ -114,19 +114,8 @@ at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x,
   const at::Tensor q = rope(heads(q_proj(x)), positions);
   const at::Tensor k = rope(heads(k_proj(x)), positions);
   const at::Tensor v = heads(v_proj(x));
-  at::Tensor y;
-  if (fused_) {
-    y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{},
-                                         /*dropout_p=*/0.0, /*is_causal=*/true);
-  } else {
-    at::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) /
-                        std::sqrt(static_cast<double>(hs));  // (B, nh, T, T)
-    const at::Tensor future =
-        torch::ones({t, t}, torch::dtype(torch::kBool).device(x.device())).triu(1);
-    scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
-    y = torch::matmul(scores.softmax(-1), v);  // (B, nh, T, hs)
-  }
-  return output_proj(y.transpose(1, 2).reshape({b, t, d}));  // (B, T, d)
+  const at::Tensor y = Attention(q, k, v, /*causal=*/true, fused_);  // (B, nh, T, hs)
+  return output_proj(y.transpose(1, 2).reshape({b, t, d}));          // (B, T, d)
 }
 
 SwiGLUImpl::SwiGLUImpl(int64_t d_model, int64_t d_ff) {
@@ -264,7 +253,7 @@ Family TransformerFamily() {
   f.name = "Transformer";
   for (const TransformerSize& s : TransformerSizes()) f.sizes.push_back(s.name);
   f.phases = {kForward, kForwardBackward, kTrainStep};
-  f.suite_sizes = {"small"};
+  f.suite = {"small"};
   f.default_batch = 4;
   f.default_seq = 512;
   f.plan = PlanTransformer;

@@ -11,7 +11,9 @@ import unittest
 
 BENCH = os.environ.get("LTB_BENCH", "")
 COMPARE_PY = os.environ.get("LTB_COMPARE_PY", "/usr/share/benchmark/compare.py")
-FAST = ["--benchmark_min_time=0.01", "--warmup_s=0", "--seq=32", "--batch=2"]
+# Given peaks skip their measurement (a few seconds); PeaksTest measures.
+FAST = ["--benchmark_min_time=0.01", "--warmup_s=0", "--seq=32", "--batch=2",
+        "--peak_flops=1e12", "--peak_bandwidth=1e10"]
 
 
 def run_bench(*args, check=True):
@@ -152,6 +154,65 @@ class GenerateTest(unittest.TestCase):
         [entry] = doc["benchmarks"]
         self.assertTrue(entry["error_occurred"])
         self.assertIn("1100 positions, but GPT2 has 1024", entry["error_message"])
+
+
+def peak_of(context, key):
+    return float(context[key].split()[0])
+
+
+@unittest.skipUnless(BENCH, "LTB_BENCH is not set")
+class PeaksTest(unittest.TestCase):
+    def test_measured_peak_bounds_every_matmul_and_gives_mfu(self):
+        doc = run_json("--benchmark_filter=Ops/matmul/(256x256|512x512|1024x1024|2048x768x768)/"
+                       "|Transformer/nano/cpu/forward/", "--devices=cpu", "--seq=64",
+                       "--benchmark_min_time=0.1", "--warmup_s=0")
+        ctx = doc["context"]
+        self.assertIn("measured", ctx["peak_flops_cpu_fp32"])
+        peak = peak_of(ctx, "peak_flops_cpu_fp32")
+        self.assertGreater(peak, 0)
+        matmuls = [b for b in doc["benchmarks"] if b["name"].startswith("Ops/matmul/")]
+        self.assertEqual(len(matmuls), 4)
+        for b in matmuls:
+            # The peak is the fastest step of these very shapes; a mean over
+            # later steps can beat it only by noise on a shared machine.
+            self.assertLessEqual(b["FLOP/s"], 1.05 * peak, b["name"])
+        for b in doc["benchmarks"]:
+            self.assertAlmostEqual(b["mfu"], b["FLOP/s"] / peak, delta=1e-3 * b["mfu"])
+
+    def test_given_peaks_are_used_and_recorded(self):
+        doc = run_json(*FAST, "--devices=cpu", "--new_tokens=8",
+                       "--benchmark_filter=Transformer/nano/cpu/forward/|GPT2/nano/cpu/generate")
+        ctx = doc["context"]
+        self.assertIn("--peak_flops", ctx["peak_flops_cpu_fp32"])
+        self.assertIn("--peak_bandwidth", ctx["peak_bandwidth_cpu"])
+        by_phase = {b["run_name"].split("/")[3]: b for b in doc["benchmarks"]}
+        self.assertAlmostEqual(by_phase["forward"]["mfu"], by_phase["forward"]["FLOP/s"] / 1e12,
+                               delta=1e-3 * by_phase["forward"]["mfu"])
+        gen = by_phase["generate"]
+        self.assertAlmostEqual(gen["mbu"], gen["weight_GB/s"] * 1e9 / 1e10, delta=1e-3 * gen["mbu"])
+
+    def test_bad_peaks_exit_2(self):
+        proc = run_bench("--peak_flops=fp64=1", check=False)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("--peak_flops", proc.stderr)
+
+
+@unittest.skipUnless(BENCH, "LTB_BENCH is not set")
+class ProfileTest(unittest.TestCase):
+    def test_profile_writes_a_trace_and_the_top_operators(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            doc = run_json(*FAST, "--benchmark_filter=Transformer/nano/cpu/forward/",
+                           "--devices=cpu", "--seq=128", f"--profile={tmp}", "--profile_steps=3")
+            self.assertFalse(doc["benchmarks"][0].get("error_occurred", False))
+            stem = os.path.join(tmp, "Transformer_nano_cpu_forward_batch-2_seq-128_fp32")
+            with open(stem + ".trace.json") as f:
+                trace = json.load(f)
+            self.assertTrue([e for e in trace["traceEvents"] if e.get("name") == "aten::mm"])
+            with open(stem + ".ops.txt") as f:
+                lines = f.read().splitlines()
+            header = next(i for i, line in enumerate(lines) if line.startswith("operator"))
+            top = lines[header + 1].split()[0]
+            self.assertIn(top, ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear"), lines)
 
 
 @unittest.skipUnless(BENCH, "LTB_BENCH is not set")

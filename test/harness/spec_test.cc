@@ -86,9 +86,10 @@ TEST(ExpandSweep, CrossesEveryListAndKeepsFamilyDefaults) {
   sweep.batches = {1, 8};
   sweep.dtypes = {c10::kFloat, c10::kBFloat16};
   const std::vector<Registration> regs = ExpandSweep(families, sweep);
-  // Ops: matmul and copy in 2 dtypes, noop in fp32 only, on 2 devices.
+  // Ops: 24 ops on both devices and 5 transfers on cuda only, in 2 dtypes,
+  // and noop in fp32 on both; no batch or seq.
   // Transformer: 6 sizes x 3 phases x 2 devices x 2 dtypes x 2 batches x 1 seq.
-  EXPECT_EQ(regs.size(), (2 + 2 + 1) * 2 + 6 * 3 * 2 * 2 * 2);
+  EXPECT_EQ(regs.size(), (24 * 2 + 5) * 2 + 2 + 6 * 3 * 2 * 2 * 2);
   std::set<std::string> names;
   for (const Registration& r : regs) names.insert(r.spec.Name());
   EXPECT_EQ(names.size(), regs.size()) << "names must be unique";

@@ -7,6 +7,7 @@
 
 #include "harness/generation.h"
 #include "harness/phases.h"
+#include "profiled_flops.h"
 
 namespace ltb {
 namespace {
@@ -109,6 +110,34 @@ TEST(GPT2Generate, CacheIsAllocatedOnceAndWrittenInPlace) {
   EXPECT_EQ(cache.keys[0].data_ptr(), k0);
   EXPECT_EQ(cache.values[1].data_ptr(), v1);
   EXPECT_THROW(model->forward_cached(token, 20, cache), c10::Error);  // beyond the cache
+}
+
+TEST(GPT2Flops, AnalyticForwardCountEqualsTheProfilers) {
+  for (const auto& [batch, seq] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 16}, {3, 40}}) {
+    GPT2Options o = Nano();
+    o.fused_attention(false);  // so attention runs as matmuls the profiler counts
+    GPT2LM model(o);
+    const at::Tensor tokens = torch::randint(0, 1000, {batch, seq});
+    const double profiled = ProfiledMatmulFlops([&] {
+      torch::NoGradGuard no_grad;
+      model(tokens);
+    });
+    EXPECT_NEAR(profiled, GPT2ForwardFlops(o, batch, seq), 0.01 * profiled)
+        << "batch " << batch << " seq " << seq;
+  }
+}
+
+TEST(GPT2Flops, AnalyticGenerationCountEqualsTheProfilers) {
+  GPT2Options o = Nano();
+  o.fused_attention(false);
+  GPT2LM model(o);
+  const at::Tensor prompt = torch::randint(0, 1000, {2, 12});
+  const double profiled = ProfiledMatmulFlops([&] {
+    torch::NoGradGuard no_grad;
+    GenerateWithCache(model, prompt, 9);
+  });
+  EXPECT_NEAR(profiled, GPT2GenerateFlops(o, 2, 12, 9), 0.01 * profiled);
 }
 
 TEST(GPT2Flops, HandCountForNano) {

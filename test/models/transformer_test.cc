@@ -1,12 +1,12 @@
 #include "models/transformer.h"
 
 #include <gtest/gtest.h>
-#include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <cmath>
 #include <set>
 
 #include "harness/phases.h"
+#include "profiled_flops.h"
 
 namespace ltb {
 namespace {
@@ -155,29 +155,6 @@ TEST(CausalSelfAttention, FusedEqualsExplicitComposition) {
   const at::Tensor x = torch::randn({2, 32, 64});
   const at::Tensor positions = torch::arange(32);
   EXPECT_TRUE(torch::allclose(a(x, positions), b(x, positions), 1e-4, 1e-5));
-}
-
-// Sums the FLOPs LibTorch's profiler counts for matrix multiplications.
-double ProfiledMatmulFlops(const std::function<void()>& fn) {
-  namespace prof = torch::profiler::impl;
-  const prof::ProfilerConfig config(prof::ProfilerState::KINETO,
-                                    /*report_input_shapes=*/true,
-                                    /*profile_memory=*/false, /*with_stack=*/false,
-                                    /*with_flops=*/true);
-  const std::set<prof::ActivityType> activities = {prof::ActivityType::CPU};
-  torch::autograd::profiler::prepareProfiler(config, activities);
-  torch::autograd::profiler::enableProfiler(config, activities);
-  fn();
-  const auto result = torch::autograd::profiler::disableProfiler();
-  double flops = 0;
-  for (const auto& event : result->events()) {
-    const std::string name = event.name();
-    if (name == "aten::mm" || name == "aten::addmm" || name == "aten::bmm" ||
-        name == "aten::baddbmm") {
-      flops += static_cast<double>(event.flops());
-    }
-  }
-  return flops;
 }
 
 TEST(TransformerFlops, AnalyticForwardCountEqualsTheProfilers) {

@@ -1,0 +1,241 @@
+#include "harness/peaks.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/randn.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "harness/device.h"
+#include "harness/spec.h"
+#include "harness/timer.h"
+
+namespace ltb {
+namespace {
+
+// Dense (non-sparse) peaks from NVIDIA's datasheets. More specific names
+// come first: the first entry whose every word is in the device name wins.
+struct Entry {
+  std::vector<const char*> words;
+  DatasheetPeaks peaks;
+};
+
+const std::vector<Entry>& Table() {
+  static const auto* table = new std::vector<Entry>{
+      {{"H100", "NVL"},
+       {60e12, 835e12, 835e12, 3.9e12, "NVIDIA H100 NVL",
+        "NVIDIA H100 Tensor Core GPU datasheet"}},
+      {{"H100", "PCIe"},
+       {51.2e12, 756e12, 756e12, 2.0e12, "NVIDIA H100 PCIe",
+        "NVIDIA H100 Tensor Core GPU datasheet"}},
+      {{"H100"},
+       {67e12, 989.4e12, 989.4e12, 3.35e12, "NVIDIA H100 SXM5",
+        "NVIDIA H100 Tensor Core GPU datasheet"}},
+      {{"H200"},
+       {67e12, 989.4e12, 989.4e12, 4.8e12, "NVIDIA H200 SXM",
+        "NVIDIA H200 Tensor Core GPU datasheet"}},
+      {{"A100", "80GB", "PCIE"},
+       {19.5e12, 312e12, 312e12, 1.935e12, "NVIDIA A100 80GB PCIe",
+        "NVIDIA A100 Tensor Core GPU datasheet"}},
+      {{"A100", "80GB"},
+       {19.5e12, 312e12, 312e12, 2.039e12, "NVIDIA A100 80GB SXM",
+        "NVIDIA A100 Tensor Core GPU datasheet"}},
+      {{"A100"},
+       {19.5e12, 312e12, 312e12, 1.555e12, "NVIDIA A100 40GB",
+        "NVIDIA A100 Tensor Core GPU datasheet"}},
+      {{"L4"},
+       {30.3e12, 121e12, 121e12, 300e9, "NVIDIA L4",
+        "NVIDIA L4 Tensor Core GPU datasheet"}},
+      {{"T4"},
+       {8.1e12, 0, 65e12, 320e9, "NVIDIA T4", "NVIDIA T4 Tensor Core GPU datasheet"}},
+      {{"RTX", "4090"},
+       {82.6e12, 165.2e12, 165.2e12, 1008e9, "NVIDIA GeForce RTX 4090",
+        "NVIDIA Ada Lovelace GPU architecture whitepaper"}},
+  };
+  return *table;
+}
+
+std::string Key(const c10::Device& device) { return DeviceName(device); }
+
+double DatasheetFlops(const DatasheetPeaks& p, c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::kFloat:
+      return p.fp32;
+    case c10::kBFloat16:
+      return p.bf16;
+    case c10::kHalf:
+      return p.fp16;
+    default:
+      return 0;
+  }
+}
+
+const DatasheetPeaks* DatasheetFor(const c10::Device& device) {
+  return device.is_cuda() ? LookupDatasheet(DeviceDisplayName(device)) : nullptr;
+}
+
+}  // namespace
+
+const DatasheetPeaks* LookupDatasheet(const std::string& gpu_name) {
+  // Whole words only: "L4" must not match "RTX A4000", nor "T4" "RTX 4090".
+  std::vector<std::string> words = absl::StrSplit(gpu_name, absl::ByAnyChar(" -_"));
+  for (const Entry& e : Table()) {
+    const bool all = std::all_of(e.words.begin(), e.words.end(), [&](const char* w) {
+      return std::any_of(words.begin(), words.end(), [&](const std::string& have) {
+        return absl::EqualsIgnoreCase(have, w);
+      });
+    });
+    if (all) return &e.peaks;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::map<c10::ScalarType, double>> ParsePeakFlops(
+    const std::string& text) {
+  std::map<c10::ScalarType, double> out;
+  const auto bad = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad --peak_flops '", text,
+                     "'; valid: FLOP/s for every dtype (1.2e14) or dtype=FLOP/s pairs "
+                     "(fp32=6.7e13,bf16=9.9e14) with dtypes fp32, bf16, fp16"));
+  };
+  double v = 0;
+  if (absl::SimpleAtod(text, &v)) {
+    if (!std::isfinite(v) || v <= 0) return bad();
+    for (c10::ScalarType t : {c10::kFloat, c10::kBFloat16, c10::kHalf}) out[t] = v;
+    return out;
+  }
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    std::pair<std::string, std::string> kv =
+        absl::StrSplit(item, absl::MaxSplits('=', 1));
+    absl::StatusOr<c10::ScalarType> dtype = ParseDtype(kv.first);
+    if (!dtype.ok() || !absl::SimpleAtod(kv.second, &v) || !std::isfinite(v) || v <= 0) {
+      return bad();
+    }
+    out[*dtype] = v;
+  }
+  return out;
+}
+
+absl::StatusOr<double> ParsePeakBandwidth(const std::string& text) {
+  double v = 0;
+  if (!absl::SimpleAtod(text, &v) || !std::isfinite(v) || v <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad --peak_bandwidth '", text, "'; valid: bytes per second, e.g. 3.35e12"));
+  }
+  return v;
+}
+
+double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
+                         const std::vector<MatmulShape>& shapes) {
+  std::vector<MatmulShape> ordered = shapes;
+  const auto flops = [](const MatmulShape& s) { return 2.0 * s[0] * s[1] * s[2]; };
+  std::sort(
+      ordered.begin(), ordered.end(),
+      [&](const MatmulShape& a, const MatmulShape& b) { return flops(a) < flops(b); });
+  const auto opts = at::TensorOptions().dtype(dtype).device(device);
+  StepTimer timer(device, /*sync=*/true);
+  double best = 0;
+  for (const MatmulShape& s : ordered) {
+    if (best > 0 && flops(s) / best > 1.0) continue;  // a step would take over a second
+    at::Tensor a = at::randn({s[0], s[1]}, opts), b = at::randn({s[1], s[2]}, opts),
+               c = at::empty({s[0], s[2]}, opts);
+    at::mm_out(c, a, b);  // warm-up
+    double spent = 0, fastest = 1e30;
+    for (int i = 0; i < 20 && spent < 0.25; ++i) {
+      timer.Start();
+      at::mm_out(c, a, b);
+      const double t = timer.Stop();
+      spent += t;
+      fastest = std::min(fastest, t);
+    }
+    best = std::max(best, flops(s) / fastest);
+  }
+  return best;
+}
+
+double MeasureCopyPeak(const c10::Device& device) {
+  const int64_t n = (int64_t{256} << 20) / 4;
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
+  at::Tensor src = at::randn({n}, opts), dst = at::empty({n}, opts);
+  dst.copy_(src);
+  StepTimer timer(device, /*sync=*/true);
+  double fastest = 1e30, spent = 0;
+  for (int i = 0; i < 30 && spent < 0.3; ++i) {
+    timer.Start();
+    dst.copy_(src);
+    const double t = timer.Stop();
+    spent += t;
+    fastest = std::min(fastest, t);
+  }
+  return 2.0 * n * 4 / fastest;
+}
+
+Peaks::Peaks(std::map<c10::ScalarType, double> flops_override, double bandwidth_override,
+             std::vector<MatmulShape> matmul_shapes)
+    : flops_override_(std::move(flops_override)),
+      bandwidth_override_(bandwidth_override),
+      shapes_(std::move(matmul_shapes)) {}
+
+void Peaks::Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandwidth) {
+  const auto key = std::make_pair(Key(device), dtype);
+  const DatasheetPeaks* sheet = DatasheetFor(device);
+  if (!flops_.count(key)) {
+    Peak p;
+    if (flops_override_.count(dtype)) {
+      p = {flops_override_.at(dtype), "--peak_flops"};
+    } else if (sheet != nullptr && DatasheetFlops(*sheet, dtype) > 0) {
+      p = {DatasheetFlops(*sheet, dtype),
+           absl::StrCat("datasheet: ", sheet->model, " (", sheet->source, ")")};
+    } else {
+      p = {MeasureMatmulPeak(device, dtype, shapes_),
+           "measured: fastest step of the Ops matmul shapes"};
+    }
+    flops_[key] = p;
+  }
+  if (bandwidth && !bandwidth_.count(Key(device))) {
+    Peak p;
+    if (bandwidth_override_ > 0) {
+      p = {bandwidth_override_, "--peak_bandwidth"};
+    } else if (sheet != nullptr) {
+      p = {sheet->bandwidth,
+           absl::StrCat("datasheet: ", sheet->model, " (", sheet->source, ")")};
+    } else {
+      p = {MeasureCopyPeak(device),
+           "measured: fastest 256MiB copy, bytes read + written"};
+    }
+    bandwidth_[Key(device)] = p;
+  }
+}
+
+const Peak* Peaks::Flops(const c10::Device& device, c10::ScalarType dtype) const {
+  auto it = flops_.find({Key(device), dtype});
+  return it == flops_.end() ? nullptr : &it->second;
+}
+
+const Peak* Peaks::Bandwidth(const c10::Device& device) const {
+  auto it = bandwidth_.find(Key(device));
+  return it == bandwidth_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::pair<std::string, std::string>> Peaks::Context() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [key, p] : flops_) {
+    out.emplace_back(absl::StrCat("peak_flops_", key.first, "_", DtypeName(key.second)),
+                     absl::StrFormat("%.4g FLOP/s (%s)", p.value, p.source));
+  }
+  for (const auto& [device, p] : bandwidth_) {
+    out.emplace_back(absl::StrCat("peak_bandwidth_", device),
+                     absl::StrFormat("%.4g bytes/s (%s)", p.value, p.source));
+  }
+  return out;
+}
+
+}  // namespace ltb

@@ -1,0 +1,77 @@
+// The hardware limits model benchmarks are compared with: matmul FLOP/s per
+// dtype and memory bandwidth per device, each with where it came from —
+// measured on this machine, given on the command line, or a datasheet.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <array>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ltb {
+
+struct Peak {
+  double value = 0;    // FLOP/s, or bytes/s
+  std::string source;  // "measured: ...", "--peak_flops", "datasheet: ..."
+};
+
+// A GPU's datasheet peaks (dense tensor-core rates, no sparsity).
+struct DatasheetPeaks {
+  double fp32 = 0, bf16 = 0, fp16 = 0;  // FLOP/s; 0: not supported
+  double bandwidth = 0;                 // bytes/s
+  std::string model;                    // "NVIDIA H100 SXM5"
+  std::string source;                   // the datasheet it comes from
+};
+
+// Matches a CUDA device name ("NVIDIA H100 80GB HBM3") to the table of
+// known GPUs (H100, H200, A100, L4, T4, RTX 4090).
+const DatasheetPeaks* LookupDatasheet(const std::string& gpu_name);
+
+// --peak_flops: a number for every dtype ("1.2e14") or dtype=number pairs
+// ("fp32=6.7e13,bf16=9.9e14").
+absl::StatusOr<std::map<c10::ScalarType, double>> ParsePeakFlops(const std::string& text);
+// --peak_bandwidth: bytes/s, a positive number.
+absl::StatusOr<double> ParsePeakBandwidth(const std::string& text);
+
+// Matmul shapes (m, k, n) the measured FLOP/s peak is the best of.
+using MatmulShape = std::array<int64_t, 3>;
+
+class Peaks {
+ public:
+  Peaks(std::map<c10::ScalarType, double> flops_override, double bandwidth_override,
+        std::vector<MatmulShape> matmul_shapes);
+
+  // Determines the peaks of a device and dtype (measuring once); call before
+  // any benchmark runs, so that no measurement lands in a timed region.
+  void Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandwidth);
+
+  // Peaks prepared above; nullptr when there is none.
+  const Peak* Flops(const c10::Device& device, c10::ScalarType dtype) const;
+  const Peak* Bandwidth(const c10::Device& device) const;
+
+  // Context entries: peak_flops_<device>_<dtype>, peak_bandwidth_<device>.
+  std::vector<std::pair<std::string, std::string>> Context() const;
+
+ private:
+  std::map<c10::ScalarType, double> flops_override_;
+  double bandwidth_override_;
+  std::vector<MatmulShape> shapes_;
+  std::map<std::pair<std::string, c10::ScalarType>, Peak> flops_;
+  std::map<std::string, Peak> bandwidth_;
+};
+
+// Best matmul FLOP/s over `shapes` on `device` in `dtype`: each shape timed
+// for a fraction of a second, its fastest step kept; shapes whose step would
+// take more than a second are skipped.
+double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
+                         const std::vector<MatmulShape>& shapes);
+// Best bytes/s (read + written) of a 256 MiB copy on `device`.
+double MeasureCopyPeak(const c10::Device& device);
+
+}  // namespace ltb

@@ -1,0 +1,29 @@
+#include "models/attention.h"
+
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+
+#include <cmath>
+#include <limits>
+
+namespace ltb {
+
+at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     bool causal, bool fused) {
+  const int64_t tq = q.size(-2), tk = k.size(-2);
+  if (fused && (!causal || tq == tk)) {
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                            /*is_causal=*/causal);
+  }
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) /
+                      std::sqrt(static_cast<double>(q.size(-1)));  // (B, nh, Tq, Tk)
+  if (causal) {
+    const at::Tensor future =
+        at::ones({tq, tk}, q.options().dtype(at::kBool)).triu(1 + tk - tq);
+    scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+  }
+  return at::matmul(scores.softmax(-1), v);  // (B, nh, Tq, hs)
+}
+
+}  // namespace ltb

@@ -1,0 +1,16 @@
+// Scaled dot-product attention for the model families: LibTorch's fused
+// function, or the explicit composition (matmul, mask, softmax, matmul)
+// whose matmuls a profiler counts, for checking FLOP formulas.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace ltb {
+
+// q: (B, heads, Tq, hs); k, v: (B, heads, Tk, hs) -> (B, heads, Tq, hs).
+// Causal: query i sees keys up to Tk - Tq + i (the queries are the last Tq
+// positions of the keys').
+at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     bool causal, bool fused);
+
+}  // namespace ltb

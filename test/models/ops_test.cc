@@ -1,0 +1,91 @@
+#include "models/ops.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace ltb {
+namespace {
+
+OpCost Cost(const std::string& op, const std::string& shape,
+            c10::ScalarType dtype = c10::kFloat) {
+  absl::StatusOr<OpCost> c = OpCostFor(op, shape, dtype);
+  EXPECT_TRUE(c.ok()) << op << "/" << shape << ": " << c.status();
+  return c.value_or(OpCost{});
+}
+
+TEST(OpCost, MatmulsCountTwoFlopsPerMultiplyAdd) {
+  EXPECT_DOUBLE_EQ(Cost("matmul", "2048x2048").flops, 2.0 * 2048 * 2048 * 2048);
+  EXPECT_DOUBLE_EQ(Cost("matmul", "2048x768x3072").flops, 2.0 * 2048 * 768 * 3072);
+  EXPECT_DOUBLE_EQ(Cost("bmm", "48x512x64x512").flops, 2.0 * 48 * 512 * 64 * 512);
+  EXPECT_EQ(Cost("matmul", "256x256").bytes, 0);
+}
+
+TEST(OpCost, ConvolutionCountsEveryOutputPixel) {
+  // ResNet's stem: 224 -> 112 with a 7x7 stride-2 pad-3 kernel.
+  EXPECT_DOUBLE_EQ(Cost("conv2d", "32x3x224x224_64x3x7x7_s2p3").flops,
+                   2.0 * 32 * 64 * 3 * 7 * 7 * 112 * 112);
+  EXPECT_DOUBLE_EQ(Cost("conv2d", "32x64x56x56_256x64x1x1_s1p0").flops,
+                   2.0 * 32 * 256 * 64 * 56 * 56);
+}
+
+TEST(OpCost, MemoryBoundOpsCountBytesReadAndWritten) {
+  EXPECT_DOUBLE_EQ(Cost("softmax", "48x512x512").bytes, 2.0 * 48 * 512 * 512 * 4);
+  EXPECT_DOUBLE_EQ(Cost("add", "2048x3072").bytes, 3.0 * 2048 * 3072 * 4);
+  EXPECT_DOUBLE_EQ(Cost("add", "2048x3072", c10::kBFloat16).bytes, 3.0 * 2048 * 3072 * 2);
+  EXPECT_DOUBLE_EQ(Cost("gelu", "2048x3072").bytes, 2.0 * 2048 * 3072 * 4);
+  EXPECT_DOUBLE_EQ(Cost("copy", "256MiB").bytes, 2.0 * 256 * (1 << 20));
+  EXPECT_DOUBLE_EQ(Cost("embedding", "10000x768_2048").bytes,
+                   2.0 * 2048 * 768 * 4 + 2048 * 8);
+  EXPECT_EQ(Cost("copy", "256MiB").flops, 0);
+}
+
+TEST(OpCost, AttentionCountsTheFullSquare) {
+  EXPECT_DOUBLE_EQ(Cost("sdpa", "4x12x512x64_causal").flops,
+                   4.0 * 4 * 12 * 512 * 512 * 64);
+}
+
+TEST(OpCost, UnknownOpsNameTheValidOnes) {
+  const auto bad = OpCostFor("matmul", "3x3", c10::kFloat);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("matmul/2048x2048"), std::string::npos);
+}
+
+TEST(OpsFamily, RegistersEveryOpAndTransfersOnCudaOnly) {
+  std::set<std::string> ops;
+  for (const OpShape& s : OpShapes()) ops.insert(s.op);
+  for (const char* op : {"matmul", "bmm", "conv2d", "softmax", "layer_norm", "gelu",
+                         "add", "copy", "sdpa", "embedding", "h2d_pinned", "h2d_pageable",
+                         "d2h_pinned", "d2h_pageable", "d2d", "noop"}) {
+    EXPECT_TRUE(ops.count(op)) << op;
+  }
+  for (const Case& c : OpsFamily().Cases()) {
+    const bool transfer =
+        c.size.rfind("h2d", 0) == 0 || c.size.rfind("d2h", 0) == 0 || c.size == "d2d";
+    EXPECT_EQ(c.cuda_only, transfer) << c.size;
+  }
+}
+
+TEST(OpsFamily, EveryCpuOpRuns) {
+  const Family f = OpsFamily();
+  for (const Case& c : f.Cases()) {
+    if (c.cuda_only) continue;
+    BenchSpec s;
+    s.family = "Ops";
+    s.size = c.size;
+    s.phase = c.phase;
+    if (c.size == "matmul" || c.size == "conv2d" || c.size == "bmm")
+      continue;  // slow; run in e2e
+    ASSERT_TRUE(f.plan(s).ok()) << s.Name();
+    f.build(s)->Step();
+  }
+}
+
+TEST(OpsMatmulShapes, CoverEveryRegisteredMatmul) {
+  int matmuls = 0;
+  for (const OpShape& s : OpShapes()) matmuls += s.op == "matmul";
+  EXPECT_EQ(static_cast<int>(OpsMatmulShapes().size()), matmuls);
+}
+
+}  // namespace
+}  // namespace ltb
