@@ -1,20 +1,86 @@
-"""Reading bench's Google Benchmark JSON: loading files, parsing names.
+"""What every tool shares: loading bench's Google Benchmark JSON, parsing the
+suite's names, per-benchmark medians and counters, formatting, cost, the
+device speedup summary, and the exit codes.
 
-Names are Family/size/device/phase/settings... (Ops/op/shape/device/dtype),
-with Google Benchmark's own suffixes (/manual_time, /repeats:N, aggregates
-such as _median) after them.
+Names are Family/size/device/phase/settings.../dtype (Ops/op/shape/device/
+dtype), optionally ending in /nosync, with Google Benchmark's own suffixes
+(/manual_time, /repeats:N, aggregates such as _median) after them.
+
+Every tool exits 0 on success, 1 on a negative verdict (a regression) and 2
+on bad input (an unreadable file, not a benchmark JSON, nothing to compare),
+with a message on stderr.
 """
+import collections
+import importlib.util
 import json
+import math
+import os
 import re
+import statistics
 import sys
 
 THROUGHPUT_COUNTERS = ("tokens/s", "samples/s", "FLOP/s", "bytes/s")
+# Counters compare.py ignores that the gate checks, and which way is better.
+BIGGER_IS_BETTER = ("tokens/s", "samples/s", "prefill_tokens/s", "decode_tokens/s")
+SMALLER_IS_BETTER = ("peak_mem", "ttft_ms", "tpot_ms")
+# Columns of report, in order, when any result has them.
+REPORT_COUNTERS = THROUGHPUT_COUNTERS + ("ttft_ms", "tpot_ms")
+TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+SIZE_ORDER = ("nano", "tiny", "small", "base", "medium", "large", "xl")
 _TIME_SUFFIX = re.compile(r"/(manual_time|real_time|repeats:\d+|threads:\d+|iterations:\d+)")
+
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 
 
 class BadInput(Exception):
-    """A file that is not a readable bench JSON; tools exit 2 with it."""
+    """Input a tool cannot use; tools exit 2 with its message."""
 
+
+# --- running ---------------------------------------------------------------
+
+def venv_dir():
+    """The project's virtual environment, where tools/setup puts it."""
+    if os.environ.get("LTB_VENV"):
+        return os.environ["LTB_VENV"]
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(cache, "libtorch-bench", "venv")
+
+
+def require(*modules):
+    """Makes sure the modules a tool imports are there: when this Python
+    lacks one, the tool is started again with the project's venv Python
+    (which tools/setup makes); when that fails too, exit 2 saying so."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if not missing:
+        return
+    python = os.path.join(venv_dir(), "bin", "python")
+    here = os.path.realpath(sys.prefix) == os.path.realpath(venv_dir())
+    if os.path.exists(python) and not here and not os.environ.get("LTB_REEXEC"):
+        os.environ["LTB_REEXEC"] = "1"
+        os.execv(python, [python, os.path.abspath(sys.argv[0]), *sys.argv[1:]])
+    fail(f"needs the Python packages {', '.join(missing)}: run tools/setup, which "
+         f"installs tools/requirements.txt into {venv_dir()}")
+
+
+def fail(message):
+    print(f"{os.path.basename(sys.argv[0])}: {message}", file=sys.stderr)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def run(main):
+    """Runs a tool's main(), turning BadInput into exit 2 with its message."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BadInput as e:
+        fail(str(e))
+    except BrokenPipeError:  # the reader (head, less) stopped reading
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = EXIT_OK
+    sys.exit(code or EXIT_OK)
+
+
+# --- loading ---------------------------------------------------------------
 
 def load(path):
     try:
@@ -22,12 +88,29 @@ def load(path):
             doc = json.load(f)
     except OSError as e:
         raise BadInput(f"{path}: cannot read: {e.strerror}")
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BadInput(f"{path}: not JSON: {e}")
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
         raise BadInput(f"{path}: not a Google Benchmark JSON (no 'benchmarks' list)")
+    for entry in doc["benchmarks"]:
+        if not isinstance(entry, dict) or "name" not in entry:
+            raise BadInput(f"{path}: not a Google Benchmark JSON (an entry without a name)")
+    doc.setdefault("context", {})
     return doc
 
+
+def load_all(paths):
+    return [load(path) for path in paths]
+
+
+def file_labels(paths):
+    """Short names of result files for tables and legends: the file name
+    without .json, or the whole path where two files share a name."""
+    stems = [os.path.splitext(os.path.basename(p))[0] for p in paths]
+    return [stem if stems.count(stem) == 1 else path for stem, path in zip(stems, paths)]
+
+
+# --- names -----------------------------------------------------------------
 
 def base_name(entry):
     """The suite's own name of an entry, without Google Benchmark's suffixes."""
@@ -49,10 +132,64 @@ def split_device(name):
     return "/".join(parts), device
 
 
+def parse_name(name):
+    """The fields of a suite name: family, size, device, phase, settings
+    (batch, seq, prompt, new ... as numbers where they are), dtype, nosync.
+    For Ops the operation stands as size and its shape as phase."""
+    parts = name.split("/")
+    fields = {"family": parts[0], "size": "", "device": "", "phase": "",
+              "settings": {}, "dtype": "", "nosync": False}
+    keys = ("size", "phase", "device") if parts[0] == "Ops" else ("size", "device", "phase")
+    for key, value in zip(keys, parts[1:4]):
+        fields[key] = value
+    for part in parts[4:]:
+        if part == "nosync":
+            fields["nosync"] = True
+        elif ":" in part:
+            key, value = part.split(":", 1)
+            fields["settings"][key] = int(value) if value.isdigit() else value
+        elif not fields["dtype"]:
+            fields["dtype"] = part
+    return fields
+
+
+def name_without(name, field):
+    """The name with one field (size, device, or a setting such as seq)
+    replaced by '*': the key of a series that varies in that field."""
+    parts = name.split("/")
+    if field in ("size", "device"):
+        i = 1 if field == "size" else device_field(parts)
+        if len(parts) > i:
+            parts[i] = "*"
+    else:
+        parts = [f"{field}:*" if p.startswith(field + ":") else p for p in parts]
+    return "/".join(parts)
+
+
+def size_rank(size):
+    """Sort key of model sizes: nano < tiny < small < ... < xl < 2.7B."""
+    if size in SIZE_ORDER:
+        return (0, SIZE_ORDER.index(size), size)
+    match = re.fullmatch(r"([\d.]+)([KMB])", size)
+    if match:
+        return (1, float(match[1]) * {"K": 1e3, "M": 1e6, "B": 1e9}[match[2]], size)
+    return (2, 0, size)
+
+
+# --- entries and their medians ----------------------------------------------
+
 def iterations(doc):
     """Entries that are measurements (not aggregates) and did not fail."""
     return [b for b in doc["benchmarks"]
             if b.get("run_type", "iteration") == "iteration" and not b.get("error_occurred")]
+
+
+def seconds(entry):
+    """An entry's (manual, real) time per iteration in seconds."""
+    unit = entry.get("time_unit", "ns")
+    if unit not in TIME_UNITS:
+        raise BadInput(f"{entry['name']}: unknown time unit {unit!r}")
+    return float(entry["real_time"]) * TIME_UNITS[unit]
 
 
 def throughput_counter(entry):
@@ -62,6 +199,222 @@ def throughput_counter(entry):
     return None
 
 
-def fail(message):
-    print(f"{sys.argv[0]}: {message}", file=sys.stderr)
-    sys.exit(2)
+class Benchmark:
+    """One benchmark's measured repetitions in one result file."""
+
+    def __init__(self, name):
+        self.name = name
+        self.fields = parse_name(name)
+        self.entries = []
+
+    @property
+    def repetitions(self):
+        return len(self.entries)
+
+    @property
+    def times(self):
+        return [seconds(e) for e in self.entries]
+
+    def values(self, counter):
+        return [float(e[counter]) for e in self.entries
+                if isinstance(e.get(counter), (int, float)) and math.isfinite(e[counter])]
+
+    def has(self, counter):
+        return bool(self.values(counter))
+
+    @property
+    def median_time(self):
+        return statistics.median(self.times)
+
+    def median(self, counter):
+        values = self.values(counter)
+        return statistics.median(values) if values else None
+
+    def rate(self):
+        """(tokens/s or samples/s median, 'tokens' or 'samples'), or (None, None)."""
+        for counter in ("tokens/s", "samples/s"):
+            if self.has(counter):
+                return self.median(counter), counter.split("/")[0]
+        return None, None
+
+
+def collect(doc):
+    """Benchmark name -> Benchmark, in file order, from measured entries."""
+    found = collections.OrderedDict()
+    for entry in iterations(doc):
+        name = base_name(entry)
+        found.setdefault(name, Benchmark(name)).entries.append(entry)
+    return found
+
+
+def errors(doc):
+    """Benchmark name -> error message of every errored entry, in file order."""
+    found = collections.OrderedDict()
+    for entry in doc["benchmarks"]:
+        if entry.get("error_occurred"):
+            found.setdefault(base_name(entry), entry.get("error_message") or "error")
+    return found
+
+
+def all_names(doc):
+    """Every benchmark the file mentions, measured or errored."""
+    return list(collections.OrderedDict.fromkeys(base_name(e) for e in doc["benchmarks"]))
+
+
+# --- formatting ------------------------------------------------------------
+
+def human(v):
+    units = ["", "k", "M", "G", "T", "P"]
+    i = 0
+    while abs(v) >= 1000 and i < len(units) - 1:
+        v /= 1000
+        i += 1
+    return f"{v:.4g}{units[i]}"
+
+
+def format_seconds(s):
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(s) >= scale:
+            return f"{s / scale:.4g} {unit}"
+    return f"{s / 1e-9:.4g} ns"
+
+
+def format_bytes(b):
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    i = 0
+    while abs(b) >= 1024 and i < len(units) - 1:
+        b /= 1024
+        i += 1
+    return f"{b:.4g} {units[i]}"
+
+
+def format_value(counter, v):
+    """A counter's value with its unit, for tables."""
+    if v is None:
+        return "—"
+    if counter == "time":
+        return format_seconds(v)
+    if counter == "peak_mem":
+        return format_bytes(v)
+    if counter.endswith("_ms"):
+        return f"{v:.4g} ms"
+    if counter.endswith("_%"):
+        return f"{v:.3g}%"
+    return f"{human(v)} {counter}" if counter.endswith("/s") else human(v)
+
+
+def format_change(change):
+    if change is None:
+        return "—"
+    if math.isinf(change):
+        return "+inf%" if change > 0 else "-inf%"
+    return f"{change * 100:+.1f}%"
+
+
+def relative_change(old, new):
+    """new / old - 1, with 0 -> 0 as no change and 0 -> x as infinite growth."""
+    if old == 0:
+        return 0.0 if new == 0 else math.copysign(math.inf, new)
+    return new / old - 1
+
+
+def markdown_table(headers, rows):
+    def cell(v):
+        return str(v).replace("|", "\\|")
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |",
+             "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# --- cost ------------------------------------------------------------------
+
+def add_cost_arguments(parser):
+    parser.add_argument("--cost", nargs="+", type=float, metavar="PRICE",
+                        help="price per device-hour of each file's machine, in file order")
+    parser.add_argument("--device-count", nargs="+", type=int, metavar="N",
+                        help="devices each file's run used (default: the context's "
+                             "world_size, else 1)")
+
+
+def device_count(doc):
+    """Devices a run used, from its context (world_size of data-parallel
+    runs), else 1."""
+    value = doc.get("context", {}).get("world_size", 1)
+    try:
+        return max(1, int(value))
+    except (TypeError, ValueError):
+        return 1
+
+
+def hourly_prices(args, docs):
+    """Each file's price per hour of the devices its run used, or None
+    without --cost. BadInput when the counts do not match the files."""
+    if args.cost is None:
+        if args.device_count is not None:
+            raise BadInput("--device-count needs --cost")
+        return None
+    if len(args.cost) != len(docs):
+        raise BadInput(f"--cost gives {len(args.cost)} prices for {len(docs)} files")
+    if args.device_count is not None and len(args.device_count) != len(docs):
+        raise BadInput(f"--device-count gives {len(args.device_count)} counts for "
+                       f"{len(docs)} files")
+    if any(p < 0 for p in args.cost) or any(n < 1 for n in args.device_count or []):
+        raise BadInput("prices must be >= 0 and device counts >= 1")
+    counts = args.device_count or [device_count(doc) for doc in docs]
+    return [price * n for price, n in zip(args.cost, counts)]
+
+
+def cost_per_million(bench, price_per_hour):
+    """(cost of 1M tokens or samples, 'tokens' or 'samples'), or (None, None)."""
+    rate, unit = bench.rate()
+    if not rate:
+        return None, None
+    return price_per_hour / 3600 / rate * 1e6, unit
+
+
+def cost_per_epoch(bench, price_per_hour):
+    """Cost of one epoch of a train_epoch benchmark (its epoch_s counter,
+    else its time per iteration, which is one epoch), or None."""
+    if bench.fields["phase"] != "train_epoch":
+        return None
+    epoch = bench.median("epoch_s") if bench.has("epoch_s") else bench.median_time
+    return price_per_hour / 3600 * epoch
+
+
+# --- device speedup --------------------------------------------------------
+
+def device_throughputs(docs):
+    """Benchmark key (the name without its device) -> device -> (mean
+    throughput over repetitions, counter), for every benchmark measured on
+    two or more devices."""
+    sums = collections.OrderedDict()  # key -> device -> [total, n, counter]
+    for doc in docs:
+        for entry in iterations(doc):
+            counter = throughput_counter(entry)
+            key, device = split_device(base_name(entry))
+            if counter is None or not device:
+                continue
+            slot = sums.setdefault(key, collections.OrderedDict()).setdefault(
+                device, [0.0, 0, counter])
+            slot[0] += entry[counter]
+            slot[1] += 1
+    return collections.OrderedDict(
+        (key, collections.OrderedDict((d, (total / n, c)) for d, (total, n, c) in devices.items()))
+        for key, devices in sums.items() if len(devices) >= 2)
+
+
+def device_speedup_lines(docs):
+    """The device speedup summary bench prints at the end of a run: each
+    benchmark measured on two or more devices, with each device's
+    throughput and its speedup over the CPU."""
+    lines = []
+    for key, devices in device_throughputs(docs).items():
+        cpu = devices["cpu"][0] if "cpu" in devices else 0
+        lines.append(f"  {key}")
+        for device, (v, counter) in devices.items():
+            line = f"    {device:<8} {human(v):>12} {counter}"
+            if cpu > 0 and device != "cpu":
+                line += f"   Speedup: {v / cpu:.2f}x ({device} vs cpu)"
+            lines.append(line)
+    return lines

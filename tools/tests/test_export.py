@@ -1,0 +1,71 @@
+"""tools/export's github-action-benchmark and Bencher formats."""
+import json
+import unittest
+
+from helpers import ToolTest, doc, entry, repeated
+
+FWD = "Transformer/nano/cpu/forward/batch:2/seq:32/fp32"
+GEN = "GPT2/nano/cpu/generate/batch:1/prompt:32/new:100/fp32"
+BROKEN = "Ops/matmul/2048x2048/cuda/fp32"
+
+
+class ExportTest(ToolTest):
+    def setUp(self):
+        super().setUp()
+        self.path = self.write("run.json", doc(
+            repeated(FWD, [10.0, 12.0, 11.0], tokens_per_s=[6400.0, 5333.0, 5818.0],
+                     peak_mem=2048.0),
+            entry(GEN, 500.0, tokens_per_s=200.0, decode_tokens_per_s=210.0, ttft_ms=12.5),
+            entry(BROKEN, 1.0, error="no CUDA device", FLOP_per_s=1.0)))
+
+    def export(self, fmt, *args):
+        proc = self.run_tool("export", fmt, self.path, *args)
+        self.assertExit(proc, 0)
+        return json.loads(proc.stdout)
+
+    def test_bigger_is_better_has_the_throughput_counters(self):
+        entries = {e["name"]: e for e in self.export("bigger")}
+        self.assertEqual(sorted(entries), sorted([
+            f"{FWD} - tokens/s", f"{GEN} - decode_tokens/s", f"{GEN} - tokens/s"]))
+        fwd = entries[f"{FWD} - tokens/s"]
+        self.assertEqual(fwd["unit"], "tokens/s")
+        self.assertEqual(fwd["value"], 5818.0)
+        self.assertTrue(fwd["range"].startswith("± "))
+        self.assertEqual(fwd["extra"], "median of 3 repetitions")
+        self.assertNotIn("range", entries[f"{GEN} - tokens/s"])
+
+    def test_smaller_is_better_has_time_and_memory(self):
+        entries = {e["name"]: e for e in self.export("smaller")}
+        self.assertEqual(entries[f"{FWD} - time"], {
+            "name": f"{FWD} - time", "unit": "ms", "value": 11.0, "range": "± 1",
+            "extra": "median of 3 repetitions"})
+        self.assertEqual(entries[f"{FWD} - peak_mem"]["unit"], "bytes")
+        self.assertEqual(entries[f"{GEN} - ttft_ms"]["value"], 12.5)
+        self.assertFalse(any(BROKEN in name for name in entries))
+        self.assertFalse(any("_mean" in name or "_median" in name for name in entries))
+
+    def test_bencher_metric_format(self):
+        out = self.run_tool("export", "bencher", self.path, "-o", self.tmp + "/bmf.json")
+        self.assertExit(out, 0)
+        with open(self.tmp + "/bmf.json") as f:
+            bmf = json.load(f)
+        self.assertEqual(sorted(bmf), sorted([FWD, GEN]))
+        self.assertEqual(bmf[FWD]["latency"], {"value": 11e6, "lower_value": 10e6,
+                                               "upper_value": 12e6})
+        self.assertEqual(bmf[FWD]["tokens-per-second"]["value"], 5818.0)
+        self.assertEqual(bmf[FWD]["peak-mem"]["value"], 2048.0)
+        self.assertIn("decode-tokens-per-second", bmf[GEN])
+        self.assertIn("ttft-ms", bmf[GEN])
+
+    def test_bad_input_exits_2(self):
+        for bad in self.bad_inputs():
+            self.assertExit(self.run_tool("export", "bigger", bad), 2)
+        self.assertExit(self.run_tool("export", "csv", self.path), 2)
+        no_counters = self.write("plain.json", doc(entry("Ops/noop/empty/cpu/fp32", 1e-5)))
+        proc = self.run_tool("export", "bigger", no_counters)
+        self.assertExit(proc, 2)
+        self.assertIn("no measured benchmark with throughput counters", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

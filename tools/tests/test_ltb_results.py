@@ -1,0 +1,128 @@
+"""The shared module: names, medians, formatting, cost; and the README's
+section on the tools."""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import unittest
+
+from helpers import REPO, TOOLS, doc, entry, repeated
+
+sys.path.insert(0, TOOLS)
+import ltb_results  # noqa: E402
+
+GEN = "GPT2/small/cuda/generate/batch:1/prompt:32/new:100/fp32"
+
+
+class NamesTest(unittest.TestCase):
+    def test_parse_name(self):
+        self.assertEqual(ltb_results.parse_name(GEN), {
+            "family": "GPT2", "size": "small", "device": "cuda", "phase": "generate",
+            "settings": {"batch": 1, "prompt": 32, "new": 100}, "dtype": "fp32",
+            "nosync": False})
+        ops = ltb_results.parse_name("Ops/matmul/2048x2048/cpu/bf16")
+        self.assertEqual((ops["family"], ops["size"], ops["phase"], ops["device"], ops["dtype"]),
+                         ("Ops", "matmul", "2048x2048", "cpu", "bf16"))
+        nosync = ltb_results.parse_name("Transformer/nano/cuda:1/forward/batch:4/seq:512/fp16/nosync")
+        self.assertTrue(nosync["nosync"])
+        self.assertEqual(nosync["device"], "cuda:1")
+        self.assertEqual(nosync["dtype"], "fp16")
+
+    def test_base_name_and_name_without(self):
+        e = {"name": GEN + "/manual_time/repeats:9_median", "run_name": GEN + "/manual_time/repeats:9"}
+        self.assertEqual(ltb_results.base_name(e), GEN)
+        self.assertEqual(ltb_results.name_without(GEN, "size"),
+                         "GPT2/*/cuda/generate/batch:1/prompt:32/new:100/fp32")
+        self.assertEqual(ltb_results.name_without(GEN, "prompt"),
+                         "GPT2/small/cuda/generate/batch:1/prompt:*/new:100/fp32")
+        self.assertEqual(ltb_results.name_without("Ops/copy/256MiB/cpu/fp32", "device"),
+                         "Ops/copy/256MiB/*/fp32")
+
+    def test_sizes_sort_small_to_large(self):
+        sizes = ["2.7B", "xl", "nano", "resnet18", "medium", "small", "tiny", "large"]
+        self.assertEqual(sorted(sizes, key=ltb_results.size_rank),
+                         ["nano", "tiny", "small", "medium", "large", "xl", "2.7B", "resnet18"])
+
+
+class ResultsTest(unittest.TestCase):
+    def test_collect_takes_measured_repetitions_only(self):
+        d = doc(repeated(GEN, [3.0, 1.0, 2.0], tokens_per_s=[1.0, 3.0, 2.0]),
+                entry("Ops/noop/empty/cuda/fp32", 0.0, error="no CUDA device"))
+        found = ltb_results.collect(d)
+        self.assertEqual(list(found), [GEN])
+        bench = found[GEN]
+        self.assertEqual(bench.repetitions, 3)
+        self.assertEqual(bench.median_time, 0.002)
+        self.assertEqual(bench.median("tokens/s"), 2.0)
+        self.assertEqual(bench.rate(), (2.0, "tokens"))
+        self.assertEqual(ltb_results.errors(d), {"Ops/noop/empty/cuda/fp32": "no CUDA device"})
+
+    def test_seconds_of_every_time_unit(self):
+        for unit, expected in (("ns", 2e-9), ("us", 2e-6), ("ms", 2e-3), ("s", 2.0)):
+            self.assertEqual(ltb_results.seconds({"real_time": 2, "time_unit": unit}), expected)
+        with self.assertRaises(ltb_results.BadInput):
+            ltb_results.seconds({"name": "x", "real_time": 2, "time_unit": "min"})
+
+    def test_formatting(self):
+        self.assertEqual(ltb_results.format_seconds(0.0123), "12.3 ms")
+        self.assertEqual(ltb_results.format_seconds(2.5e-8), "25 ns")
+        self.assertEqual(ltb_results.format_bytes(3 * 1024 ** 3), "3 GiB")
+        self.assertEqual(ltb_results.format_value("tokens/s", 12345.0), "12.35k tokens/s")
+        self.assertEqual(ltb_results.format_change(0.0712), "+7.1%")
+        self.assertEqual(ltb_results.relative_change(0, 0), 0.0)
+        self.assertEqual(ltb_results.markdown_table(["a", "b"], [["x|y", 1]]),
+                         "| a | b |\n|---|---|\n| x\\|y | 1 |")
+
+    def test_hourly_prices(self):
+        docs = [doc(world_size="8"), doc()]
+        args = argparse.Namespace(cost=[2.0, 3.0], device_count=None)
+        self.assertEqual(ltb_results.hourly_prices(args, docs), [16.0, 3.0])
+        args.device_count = [1, 2]
+        self.assertEqual(ltb_results.hourly_prices(args, docs), [2.0, 6.0])
+        args.cost = [1.0]
+        with self.assertRaises(ltb_results.BadInput):
+            ltb_results.hourly_prices(args, docs)
+
+
+def python_without_matplotlib():
+    for python in ("/usr/bin/python3", shutil.which("python3")):
+        if python and os.path.exists(python) and subprocess.run(
+                [python, "-c", "import matplotlib"], capture_output=True).returncode != 0:
+            return python
+    return None
+
+
+class VenvTest(unittest.TestCase):
+    """A tool started by a Python without its packages uses the venv's."""
+
+    @unittest.skipUnless(python_without_matplotlib(), "every Python here has matplotlib")
+    def test_a_tool_restarts_with_the_venv_python(self):
+        python = python_without_matplotlib()
+        tool = os.path.join(TOOLS, "plot")
+        env = dict(os.environ, LTB_VENV=sys.prefix)
+        env.pop("LTB_REEXEC", None)
+        proc = subprocess.run([python, tool, "--help"], capture_output=True, text=True, env=env)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("PNG charts", proc.stdout)
+        env["LTB_VENV"] = "/nonexistent/venv"
+        proc = subprocess.run([python, tool, "--help"], capture_output=True, text=True, env=env)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("needs the Python packages matplotlib: run tools/setup", proc.stderr)
+
+
+class ReadmeTest(unittest.TestCase):
+    def test_every_tool_is_documented_with_an_example(self):
+        with open(os.path.join(REPO, "README.md")) as f:
+            readme = f.read()
+        self.assertIn("\n## Tools\n", readme)
+        section = readme.split("\n## Tools\n", 1)[1].split("\n## ", 1)[0]
+        for tool in ("compare", "gate", "report", "plot", "sweep", "export", "speedup"):
+            self.assertRegex(section, rf"(?m)^tools/{tool} ", tool)
+            self.assertTrue(os.access(os.path.join(TOOLS, tool), os.X_OK), tool)
+        self.assertTrue(re.search(r"## Tools\n(.|\n)*## Layout", readme))
+
+
+if __name__ == "__main__":
+    unittest.main()

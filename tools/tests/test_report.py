@@ -1,0 +1,124 @@
+"""tools/report's numbers on fixture JSON files."""
+import csv
+import io
+import unittest
+
+from helpers import ToolTest, doc, entry, repeated
+
+FWD = "Transformer/nano/cpu/forward/batch:2/seq:32/fp32"
+GEN = "GPT2/nano/cpu/generate/batch:1/prompt:32/new:100/fp32"
+EPOCH = "EncDec/tiny/cuda/train_epoch/batch:32/seq:128/fp32"
+IMG = "ResNet/resnet18/cuda/forward/batch:32/fp32"
+
+
+class ReportTest(ToolTest):
+    def csv_rows(self, *args):
+        proc = self.run_tool("report", "--format", "csv", *args)
+        self.assertExit(proc, 0)
+        return list(csv.DictReader(io.StringIO(proc.stdout)))
+
+    def test_one_file_medians_counters_and_memory(self):
+        path = self.write("run.json", doc(
+            repeated(FWD, [30.0, 10.0, 20.0], tokens_per_s=[2000.0, 6000.0, 3000.0],
+                     FLOP_per_s=1e9, peak_mem=[2048.0, 2048.0, 4096.0]),
+            entry(GEN, 500.0, tokens_per_s=200.0, ttft_ms=12.5, tpot_ms=4.9)))
+        rows = self.csv_rows(path)
+        self.assertEqual([r["benchmark"] for r in rows], [FWD, GEN])
+        fwd, gen = rows
+        self.assertEqual(float(fwd["median_s"]), 0.02)
+        self.assertEqual(fwd["repetitions"], "3")
+        self.assertEqual(float(fwd["tokens/s"]), 3000.0)
+        self.assertEqual(float(fwd["FLOP/s"]), 1e9)
+        self.assertEqual(float(fwd["peak_mem_bytes"]), 2048.0)
+        self.assertEqual(float(gen["ttft_ms"]), 12.5)
+        self.assertEqual(float(gen["tpot_ms"]), 4.9)
+        self.assertNotIn("speedup", fwd)
+        proc = self.run_tool("report", path)
+        self.assertExit(proc, 0)
+        self.assertIn(f"| `{FWD}` | 3 | 20 ms | 3k tokens/s | 1G FLOP/s | — | — | 2 KiB |",
+                      proc.stdout)
+
+    def test_speedup_of_several_machines_against_the_first(self):
+        a = self.write("a100.json", doc(entry(FWD, 200.0), entry(GEN, 1000.0)))
+        b = self.write("h100.json", doc(entry(FWD, 50.0), entry(GEN, 400.0)))
+        c = self.write("cpu.json", doc(entry(FWD, 800.0)))
+        rows = self.csv_rows(a, b, c)
+        speedups = {(r["benchmark"], r["file"]): float(r["speedup"]) for r in rows}
+        self.assertEqual(speedups, {(FWD, "a100"): 1.0, (FWD, "h100"): 4.0, (FWD, "cpu"): 0.25,
+                                    (GEN, "a100"): 1.0, (GEN, "h100"): 2.5})
+        proc = self.run_tool("report", a, b)
+        self.assertExit(proc, 0)
+        self.assertIn(f"| `{FWD}` | h100 | 1 | 50 ms | 4.00x |", proc.stdout)
+
+    def test_cost_per_million_tokens_and_samples(self):
+        # 3.60 per device-hour is 0.001 per second: at 1000 tokens/s, 1M
+        # tokens take 1000 s and cost 1.00.
+        a = self.write("a.json", doc(entry(FWD, 64.0, tokens_per_s=1000.0),
+                                     entry(IMG, 100.0, samples_per_s=320.0)))
+        # Two devices (from the context) at 7.20 each: 0.004 per second; at
+        # 2000 tokens/s, 2.00 per 1M tokens.
+        b = self.write("b.json", doc(entry(FWD, 32.0, tokens_per_s=2000.0),
+                                     entry(IMG, 50.0, samples_per_s=640.0), world_size="2"))
+        rows = self.csv_rows(a, b, "--cost", "3.60", "7.20")
+        cost = {(r["benchmark"], r["file"]): r for r in rows}
+        self.assertAlmostEqual(float(cost[FWD, "a"]["cost/1M tokens"]), 1.0, places=12)
+        self.assertAlmostEqual(float(cost[FWD, "b"]["cost/1M tokens"]), 2.0, places=12)
+        self.assertAlmostEqual(float(cost[IMG, "a"]["cost/1M samples"]), 3.125, places=12)
+        self.assertAlmostEqual(float(cost[IMG, "b"]["cost/1M samples"]), 6.25, places=12)
+        self.assertEqual(cost[FWD, "a"]["cost/1M samples"], "")
+        # The device count given overrides the context's.
+        rows = self.csv_rows(a, b, "--cost", "3.60", "7.20", "--device-count", "1", "1")
+        self.assertAlmostEqual(float(rows[1]["cost/1M tokens"]), 1.0, places=12)
+        proc = self.run_tool("report", a, b, "--cost", "3.60", "7.20")
+        self.assertExit(proc, 0)
+        self.assertIn("| cost/1M tokens | cost/1M samples |", proc.stdout)
+        self.assertIn("| 1 | — |", proc.stdout)
+
+    def test_cost_per_epoch_of_train_epoch_runs(self):
+        path = self.write("epoch.json", doc(
+            entry(EPOCH, 1_800_000.0, samples_per_s=100.0, epoch_s=1800.0),
+            entry(FWD, 10.0, tokens_per_s=6400.0)))
+        rows = self.csv_rows(path, "--cost", "2.00", "--device-count", "8")
+        epoch, fwd = rows
+        # 1800 s on 8 devices at 2.00 per device-hour.
+        self.assertAlmostEqual(float(epoch["cost/epoch"]), 8.0, places=12)
+        self.assertEqual(fwd["cost/epoch"], "")
+        # Without an epoch_s counter, one iteration is one epoch.
+        path = self.write("epoch2.json", doc(entry(EPOCH, 900_000.0, samples_per_s=100.0)))
+        rows = self.csv_rows(path, "--cost", "4.00")
+        self.assertAlmostEqual(float(rows[0]["cost/epoch"]), 1.0, places=12)
+
+    def test_errored_entries_and_device_speedup(self):
+        cpu_gen = GEN
+        cuda_gen = GEN.replace("/cpu/", "/cuda/")
+        path = self.write("run.json", doc(
+            entry(cpu_gen, 500.0, tokens_per_s=10.0), entry(cpu_gen, 500.0, tokens_per_s=30.0),
+            entry(cuda_gen, 100.0, tokens_per_s=54.0),
+            entry("Ops/matmul/2048x2048/cuda/fp32", 0.0, error="no CUDA device")))
+        proc = self.run_tool("report", path)
+        self.assertExit(proc, 0)
+        self.assertIn("Errored:\n- `Ops/matmul/2048x2048/cuda/fp32` (run): no CUDA device",
+                      proc.stdout)
+        self.assertIn("Speedup: 2.70x (cuda vs cpu)", proc.stdout)
+        self.assertNotIn("| `Ops/matmul", proc.stdout)
+        proc = self.run_tool("report", "--format", "csv", path)
+        self.assertIn("errored `Ops/matmul/2048x2048/cuda/fp32`", proc.stderr)
+        self.assertNotIn("Ops/matmul", proc.stdout)
+
+    def test_bad_input_exits_2(self):
+        good = self.write("good.json", doc(entry(FWD, 1.0)))
+        for bad in self.bad_inputs():
+            proc = self.run_tool("report", good, bad)
+            self.assertExit(proc, 2)
+            self.assertIn(bad, proc.stderr)
+        for args in (("--cost", "1", "2"), ("--device-count", "2"), ("--cost", "x"),
+                     ("--cost", "1", "--device-count", "0")):
+            self.assertExit(self.run_tool("report", good, *args), 2)
+        only_errors = self.write("errors.json", doc(entry(FWD, 0.0, error="out of memory")))
+        proc = self.run_tool("report", only_errors)
+        self.assertExit(proc, 2)
+        self.assertIn("no measured benchmark", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
