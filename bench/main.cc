@@ -46,6 +46,8 @@ ABSL_FLAG(std::string, prompt, "32",
           "Prompt tokens per sequence for generate, e.g. 32,128.");
 ABSL_FLAG(std::string, new_tokens, "100",
           "Tokens generated per sequence for generate, e.g. 100.");
+ABSL_FLAG(std::string, memory_format, "contiguous",
+          "Convolution models' memory format: contiguous, channels_last, or both.");
 ABSL_FLAG(std::string, dtype, "fp32", "Precisions to sweep: fp32, bf16, fp16.");
 ABSL_FLAG(std::string, threads, "0",
           "Intra-op (and BLAS) threads. 0: LibTorch's default, one per physical core.");
@@ -90,7 +92,7 @@ T OrDie(absl::StatusOr<T> value) {
 const std::vector<std::string>& OwnFlags() {
   // clang-format off
   static const auto* flags = new std::vector<std::string>{
-      "devices", "batch", "seq", "prompt", "new_tokens", "dtype", "threads",
+      "devices", "batch", "seq", "prompt", "new_tokens", "memory_format", "dtype", "threads",
       "interop_threads", "sync", "warmup_s", "warmup_steps", "malloc", "cpu_linear",
       "peak_flops", "peak_bandwidth", "profile", "profile_steps", "seed"};
   // clang-format on
@@ -185,6 +187,8 @@ int main(int argc, char** argv) {
   sweep.prompts = OrDie(ltb::ParsePositiveList("prompt", absl::GetFlag(FLAGS_prompt)));
   sweep.new_tokens =
       OrDie(ltb::ParsePositiveList("new_tokens", absl::GetFlag(FLAGS_new_tokens)));
+  sweep.channels_last =
+      OrDie(ltb::ParseMemoryFormats(absl::GetFlag(FLAGS_memory_format)));
   sweep.dtypes = OrDie(ltb::ParseDtypeList(absl::GetFlag(FLAGS_dtype)));
   sweep.sync = OrDie(ltb::ParseBool("sync", absl::GetFlag(FLAGS_sync)));
 

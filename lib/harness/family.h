@@ -40,6 +40,7 @@ struct Plan {
 // Which settings a case's benchmark names and sweeps carry.
 enum class Shape {
   kNone,      // Ops: no batch or sequence
+  kBatch,     // batch only (images, a fixed audio window)
   kSequence,  // batch and seq
   kGenerate,  // batch, prompt and new tokens
 };
@@ -49,7 +50,8 @@ struct Case {
   std::string phase;
   bool sweeps_dtype = true;  // false: fp32 only
   Shape shape = Shape::kSequence;
-  bool cuda_only = false;  // registered for CUDA devices only
+  bool cuda_only = false;    // registered for CUDA devices only
+  int64_t fixed_prompt = 0;  // kGenerate: a prompt the model fixes (not --prompt)
 };
 
 struct Family {
@@ -58,11 +60,12 @@ struct Family {
   std::vector<std::string> phases;
   // When set, registered instead of every size x phase.
   std::vector<Case> cases;
-  // What the default suite runs: sizes ("small"), or size/phase prefixes
-  // ("matmul/2048x2048").
+  // What the default suite runs: regular expressions for the part of the
+  // name after "Family/" ("small/", "matmul/2048x2048/").
   std::vector<std::string> suite;
-  int64_t default_batch = 0;  // 0: no batch setting
-  int64_t default_seq = 0;    // 0: no sequence setting
+  int64_t default_batch = 0;          // 0: no batch setting
+  std::vector<int64_t> default_seqs;  // without --seq; empty: no sequence setting
+  bool sweeps_memory_format = false;  // convolution models: --memory_format
   // Validates the spec and says what it will cost.
   std::function<absl::StatusOr<Plan>(const BenchSpec&)> plan;
   // Builds the model and inputs on spec.device; may throw c10::Error.

@@ -34,6 +34,7 @@ std::string BenchSpec::Name() const {
     if (prompt > 0) absl::StrAppend(&name, "/prompt:", prompt, "/new:", new_tokens);
     absl::StrAppend(&name, "/", DtypeName(dtype));
   }
+  if (channels_last) absl::StrAppend(&name, "/channels_last");
   if (!sync) absl::StrAppend(&name, "/nosync");
   return name;
 }
@@ -101,6 +102,23 @@ absl::StatusOr<std::vector<c10::Device>> ParseDeviceList(const std::string& text
     }
     if (std::find(values.begin(), values.end(), *device) == values.end()) {
       values.push_back(*device);
+    }
+  }
+  return values;
+}
+
+absl::StatusOr<std::vector<bool>> ParseMemoryFormats(const std::string& text) {
+  std::vector<bool> values;
+  for (const std::string& item : SplitList(text)) {
+    bool channels_last = false;
+    if (item == "channels_last") {
+      channels_last = true;
+    } else if (item != "contiguous") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown --memory_format '", item, "'; valid: contiguous, channels_last"));
+    }
+    if (std::find(values.begin(), values.end(), channels_last) == values.end()) {
+      values.push_back(channels_last);
     }
   }
   return values;

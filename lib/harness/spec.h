@@ -24,12 +24,14 @@ struct BenchSpec {
   int64_t prompt = 0;      // generate: prompt tokens per sequence
   int64_t new_tokens = 0;  // generate: tokens generated per sequence
   bool sync = true;
+  bool channels_last = false;  // convolution models' input and weights
   // CPU inference phases run linear layers through oneDNN with packed
   // weights (families that support it); false: LibTorch's default path.
   bool pack_cpu_linears = true;
 
   // Model families: Family/size/device/phase/batch:B/seq:T/dtype[/nosync];
-  // generation: .../batch:B/prompt:P/new:N/dtype[/nosync].
+  // generation: .../batch:B/prompt:P/new:N/dtype[/nosync];
+  // convolution models in channels_last: .../dtype/channels_last[/nosync].
   // Ops: Ops/op/shape/device/dtype[/nosync].
   std::string Name() const;
 };
@@ -44,6 +46,8 @@ absl::StatusOr<std::vector<int64_t>> ParsePositiveList(const std::string& flag,
                                                        const std::string& text);
 absl::StatusOr<std::vector<c10::ScalarType>> ParseDtypeList(const std::string& text);
 absl::StatusOr<std::vector<c10::Device>> ParseDeviceList(const std::string& text);
+// --memory_format: contiguous and/or channels_last -> channels_last flags.
+absl::StatusOr<std::vector<bool>> ParseMemoryFormats(const std::string& text);
 absl::StatusOr<bool> ParseBool(const std::string& flag, const std::string& text);
 absl::StatusOr<int> ParseNonNegativeInt(const std::string& flag, const std::string& text);
 absl::StatusOr<double> ParseNonNegativeDouble(const std::string& flag,

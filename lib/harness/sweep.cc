@@ -20,50 +20,54 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
                                       const Sweep& sweep) {
   std::vector<Registration> out;
   for (const Family& family : families) {
-    const std::vector<int64_t> batches =
-        family.default_batch == 0 ? std::vector<int64_t>{0}
-        : sweep.batches.empty()   ? std::vector<int64_t>{family.default_batch}
-                                  : sweep.batches;
-    const std::vector<int64_t> seqs = family.default_seq == 0 ? std::vector<int64_t>{0}
-                                      : sweep.seqs.empty()
-                                          ? std::vector<int64_t>{family.default_seq}
-                                          : sweep.seqs;
-    // (prompt, new tokens) pairs for generation, (seq, 0) otherwise.
-    std::vector<std::pair<int64_t, int64_t>> generate_lengths;
-    for (const int64_t p : sweep.prompts) {
-      for (const int64_t n : sweep.new_tokens) generate_lengths.emplace_back(p, n);
-    }
-    std::vector<std::pair<int64_t, int64_t>> seq_lengths;
-    for (const int64_t t : seqs) seq_lengths.emplace_back(t, 0);
-    const std::vector<std::pair<int64_t, int64_t>> no_lengths = {{0, 0}};
-
+    const std::vector<int64_t> batches = sweep.batches.empty()
+                                             ? std::vector<int64_t>{family.default_batch}
+                                             : sweep.batches;
+    const std::vector<int64_t>& seqs =
+        sweep.seqs.empty() ? family.default_seqs : sweep.seqs;
+    const std::vector<bool> formats =
+        family.sweeps_memory_format ? sweep.channels_last : std::vector<bool>{false};
     for (const Case& c : family.Cases()) {
-      const auto& lengths = c.shape == Shape::kGenerate   ? generate_lengths
-                            : c.shape == Shape::kSequence ? seq_lengths
-                                                          : no_lengths;
+      // (seq, 0) or (prompt, new tokens) pairs; one (0, 0) where neither applies.
+      std::vector<std::pair<int64_t, int64_t>> lengths;
+      if (c.shape == Shape::kSequence) {
+        for (const int64_t t : seqs) lengths.emplace_back(t, 0);
+      } else if (c.shape == Shape::kGenerate) {
+        const std::vector<int64_t> prompts =
+            c.fixed_prompt > 0 ? std::vector<int64_t>{c.fixed_prompt} : sweep.prompts;
+        for (const int64_t p : prompts) {
+          for (const int64_t n : sweep.new_tokens) lengths.emplace_back(p, n);
+        }
+      } else {
+        lengths.emplace_back(0, 0);
+      }
+      const std::vector<int64_t> case_batches =
+          c.shape == Shape::kNone ? std::vector<int64_t>{0} : batches;
       for (const c10::Device& device : sweep.devices) {
         if (c.cuda_only && !device.is_cuda()) continue;
         for (const c10::ScalarType dtype : sweep.dtypes) {
           if (!c.sweeps_dtype && dtype != c10::kFloat) continue;
-          for (const int64_t batch :
-               c.shape == Shape::kNone ? std::vector<int64_t>{0} : batches) {
-            for (const auto& [first, second] : lengths) {
-              BenchSpec spec;
-              spec.family = family.name;
-              spec.size = c.size;
-              spec.phase = c.phase;
-              spec.device = device;
-              spec.dtype = dtype;
-              spec.batch = batch;
-              if (c.shape == Shape::kGenerate) {
-                spec.prompt = first;
-                spec.new_tokens = second;
-              } else {
-                spec.seq = first;
+          for (const bool channels_last : formats) {
+            for (const int64_t batch : case_batches) {
+              for (const auto& [first, second] : lengths) {
+                BenchSpec spec;
+                spec.family = family.name;
+                spec.size = c.size;
+                spec.phase = c.phase;
+                spec.device = device;
+                spec.dtype = dtype;
+                spec.batch = batch;
+                if (c.shape == Shape::kGenerate) {
+                  spec.prompt = first;
+                  spec.new_tokens = second;
+                } else {
+                  spec.seq = first;
+                }
+                spec.channels_last = channels_last;
+                spec.sync = sweep.sync;
+                spec.pack_cpu_linears = sweep.pack_cpu_linears;
+                out.push_back({&family, spec});
               }
-              spec.sync = sweep.sync;
-              spec.pack_cpu_linears = sweep.pack_cpu_linears;
-              out.push_back({&family, spec});
             }
           }
         }
@@ -76,11 +80,9 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
 std::string DefaultSuiteFilter(const std::vector<Family>& families) {
   std::vector<std::string> parts;
   for (const Family& family : families) {
-    std::vector<std::string> sizes;
-    for (const std::string& size : family.suite) sizes.push_back(EscapeRegex(size));
-    if (sizes.empty()) continue;
-    parts.push_back(
-        absl::StrCat(EscapeRegex(family.name), "/(", absl::StrJoin(sizes, "|"), ")/"));
+    if (family.suite.empty()) continue;
+    parts.push_back(absl::StrCat(EscapeRegex(family.name), "/(",
+                                 absl::StrJoin(family.suite, "|"), ")"));
   }
   return absl::StrCat("^(", absl::StrJoin(parts, "|"), ")");
 }

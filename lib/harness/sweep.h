@@ -19,6 +19,7 @@ struct Sweep {
   std::vector<c10::ScalarType> dtypes = {c10::kFloat};
   bool sync = true;
   bool pack_cpu_linears = true;
+  std::vector<bool> channels_last = {false};  // --memory_format
 };
 
 struct Registration {
@@ -29,7 +30,7 @@ struct Registration {
 std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
                                       const Sweep& sweep);
 
-// Regex selecting each family's suite sizes: what runs with no filter.
+// Regex selecting each family's suite: what runs with no filter.
 std::string DefaultSuiteFilter(const std::vector<Family>& families);
 
 // Whether Google Benchmark's --benchmark_filter selects a benchmark's full

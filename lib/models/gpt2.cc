@@ -338,9 +338,9 @@ Family GPT2Family() {
   f.name = "GPT2";
   for (const GPT2Size& s : GPT2Sizes()) f.sizes.push_back(s.name);
   f.phases = {kForward, kForwardBackward, kTrainStep, kGenerate};
-  f.suite = {"small"};
+  f.suite = {"small/"};
   f.default_batch = 1;
-  f.default_seq = 1024;
+  f.default_seqs = {1024};
   f.plan = PlanGPT2;
   f.build = BuildGPT2;
   return f;

@@ -289,7 +289,7 @@ Family OpsFamily() {
     c.cuda_only = d.cuda_only;
     f.cases.push_back(c);
   }
-  f.suite = {"matmul/2048x2048", "copy/256MiB", "noop/empty"};
+  f.suite = {"matmul/2048x2048/", "copy/256MiB/", "noop/empty/"};
   f.plan = PlanOps;
   f.build = BuildOps;
   return f;

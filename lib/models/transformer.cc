@@ -253,9 +253,9 @@ Family TransformerFamily() {
   f.name = "Transformer";
   for (const TransformerSize& s : TransformerSizes()) f.sizes.push_back(s.name);
   f.phases = {kForward, kForwardBackward, kTrainStep};
-  f.suite = {"small"};
+  f.suite = {"small/"};
   f.default_batch = 4;
-  f.default_seq = 512;
+  f.default_seqs = {512};
   f.plan = PlanTransformer;
   f.build = BuildTransformer;
   return f;
