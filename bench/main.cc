@@ -28,8 +28,11 @@
 #include "harness/summary.h"
 #include "harness/sweep.h"
 #include "harness/threads.h"
+#include "models/cnn.h"
+#include "models/encoder.h"
 #include "models/gpt2.h"
 #include "models/ops.h"
+#include "models/resnet.h"
 #include "models/selftest.h"
 #include "models/transformer.h"
 
@@ -256,8 +259,9 @@ int main(int argc, char** argv) {
   }
 
   static const std::vector<ltb::Family> families = [] {
-    std::vector<ltb::Family> f = {ltb::OpsFamily(), ltb::TransformerFamily(),
-                                  ltb::GPT2Family()};
+    std::vector<ltb::Family> f = {ltb::OpsFamily(),  ltb::TransformerFamily(),
+                                  ltb::GPT2Family(), ltb::ResNetFamily(),
+                                  ltb::CNNFamily(),  ltb::EncoderFamily()};
     const char* selftest = std::getenv("LTB_SELFTEST");
     if (selftest != nullptr && std::string(selftest) == "1")
       f.push_back(ltb::SelftestFamily());

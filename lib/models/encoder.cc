@@ -1,0 +1,113 @@
+#include "models/encoder.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "harness/phases.h"
+
+namespace ltb {
+
+const std::vector<EncoderSize>& EncoderSizes() {
+  static const auto* sizes = new std::vector<EncoderSize>{
+      {"nano", {64, 4, 256, 2}, 99'968},
+      {"default", {512, 8, 2048, 6}, 18'914'304},
+  };
+  return *sizes;
+}
+
+absl::StatusOr<EncoderConfig> EncoderSizeConfig(const std::string& size) {
+  std::vector<std::string> names;
+  for (const EncoderSize& s : EncoderSizes()) {
+    if (s.name == size) return s.config;
+    names.push_back(s.name);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown Encoder size '", size, "'; valid: ", absl::StrJoin(names, ", ")));
+}
+
+torch::nn::TransformerEncoder MakeEncoder(const EncoderConfig& c) {
+  // No final norm: the layers are the whole model.
+  return torch::nn::TransformerEncoder(torch::nn::TransformerEncoderOptions(
+      torch::nn::TransformerEncoderLayerOptions(c.d_model, c.heads)
+          .dim_feedforward(c.d_ff),
+      c.layers));
+}
+
+int64_t EncoderParamCount(const EncoderConfig& c) {
+  const int64_t d = c.d_model, f = c.d_ff;
+  return c.layers * (4 * d * d + 2 * d * f + 9 * d + f);
+}
+
+double EncoderForwardFlops(const EncoderConfig& c, int64_t batch, int64_t seq) {
+  const double b = batch, t = seq, d = c.d_model, f = c.d_ff;
+  return c.layers * (8 * b * t * d * d + 4 * b * t * t * d + 4 * b * t * d * f);
+}
+
+namespace {
+
+absl::StatusOr<Plan> PlanEncoder(const BenchSpec& s) {
+  absl::StatusOr<EncoderConfig> c = EncoderSizeConfig(s.size);
+  if (!c.ok()) return c.status();
+  if (s.phase != kForward && s.phase != kForwardBackward) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown Encoder phase '", s.phase, "'; valid: forward, forward_backward"));
+  }
+  if (s.batch <= 0 || s.seq <= 0)
+    return absl::InvalidArgumentError("batch and seq must be positive");
+  Plan plan;
+  plan.params = EncoderParamCount(*c);
+  plan.tokens_per_step = s.batch * s.seq;
+  const double fwd = EncoderForwardFlops(*c, s.batch, s.seq);
+  const int64_t tokens = s.batch * s.seq, d = c->d_model;
+  // LibTorch's encoder layer materialises the seq x seq attention of every head.
+  const int64_t scores = s.batch * c->heads * s.seq * s.seq;
+  MemoryEstimate& m = plan.memory;
+  if (s.phase == kForward) {
+    const int64_t e = DtypeBytes(s.dtype);
+    plan.flops_per_step = fwd;
+    m.weights = plan.params * e;
+    m.activations = (2 * scores + tokens * (6 * d + 2 * c->d_ff)) * e;
+    return plan;
+  }
+  const int64_t e = s.dtype == c10::kFloat ? 4 : 2;
+  plan.flops_per_step = 3 * fwd;
+  m.weights = plan.params * 4 + (s.dtype == c10::kFloat ? 0 : plan.params * 2);
+  m.gradients = plan.params * 4;
+  // Kept for backward per layer: scores, probabilities and their dropout,
+  // and the token-sized tensors of attention, FFN and norms.
+  m.activations = c->layers * (3 * scores + tokens * (12 * d + 3 * c->d_ff)) * e;
+  return plan;
+}
+
+std::unique_ptr<Workload> BuildEncoder(const BenchSpec& s) {
+  const EncoderConfig c = EncoderSizeConfig(s.size).value();
+  torch::nn::TransformerEncoder model = MakeEncoder(c);
+  PrepareModel(*model, s);
+  const c10::ScalarType input_dtype = s.phase == kForward ? s.dtype : c10::kFloat;
+  // LibTorch's encoder takes (T, B, d).
+  const at::Tensor x = torch::randn({s.seq, s.batch, c.d_model},
+                                    torch::dtype(input_dtype).device(s.device));
+  ModelFns fns;
+  fns.module = model.ptr();
+  fns.forward = [model, x]() mutable { return model(x); };
+  fns.loss = [](const at::Tensor& y) { return y.to(at::kFloat).pow(2).mean(); };
+  return MakePhaseWorkload(s, std::move(fns));
+}
+
+}  // namespace
+
+Family EncoderFamily() {
+  Family f;
+  f.name = "Encoder";
+  for (const EncoderSize& s : EncoderSizes()) f.sizes.push_back(s.name);
+  f.phases = {kForward, kForwardBackward};
+  // The default suite shows the short end of the curve; the whole curve
+  // (128 to 4096) runs with a filter naming Encoder.
+  f.suite = {"default/[^/]+/[^/]+/batch:[0-9]+/seq:(128|512)/"};
+  f.default_batch = 8;
+  f.default_seqs = {128, 256, 512, 1024, 2048, 4096};
+  f.plan = PlanEncoder;
+  f.build = BuildEncoder;
+  return f;
+}
+
+}  // namespace ltb

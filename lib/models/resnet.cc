@@ -1,0 +1,173 @@
+#include "models/resnet.h"
+
+#include <torch/nn/functional/pooling.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "harness/phases.h"
+#include "models/vision.h"
+
+namespace ltb {
+namespace {
+
+torch::nn::Conv2d Conv(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad) {
+  return torch::nn::Conv2d(
+      torch::nn::Conv2dOptions(in, out, k).stride(stride).padding(pad).bias(false));
+}
+
+int64_t Expansion(bool bottleneck) { return bottleneck ? 4 : 1; }
+
+int64_t OutSize(int64_t in, int64_t k, int64_t stride, int64_t pad) {
+  return (in + 2 * pad - k) / stride + 1;
+}
+
+}  // namespace
+
+const std::vector<ResNetSize>& ResNetSizes() {
+  static const auto* sizes = new std::vector<ResNetSize>{
+      {"nano", {false, {1, 1, 1, 1}, {16, 32, 64, 128}, 16, 1000}, 438'456},
+      {"resnet18", {false, {2, 2, 2, 2}, {64, 128, 256, 512}, 64, 1000}, 11'689'512},
+      {"resnet50", {true, {3, 4, 6, 3}, {64, 128, 256, 512}, 64, 1000}, 25'557'032},
+  };
+  return *sizes;
+}
+
+absl::StatusOr<ResNetConfig> ResNetSizeConfig(const std::string& size) {
+  std::vector<std::string> names;
+  for (const ResNetSize& s : ResNetSizes()) {
+    if (s.name == size) return s.config;
+    names.push_back(s.name);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown ResNet size '", size, "'; valid: ", absl::StrJoin(names, ", ")));
+}
+
+ResNetCost ResNetCostFor(const ResNetConfig& c, int64_t image) {
+  ResNetCost cost;
+  int64_t hw = image;
+  // A convolution without bias followed by batch norm (2 parameters a channel).
+  const auto conv = [&](int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad) {
+    hw = OutSize(hw, k, stride, pad);
+    cost.params += in * out * k * k + 2 * out;
+    cost.flops += 2.0 * in * out * k * k * hw * hw;
+    cost.activations += 3 * out * hw * hw;
+  };
+  conv(3, c.stem, 7, 2, 3);
+  hw = OutSize(hw, 3, 2, 1);  // max pool
+  int64_t in = c.stem;
+  const int64_t e = Expansion(c.bottleneck);
+  for (int stage = 0; stage < 4; ++stage) {
+    const int64_t planes = c.widths[stage];
+    for (int64_t b = 0; b < c.blocks[stage]; ++b) {
+      const int64_t stride = stage > 0 && b == 0 ? 2 : 1;
+      const int64_t block_in_hw = hw;
+      if (c.bottleneck) {
+        conv(in, planes, 1, 1, 0);
+        conv(planes, planes, 3, stride, 1);
+        conv(planes, planes * e, 1, 1, 0);
+      } else {
+        conv(in, planes, 3, stride, 1);
+        conv(planes, planes, 3, 1, 1);
+      }
+      if (stride != 1 || in != planes * e) {
+        const int64_t out_hw = hw;
+        hw = block_in_hw;
+        conv(in, planes * e, 1, stride, 0);
+        hw = out_hw;
+      }
+      in = planes * e;
+    }
+  }
+  cost.params += in * c.classes + c.classes;
+  cost.flops += 2.0 * in * c.classes;
+  return cost;
+}
+
+ResNetBlockImpl::ResNetBlockImpl(bool bottleneck, int64_t in, int64_t planes,
+                                 int64_t stride) {
+  const int64_t out = planes * Expansion(bottleneck);
+  if (bottleneck) {
+    conv1 = register_module("conv1", Conv(in, planes, 1, 1, 0));
+    bn1 = register_module("bn1", torch::nn::BatchNorm2d(planes));
+    conv2 = register_module("conv2", Conv(planes, planes, 3, stride, 1));
+    bn2 = register_module("bn2", torch::nn::BatchNorm2d(planes));
+    conv3 = register_module("conv3", Conv(planes, out, 1, 1, 0));
+    bn3 = register_module("bn3", torch::nn::BatchNorm2d(out));
+  } else {
+    conv1 = register_module("conv1", Conv(in, planes, 3, stride, 1));
+    bn1 = register_module("bn1", torch::nn::BatchNorm2d(planes));
+    conv2 = register_module("conv2", Conv(planes, planes, 3, 1, 1));
+    bn2 = register_module("bn2", torch::nn::BatchNorm2d(planes));
+  }
+  if (stride != 1 || in != out) {
+    downsample = register_module(
+        "downsample",
+        torch::nn::Sequential(Conv(in, out, 1, stride, 0), torch::nn::BatchNorm2d(out)));
+  }
+}
+
+at::Tensor ResNetBlockImpl::forward(const at::Tensor& x) {
+  at::Tensor y = torch::relu(bn1(conv1(x)));
+  if (conv3) {
+    y = bn3(conv3(torch::relu(bn2(conv2(y)))));
+  } else {
+    y = bn2(conv2(y));
+  }
+  return torch::relu(y + (downsample ? downsample->forward(x) : x));
+}
+
+ResNetImpl::ResNetImpl(const ResNetConfig& c)
+    : conv1(register_module("conv1", Conv(3, c.stem, 7, 2, 3))),
+      bn1(register_module("bn1", torch::nn::BatchNorm2d(c.stem))) {
+  int64_t in = c.stem;
+  torch::nn::Sequential* stages[] = {&layer1, &layer2, &layer3, &layer4};
+  for (int stage = 0; stage < 4; ++stage) {
+    torch::nn::Sequential seq;
+    for (int64_t b = 0; b < c.blocks[stage]; ++b) {
+      const int64_t stride = stage > 0 && b == 0 ? 2 : 1;
+      seq->push_back(ResNetBlock(c.bottleneck, in, c.widths[stage], stride));
+      in = c.widths[stage] * Expansion(c.bottleneck);
+    }
+    *stages[stage] = register_module(absl::StrCat("layer", stage + 1), seq);
+  }
+  fc = register_module("fc", torch::nn::Linear(in, c.classes));
+}
+
+at::Tensor ResNetImpl::forward(const at::Tensor& x) {
+  namespace F = torch::nn::functional;
+  at::Tensor y = torch::relu(bn1(conv1(x)));  // (N, stem, H/2, W/2)
+  y = F::max_pool2d(y, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
+  y = layer4->forward(layer3->forward(layer2->forward(layer1->forward(y))));
+  y = F::adaptive_avg_pool2d(y, F::AdaptiveAvgPool2dFuncOptions(1)).flatten(1);  // (N, C)
+  return fc(y);
+}
+
+Family ResNetFamily() {
+  Family f;
+  f.name = "ResNet";
+  for (const ResNetSize& s : ResNetSizes()) {
+    f.sizes.push_back(s.name);
+    for (const char* phase : {kForward, kTrainStep}) {
+      f.cases.push_back({s.name, phase, true, Shape::kBatch});
+    }
+  }
+  f.phases = {kForward, kTrainStep};
+  f.suite = {"resnet18/"};
+  f.default_batch = 32;
+  f.sweeps_memory_format = true;
+  f.plan = [](const BenchSpec& s) -> absl::StatusOr<Plan> {
+    absl::StatusOr<ResNetConfig> c = ResNetSizeConfig(s.size);
+    if (!c.ok()) return c.status();
+    const ResNetCost cost = ResNetCostFor(*c, 224);
+    return PlanClassifier(s, cost.params, cost.flops, cost.activations);
+  };
+  f.build = [](const BenchSpec& s) {
+    ResNet model(ResNetSizeConfig(s.size).value());
+    return BuildClassifier(
+        s, model.ptr(), [model](const at::Tensor& x) mutable { return model(x); },
+        ClassifierShape{3, 224, 1000}, 0.1);
+  };
+  return f;
+}
+
+}  // namespace ltb

@@ -1,0 +1,77 @@
+// The ResNet family (shared/MODELS.md, "ResNet"): torchvision's ResNet —
+// 7x7 stem, batch norm, BasicBlock or Bottleneck stages, 1000 classes —
+// with torchvision's parameter names.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "harness/family.h"
+
+namespace ltb {
+
+struct ResNetConfig {
+  bool bottleneck = false;             // Bottleneck (expansion 4) or BasicBlock
+  std::array<int64_t, 4> blocks = {};  // per stage
+  std::array<int64_t, 4> widths = {64, 128, 256, 512};
+  int64_t stem = 64;  // channels of the 7x7 stem
+  int64_t classes = 1000;
+};
+
+struct ResNetSize {
+  std::string name;
+  ResNetConfig config;
+  int64_t card_params;
+};
+
+// nano, resnet18, resnet50.
+const std::vector<ResNetSize>& ResNetSizes();
+absl::StatusOr<ResNetConfig> ResNetSizeConfig(const std::string& size);
+
+// What one image of `image` x `image` costs: parameters, forward FLOPs of
+// the convolutions and the classifier (2 per multiply-add), and the elements
+// of the convolution outputs (each kept with its batch norm and ReLU outputs).
+struct ResNetCost {
+  int64_t params = 0;
+  double flops = 0;
+  int64_t activations = 0;
+};
+ResNetCost ResNetCostFor(const ResNetConfig& c, int64_t image);
+
+class ResNetBlockImpl : public torch::nn::Module {
+ public:
+  ResNetBlockImpl(bool bottleneck, int64_t in, int64_t planes, int64_t stride);
+  at::Tensor forward(const at::Tensor& x);
+
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
+  torch::nn::Sequential downsample{nullptr};
+};
+TORCH_MODULE(ResNetBlock);
+
+class ResNetImpl : public torch::nn::Module {
+ public:
+  explicit ResNetImpl(const ResNetConfig& c);
+  // x: (N, 3, H, W) -> logits (N, classes).
+  at::Tensor forward(const at::Tensor& x);
+
+  torch::nn::Conv2d conv1{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr};
+  torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr},
+      layer4{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(ResNet);
+
+Family ResNetFamily();
+
+}  // namespace ltb

@@ -1,0 +1,76 @@
+#include "models/vision.h"
+
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/sgd.h>
+
+#include "absl/strings/str_cat.h"
+#include "harness/phases.h"
+
+namespace ltb {
+
+std::unique_ptr<Workload> BuildClassifier(
+    const BenchSpec& spec, std::shared_ptr<torch::nn::Module> module,
+    std::function<at::Tensor(const at::Tensor&)> forward, const ClassifierShape& shape,
+    double lr) {
+  PrepareModel(*module, spec);
+  const auto memory_format =
+      spec.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  if (spec.channels_last) {
+    torch::NoGradGuard no_grad;
+    for (at::Tensor& p : module->parameters()) {
+      if (p.dim() == 4) p.set_data(p.contiguous(memory_format));
+    }
+  }
+  const c10::ScalarType input_dtype = spec.phase == kForward ? spec.dtype : c10::kFloat;
+  const at::Tensor images =
+      torch::randn({spec.batch, shape.channels, shape.image, shape.image},
+                   torch::dtype(input_dtype).device(spec.device))
+          .contiguous(memory_format);
+  const at::Tensor labels = torch::randint(
+      0, shape.classes, {spec.batch}, torch::dtype(torch::kLong).device(spec.device));
+  ModelFns fns;
+  fns.module = module;
+  fns.forward = [forward, images]() { return forward(images); };
+  fns.loss = [labels](const at::Tensor& logits) {
+    return torch::nn::functional::cross_entropy(logits.to(at::kFloat), labels);
+  };
+  fns.make_optimizer = [module, lr]() {
+    return std::make_unique<torch::optim::SGD>(
+        module->parameters(), torch::optim::SGDOptions(lr).momentum(0.9));
+  };
+  return MakePhaseWorkload(spec, std::move(fns));
+}
+
+absl::StatusOr<Plan> PlanClassifier(const BenchSpec& spec, int64_t params,
+                                    double forward_flops_per_image,
+                                    int64_t activations_per_image) {
+  if (spec.phase != kForward && spec.phase != kTrainStep) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown ", spec.family, " phase '",
+                                                   spec.phase,
+                                                   "'; valid: forward, train_step"));
+  }
+  if (spec.batch <= 0) return absl::InvalidArgumentError("batch must be positive");
+  Plan plan;
+  plan.params = params;
+  plan.samples_per_step = spec.batch;
+  const double fwd = forward_flops_per_image * spec.batch;
+  MemoryEstimate& m = plan.memory;
+  if (spec.phase == kForward) {
+    const int64_t e = DtypeBytes(spec.dtype);
+    plan.flops_per_step = fwd;
+    m.weights = params * e;
+    // Eval mode frees each activation once the next layer has it.
+    m.activations = spec.batch * activations_per_image * e / 4;
+    return plan;
+  }
+  const int64_t e = spec.dtype == c10::kFloat ? 4 : 2;
+  plan.flops_per_step = 3 * fwd;
+  m.weights = params * 4 + (spec.dtype == c10::kFloat ? 0 : params * 2);
+  m.gradients = params * 4;
+  m.optimizer = params * 4;  // momentum
+  m.activations =
+      spec.batch * activations_per_image * e * 2;  // outputs and their gradients
+  return plan;
+}
+
+}  // namespace ltb
