@@ -35,6 +35,7 @@
 #include "models/resnet.h"
 #include "models/selftest.h"
 #include "models/transformer.h"
+#include "models/whisper.h"
 
 // Every flag is a string, validated here, so that a bad value stops the
 // program with exit code 2 and the valid choices.
@@ -259,9 +260,10 @@ int main(int argc, char** argv) {
   }
 
   static const std::vector<ltb::Family> families = [] {
-    std::vector<ltb::Family> f = {ltb::OpsFamily(),  ltb::TransformerFamily(),
-                                  ltb::GPT2Family(), ltb::ResNetFamily(),
-                                  ltb::CNNFamily(),  ltb::EncoderFamily()};
+    std::vector<ltb::Family> f = {ltb::OpsFamily(),    ltb::TransformerFamily(),
+                                  ltb::GPT2Family(),   ltb::ResNetFamily(),
+                                  ltb::CNNFamily(),    ltb::EncoderFamily(),
+                                  ltb::WhisperFamily()};
     const char* selftest = std::getenv("LTB_SELFTEST");
     if (selftest != nullptr && std::string(selftest) == "1")
       f.push_back(ltb::SelftestFamily());

@@ -33,6 +33,7 @@ struct Plan {
   double bytes_per_step = 0;  // memory traffic, for bandwidth-bound ops
   int64_t tokens_per_step = 0;
   int64_t samples_per_step = 0;
+  double audio_seconds_per_step = 0;  // speech: audio_s/s and rtf
   MemoryEstimate memory;
 };
 

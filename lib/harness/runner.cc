@@ -136,6 +136,15 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
   if (plan->bytes_per_step > 0) {
     c["bytes/s"] = Counter(plan->bytes_per_step, Counter::kIsIterationInvariantRate);
   }
+  if (plan->audio_seconds_per_step > 0) {
+    c["audio_s/s"] =
+        Counter(plan->audio_seconds_per_step, Counter::kIsIterationInvariantRate);
+    if (state.iterations() > 0) {
+      // Real-time factor: wall time per second of audio.
+      c["rtf"] = measured / static_cast<double>(state.iterations()) /
+                 plan->audio_seconds_per_step;
+    }
+  }
   if (Cache().workload) {
     for (const auto& [name, value] : Cache().workload->Counters()) c[name] = value;
   }

@@ -1,0 +1,458 @@
+#include "models/whisper.h"
+
+#include <c10/core/InferenceMode.h>
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "harness/generation.h"
+#include "harness/phases.h"
+#include "models/attention.h"
+
+namespace ltb {
+
+const std::vector<WhisperSize>& WhisperSizes() {
+  static const auto* sizes = [] {
+    WhisperConfig nano;
+    nano.width = 64;
+    nano.heads = 4;
+    nano.encoder_layers = nano.decoder_layers = 2;
+    nano.vocab = 1000;
+    WhisperConfig tiny;  // the defaults
+    WhisperConfig base;
+    base.width = 512;
+    base.heads = 8;
+    base.encoder_layers = base.decoder_layers = 6;
+    return new std::vector<WhisperSize>{
+        {"nano", nano, 353'792}, {"tiny", tiny, 37'184'640}, {"base", base, 71'825'920}};
+  }();
+  return *sizes;
+}
+
+absl::StatusOr<WhisperConfig> WhisperSizeConfig(const std::string& size) {
+  std::vector<std::string> names;
+  for (const WhisperSize& s : WhisperSizes()) {
+    if (s.name == size) return s.config;
+    names.push_back(s.name);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown Whisper size '", size, "'; valid: ", absl::StrJoin(names, ", ")));
+}
+
+namespace {
+
+// Attention: 4 w^2 weights and 3 biases (no key bias); MLP 8 w^2 + 5 w;
+// LayerNorm 2 w.
+int64_t AttentionParams(int64_t w) { return 4 * w * w + 3 * w; }
+int64_t MlpParams(int64_t w) { return 8 * w * w + 5 * w; }
+int64_t NormParams(int64_t w) { return 2 * w; }
+
+int64_t DecoderParamCount(const WhisperConfig& c) {
+  const int64_t w = c.width;
+  return c.vocab * w + c.text_ctx * w +
+         c.decoder_layers * (2 * AttentionParams(w) + MlpParams(w) + 3 * NormParams(w)) +
+         NormParams(w);
+}
+
+}  // namespace
+
+int64_t WhisperParamCount(const WhisperConfig& c) {
+  const int64_t w = c.width;
+  const int64_t convs = c.mels * w * 3 + w + w * w * 3 + w;
+  const int64_t encoder =
+      convs + c.encoder_layers * (AttentionParams(w) + MlpParams(w) + 2 * NormParams(w)) +
+      NormParams(w);
+  return encoder + DecoderParamCount(c);
+}
+
+double WhisperEncodeFlops(const WhisperConfig& c, int64_t batch) {
+  const double b = batch, w = c.width, t = c.audio_ctx;
+  const double convs = 2 * c.mels * w * 3 * c.frames + 2 * w * w * 3 * t;
+  return b * (convs + c.encoder_layers * (24 * t * w * w + 4 * t * t * w));
+}
+
+namespace {
+
+// One decoder layer over `q` new tokens attending to `k` cached ones: self
+// q, k, v, o (8 q w^2), cross q and o (4 q w^2), MLP (16 q w^2), and the
+// two attentions.
+double DecoderLayerFlops(const WhisperConfig& c, double q, double k) {
+  const double w = c.width;
+  return 28 * q * w * w + 4 * q * k * w + 4 * q * c.audio_ctx * w;
+}
+
+}  // namespace
+
+double WhisperGenerateFlops(const WhisperConfig& c, int64_t batch, int64_t prompt,
+                            int64_t new_tokens) {
+  const double w = c.width, layers = c.decoder_layers;
+  const double cross_kv = layers * 4.0 * c.audio_ctx * w * w;
+  const double logits = 2.0 * w * c.vocab;
+  double flops = cross_kv + layers * DecoderLayerFlops(c, prompt, prompt) + logits;
+  for (int64_t i = 1; i < new_tokens; ++i) {
+    flops += layers * DecoderLayerFlops(c, 1, prompt + i) + logits;
+  }
+  return batch * flops;
+}
+
+int64_t WhisperDecodeWeightCount(const WhisperConfig& c) {
+  const int64_t w = c.width;
+  const int64_t cross_key_value =
+      c.decoder_layers * (2 * w * w + w);  // used once per utterance
+  return DecoderParamCount(c) - c.text_ctx * w - cross_key_value;
+}
+
+// ---------------------------------------------------------------- modules
+
+WhisperAttentionImpl::WhisperAttentionImpl(int64_t width, int64_t heads, bool fused)
+    : query(register_module("query", torch::nn::Linear(width, width))),
+      key(register_module(
+          "key", torch::nn::Linear(torch::nn::LinearOptions(width, width).bias(false)))),
+      value(register_module("value", torch::nn::Linear(width, width))),
+      out(register_module("out", torch::nn::Linear(width, width))),
+      heads_(heads),
+      fused_(fused) {
+  TORCH_CHECK(width % heads == 0, "heads (", heads, ") must divide the width (", width,
+              ")");
+}
+
+at::Tensor WhisperAttentionImpl::Heads(const at::Tensor& y) const {
+  return y.view({y.size(0), y.size(1), heads_, y.size(2) / heads_}).transpose(1, 2);
+}
+
+at::Tensor WhisperAttentionImpl::Merge(const at::Tensor& y) const {
+  return y.transpose(1, 2).reshape({y.size(0), y.size(2), y.size(1) * y.size(3)});
+}
+
+at::Tensor WhisperAttentionImpl::forward(const at::Tensor& x, bool causal) {
+  return out(
+      Merge(Attention(Heads(query(x)), Heads(key(x)), Heads(value(x)), causal, fused_)));
+}
+
+at::Tensor WhisperAttentionImpl::forward_cached(const at::Tensor& x, at::Tensor& cache_k,
+                                                at::Tensor& cache_v, int64_t position) {
+  const int64_t t = x.size(1);
+  TORCH_CHECK(t == 1 || position == 0,
+              "a chunk of several tokens must start at position 0");
+  cache_k.narrow(2, position, t).copy_(Heads(key(x)));
+  cache_v.narrow(2, position, t).copy_(Heads(value(x)));
+  const at::Tensor k = cache_k.narrow(2, 0, position + t);  // (B, nh, position + T, hs)
+  const at::Tensor v = cache_v.narrow(2, 0, position + t);
+  return out(Merge(Attention(Heads(query(x)), k, v, /*causal=*/t > 1, fused_)));
+}
+
+std::pair<at::Tensor, at::Tensor> WhisperAttentionImpl::KeysValues(const at::Tensor& xa) {
+  return {Heads(key(xa)), Heads(value(xa))};
+}
+
+at::Tensor WhisperAttentionImpl::Cross(const at::Tensor& x, const at::Tensor& k,
+                                       const at::Tensor& v) {
+  return out(Merge(Attention(Heads(query(x)), k, v, /*causal=*/false, fused_)));
+}
+
+WhisperBlockImpl::WhisperBlockImpl(int64_t width, int64_t heads, bool cross, bool fused) {
+  const auto norm = [&] {
+    return torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}));
+  };
+  attn = register_module("attn", WhisperAttention(width, heads, fused));
+  attn_ln = register_module("attn_ln", norm());
+  if (cross) {
+    cross_attn = register_module("cross_attn", WhisperAttention(width, heads, fused));
+    cross_attn_ln = register_module("cross_attn_ln", norm());
+  }
+  mlp = register_module(
+      "mlp", torch::nn::Sequential(torch::nn::Linear(width, 4 * width), torch::nn::GELU(),
+                                   torch::nn::Linear(4 * width, width)));
+  mlp_ln = register_module("mlp_ln", norm());
+}
+
+at::Tensor WhisperBlockImpl::Mlp(const at::Tensor& x) {
+  return x + mlp->forward(mlp_ln(x));
+}
+
+namespace {
+
+// The fixed sinusoidal positions of the encoder: sin then cos of position
+// times log-spaced timescales up to 10000.
+at::Tensor Sinusoids(int64_t length, int64_t channels) {
+  const double increment = std::log(10000.0) / (channels / 2 - 1);
+  const at::Tensor inv =
+      torch::exp(-increment * torch::arange(channels / 2, torch::kFloat));
+  const at::Tensor t =
+      torch::arange(length, torch::kFloat).unsqueeze(1) * inv.unsqueeze(0);
+  return torch::cat({t.sin(), t.cos()}, 1);  // (length, channels)
+}
+
+WhisperBlock Block(const torch::nn::ModuleList& list, size_t i) {
+  return WhisperBlock(list->ptr<WhisperBlockImpl>(i));
+}
+
+}  // namespace
+
+WhisperEncoderImpl::WhisperEncoderImpl(const WhisperConfig& c) {
+  const int64_t w = c.width;
+  conv1 = register_module(
+      "conv1", torch::nn::Conv1d(torch::nn::Conv1dOptions(c.mels, w, 3).padding(1)));
+  conv2 = register_module(
+      "conv2", torch::nn::Conv1d(torch::nn::Conv1dOptions(w, w, 3).stride(2).padding(1)));
+  positional_embedding_ =
+      register_buffer("positional_embedding", Sinusoids(c.audio_ctx, w));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.encoder_layers; ++i) {
+    blocks->push_back(WhisperBlock(w, c.heads, /*cross=*/false, c.fused_attention));
+  }
+  ln_post =
+      register_module("ln_post", torch::nn::LayerNorm(torch::nn::LayerNormOptions({w})));
+}
+
+at::Tensor WhisperEncoderImpl::forward(const at::Tensor& mel) {
+  at::Tensor x = torch::gelu(conv1(mel));             // (B, w, frames)
+  x = torch::gelu(conv2(x)).transpose(1, 2);          // (B, frames / 2, w)
+  x = x + positional_embedding_.to(x.scalar_type());  // (B, T, w)
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    WhisperBlock b = Block(blocks, i);
+    x = x + b->attn(b->attn_ln(x), /*causal=*/false);
+    x = b->Mlp(x);
+  }
+  return ln_post(x);
+}
+
+WhisperDecoderImpl::WhisperDecoderImpl(const WhisperConfig& c) {
+  token_embedding =
+      register_module("token_embedding", torch::nn::Embedding(c.vocab, c.width));
+  positional_embedding = register_parameter("positional_embedding",
+                                            torch::randn({c.text_ctx, c.width}) * 0.01);
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.decoder_layers; ++i) {
+    blocks->push_back(WhisperBlock(c.width, c.heads, /*cross=*/true, c.fused_attention));
+  }
+  ln =
+      register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})));
+}
+
+WhisperImpl::WhisperImpl(const WhisperConfig& c)
+    : encoder(register_module("encoder", WhisperEncoder(c))),
+      decoder(register_module("decoder", WhisperDecoder(c))),
+      config_(c) {}
+
+at::Tensor WhisperImpl::Encode(const at::Tensor& mel) { return encoder(mel); }
+
+at::Tensor WhisperImpl::Embed(const at::Tensor& tokens, int64_t position) {
+  TORCH_CHECK(position + tokens.size(1) <= config_.text_ctx, "position ",
+              position + tokens.size(1), " is beyond the decoder's ", config_.text_ctx);
+  return decoder->token_embedding(tokens) +
+         decoder->positional_embedding.narrow(0, position, tokens.size(1));  // (B, T, w)
+}
+
+at::Tensor WhisperImpl::Logits(const at::Tensor& x) {
+  return at::linear(decoder->ln(x), decoder->token_embedding->weight);
+}
+
+at::Tensor WhisperImpl::Decode(const at::Tensor& tokens, const at::Tensor& xa) {
+  at::Tensor x = Embed(tokens, 0);
+  for (size_t i = 0; i < decoder->blocks->size(); ++i) {
+    WhisperBlock b = Block(decoder->blocks, i);
+    x = x + b->attn(b->attn_ln(x), /*causal=*/true);
+    const auto [k, v] = b->cross_attn->KeysValues(xa);
+    x = x + b->cross_attn->Cross(b->cross_attn_ln(x), k, v);
+    x = b->Mlp(x);
+  }
+  return Logits(x);  // (B, T, V)
+}
+
+WhisperState WhisperImpl::Start(const at::Tensor& xa, int64_t positions) {
+  WhisperState s;
+  const int64_t hs = config_.width / config_.heads;
+  for (size_t i = 0; i < decoder->blocks->size(); ++i) {
+    s.self_k.push_back(
+        torch::empty({xa.size(0), config_.heads, positions, hs}, xa.options()));
+    s.self_v.push_back(
+        torch::empty({xa.size(0), config_.heads, positions, hs}, xa.options()));
+  }
+  ComputeCross(xa, s);
+  return s;
+}
+
+void WhisperImpl::ComputeCross(const at::Tensor& xa, WhisperState& state) {
+  state.cross_k.clear();
+  state.cross_v.clear();
+  for (size_t i = 0; i < decoder->blocks->size(); ++i) {
+    auto [k, v] = Block(decoder->blocks, i)->cross_attn->KeysValues(xa);
+    state.cross_k.push_back(k);
+    state.cross_v.push_back(v);
+  }
+}
+
+at::Tensor WhisperImpl::DecodeCached(const at::Tensor& tokens, int64_t position,
+                                     WhisperState& state) {
+  at::Tensor x = Embed(tokens, position);
+  for (size_t i = 0; i < decoder->blocks->size(); ++i) {
+    WhisperBlock b = Block(decoder->blocks, i);
+    x = x + b->attn->forward_cached(b->attn_ln(x), state.self_k[i], state.self_v[i],
+                                    position);
+    x = x + b->cross_attn->Cross(b->cross_attn_ln(x), state.cross_k[i], state.cross_v[i]);
+    x = b->Mlp(x);
+  }
+  return Logits(x.select(1, x.size(1) - 1));  // (B, V)
+}
+
+at::Tensor WhisperGenerateWithCache(Whisper& model, const at::Tensor& xa,
+                                    const at::Tensor& prompt, int64_t new_tokens) {
+  WhisperState state = model->Start(xa, prompt.size(1) + new_tokens);
+  std::vector<at::Tensor> out;
+  at::Tensor token = model->DecodeCached(prompt, 0, state).argmax(-1, true);  // (B, 1)
+  out.push_back(token);
+  for (int64_t i = 1; i < new_tokens; ++i) {
+    token = model->DecodeCached(token, prompt.size(1) + i - 1, state).argmax(-1, true);
+    out.push_back(token);
+  }
+  return torch::cat(out, 1);
+}
+
+at::Tensor WhisperGenerateByRecompute(Whisper& model, const at::Tensor& xa,
+                                      const at::Tensor& prompt, int64_t new_tokens) {
+  at::Tensor seq = prompt;
+  for (int64_t i = 0; i < new_tokens; ++i) {
+    const at::Tensor next =
+        model->Decode(seq, xa).select(1, seq.size(1) - 1).argmax(-1, true);
+    seq = torch::cat({seq, next}, 1);
+  }
+  return seq.narrow(1, prompt.size(1), new_tokens);
+}
+
+// ----------------------------------------------------------------- family
+
+namespace {
+
+constexpr int64_t kStartTokens = 4;  // the start-of-transcript prompt
+constexpr double kWindowSeconds = 30.0;
+constexpr char kEncode[] = "encode";
+constexpr char kTranscribe[] = "transcribe";
+
+absl::StatusOr<Plan> PlanWhisper(const BenchSpec& s) {
+  absl::StatusOr<WhisperConfig> c = WhisperSizeConfig(s.size);
+  if (!c.ok()) return c.status();
+  if (s.phase != kEncode && s.phase != kGenerate && s.phase != kTranscribe) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown Whisper phase '", s.phase, "'; valid: encode, generate, transcribe"));
+  }
+  if (s.batch <= 0) return absl::InvalidArgumentError("batch must be positive");
+  Plan plan;
+  plan.params = WhisperParamCount(*c);
+  const int64_t e = DtypeBytes(s.dtype), w = c->width, b = s.batch;
+  MemoryEstimate& m = plan.memory;
+  m.weights = plan.params * e;
+  // Encoder: a few (B, T, 4w)-sized tensors, and attention scores when explicit.
+  const int64_t encode_activations =
+      b * c->audio_ctx * w * 12 * e + b * c->mels * c->frames * e;
+  if (s.phase == kEncode) {
+    plan.flops_per_step = WhisperEncodeFlops(*c, b);
+    plan.samples_per_step = b;
+    plan.audio_seconds_per_step = kWindowSeconds * b;
+    m.activations = encode_activations;
+    return plan;
+  }
+  if (s.prompt + s.new_tokens > c->text_ctx || s.new_tokens <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt ", s.prompt, " + new tokens ", s.new_tokens, " = ",
+        s.prompt + s.new_tokens, " positions, but the Whisper decoder has ", c->text_ctx,
+        ": --new_tokens must be 1 to ", c->text_ctx - s.prompt));
+  }
+  const double generate = WhisperGenerateFlops(*c, b, s.prompt, s.new_tokens);
+  const int64_t layers = c->decoder_layers;
+  m.activations = 2 * layers * b * (c->text_ctx + c->audio_ctx) * w * e +  // caches
+                  b * c->audio_ctx * w * e + b * c->vocab * 4;
+  plan.tokens_per_step = b * s.new_tokens;
+  if (s.phase == kGenerate) {
+    plan.flops_per_step = generate;
+    return plan;
+  }
+  plan.flops_per_step = WhisperEncodeFlops(*c, b) + generate;
+  plan.samples_per_step = b;
+  plan.audio_seconds_per_step = kWindowSeconds * b;
+  m.activations += encode_activations;
+  return plan;
+}
+
+class TranscribeWorkload final : public Workload {
+ public:
+  TranscribeWorkload(Whisper model, at::Tensor mel, at::Tensor prompt, int64_t new_tokens)
+      : model_(std::move(model)),
+        mel_(std::move(mel)),
+        prompt_(std::move(prompt)),
+        new_tokens_(new_tokens) {}
+  void Step() override {
+    c10::InferenceMode guard;
+    WhisperGenerateWithCache(model_, model_->Encode(mel_), prompt_, new_tokens_);
+  }
+
+ private:
+  Whisper model_;
+  at::Tensor mel_, prompt_;
+  int64_t new_tokens_;
+};
+
+std::unique_ptr<Workload> BuildWhisper(const BenchSpec& s) {
+  const WhisperConfig c = WhisperSizeConfig(s.size).value();
+  Whisper model(c);
+  PrepareModel(*model, s);  // every Whisper phase is inference
+  model->eval();
+  const auto opts = torch::dtype(s.dtype).device(s.device);
+  const at::Tensor mel = torch::randn({s.batch, c.mels, c.frames}, opts);
+  if (s.phase == kEncode) {
+    ModelFns fns;
+    fns.module = model.ptr();
+    fns.forward = [model, mel]() mutable { return model->Encode(mel); };
+    BenchSpec forward = s;
+    forward.phase = kForward;  // runs like a forward pass
+    return MakePhaseWorkload(forward, std::move(fns));
+  }
+  const at::Tensor prompt = torch::randint(0, c.vocab, {s.batch, s.prompt},
+                                           torch::dtype(torch::kLong).device(s.device));
+  if (s.phase == kTranscribe) {
+    return std::make_unique<TranscribeWorkload>(model, mel, prompt, s.new_tokens);
+  }
+  c10::InferenceMode guard;
+  const at::Tensor xa = model->Encode(mel);  // generation starts from an encoded window
+  // The self-attention cache is allocated once; each generation computes the
+  // cross-attention keys and values from the encoder output, then decodes.
+  auto state = std::make_shared<WhisperState>(model->Start(xa, s.prompt + s.new_tokens));
+  GenerateFns fns;
+  fns.module = model.ptr();
+  fns.prefill = [model, xa, prompt, state]() mutable {
+    model->ComputeCross(xa, *state);
+    return model->DecodeCached(prompt, 0, *state).argmax(-1, true);
+  };
+  fns.decode = [model, state](const at::Tensor& token, int64_t position) mutable {
+    return model->DecodeCached(token, position, *state).argmax(-1, true);
+  };
+  return MakeGenerateWorkload(
+      s, std::move(fns),
+      static_cast<double>(WhisperDecodeWeightCount(c)) * DtypeBytes(s.dtype));
+}
+
+}  // namespace
+
+Family WhisperFamily() {
+  Family f;
+  f.name = "Whisper";
+  for (const WhisperSize& s : WhisperSizes()) {
+    f.sizes.push_back(s.name);
+    f.cases.push_back({s.name, kEncode, true, Shape::kBatch});
+    Case generate{s.name, kGenerate, true, Shape::kGenerate};
+    generate.fixed_prompt = kStartTokens;
+    f.cases.push_back(generate);
+    Case transcribe{s.name, kTranscribe, true, Shape::kGenerate};
+    transcribe.fixed_prompt = kStartTokens;
+    f.cases.push_back(transcribe);
+  }
+  f.phases = {kEncode, kGenerate, kTranscribe};
+  f.suite = {"tiny/"};
+  f.default_batch = 1;
+  f.plan = PlanWhisper;
+  f.build = BuildWhisper;
+  return f;
+}
+
+}  // namespace ltb

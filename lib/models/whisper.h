@@ -1,0 +1,158 @@
+// The Whisper family (shared/MODELS.md, "Whisper"): an encoder over log-mel
+// spectrograms and a text decoder with self- and cross-attention, named as
+// in the reference implementation. Generation keeps a self-attention cache
+// and computes the cross-attention keys and values once per utterance.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "harness/family.h"
+
+namespace ltb {
+
+struct WhisperConfig {
+  int64_t width = 384, heads = 6, encoder_layers = 4, decoder_layers = 4;
+  int64_t vocab = 51865;
+  int64_t mels = 80;
+  int64_t frames = 3000;        // 30 s of audio
+  int64_t audio_ctx = 1500;     // encoder positions: frames / 2
+  int64_t text_ctx = 448;       // decoder positions
+  bool fused_attention = true;  // false: explicit matmuls, for FLOP checks
+};
+
+struct WhisperSize {
+  std::string name;
+  WhisperConfig config;
+  int64_t card_params;
+};
+
+// nano, tiny, base.
+const std::vector<WhisperSize>& WhisperSizes();
+absl::StatusOr<WhisperConfig> WhisperSizeConfig(const std::string& size);
+
+int64_t WhisperParamCount(const WhisperConfig& c);
+// The encoder on one batch of 30 s windows: both convolutions, then per
+// layer 24 T w^2 + 4 T^2 w with T = 1500.
+double WhisperEncodeFlops(const WhisperConfig& c, int64_t batch);
+// Greedy decoding of `new_tokens` after a `prompt`: cross-attention keys and
+// values once, the prompt, then one token per step, logits for the last
+// position of each.
+double WhisperGenerateFlops(const WhisperConfig& c, int64_t batch, int64_t prompt,
+                            int64_t new_tokens);
+// Bytes of decoder weights one decode step reads (cross-attention key and
+// value projections and the position table excluded).
+int64_t WhisperDecodeWeightCount(const WhisperConfig& c);
+
+class WhisperAttentionImpl : public torch::nn::Module {
+ public:
+  WhisperAttentionImpl(int64_t width, int64_t heads, bool fused);
+
+  // Self-attention over x (B, T, w), causal or not.
+  at::Tensor forward(const at::Tensor& x, bool causal);
+  // Causal self-attention of x at [position, position + T), filling the cache.
+  at::Tensor forward_cached(const at::Tensor& x, at::Tensor& cache_k, at::Tensor& cache_v,
+                            int64_t position);
+  // Keys and values of the encoder output xa (B, S, w), (B, heads, S, hs) each.
+  std::pair<at::Tensor, at::Tensor> KeysValues(const at::Tensor& xa);
+  // Cross-attention of x over precomputed keys and values.
+  at::Tensor Cross(const at::Tensor& x, const at::Tensor& k, const at::Tensor& v);
+
+  torch::nn::Linear query{nullptr}, key{nullptr}, value{nullptr}, out{nullptr};
+
+ private:
+  at::Tensor Heads(const at::Tensor& y) const;  // (B, T, w) -> (B, nh, T, hs)
+  at::Tensor Merge(const at::Tensor& y) const;  // (B, nh, T, hs) -> (B, T, w)
+  int64_t heads_;
+  bool fused_;
+};
+TORCH_MODULE(WhisperAttention);
+
+class WhisperBlockImpl : public torch::nn::Module {
+ public:
+  WhisperBlockImpl(int64_t width, int64_t heads, bool cross, bool fused);
+  WhisperAttention attn{nullptr}, cross_attn{nullptr};
+  torch::nn::LayerNorm attn_ln{nullptr}, cross_attn_ln{nullptr}, mlp_ln{nullptr};
+  torch::nn::Sequential mlp{nullptr};
+  at::Tensor Mlp(const at::Tensor& x);
+};
+TORCH_MODULE(WhisperBlock);
+
+// Per decoder layer: self-attention cache and cross-attention keys/values.
+struct WhisperState {
+  std::vector<at::Tensor> self_k, self_v;    // (B, nh, text_ctx, hs)
+  std::vector<at::Tensor> cross_k, cross_v;  // (B, nh, audio_ctx, hs)
+};
+
+class WhisperEncoderImpl : public torch::nn::Module {
+ public:
+  explicit WhisperEncoderImpl(const WhisperConfig& c);
+  // mel (B, mels, frames) -> (B, frames / 2, w).
+  at::Tensor forward(const at::Tensor& mel);
+  torch::nn::Conv1d conv1{nullptr}, conv2{nullptr};
+  torch::nn::ModuleList blocks{nullptr};
+  torch::nn::LayerNorm ln_post{nullptr};
+
+ private:
+  at::Tensor positional_embedding_;  // sinusoids, a buffer
+};
+TORCH_MODULE(WhisperEncoder);
+
+class WhisperDecoderImpl : public torch::nn::Module {
+ public:
+  explicit WhisperDecoderImpl(const WhisperConfig& c);
+  torch::nn::Embedding token_embedding{nullptr};
+  at::Tensor positional_embedding;  // learned, (text_ctx, w)
+  torch::nn::ModuleList blocks{nullptr};
+  torch::nn::LayerNorm ln{nullptr};
+};
+TORCH_MODULE(WhisperDecoder);
+
+class WhisperImpl : public torch::nn::Module {
+ public:
+  explicit WhisperImpl(const WhisperConfig& c);
+
+  // mel (B, 80, 3000) -> encoder output (B, 1500, w).
+  at::Tensor Encode(const at::Tensor& mel);
+  // tokens (B, T) from position 0 over xa -> logits (B, T, V); no cache.
+  at::Tensor Decode(const at::Tensor& tokens, const at::Tensor& xa);
+  // Allocates the self-attention cache and computes the cross keys/values.
+  WhisperState Start(const at::Tensor& xa, int64_t positions);
+  // Computes the cross-attention keys and values of a new encoder output.
+  void ComputeCross(const at::Tensor& xa, WhisperState& state);
+  // tokens (B, T) at [position, position + T) -> logits of the last (B, V).
+  at::Tensor DecodeCached(const at::Tensor& tokens, int64_t position,
+                          WhisperState& state);
+
+  const WhisperConfig& config() const { return config_; }
+
+  WhisperEncoder encoder{nullptr};
+  WhisperDecoder decoder{nullptr};
+
+ private:
+  at::Tensor Embed(const at::Tensor& tokens, int64_t position);
+  at::Tensor Logits(const at::Tensor& x);  // tied to the token embedding
+  WhisperConfig config_;
+};
+TORCH_MODULE(Whisper);
+
+// Greedy tokens (B, new_tokens) after `prompt` (B, P), over encoder output xa.
+at::Tensor WhisperGenerateWithCache(Whisper& model, const at::Tensor& xa,
+                                    const at::Tensor& prompt, int64_t new_tokens);
+at::Tensor WhisperGenerateByRecompute(Whisper& model, const at::Tensor& xa,
+                                      const at::Tensor& prompt, int64_t new_tokens);
+
+Family WhisperFamily();
+
+}  // namespace ltb
