@@ -156,6 +156,39 @@ class GenerateTest(unittest.TestCase):
         self.assertIn("1100 positions, but GPT2 has 1024", entry["error_message"])
 
 
+@unittest.skipUnless(BENCH, "LTB_BENCH is not set")
+class DomainsTest(unittest.TestCase):
+    def test_encoder_lengths_that_cannot_fit_are_skipped_and_the_run_goes_on(self):
+        doc = run_json(*FAST, "--seq=64,4096", "--batch=8",
+                       "--benchmark_filter=Encoder/nano/cpu/forward_backward/batch:8/seq:64/"
+                       "|Encoder/default/cpu/forward_backward/")
+        by = {(b["run_name"].split("/")[1], b["run_name"].split("/seq:")[1].split("/")[0]): b
+              for b in doc["benchmarks"]}
+        self.assertEqual(set(by), {("nano", "64"), ("default", "64"), ("default", "4096")})
+        skipped = by[("default", "4096")]
+        self.assertTrue(skipped["error_occurred"])
+        self.assertIn("does not fit", skipped["error_message"])
+        self.assertIn("GiB available", skipped["error_message"])
+        for key in (("nano", "64"), ("default", "64")):
+            self.assertFalse(by[key].get("error_occurred", False), by[key].get("error_message"))
+            self.assertGreater(by[key]["tokens/s"], 0)
+
+    def test_vision_and_speech_counters(self):
+        doc = run_json(*FAST, "--batch=2", "--new_tokens=4", "--memory_format=contiguous,channels_last",
+                       "--benchmark_filter=(ResNet|CNN|Whisper)/nano/cpu/")
+        names = [b["run_name"] for b in doc["benchmarks"]]
+        self.assertIn("ResNet/nano/cpu/forward/batch:2/fp32/channels_last/manual_time", names)
+        self.assertIn("CNN/nano/cpu/train_step/batch:2/fp32/manual_time", names)
+        for b in doc["benchmarks"]:
+            self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
+            if b["run_name"].startswith(("ResNet", "CNN")):
+                self.assertAlmostEqual(b["samples/s"], 2 / (b["real_time"] * 1e-3), delta=0.01 * b["samples/s"])
+            if "/encode/" in b["run_name"] or "/transcribe/" in b["run_name"]:
+                self.assertAlmostEqual(b["rtf"] * b["audio_s/s"], 1.0, places=3)
+            if "/generate/" in b["run_name"]:
+                self.assertIn("tpot_ms", b)
+
+
 def peak_of(context, key):
     return float(context[key].split()[0])
 
@@ -228,6 +261,15 @@ class SuiteTest(unittest.TestCase):
             self.assertIn(f"GPT2/small/cpu/{phase}/batch:1/seq:1024/fp32/manual_time", names)
         self.assertIn("GPT2/small/cpu/generate/batch:1/prompt:32/new:100/fp32/manual_time",
                       names)
+        for name in ("ResNet/resnet18/cpu/forward/batch:32/fp32",
+                     "ResNet/resnet18/cpu/train_step/batch:32/fp32",
+                     "CNN/default/cpu/train_step/batch:128/fp32",
+                     "Encoder/default/cpu/forward/batch:8/seq:128/fp32",
+                     "Encoder/default/cpu/forward_backward/batch:8/seq:512/fp32",
+                     "Whisper/tiny/cpu/encode/batch:1/fp32",
+                     "Whisper/tiny/cpu/generate/batch:1/prompt:4/new:100/fp32",
+                     "Whisper/tiny/cpu/transcribe/batch:1/prompt:4/new:100/fp32"):
+            self.assertIn(name + "/manual_time", names)
         self.assertFalse([n for n in names if "/nano/" in n])
 
     def test_filter_all_lists_every_size_and_sweeps_expand(self):

@@ -1,0 +1,134 @@
+#include "models/whisper.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "harness/generation.h"
+#include "profiled_flops.h"
+
+namespace ltb {
+namespace {
+
+int64_t CountParameters(torch::nn::Module& m) {
+  int64_t n = 0;
+  for (const at::Tensor& p : m.parameters()) n += p.numel();
+  return n;
+}
+
+WhisperConfig Nano() { return WhisperSizeConfig("nano").value(); }
+
+TEST(WhisperSizes, CountsEqualTheCard) {
+  const std::map<std::string, int64_t> card = {
+      {"nano", 353'792}, {"tiny", 37'184'640}, {"base", 71'825'920}};
+  for (const WhisperSize& s : WhisperSizes()) {
+    EXPECT_EQ(WhisperParamCount(s.config), card.at(s.name)) << s.name;
+    if (s.name == "base") continue;  // built below only what the card asks
+    Whisper model(s.config);
+    EXPECT_EQ(CountParameters(*model), card.at(s.name)) << s.name;
+  }
+}
+
+TEST(Whisper, NamesMatchTheReferenceAndPositionsAreABuffer) {
+  Whisper model(Nano());
+  std::set<std::string> names;
+  for (const auto& item : model->named_parameters()) names.insert(item.key());
+  for (const char* name :
+       {"encoder.conv1.weight", "encoder.conv2.bias",
+        "encoder.blocks.0.attn.query.weight", "encoder.blocks.0.attn.key.weight",
+        "encoder.blocks.1.mlp.0.weight", "encoder.blocks.1.mlp.2.bias",
+        "encoder.ln_post.weight", "decoder.token_embedding.weight",
+        "decoder.positional_embedding", "decoder.blocks.0.cross_attn.value.bias",
+        "decoder.blocks.1.cross_attn_ln.weight", "decoder.ln.bias"}) {
+    EXPECT_TRUE(names.count(name)) << name;
+  }
+  EXPECT_FALSE(names.count("encoder.blocks.0.attn.key.bias"));  // key has no bias
+  EXPECT_FALSE(names.count("encoder.positional_embedding"));
+  bool buffer = false;
+  for (const auto& item : model->named_buffers()) {
+    buffer |= item.key() == "encoder.positional_embedding";
+  }
+  EXPECT_TRUE(buffer);
+}
+
+TEST(Whisper, EncodesThirtySecondsInto1500Positions) {
+  Whisper model(Nano());
+  torch::NoGradGuard no_grad;
+  const at::Tensor xa = model->Encode(torch::randn({2, 80, 3000}));
+  EXPECT_EQ(xa.sizes(), (std::vector<int64_t>{2, 1500, 64}));
+}
+
+TEST(WhisperGenerate, CachesGiveExactlyTheTokensOfRecomputation) {
+  torch::manual_seed(8);
+  Whisper model(Nano());
+  torch::NoGradGuard no_grad;
+  const at::Tensor xa = model->Encode(torch::randn({3, 80, 3000}));
+  for (int64_t batch : {1, 3}) {
+    const at::Tensor a = xa.narrow(0, 0, batch);
+    const at::Tensor prompt = torch::randint(0, 1000, {batch, 4});
+    const at::Tensor cached = WhisperGenerateWithCache(model, a, prompt, 20);
+    EXPECT_TRUE(torch::equal(cached, WhisperGenerateByRecompute(model, a, prompt, 20)))
+        << "batch " << batch;
+  }
+}
+
+TEST(WhisperFlops, GenerationCountEqualsTheProfilers) {
+  WhisperConfig c = Nano();
+  c.fused_attention = false;  // attention as matmuls the profiler counts
+  Whisper model(c);
+  torch::NoGradGuard no_grad;
+  const at::Tensor xa = model->Encode(torch::randn({2, 80, 3000}));
+  const at::Tensor prompt = torch::randint(0, 1000, {2, 4});
+  const double profiled =
+      ProfiledMatmulFlops([&] { WhisperGenerateWithCache(model, xa, prompt, 6); });
+  EXPECT_NEAR(profiled, WhisperGenerateFlops(c, 2, 4, 6), 0.01 * profiled);
+}
+
+TEST(WhisperFlops, EncodeHandCount) {
+  // Per window: conv1 2*80*64*3*3000, conv2 2*64*64*3*1500, then 2 layers
+  // of 24*1500*64^2 + 4*1500^2*64.
+  const double convs = 2.0 * 80 * 64 * 3 * 3000 + 2.0 * 64 * 64 * 3 * 1500;
+  const double layer = 24.0 * 1500 * 64 * 64 + 4.0 * 1500 * 1500 * 64;
+  EXPECT_DOUBLE_EQ(WhisperEncodeFlops(Nano(), 1), convs + 2 * layer);
+}
+
+TEST(WhisperFamily, RejectsMoreTokensThanTheDecoderHas) {
+  const Family f = WhisperFamily();
+  BenchSpec s;
+  s.family = f.name;
+  s.size = "nano";
+  s.phase = kGenerate;
+  s.batch = 1;
+  s.prompt = 4;
+  s.new_tokens = 445;
+  const auto bad = f.plan(s);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--new_tokens must be 1 to 444"),
+            std::string::npos);
+}
+
+TEST(WhisperFamily, EveryPhaseRunsWithItsCounters) {
+  const Family f = WhisperFamily();
+  for (const Case& c : f.Cases()) {
+    if (c.size != "nano") continue;
+    BenchSpec s;
+    s.family = f.name;
+    s.size = c.size;
+    s.phase = c.phase;
+    s.batch = 1;
+    s.prompt = c.fixed_prompt;
+    s.new_tokens = 5;
+    const Plan plan = f.plan(s).value();
+    if (c.phase != kGenerate) EXPECT_DOUBLE_EQ(plan.audio_seconds_per_step, 30);
+    std::unique_ptr<Workload> w = f.build(s);
+    w->Step();
+    if (c.phase == kGenerate) {
+      w->ResetStats();
+      w->Step();
+      EXPECT_FALSE(w->Counters().empty());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ltb
