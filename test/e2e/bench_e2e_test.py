@@ -265,7 +265,7 @@ class SuiteTest(unittest.TestCase):
                      "ResNet/resnet18/cpu/train_step/batch:32/fp32",
                      "CNN/default/cpu/train_step/batch:128/fp32",
                      "Encoder/default/cpu/forward/batch:8/seq:128/fp32",
-                     "Encoder/default/cpu/forward_backward/batch:8/seq:512/fp32",
+                     "Encoder/default/cpu/forward_backward/batch:8/seq:128/fp32",
                      "Whisper/tiny/cpu/encode/batch:1/fp32",
                      "Whisper/tiny/cpu/generate/batch:1/prompt:4/new:100/fp32",
                      "Whisper/tiny/cpu/transcribe/batch:1/prompt:4/new:100/fp32"):
