@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -22,6 +23,8 @@
 #include "absl/strings/strip.h"
 #include "harness/context.h"
 #include "harness/device.h"
+#include "harness/distributed.h"
+#include "harness/epoch.h"
 #include "harness/memory.h"
 #include "harness/peaks.h"
 #include "harness/runner.h"
@@ -29,6 +32,7 @@
 #include "harness/sweep.h"
 #include "harness/threads.h"
 #include "models/cnn.h"
+#include "models/encdec.h"
 #include "models/encoder.h"
 #include "models/gpt2.h"
 #include "models/ops.h"
@@ -76,6 +80,31 @@ ABSL_FLAG(std::string, profile, "",
           "Directory: profile each benchmark's steps (apart from the timed ones) into a "
           "Chrome trace and a table of the top operators.");
 ABSL_FLAG(std::string, profile_steps, "5", "Steps to profile with --profile.");
+ABSL_FLAG(std::string, epochs, "2", "train_epoch: measured epochs per benchmark.");
+ABSL_FLAG(std::string, warmup_epochs, "1",
+          "train_epoch: epochs before the measured ones.");
+ABSL_FLAG(std::string, dataset_samples, "256",
+          "train_epoch: samples in the synthetic dataset.");
+ABSL_FLAG(
+    std::string, data, "memory",
+    "train_epoch data: memory (generated in RAM) or disk (shards under --data_dir).");
+ABSL_FLAG(
+    std::string, data_dir, "",
+    "train_epoch: directory of the dataset shards; implies --data=disk. Default with "
+    "--data=disk: ~/.cache/libtorch-bench/data.");
+ABSL_FLAG(std::string, shard_mb, "128", "train_epoch: size of a shard file, MB.");
+ABSL_FLAG(std::string, regenerate, "false", "train_epoch: rewrite the dataset on disk.");
+ABSL_FLAG(
+    std::string, steps, "10",
+    "Data-parallel runs: optimizer steps each train_step benchmark measures (every rank "
+    "must take the same number).");
+ABSL_FLAG(std::string, d_model, "", "EncDec: override every size's d_model.");
+ABSL_FLAG(std::string, nhead, "", "EncDec: override every size's attention heads.");
+ABSL_FLAG(std::string, num_encoder_layers, "",
+          "EncDec: override every size's encoder layers.");
+ABSL_FLAG(std::string, num_decoder_layers, "",
+          "EncDec: override every size's decoder layers.");
+ABSL_FLAG(std::string, dim_feedforward, "", "EncDec: override every size's FFN width.");
 ABSL_FLAG(std::string, seed, "0", "Random seed for weights and inputs.");
 
 namespace {
@@ -98,7 +127,9 @@ const std::vector<std::string>& OwnFlags() {
   static const auto* flags = new std::vector<std::string>{
       "devices", "batch", "seq", "prompt", "new_tokens", "memory_format", "dtype", "threads",
       "interop_threads", "sync", "warmup_s", "warmup_steps", "malloc", "cpu_linear",
-      "peak_flops", "peak_bandwidth", "profile", "profile_steps", "seed"};
+      "peak_flops", "peak_bandwidth", "profile", "profile_steps", "epochs", "warmup_epochs",
+      "dataset_samples", "data", "data_dir", "shard_mb", "regenerate", "steps", "d_model",
+      "nhead", "num_encoder_layers", "num_decoder_layers", "dim_feedforward", "seed"};
   // clang-format on
   return *flags;
 }
@@ -140,6 +171,13 @@ void RejectUnknownArguments(int argc, char** argv) {
   }
 }
 
+// What ranks other than 0 report: nothing.
+class NullReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
 std::string DeviceList(const std::vector<c10::Device>& devices) {
   std::vector<std::string> names;
   for (const c10::Device& d : devices) names.push_back(ltb::DeviceName(d));
@@ -172,6 +210,20 @@ int main(int argc, char** argv) {
   // Before any tensor exists, so every CPU tensor is counted.
   ltb::InstallCpuTracking();
 
+  // Under torchrun only rank 0 reports; the others drop the output flags.
+  const char* rank_env = std::getenv("RANK");
+  const bool quiet_rank = rank_env != nullptr && std::string(rank_env) != "0";
+  if (quiet_rank) {
+    int kept = 1;
+    for (int i = 1; i < argc; ++i) {
+      const absl::string_view arg = argv[i];
+      if (!absl::StartsWith(arg, "--benchmark_out") &&
+          !absl::StartsWith(arg, "--benchmark_format")) {
+        argv[kept++] = argv[i];
+      }
+    }
+    argc = kept;
+  }
   const std::string user_filter = UserFilter(argc, argv);
   const bool list_only = ListOnly(argc, argv);
   benchmark::Initialize(&argc, argv, PrintHelp);
@@ -231,6 +283,52 @@ int main(int argc, char** argv) {
   run.seed = static_cast<uint64_t>(
       OrDie(ltb::ParseNonNegativeInt("seed", absl::GetFlag(FLAGS_seed))));
 
+  ltb::EpochSettings epochs;
+  epochs.dataset_samples = OrDie(
+      ltb::ParsePositiveList("dataset_samples", absl::GetFlag(FLAGS_dataset_samples)))[0];
+  epochs.shard_mb =
+      OrDie(ltb::ParsePositiveList("shard_mb", absl::GetFlag(FLAGS_shard_mb)))[0];
+  epochs.regenerate =
+      OrDie(ltb::ParseBool("regenerate", absl::GetFlag(FLAGS_regenerate)));
+  epochs.data = absl::GetFlag(FLAGS_data);
+  epochs.data_dir = absl::GetFlag(FLAGS_data_dir);
+  if (epochs.data != "memory" && epochs.data != "disk") {
+    Die(absl::StrCat("unknown --data '", epochs.data, "'; valid: memory, disk"));
+  }
+  if (!epochs.data_dir.empty()) epochs.data = "disk";
+  if (epochs.data == "disk" && epochs.data_dir.empty()) {
+    const char* cache = std::getenv("XDG_CACHE_HOME");
+    const char* home = std::getenv("HOME");
+    epochs.data_dir = cache != nullptr ? absl::StrCat(cache, "/libtorch-bench/data")
+                                       : absl::StrCat(home ? home : "/tmp",
+                                                      "/.cache/libtorch-bench/data");
+  }
+  epochs.seed = run.seed;
+  ltb::SetEpochSettings(epochs);
+  const int measured_epochs = static_cast<int>(
+      OrDie(ltb::ParsePositiveList("epochs", absl::GetFlag(FLAGS_epochs)))[0]);
+  run.warmup_epochs = OrDie(
+      ltb::ParseNonNegativeInt("warmup_epochs", absl::GetFlag(FLAGS_warmup_epochs)));
+  const int ddp_steps = static_cast<int>(
+      OrDie(ltb::ParsePositiveList("steps", absl::GetFlag(FLAGS_steps)))[0]);
+
+  ltb::EncDecOverrides overrides;
+  const auto arch = [](const char* name,
+                       const std::string& value) -> std::optional<int64_t> {
+    if (value.empty()) return std::nullopt;
+    return OrDie(ltb::ParsePositiveList(name, value))[0];
+  };
+  overrides.d_model = arch("d_model", absl::GetFlag(FLAGS_d_model));
+  overrides.heads = arch("nhead", absl::GetFlag(FLAGS_nhead));
+  overrides.encoder_layers =
+      arch("num_encoder_layers", absl::GetFlag(FLAGS_num_encoder_layers));
+  overrides.decoder_layers =
+      arch("num_decoder_layers", absl::GetFlag(FLAGS_num_decoder_layers));
+  overrides.d_ff = arch("dim_feedforward", absl::GetFlag(FLAGS_dim_feedforward));
+  OrDie(ltb::EncDecSizeNames(overrides));  // heads must divide d_model
+
+  const ltb::DistEnv dist = OrDie(ltb::ReadDistEnv());
+
   std::string malloc_description;
   if (absl::Status s =
           ltb::ConfigureMalloc(absl::GetFlag(FLAGS_malloc), &malloc_description);
@@ -252,18 +350,29 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::cerr << ltb::DeviceSummary();
+  if (dist.world_size > 1) {
+    // Data-parallel: this rank's device only, cuda:LOCAL_RANK when CUDA is asked for.
+    const bool cuda = std::any_of(sweep.devices.begin(), sweep.devices.end(),
+                                  [](const c10::Device& d) { return d.is_cuda(); });
+    const c10::Device device =
+        cuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(dist.local_rank))
+             : c10::Device(c10::kCPU);
+    sweep.devices = {device};
+    ltb::SetCurrentProcessGroup(OrDie(ltb::JoinProcessGroup(dist, device)));
+  }
+
+  if (!quiet_rank) std::cerr << ltb::DeviceSummary();
   if (!ltb::BuiltOptimized()) {
     std::cerr << "***WARNING*** bench was built without optimisation; "
                  "timings are not representative. Build with "
                  "-DCMAKE_BUILD_TYPE=Release.\n";
   }
 
-  static const std::vector<ltb::Family> families = [] {
-    std::vector<ltb::Family> f = {ltb::OpsFamily(),    ltb::TransformerFamily(),
-                                  ltb::GPT2Family(),   ltb::ResNetFamily(),
-                                  ltb::CNNFamily(),    ltb::EncoderFamily(),
-                                  ltb::WhisperFamily()};
+  static const std::vector<ltb::Family> families = [&overrides] {
+    std::vector<ltb::Family> f = {ltb::OpsFamily(),     ltb::TransformerFamily(),
+                                  ltb::GPT2Family(),    ltb::ResNetFamily(),
+                                  ltb::CNNFamily(),     ltb::EncoderFamily(),
+                                  ltb::WhisperFamily(), ltb::EncDecFamily(overrides)};
     const char* selftest = std::getenv("LTB_SELFTEST");
     if (selftest != nullptr && std::string(selftest) == "1")
       f.push_back(ltb::SelftestFamily());
@@ -311,12 +420,20 @@ int main(int argc, char** argv) {
     if (spec.family == "Ops") {
       unit = spec.size == "noop" ? benchmark::kNanosecond : benchmark::kMicrosecond;
     }
-    benchmark::RegisterBenchmark(spec.Name().c_str(),
-                                 [family, spec, options](benchmark::State& state) {
-                                   ltb::RunBenchmark(state, *family, spec, options);
-                                 })
-        ->UseManualTime()
-        ->Unit(unit);
+    benchmark::internal::Benchmark* b =
+        benchmark::RegisterBenchmark(spec.Name().c_str(),
+                                     [family, spec, options](benchmark::State& state) {
+                                       ltb::RunBenchmark(state, *family, spec, options);
+                                     })
+            ->UseManualTime()
+            ->Unit(unit);
+    // An epoch is one iteration; data-parallel ranks must all take the same
+    // number of steps, so those counts are fixed rather than timed.
+    if (spec.phase == ltb::kTrainEpoch) {
+      b->Iterations(measured_epochs);
+    } else if (dist.world_size > 1 && ltb::IsTraining(spec)) {
+      b->Iterations(ddp_steps);
+    }
   }
 
   const ltb::Context extra = {
@@ -335,7 +452,9 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext(key, value);
   }
 
-  benchmark::BenchmarkReporter* display = benchmark::CreateDefaultDisplayReporter();
+  NullReporter null_reporter;
+  benchmark::BenchmarkReporter* display =
+      quiet_rank ? &null_reporter : benchmark::CreateDefaultDisplayReporter();
   ltb::RecordingReporter recorder(display);
   const size_t matched = benchmark::RunSpecifiedBenchmarks(&recorder, filter);
   ltb::ReleaseCachedWorkload();
@@ -346,7 +465,7 @@ int main(int argc, char** argv) {
   }
   const std::string summary = ltb::SpeedupSummary(recorder.runs());
   // Console output ends with the summary; JSON or CSV on stdout stays clean.
-  if (!summary.empty()) {
+  if (!summary.empty() && !quiet_rank) {
     (dynamic_cast<benchmark::ConsoleReporter*>(display) ? std::cout : std::cerr)
         << summary;
   }

@@ -42,6 +42,9 @@ if(_ltb_wheel_libs)
 endif()
 add_library(ltb::torch ALIAS ltb_torch)
 
+# --- zlib (shard checksums) ---
+find_package(ZLIB REQUIRED)
+
 # --- Abseil -----------------------------------------------------------------
 find_package(absl CONFIG QUIET)
 if(NOT absl_FOUND)

@@ -2,11 +2,19 @@
 #include "harness/cuda_support.h"
 
 #include <ATen/detail/CUDAHooksInterface.h>
+
+// The wheel's LibTorch is built with NCCL; its header declares the process
+// group only under this macro.
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL
+#endif
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include "absl/strings/str_cat.h"
 
@@ -122,6 +130,11 @@ class CudaEventTimeline : public EventTimeline {
 };
 
 }  // namespace
+
+c10::intrusive_ptr<c10d::Backend> MakeNcclBackend(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size) {
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size);
+}
 
 std::unique_ptr<EventTimeline> MakeEventTimeline(int index) {
   return std::make_unique<CudaEventTimeline>(index);

@@ -4,10 +4,17 @@
 // headers.
 #pragma once
 
+#include <c10/util/intrusive_ptr.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
+
+namespace c10d {
+class Backend;
+class Store;
+}  // namespace c10d
 
 namespace ltb::cuda {
 
@@ -45,5 +52,9 @@ class EventTimeline {
   virtual std::vector<double> Intervals() = 0;
 };
 std::unique_ptr<EventTimeline> MakeEventTimeline(int index);
+
+// NCCL process group for data-parallel CUDA ranks; null when unavailable.
+c10::intrusive_ptr<c10d::Backend> MakeNcclBackend(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size);
 
 }  // namespace ltb::cuda

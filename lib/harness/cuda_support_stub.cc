@@ -1,4 +1,7 @@
 // Stand-in for cuda_support.cc when LibTorch was built without CUDA.
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
 #include "harness/cuda_support.h"
 
 namespace ltb::cuda {
@@ -16,5 +19,9 @@ void ResetPeakAllocated(int) {}
 int64_t PeakAllocated(int) { return -1; }
 void EmptyCache() {}
 std::unique_ptr<EventTimeline> MakeEventTimeline(int) { return nullptr; }
+c10::intrusive_ptr<c10d::Backend> MakeNcclBackend(const c10::intrusive_ptr<c10d::Store>&,
+                                                  int, int) {
+  return {};
+}
 
 }  // namespace ltb::cuda

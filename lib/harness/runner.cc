@@ -12,6 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "harness/device.h"
+#include "harness/distributed.h"
+#include "harness/epoch.h"
+#include "harness/phases.h"
 #include "harness/profiling.h"
 #include "harness/timer.h"
 
@@ -43,7 +46,10 @@ Workload& Prepare(const Family& family, const BenchSpec& spec,
   std::unique_ptr<Workload> workload = family.build(spec);
   StepTimer timer(spec.device, /*sync=*/true);
   double warm = 0;
-  for (int i = 0; i < options.warmup_steps || warm < options.warmup_seconds; ++i) {
+  const bool epochs = spec.phase == kTrainEpoch;
+  const int warmup_steps = epochs ? options.warmup_epochs : options.warmup_steps;
+  const double warmup_seconds = epochs ? 0 : options.warmup_seconds;
+  for (int i = 0; i < warmup_steps || warm < warmup_seconds; ++i) {
     timer.Start();
     workload->Step();
     warm += timer.Stop();
@@ -69,6 +75,10 @@ void Fail(benchmark::State& state, const std::string& message) {
 
 }  // namespace
 
+bool IsTraining(const BenchSpec& spec) {
+  return spec.phase == kTrainStep || spec.phase == kTrainEpoch;
+}
+
 void ReleaseCachedWorkload() {
   Cached& cache = Cache();
   if (!cache.workload) return;
@@ -86,6 +96,12 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
   absl::StatusOr<Plan> plan = family.plan(spec);
   if (!plan.ok()) return Fail(state, std::string(plan.status().message()));
   plan->memory.host_build = plan->params * 4;
+  if (DataParallel* group = CurrentProcessGroup(); group && spec.phase == kTrainStep) {
+    // Throughput of a data-parallel step is every rank's.
+    plan->tokens_per_step *= group->world_size();
+    plan->samples_per_step *= group->world_size();
+    plan->flops_per_step *= group->world_size();
+  }
   if (Cache().name != spec.Name()) {
     // The memory guard looks at the device as the previous benchmark left it.
     ReleaseCachedWorkload();
@@ -167,7 +183,12 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
   }
   if (Cache().gpu_busy >= 0) c["gpu_busy_%"] = 100 * Cache().gpu_busy;
   if (plan->params > 0) c["params"] = Counter(static_cast<double>(plan->params));
-  const int64_t peak = PeakBytes(spec.device);
+  int64_t peak = PeakBytes(spec.device);
+  if (DataParallel* group = CurrentProcessGroup(); group != nullptr && IsTraining(spec)) {
+    at::Tensor t = at::full({1}, static_cast<double>(peak), at::kDouble);
+    group->MaxInPlace(t);  // the largest rank's
+    peak = static_cast<int64_t>(t.item<double>());
+  }
   if (peak >= 0) {
     c["peak_mem"] =
         Counter(static_cast<double>(peak), Counter::kDefaults, Counter::kIs1024);

@@ -13,6 +13,7 @@ namespace ltb {
 struct RunOptions {
   double warmup_seconds = 0.5;  // warm up at least this long ...
   int warmup_steps = 1;         // ... and at least this many steps
+  int warmup_epochs = 1;        // train_epoch: whole epochs instead
   uint64_t seed = 0;
   // Peaks for the mfu and mbu counters; prepared before the run.
   const Peaks* peaks = nullptr;
@@ -23,6 +24,9 @@ struct RunOptions {
 
 void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec& spec,
                   const RunOptions& options);
+
+// Training phases (train_step, train_epoch) run data-parallel under torchrun.
+bool IsTraining(const BenchSpec& spec);
 
 // Drops the model kept between invocations of one benchmark.
 void ReleaseCachedWorkload();

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "harness/epoch.h"
 #include "harness/phases.h"
 #include "models/attention.h"
 
@@ -190,7 +191,7 @@ MemoryEstimate TransformerMemory(const TransformerOptions& o, const BenchSpec& s
   const int64_t e = s.dtype == c10::kFloat ? 4 : 2;
   m.weights = p * 4 + (s.dtype == c10::kFloat ? 0 : p * 2);  // + autocast copies
   m.gradients = p * 4;
-  m.optimizer = s.phase == kTrainStep ? 2 * p * 4 : 0;  // AdamW moments
+  m.optimizer = s.phase != kForwardBackward ? 2 * p * 4 : 0;  // AdamW moments
   // Saved for backward per layer and token: norms, q/k/v, attention output,
   // projections and the FFN's three d_ff-wide tensors; then the logits.
   m.activations = o.num_layers() * tokens * (16 * d + 3 * f) * e + tokens * v * 4 * 4;
@@ -216,6 +217,12 @@ absl::StatusOr<Plan> PlanTransformer(const BenchSpec& s) {
   const double fwd = TransformerForwardFlops(*o, s.batch, s.seq);
   plan.flops_per_step = s.phase == kForward ? fwd : 3 * fwd;
   plan.tokens_per_step = s.batch * s.seq;
+  if (s.phase == kTrainEpoch) {  // every rank's whole batches of the dataset
+    const int64_t samples = EpochSamples(s);
+    plan.flops_per_step *= static_cast<double>(samples) / s.batch;
+    plan.tokens_per_step = samples * s.seq;
+    plan.samples_per_step = samples;
+  }
   plan.memory = TransformerMemory(*o, s);
   return plan;
 }
@@ -243,6 +250,21 @@ std::unique_ptr<Workload> BuildTransformer(const BenchSpec& s) {
     return std::make_unique<torch::optim::AdamW>(model->parameters(),
                                                  torch::optim::AdamWOptions(1e-4));
   };
+  if (s.phase == kTrainStep || s.phase == kTrainEpoch) {
+    // Samples of seq + 1 tokens: inputs and next-token targets.
+    TrainFns train;
+    train.module = model.ptr();
+    train.loss = [model, vocab](const at::Tensor& batch) mutable {
+      const int64_t t = batch.size(1) - 1;
+      const at::Tensor logits = model(batch.narrow(1, 0, t));
+      return torch::nn::functional::cross_entropy(
+          logits.reshape({-1, vocab}).to(at::kFloat),
+          batch.narrow(1, 1, t).reshape({-1}));
+    };
+    train.make_optimizer = fns.make_optimizer;
+    if (s.phase == kTrainStep) return MakeTrainStepWorkload(s, std::move(train), ids);
+    return MakeEpochWorkload(s, std::move(train), DatasetShape{s.seq + 1, vocab});
+  }
   return MakePhaseWorkload(s, std::move(fns));
 }
 
@@ -252,7 +274,7 @@ Family TransformerFamily() {
   Family f;
   f.name = "Transformer";
   for (const TransformerSize& s : TransformerSizes()) f.sizes.push_back(s.name);
-  f.phases = {kForward, kForwardBackward, kTrainStep};
+  f.phases = {kForward, kForwardBackward, kTrainStep, kTrainEpoch};
   f.suite = {"small/"};
   f.default_batch = 4;
   f.default_seqs = {512};

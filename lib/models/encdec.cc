@@ -1,0 +1,242 @@
+#include "models/encdec.h"
+
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/adamw.h>
+
+#include <cmath>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "harness/epoch.h"
+#include "harness/phases.h"
+
+namespace ltb {
+
+const std::vector<EncDecSize>& EncDecSizes() {
+  static const auto* sizes = new std::vector<EncDecSize>{
+      {"nano", {64, 4, 2, 2, 256, 1000}, 362'728},
+      {"tiny", {128, 4, 3, 3, 512, 8192}, 3'494'400},
+      {"small", {512, 8, 6, 6, 2048, 8192}, 52'537'344},
+      {"base", {768, 12, 12, 12, 3072, 8192}, 211'069'952},
+      {"xl", {2048, 32, 24, 24, 8192, 8192}, 2'853'715'968},
+  };
+  return *sizes;
+}
+
+std::string CustomName(const EncDecConfig& c) {
+  std::string name = absl::StrFormat("custom_d%d_h%d_e%d_d%d_ff%d", c.d_model, c.heads,
+                                     c.encoder_layers, c.decoder_layers, c.d_ff);
+  if (c.vocab != EncDecConfig().vocab) absl::StrAppend(&name, "_v", c.vocab);
+  return name;
+}
+
+absl::StatusOr<EncDecConfig> EncDecSizeConfig(const std::string& size) {
+  std::vector<std::string> names;
+  for (const EncDecSize& s : EncDecSizes()) {
+    if (s.name == size) return s.config;
+    names.push_back(s.name);
+  }
+  EncDecConfig c;
+  int d = 0, h = 0, e = 0, dd = 0, ff = 0, v = 0;
+  const int n = std::sscanf(size.c_str(), "custom_d%d_h%d_e%d_d%d_ff%d_v%d", &d, &h, &e,
+                            &dd, &ff, &v);
+  if (n >= 5) {
+    if (n == 6) c.vocab = v;
+    c.d_model = d;
+    c.heads = h;
+    c.encoder_layers = e;
+    c.decoder_layers = dd;
+    c.d_ff = ff;
+    if (CustomName(c) == size && d > 0 && h > 0 && d % h == 0 && ff > 0 && c.vocab > 0)
+      return c;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown EncDec size '", size, "'; valid: ", absl::StrJoin(names, ", "),
+      ", or custom_d<d>_h<h>_e<layers>_d<layers>_ff<d_ff>[_v<vocab>]"));
+}
+
+absl::StatusOr<std::vector<std::string>> EncDecSizeNames(const EncDecOverrides& o) {
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  for (const EncDecSize& s : EncDecSizes()) {
+    if (!o.any()) {
+      names.push_back(s.name);
+      continue;
+    }
+    EncDecConfig c = s.config;
+    c.d_model = o.d_model.value_or(c.d_model);
+    c.heads = o.heads.value_or(c.heads);
+    c.encoder_layers = o.encoder_layers.value_or(c.encoder_layers);
+    c.decoder_layers = o.decoder_layers.value_or(c.decoder_layers);
+    c.d_ff = o.d_ff.value_or(c.d_ff);
+    if (c.d_model % c.heads != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--nhead=", c.heads, " must divide --d_model=", c.d_model,
+                       " (for EncDec/", s.name, "); choose heads that divide d_model"));
+    }
+    if (seen.insert(CustomName(c)).second) names.push_back(CustomName(c));
+  }
+  return names;
+}
+
+int64_t EncDecParamCount(const EncDecConfig& c) {
+  const int64_t d = c.d_model, f = c.d_ff, v = c.vocab;
+  const int64_t encoder_layer = 4 * d * d + 2 * d * f + 9 * d + f;
+  const int64_t decoder_layer = 8 * d * d + 2 * d * f + 15 * d + f;
+  return v * d + d * v + v + c.encoder_layers * encoder_layer + 2 * d +
+         c.decoder_layers * decoder_layer + 2 * d;
+}
+
+double EncDecForwardFlops(const EncDecConfig& c, int64_t batch, int64_t src,
+                          int64_t tgt) {
+  const double b = batch, s = src, t = tgt, d = c.d_model, f = c.d_ff;
+  const double encoder = 8 * b * s * d * d + 4 * b * s * s * d + 4 * b * s * d * f;
+  // Self-attention (8 T d^2 + 4 T^2 d), cross-attention (q and o 4 T d^2,
+  // k and v 4 S d^2, scores 4 T S d), FFN.
+  const double decoder = 8 * b * t * d * d + 4 * b * t * t * d + 4 * b * t * d * d +
+                         4 * b * s * d * d + 4 * b * t * s * d + 4 * b * t * d * f;
+  return c.encoder_layers * encoder + c.decoder_layers * decoder +
+         2 * b * t * d * c.vocab;
+}
+
+EncDecImpl::EncDecImpl(const EncDecConfig& c)
+    : embedding(register_module("embedding", torch::nn::Embedding(c.vocab, c.d_model))),
+      transformer(register_module(
+          "transformer",
+          torch::nn::Transformer(torch::nn::TransformerOptions(c.d_model, c.heads)
+                                     .num_encoder_layers(c.encoder_layers)
+                                     .num_decoder_layers(c.decoder_layers)
+                                     .dim_feedforward(c.d_ff)))),
+      output(register_module("output", torch::nn::Linear(c.d_model, c.vocab))),
+      config_(c) {}
+
+at::Tensor EncDecImpl::Embed(const at::Tensor& tokens) {
+  const int64_t len = tokens.size(1), d = config_.d_model;
+  // Fixed sinusoidal positions: sin on even channels, cos on odd ones.
+  const auto opts = torch::dtype(torch::kFloat).device(tokens.device());
+  const at::Tensor pos = torch::arange(len, opts).unsqueeze(1);
+  const at::Tensor div =
+      torch::exp(torch::arange(0, d, 2, opts) * (-std::log(10000.0) / d));
+  at::Tensor pe = torch::zeros({len, d}, opts);
+  pe.slice(1, 0, d, 2) = torch::sin(pos * div);
+  pe.slice(1, 1, d, 2) = torch::cos(pos * div);
+  const at::Tensor x =
+      embedding(tokens) * std::sqrt(static_cast<double>(d)) + pe;  // (B, L, d)
+  return x.transpose(0, 1);  // (L, B, d), LibTorch's Transformer layout
+}
+
+at::Tensor EncDecImpl::forward(const at::Tensor& src, const at::Tensor& tgt) {
+  const at::Tensor mask =
+      torch::nn::TransformerImpl::generate_square_subsequent_mask(tgt.size(1))
+          .to(src.device());
+  const at::Tensor y = transformer->forward(
+      Embed(src), Embed(tgt), /*src_mask=*/at::Tensor(), mask);  // (T, B, d)
+  return output(y.transpose(0, 1));                              // (B, T, V)
+}
+
+at::Tensor EncDecLoss(EncDec& model, const at::Tensor& pairs, int64_t src_len) {
+  const at::Tensor src = pairs.narrow(1, 0, src_len);
+  const at::Tensor tgt = pairs.narrow(1, src_len, pairs.size(1) - src_len);
+  const int64_t t = tgt.size(1) - 1;
+  const at::Tensor logits = model(src, tgt.narrow(1, 0, t));  // predicts tgt[1:]
+  return torch::nn::functional::cross_entropy(
+      logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
+      tgt.narrow(1, 1, t).reshape({-1}));
+}
+
+namespace {
+
+absl::StatusOr<Plan> PlanEncDec(const BenchSpec& s) {
+  absl::StatusOr<EncDecConfig> c = EncDecSizeConfig(s.size);
+  if (!c.ok()) return c.status();
+  if (s.phase != kForward && s.phase != kTrainStep && s.phase != kTrainEpoch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown EncDec phase '", s.phase, "'; valid: forward, train_step, train_epoch"));
+  }
+  if (s.batch <= 0 || s.seq <= 1) {
+    return absl::InvalidArgumentError("batch must be positive and seq at least 2");
+  }
+  Plan plan;
+  plan.params = EncDecParamCount(*c);
+  const double fwd = EncDecForwardFlops(*c, s.batch, s.seq, s.seq - 1);
+  const int64_t tokens = s.batch * (2 * s.seq - 1), d = c->d_model;
+  MemoryEstimate& m = plan.memory;
+  if (s.phase == kForward) {
+    const int64_t e = DtypeBytes(s.dtype);
+    plan.flops_per_step = fwd;
+    plan.tokens_per_step = tokens;
+    plan.samples_per_step = s.batch;
+    m.weights = plan.params * e;
+    m.activations = s.batch * s.seq * (6 * d + 2 * c->d_ff + 2 * c->vocab) * e +
+                    2 * s.batch * c->heads * s.seq * s.seq * e;
+    return plan;
+  }
+  const int64_t e = s.dtype == c10::kFloat ? 4 : 2;
+  m.weights = plan.params * 4 + (s.dtype == c10::kFloat ? 0 : plan.params * 2);
+  m.gradients = plan.params * 4;
+  m.optimizer = 2 * plan.params * 4;
+  const int64_t layers = c->encoder_layers + 2 * c->decoder_layers;
+  m.activations =
+      layers *
+          (tokens / 2 * (12 * d + 3 * c->d_ff) + 3 * s.batch * c->heads * s.seq * s.seq) *
+          e +
+      s.batch * s.seq * c->vocab * 4 * 4;
+  if (s.phase == kTrainStep) {
+    plan.flops_per_step = 3 * fwd;
+    plan.tokens_per_step = tokens;
+    plan.samples_per_step = s.batch;
+  } else {  // an epoch: every rank's whole batches of the dataset
+    const int64_t samples = EpochSamples(s);
+    plan.flops_per_step = 3 * fwd * samples / s.batch;
+    plan.tokens_per_step = tokens * samples / s.batch;
+    plan.samples_per_step = samples;
+  }
+  return plan;
+}
+
+std::unique_ptr<Workload> BuildEncDec(const BenchSpec& s) {
+  const EncDecConfig c = EncDecSizeConfig(s.size).value();
+  EncDec model(c);
+  PrepareModel(*model, s);
+  const int64_t src_len = s.seq;
+  TrainFns train;
+  train.module = model.ptr();
+  train.loss = [model, src_len](const at::Tensor& pairs) mutable {
+    return EncDecLoss(model, pairs, src_len);
+  };
+  train.make_optimizer = [model]() {
+    return std::make_unique<torch::optim::AdamW>(model->parameters(),
+                                                 torch::optim::AdamWOptions(1e-4));
+  };
+  DatasetShape data{s.seq + s.seq, c.vocab};  // source then target tokens
+  if (s.phase == kTrainEpoch) return MakeEpochWorkload(s, std::move(train), data);
+  const at::Tensor pairs = torch::randint(0, c.vocab, {s.batch, data.sample_tokens},
+                                          torch::dtype(torch::kLong).device(s.device));
+  if (s.phase == kTrainStep) return MakeTrainStepWorkload(s, std::move(train), pairs);
+  ModelFns fns;
+  fns.module = model.ptr();
+  fns.forward = [model, pairs, src_len]() mutable {
+    return model(pairs.narrow(1, 0, src_len), pairs.narrow(1, src_len, src_len - 1));
+  };
+  return MakePhaseWorkload(s, std::move(fns));
+}
+
+}  // namespace
+
+Family EncDecFamily(const EncDecOverrides& overrides) {
+  Family f;
+  f.name = "EncDec";
+  f.sizes = EncDecSizeNames(overrides).value_or(std::vector<std::string>{});
+  f.phases = {kForward, kTrainStep, kTrainEpoch};
+  f.suite = {"tiny/"};
+  f.default_batch = 64;
+  f.default_seqs = {128};
+  f.plan = PlanEncDec;
+  f.build = BuildEncDec;
+  return f;
+}
+
+}  // namespace ltb

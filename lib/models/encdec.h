@@ -1,0 +1,79 @@
+// The EncDec family (shared/MODELS.md, "EncDec"): LibTorch's own
+// encoder-decoder Transformer with one token embedding shared by source and
+// target (scaled by sqrt(d_model)), fixed sinusoidal positions and an output
+// projection, trained on synthetic token pairs.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/transformer.h>
+#include <torch/nn/pimpl.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "harness/family.h"
+
+namespace ltb {
+
+struct EncDecConfig {
+  int64_t d_model = 128, heads = 4, encoder_layers = 3, decoder_layers = 3, d_ff = 512;
+  int64_t vocab = 8192;
+};
+
+struct EncDecSize {
+  std::string name;
+  EncDecConfig config;
+  int64_t card_params;
+};
+
+// nano, tiny, small, base, xl.
+const std::vector<EncDecSize>& EncDecSizes();
+
+// Architecture numbers given on the command line, applied to every size.
+struct EncDecOverrides {
+  std::optional<int64_t> d_model, heads, encoder_layers, decoder_layers, d_ff;
+  bool any() const {
+    return d_model || heads || encoder_layers || decoder_layers || d_ff;
+  }
+};
+
+// A preset, or "custom_d<d>_h<h>_e<enc>_d<dec>_ff<ff>" for an overridden one.
+absl::StatusOr<EncDecConfig> EncDecSizeConfig(const std::string& size);
+std::string CustomName(const EncDecConfig& c);
+// The presets with the overrides applied; errors when heads do not divide d_model.
+absl::StatusOr<std::vector<std::string>> EncDecSizeNames(const EncDecOverrides& o);
+
+int64_t EncDecParamCount(const EncDecConfig& c);
+// Forward FLOPs of a batch of (src, tgt) pairs: encoder layers
+// 8 B S d^2 + 4 B S^2 d + 4 B S d f; decoder layers self and cross
+// attention and FFN; the output projection 2 B T d V.
+double EncDecForwardFlops(const EncDecConfig& c, int64_t batch, int64_t src, int64_t tgt);
+
+class EncDecImpl : public torch::nn::Module {
+ public:
+  explicit EncDecImpl(const EncDecConfig& c);
+  // src (B, S), tgt (B, T) token ids -> logits (B, T, V); the decoder is
+  // causal over tgt.
+  at::Tensor forward(const at::Tensor& src, const at::Tensor& tgt);
+
+  torch::nn::Embedding embedding{nullptr};
+  torch::nn::Transformer transformer{nullptr};
+  torch::nn::Linear output{nullptr};
+
+ private:
+  at::Tensor Embed(const at::Tensor& tokens);  // (B, L) -> (L, B, d)
+  EncDecConfig config_;
+};
+TORCH_MODULE(EncDec);
+
+// Cross-entropy of the target shifted by one: `pairs` (B, S + T) holds the
+// source then the target of each sample.
+at::Tensor EncDecLoss(EncDec& model, const at::Tensor& pairs, int64_t src_len);
+
+Family EncDecFamily(const EncDecOverrides& overrides = {});
+
+}  // namespace ltb
