@@ -83,7 +83,7 @@ ABSL_FLAG(std::string, profile_steps, "5", "Steps to profile with --profile.");
 ABSL_FLAG(std::string, epochs, "2", "train_epoch: measured epochs per benchmark.");
 ABSL_FLAG(std::string, warmup_epochs, "1",
           "train_epoch: epochs before the measured ones.");
-ABSL_FLAG(std::string, dataset_samples, "256",
+ABSL_FLAG(std::string, dataset_samples, "128",
           "train_epoch: samples in the synthetic dataset.");
 ABSL_FLAG(
     std::string, data, "memory",

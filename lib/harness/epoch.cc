@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "harness/device.h"
 #include "harness/distributed.h"
+#include "harness/nvml.h"
 #include "harness/phases.h"
 #include "harness/shards.h"
 #include "harness/timer.h"
@@ -251,6 +252,8 @@ class EpochWorkload final : public Workload {
       total += epochs_[i];
     }
     if (!epochs_.empty()) c.emplace_back("epoch_s", total / epochs_.size());
+    if (gpu_util_ && gpu_util_->Mean() >= 0)
+      c.emplace_back("gpu_util_%", gpu_util_->Mean());
     return c;
   }
 
@@ -259,6 +262,7 @@ class EpochWorkload final : public Workload {
   std::unique_ptr<Loader> loader_;
   StepTimer timer_;
   std::vector<double> epochs_;
+  std::unique_ptr<GpuUtilSampler> gpu_util_;  // CUDA with NVML only
 };
 
 }  // namespace

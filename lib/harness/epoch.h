@@ -34,7 +34,7 @@ struct DatasetShape {
 struct EpochSettings {
   std::string data = "memory";  // memory or disk
   std::string data_dir;         // disk: where the shards live
-  int64_t dataset_samples = 256;
+  int64_t dataset_samples = 128;
   int64_t shard_mb = 128;
   bool regenerate = false;
   bool drop_page_cache = true;  // read shards from storage every epoch

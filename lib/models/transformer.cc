@@ -204,10 +204,11 @@ MemoryEstimate TransformerMemory(const TransformerOptions& o, const BenchSpec& s
 absl::StatusOr<Plan> PlanTransformer(const BenchSpec& s) {
   absl::StatusOr<TransformerOptions> o = TransformerSizeOptions(s.size);
   if (!o.ok()) return o.status();
-  if (s.phase != kForward && s.phase != kForwardBackward && s.phase != kTrainStep) {
+  if (s.phase != kForward && s.phase != kForwardBackward && s.phase != kTrainStep &&
+      s.phase != kTrainEpoch) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown Transformer phase '", s.phase,
-                     "'; valid: forward, forward_backward, train_step"));
+                     "'; valid: forward, forward_backward, train_step, train_epoch"));
   }
   if (s.batch <= 0 || s.seq <= 0) {
     return absl::InvalidArgumentError("batch and seq must be positive");

@@ -53,7 +53,8 @@ class NanoJsonTest(unittest.TestCase):
         names = {b["run_name"] for b in self.iterations()}
         self.assertEqual(names, {
             f"Transformer/nano/cpu/{phase}/batch:2/seq:32/fp32/manual_time"
-            for phase in ("forward", "forward_backward", "train_step")})
+            for phase in ("forward", "forward_backward", "train_step")} |
+            {"Transformer/nano/cpu/train_epoch/batch:2/seq:32/fp32/iterations:2/manual_time"})
         for b in self.doc["benchmarks"]:
             self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
 
@@ -66,6 +67,8 @@ class NanoJsonTest(unittest.TestCase):
 
     def test_rates_use_the_measured_step_time(self):
         for b in self.iterations():
+            if "/train_epoch/" in b["run_name"]:
+                continue  # an epoch is many steps
             seconds = b["real_time"] * {"ms": 1e-3, "us": 1e-6, "ns": 1e-9}[b["time_unit"]]
             self.assertAlmostEqual(b["tokens/s"] * seconds / (2 * 32), 1.0, places=3)
 
@@ -189,6 +192,79 @@ class DomainsTest(unittest.TestCase):
                 self.assertIn("tpot_ms", b)
 
 
+@unittest.skipUnless(BENCH, "LTB_BENCH is not set")
+class EpochTest(unittest.TestCase):
+    ARGS = ["--benchmark_filter=EncDec/nano/cpu/train_epoch/", "--devices=cpu", "--seq=16",
+            "--batch=4", "--dataset_samples=16", "--epochs=2", "--shard_mb=1",
+            "--peak_flops=1e12", "--peak_bandwidth=1e10"]
+
+    def test_disk_dataset_is_written_once_and_reused(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            first = run_json(*self.ARGS, f"--data_dir={tmp}")
+            [entry] = first["benchmarks"]
+            self.assertFalse(entry.get("error_occurred", False), entry.get("error_message"))
+            for counter in ("epoch_s", "epoch_1_s", "epoch_2_s", "samples/s", "tokens/s",
+                            "peak_mem"):
+                self.assertIn(counter, entry)
+            self.assertNotIn("gpu_util_%", entry)  # CPU: no NVML counter is invented
+            self.assertAlmostEqual(entry["samples/s"] * entry["epoch_s"], 16, delta=0.5)
+            [dataset] = os.listdir(tmp)
+            shard = os.path.join(tmp, dataset, "shard_0000.bin")
+            mtime = os.stat(shard).st_mtime_ns
+            run_json(*self.ARGS, f"--data_dir={tmp}")
+            self.assertEqual(os.stat(shard).st_mtime_ns, mtime, "the second run rewrote the shard")
+
+            # A corrupt shard is reported with its path; nothing trains on it.
+            with open(shard, "r+b") as f:
+                f.seek(100)
+                byte = f.read(1)
+                f.seek(100)
+                f.write(bytes([byte[0] ^ 0xFF]))
+            [bad] = run_json(*self.ARGS, f"--data_dir={tmp}")["benchmarks"]
+            self.assertTrue(bad["error_occurred"])
+            self.assertIn(shard, bad["error_message"])
+            self.assertIn("--regenerate", bad["error_message"])
+            [fixed] = run_json(*self.ARGS, f"--data_dir={tmp}", "--regenerate=true")["benchmarks"]
+            self.assertFalse(fixed.get("error_occurred", False), fixed.get("error_message"))
+
+    def test_architecture_flags_name_a_custom_size(self):
+        names = run_bench("--benchmark_list_tests", "--benchmark_filter=EncDec/", "--devices=cpu",
+                          "--d_model=96", "--nhead=6").stdout.split()
+        self.assertIn("EncDec/custom_d96_h6_e3_d3_ff512/cpu/train_step/batch:64/seq:128/fp32/"
+                      "manual_time", names)
+        self.assertFalse([n for n in names if "/tiny/" in n])
+        proc = run_bench("--d_model=100", "--nhead=8", check=False)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("--nhead=8 must divide --d_model=100", proc.stderr)
+
+    def test_two_ranks_with_the_launcher_and_with_torchrun(self):
+        repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+        launchers = [[os.path.join(repo, "tools", "launch"), "--nproc_per_node=2"]]
+        if os.path.exists(torchrun):
+            launchers.append([torchrun, "--no-python", "--nproc_per_node=2"])
+        for launcher in launchers:
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "out.json")
+                proc = subprocess.run([*launcher, BENCH, *self.ARGS, "--threads=1",
+                                       "--benchmark_filter=EncDec/nano/cpu/train_(step|epoch)/",
+                                       f"--benchmark_out={out}", "--benchmark_out_format=json"],
+                                      capture_output=True, text=True, timeout=600)
+                self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+                with open(out) as f:
+                    doc = json.load(f)
+                entries = {b["run_name"].split("/")[3]: b for b in doc["benchmarks"]}
+                self.assertEqual(set(entries), {"train_step", "train_epoch"}, launcher[0])
+                for b in entries.values():
+                    self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
+                # Two ranks of 4 samples: 8 samples a step, the whole 16 an epoch.
+                step = entries["train_step"]
+                self.assertAlmostEqual(step["samples/s"] * step["real_time"] * 1e-3, 8, delta=0.1)
+                self.assertEqual(step["iterations"], 10)
+                self.assertEqual(proc.stdout.count("EncDec/nano/cpu/train_step/"), 1,
+                                 "only rank 0 reports")
+
+
 def peak_of(context, key):
     return float(context[key].split()[0])
 
@@ -279,7 +355,7 @@ class SuiteTest(unittest.TestCase):
             self.assertIn(f"Transformer/{size}/cpu/train_step/batch:8/seq:512/bf16/manual_time",
                           names)
         self.assertEqual(len([n for n in names if n.startswith("Transformer/")]),
-                         6 * 3 * 2 * 2)
+                         6 * 4 * 2 * 2)
         # GPT2: 5 sizes x (3 sequence phases + generate) x 2 batches x 2 dtypes.
         self.assertEqual(len([n for n in names if n.startswith("GPT2/")]), 5 * 4 * 2 * 2)
 
