@@ -442,6 +442,7 @@ int main(int argc, char** argv) {
       {"warmup",
        absl::StrCat(">= ", run.warmup_steps, " steps and >= ", run.warmup_seconds, " s")},
       {"seed", absl::StrCat(run.seed)},
+      {"world_size", absl::StrCat(dist.world_size)},
       {"cpu_linear", sweep.pack_cpu_linears
                          ? "onednn (CPU generation: linear weights packed for oneDNN)"
                          : "aten (LibTorch's default GEMM path)"},

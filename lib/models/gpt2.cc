@@ -340,7 +340,7 @@ Family GPT2Family() {
   f.phases = {kForward, kForwardBackward, kTrainStep, kGenerate};
   f.suite = {"small/"};
   f.default_batch = 1;
-  f.default_seqs = {1024};
+  f.default_seqs = {512};
   f.plan = PlanGPT2;
   f.build = BuildGPT2;
   return f;

@@ -334,7 +334,7 @@ class SuiteTest(unittest.TestCase):
         for phase in ("forward", "forward_backward", "train_step"):
             self.assertIn(f"Transformer/small/cpu/{phase}/batch:4/seq:512/fp32/manual_time",
                           names)
-            self.assertIn(f"GPT2/small/cpu/{phase}/batch:1/seq:1024/fp32/manual_time", names)
+            self.assertIn(f"GPT2/small/cpu/{phase}/batch:1/seq:512/fp32/manual_time", names)
         self.assertIn("GPT2/small/cpu/generate/batch:1/prompt:32/new:100/fp32/manual_time",
                       names)
         for name in ("ResNet/resnet18/cpu/forward/batch:32/fp32",
@@ -346,6 +346,9 @@ class SuiteTest(unittest.TestCase):
                      "Whisper/tiny/cpu/generate/batch:1/prompt:4/new:100/fp32",
                      "Whisper/tiny/cpu/transcribe/batch:1/prompt:4/new:100/fp32"):
             self.assertIn(name + "/manual_time", names)
+        self.assertIn("EncDec/tiny/cpu/train_epoch/batch:64/seq:128/fp32/iterations:2/manual_time",
+                      names)
+        self.assertFalse([n for n in names if "Transformer/small/cpu/train_epoch" in n])
         self.assertFalse([n for n in names if "/nano/" in n])
 
     def test_filter_all_lists_every_size_and_sweeps_expand(self):
