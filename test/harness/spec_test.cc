@@ -88,8 +88,8 @@ TEST(ExpandSweep, CrossesEveryListAndKeepsFamilyDefaults) {
   const std::vector<Registration> regs = ExpandSweep(families, sweep);
   // Ops: 24 ops on both devices and 5 transfers on cuda only, in 2 dtypes,
   // and noop in fp32 on both; no batch or seq.
-  // Transformer: 6 sizes x 3 phases x 2 devices x 2 dtypes x 2 batches x 1 seq.
-  EXPECT_EQ(regs.size(), (24 * 2 + 5) * 2 + 2 + 6 * 3 * 2 * 2 * 2);
+  // Transformer: 6 sizes x 4 phases x 2 devices x 2 dtypes x 2 batches x 1 seq.
+  EXPECT_EQ(regs.size(), (24 * 2 + 5) * 2 + 2 + 6 * 4 * 2 * 2 * 2);
   std::set<std::string> names;
   for (const Registration& r : regs) names.insert(r.spec.Name());
   EXPECT_EQ(names.size(), regs.size()) << "names must be unique";
