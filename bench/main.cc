@@ -395,7 +395,9 @@ int main(int argc, char** argv) {
   // and dtypes of the benchmarks the filter selects.
   static ltb::Peaks peaks(peak_flops, peak_bandwidth, ltb::OpsMatmulShapes());
   const std::vector<ltb::Registration> registrations = ltb::ExpandSweep(families, sweep);
-  if (!list_only) {
+  // Other ranks do not report, and measuring on every rank at once would
+  // split the cores between them.
+  if (!list_only && !quiet_rank) {
     for (const ltb::Registration& r : registrations) {
       std::string why;
       if (!ltb::FilterSelects(filter, r.spec.Name() + "/manual_time") ||

@@ -101,6 +101,10 @@ absl::StatusOr<DistEnv> ReadDistEnv() {
   env.local_rank = *local;
   env.master_port = *port;
   if (const char* addr = std::getenv("MASTER_ADDR")) env.master_addr = addr;
+  if (env.master_port < 1 || env.master_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MASTER_PORT=", env.master_port, " is not a TCP port (1 to 65535)"));
+  }
   if (env.world_size < 1 || env.rank >= env.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("RANK=", env.rank, " must be below WORLD_SIZE=", env.world_size));

@@ -189,6 +189,13 @@ class Loader {
       absl::StatusOr<at::Tensor> tokens =
           ReadShard(shards_[s], data_.sample_tokens, data_.vocab);
       if (!tokens.ok()) throw std::runtime_error(std::string(tokens.status().message()));
+      const int64_t expected = std::min(per_shard, data_.samples - s * per_shard);
+      if (tokens->size(0) != expected) {
+        throw std::runtime_error(absl::StrCat("bad shard ", shards_[s], ": holds ",
+                                              tokens->size(0),
+                                              " samples, the dataset puts ", expected,
+                                              " there; rewrite it with --regenerate"));
+      }
       if (drop_cache_) DropFromPageCache(shards_[s]);
       const int64_t lo = std::max<int64_t>(share_.first - s * per_shard, 0);
       const int64_t hi = std::min<int64_t>(end - s * per_shard, tokens->size(0));
@@ -233,16 +240,26 @@ class EpochWorkload final : public Workload {
   EpochWorkload(const BenchSpec& spec, TrainFns fns, std::unique_ptr<Loader> loader)
       : trainer_(spec, std::move(fns)),
         loader_(std::move(loader)),
-        timer_(spec.device, true) {}
+        timer_(spec.device, true) {
+    if (spec.device.is_cuda()) {
+      gpu_util_ =
+          GpuUtilSampler::Create(spec.device.has_index() ? spec.device.index() : 0);
+    }
+  }
 
   void Step() override {
+    if (gpu_util_) gpu_util_->Start();
     timer_.Start();
     loader_->StartEpoch();
     while (std::optional<at::Tensor> batch = loader_->Next()) trainer_.Step(*batch);
     epochs_.push_back(timer_.Stop());
+    if (gpu_util_) gpu_util_->Stop();
   }
 
-  void ResetStats() override { epochs_.clear(); }
+  void ResetStats() override {
+    epochs_.clear();
+    if (gpu_util_) gpu_util_->Reset();
+  }
 
   std::vector<std::pair<std::string, double>> Counters() const override {
     std::vector<std::pair<std::string, double>> c;
@@ -272,12 +289,14 @@ const EpochSettings& GetEpochSettings() { return Settings(); }
 
 bool LossScaler::UnscaleAndCheck(const std::vector<at::Tensor>& params) {
   torch::NoGradGuard no_grad;
-  bool finite = true;
+  std::vector<at::Tensor> checks;
   for (const at::Tensor& p : params) {
     if (!p.grad().defined()) continue;
     p.grad().mul_(1.0 / scale_);
-    finite = finite && p.grad().isfinite().all().item<bool>();
+    checks.push_back(p.grad().isfinite().all());
   }
+  // One device sync for the whole check, not one per parameter.
+  const bool finite = checks.empty() || at::stack(checks).all().item<bool>();
   if (!finite) {
     scale_ *= 0.5;
     good_steps_ = 0;
@@ -315,8 +334,11 @@ std::unique_ptr<Workload> MakeEpochWorkload(const BenchSpec& spec, TrainFns fns,
         absl::StrCat(settings.data_dir, "/", spec.family, "-", data.sample_tokens, "x",
                      data.samples, "-v", data.vocab);
     bool wrote = false;
-    // Rank 0 writes; the others wait for it, then read.
-    if (Rank() == 0) {
+    // One process per machine writes (the data directory may be local); the
+    // others wait for it, then read.
+    const char* local = std::getenv("LOCAL_RANK");
+    const bool writer = local == nullptr || std::string(local) == "0";
+    if (writer) {
       absl::StatusOr<std::vector<std::string>> paths =
           PrepareDataset(dir, data, settings.regenerate, &wrote);
       if (!paths.ok()) throw std::runtime_error(std::string(paths.status().message()));

@@ -105,7 +105,11 @@ absl::StatusOr<ProfileResult> ProfileSteps(Workload& workload, const BenchSpec& 
       torch::autograd::profiler::disableProfiler();
 
   ProfileResult out;
-  const std::string stem = absl::StrCat(dir, "/", FileStem(spec.Name()));
+  std::string stem = absl::StrCat(dir, "/", FileStem(spec.Name()));
+  if (const char* rank = std::getenv("RANK");
+      rank != nullptr && std::string(rank) != "0") {
+    absl::StrAppend(&stem, ".rank", rank);  // every rank profiles its own steps
+  }
   out.trace_path = stem + ".trace.json";
   out.table_path = stem + ".ops.txt";
   result->save(out.trace_path);

@@ -5,6 +5,7 @@
 #include <torch/cuda.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <new>
 #include <stdexcept>
@@ -48,7 +49,9 @@ Workload& Prepare(const Family& family, const BenchSpec& spec,
   double warm = 0;
   const bool epochs = spec.phase == kTrainEpoch;
   const int warmup_steps = epochs ? options.warmup_epochs : options.warmup_steps;
-  const double warmup_seconds = epochs ? 0 : options.warmup_seconds;
+  // Data-parallel ranks must take the same number of steps: count, not time.
+  const bool lockstep = CurrentProcessGroup() != nullptr && IsTraining(spec);
+  const double warmup_seconds = epochs || lockstep ? 0 : options.warmup_seconds;
   for (int i = 0; i < warmup_steps || warm < warmup_seconds; ++i) {
     timer.Start();
     workload->Step();
@@ -71,6 +74,19 @@ Workload& Prepare(const Family& family, const BenchSpec& spec,
 void Fail(benchmark::State& state, const std::string& message) {
   ReleaseCachedWorkload();
   state.SkipWithError(message.c_str());
+}
+
+// A failure inside a data-parallel benchmark leaves the other ranks waiting
+// in a collective: nothing can continue, so the process stops, saying why.
+void FailRun(benchmark::State& state, const BenchSpec& spec, const std::string& message) {
+  if (CurrentProcessGroup() != nullptr && IsTraining(spec)) {
+    std::cerr << "bench: rank " << CurrentProcessGroup()->rank() << ": " << spec.Name()
+              << ": " << message
+              << "\nbench: stopping, since the other ranks cannot go on without "
+              << "this one\n";
+    std::_Exit(1);
+  }
+  Fail(state, message);
 }
 
 }  // namespace
@@ -106,6 +122,16 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
     // The memory guard looks at the device as the previous benchmark left it.
     ReleaseCachedWorkload();
     absl::Status fits = CheckFits(plan->memory, spec.device);
+    if (DataParallel* group = CurrentProcessGroup(); group && IsTraining(spec)) {
+      // Every rank runs the benchmark or none does, or the others would wait
+      // for collectives that never come.
+      at::Tensor refused = at::full({1}, fits.ok() ? 0.0 : 1.0, at::kDouble);
+      group->MaxInPlace(refused);
+      if (fits.ok() && refused.item<double>() > 0) {
+        fits = absl::ResourceExhaustedError(
+            "does not fit on another rank (see its message)");
+      }
+    }
     if (!fits.ok()) return Fail(state, std::string(fits.message()));
   }
 
@@ -124,16 +150,19 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
     }
     if (!spec.sync) Synchronize(spec.device);
   } catch (const c10::OutOfMemoryError& e) {
-    return Fail(state, absl::StrCat("out of memory on ", DeviceName(spec.device),
-                                    " (estimate was ", FormatBytes(plan->memory.Total()),
-                                    "): ", e.what_without_backtrace()));
+    return FailRun(state, spec,
+                   absl::StrCat("out of memory on ", DeviceName(spec.device),
+                                " (estimate was ", FormatBytes(plan->memory.Total()),
+                                "): ", e.what_without_backtrace()));
   } catch (const std::bad_alloc&) {
-    return Fail(state, absl::StrCat("out of host memory (estimate was ",
-                                    FormatBytes(plan->memory.Total()), ")"));
+    return FailRun(state, spec,
+                   absl::StrCat("out of host memory (estimate was ",
+                                FormatBytes(plan->memory.Total()), ")"));
   } catch (const c10::Error& e) {
-    return Fail(state, absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
+    return FailRun(state, spec,
+                   absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    return Fail(state, absl::StrCat("error: ", e.what()));
+    return FailRun(state, spec, absl::StrCat("error: ", e.what()));
   }
 
   using benchmark::Counter;
@@ -172,7 +201,11 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
   if (options.peaks != nullptr && steps_per_s > 0) {
     const Peak* flops = options.peaks->Flops(spec.device, spec.dtype);
     if (flops != nullptr && plan->flops_per_step > 0) {
-      c["mfu"] = plan->flops_per_step * steps_per_s / flops->value;
+      // Throughput counts every rank; the peak is one device's.
+      const int devices = CurrentProcessGroup() && IsTraining(spec)
+                              ? CurrentProcessGroup()->world_size()
+                              : 1;
+      c["mfu"] = plan->flops_per_step * steps_per_s / flops->value / devices;
     }
     const Peak* bandwidth = options.peaks->Bandwidth(spec.device);
     if (bandwidth != nullptr && c.find("weight_GB/s") != c.end()) {

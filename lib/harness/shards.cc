@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/randint.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstring>
@@ -95,7 +96,7 @@ absl::Status WriteShard(const std::string& path, const at::Tensor& tokens,
   h.vocab = vocab;
   const size_t bytes = payload.numel() * 2;
   h.crc32 = Crc32(payload.data_ptr(), bytes);
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());  // writers may race
   std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(&h), sizeof(h));
   out.write(static_cast<const char*>(payload.data_ptr()),
@@ -131,6 +132,17 @@ absl::StatusOr<at::Tensor> ReadShard(const std::string& path, int64_t sample_tok
     return bad(absl::StrCat("holds samples of ", h.sample_tokens, " tokens below ",
                             h.vocab, ", this run needs ", sample_tokens, " below ",
                             vocab));
+  }
+  // The sample count is not covered by the checksum: check it against the
+  // file's size before allocating anything.
+  std::error_code ec;
+  const uint64_t file_size = std::filesystem::file_size(path, ec);
+  if (ec || h.samples == 0 || h.samples > (uint64_t{1} << 40) ||
+      file_size < sizeof(Header) + h.samples * h.sample_tokens * 2) {
+    return bad(absl::StrCat(
+        "truncated: the header promises ", h.samples, " samples, the file holds ",
+        ec ? 0 : (file_size - std::min<uint64_t>(file_size, sizeof(Header))),
+        " bytes of tokens"));
   }
   const size_t bytes = h.samples * h.sample_tokens * 2;
   at::Tensor payload =

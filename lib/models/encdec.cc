@@ -72,6 +72,10 @@ absl::StatusOr<std::vector<std::string>> EncDecSizeNames(const EncDecOverrides& 
     c.encoder_layers = o.encoder_layers.value_or(c.encoder_layers);
     c.decoder_layers = o.decoder_layers.value_or(c.decoder_layers);
     c.d_ff = o.d_ff.value_or(c.d_ff);
+    if (c.d_model % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--d_model=", c.d_model, " must be even (sinusoidal positions pair channels)"));
+    }
     if (c.d_model % c.heads != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("--nhead=", c.heads, " must divide --d_model=", c.d_model,

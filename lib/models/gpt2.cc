@@ -8,6 +8,7 @@
 #include "harness/generation.h"
 #include "harness/phases.h"
 #include "models/attention.h"
+#include "models/language_model.h"
 
 namespace ltb {
 
@@ -287,10 +288,9 @@ absl::StatusOr<Plan> PlanGPT2(const BenchSpec& s) {
 std::unique_ptr<Workload> BuildGPT2(const BenchSpec& s) {
   const GPT2Options o = GPT2SizeOptions(s.size).value();
   GPT2LM model(o);
-  PrepareModel(*model, s);
-  const auto on_device = torch::dtype(torch::kLong).device(s.device);
-
   if (s.phase == kGenerate) {
+    PrepareModel(*model, s);
+    const auto on_device = torch::dtype(torch::kLong).device(s.device);
     if (s.pack_cpu_linears && CanPackLinear(s.device, s.dtype))
       model->PackForCpuInference();
     const at::Tensor prompt =
@@ -312,23 +312,9 @@ std::unique_ptr<Workload> BuildGPT2(const BenchSpec& s) {
     return MakeGenerateWorkload(s, std::move(fns), weight_bytes);
   }
 
-  const at::Tensor ids =
-      torch::randint(0, o.vocab_size(), {s.batch, s.seq + 1}, on_device);
-  const at::Tensor inputs = ids.narrow(1, 0, s.seq).contiguous();
-  const at::Tensor targets = ids.narrow(1, 1, s.seq).contiguous();
-  const int64_t vocab = o.vocab_size();
-  ModelFns fns;
-  fns.module = model.ptr();
-  fns.forward = [model, inputs]() mutable { return model(inputs); };
-  fns.loss = [targets, vocab](const at::Tensor& logits) {
-    return torch::nn::functional::cross_entropy(
-        logits.reshape({-1, vocab}).to(at::kFloat), targets.reshape({-1}));
-  };
-  fns.make_optimizer = [model]() {
-    return std::make_unique<torch::optim::AdamW>(model->parameters(),
-                                                 torch::optim::AdamWOptions(1e-4));
-  };
-  return MakePhaseWorkload(s, std::move(fns));
+  return BuildLanguageModel(
+      s, model.ptr(), [model](const at::Tensor& x) mutable { return model(x); },
+      o.vocab_size());
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "harness/epoch.h"
 #include "harness/phases.h"
 #include "models/attention.h"
+#include "models/language_model.h"
 
 namespace ltb {
 
@@ -232,41 +233,9 @@ std::unique_ptr<Workload> BuildTransformer(const BenchSpec& s) {
   TransformerOptions o = TransformerSizeOptions(s.size).value();
   o.context_length(s.seq);
   TransformerLM model(o);
-  PrepareModel(*model, s);
-  const auto on_device = torch::dtype(torch::kLong).device(s.device);
-  // Next-token prediction on random ids: inputs and targets are shifted by one.
-  const at::Tensor ids =
-      torch::randint(0, o.vocab_size(), {s.batch, s.seq + 1}, on_device);
-  const at::Tensor inputs = ids.narrow(1, 0, s.seq).contiguous();
-  const at::Tensor targets = ids.narrow(1, 1, s.seq).contiguous();
-  const int64_t vocab = o.vocab_size();
-  ModelFns fns;
-  fns.module = model.ptr();
-  fns.forward = [model, inputs]() mutable { return model(inputs); };
-  fns.loss = [targets, vocab](const at::Tensor& logits) {
-    return torch::nn::functional::cross_entropy(
-        logits.reshape({-1, vocab}).to(at::kFloat), targets.reshape({-1}));
-  };
-  fns.make_optimizer = [model]() {
-    return std::make_unique<torch::optim::AdamW>(model->parameters(),
-                                                 torch::optim::AdamWOptions(1e-4));
-  };
-  if (s.phase == kTrainStep || s.phase == kTrainEpoch) {
-    // Samples of seq + 1 tokens: inputs and next-token targets.
-    TrainFns train;
-    train.module = model.ptr();
-    train.loss = [model, vocab](const at::Tensor& batch) mutable {
-      const int64_t t = batch.size(1) - 1;
-      const at::Tensor logits = model(batch.narrow(1, 0, t));
-      return torch::nn::functional::cross_entropy(
-          logits.reshape({-1, vocab}).to(at::kFloat),
-          batch.narrow(1, 1, t).reshape({-1}));
-    };
-    train.make_optimizer = fns.make_optimizer;
-    if (s.phase == kTrainStep) return MakeTrainStepWorkload(s, std::move(train), ids);
-    return MakeEpochWorkload(s, std::move(train), DatasetShape{s.seq + 1, vocab});
-  }
-  return MakePhaseWorkload(s, std::move(fns));
+  return BuildLanguageModel(
+      s, model.ptr(), [model](const at::Tensor& x) mutable { return model(x); },
+      o.vocab_size());
 }
 
 }  // namespace

@@ -1,0 +1,49 @@
+#include "models/language_model.h"
+
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/adamw.h>
+
+#include "harness/epoch.h"
+#include "harness/phases.h"
+
+namespace ltb {
+
+std::unique_ptr<Workload> BuildLanguageModel(
+    const BenchSpec& s, std::shared_ptr<torch::nn::Module> module,
+    std::function<at::Tensor(const at::Tensor&)> forward, int64_t vocab) {
+  PrepareModel(*module, s);
+  // Cross-entropy of the logits of each position against the next token.
+  const auto loss = [forward, vocab](const at::Tensor& batch) {
+    const int64_t t = batch.size(1) - 1;
+    const at::Tensor logits = forward(batch.narrow(1, 0, t));  // (B, T, V)
+    return torch::nn::functional::cross_entropy(
+        logits.reshape({-1, vocab}).to(at::kFloat), batch.narrow(1, 1, t).reshape({-1}));
+  };
+  const auto adamw = [module]() {
+    return std::make_unique<torch::optim::AdamW>(module->parameters(),
+                                                 torch::optim::AdamWOptions(1e-4));
+  };
+  const at::Tensor ids = torch::randint(0, vocab, {s.batch, s.seq + 1},
+                                        torch::dtype(torch::kLong).device(s.device));
+  if (s.phase == kTrainStep || s.phase == kTrainEpoch) {
+    TrainFns train;
+    train.module = module;
+    train.loss = loss;
+    train.make_optimizer = adamw;
+    if (s.phase == kTrainStep) return MakeTrainStepWorkload(s, std::move(train), ids);
+    return MakeEpochWorkload(s, std::move(train), DatasetShape{s.seq + 1, vocab});
+  }
+  ModelFns fns;
+  fns.module = module;
+  const at::Tensor inputs = ids.narrow(1, 0, s.seq).contiguous();
+  const at::Tensor targets = ids.narrow(1, 1, s.seq).contiguous();
+  fns.forward = [forward, inputs]() { return forward(inputs); };
+  fns.loss = [targets, vocab](const at::Tensor& logits) {
+    return torch::nn::functional::cross_entropy(
+        logits.reshape({-1, vocab}).to(at::kFloat), targets.reshape({-1}));
+  };
+  fns.make_optimizer = adamw;
+  return MakePhaseWorkload(s, std::move(fns));
+}
+
+}  // namespace ltb
