@@ -1,9 +1,10 @@
-// Test helper: the FLOPs LibTorch's profiler counts for the matrix
-// multiplications a function runs — an independent check of a model's
-// analytic FLOP formula.
+// Test helpers shared by the model tests: parameter counts, and the FLOPs
+// LibTorch's profiler counts for the operations a function runs — an
+// independent check of a model's analytic FLOP formula.
 #pragma once
 
 #include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/nn/module.h>
 
 #include <functional>
 #include <set>
@@ -11,7 +12,15 @@
 
 namespace ltb {
 
-inline double ProfiledMatmulFlops(const std::function<void()>& fn) {
+inline int64_t CountParameters(torch::nn::Module& m) {
+  int64_t n = 0;
+  for (const at::Tensor& p : m.parameters()) n += p.numel();
+  return n;
+}
+
+// Sum of the profiler's FLOP counts over the events named in `ops`.
+inline double ProfiledFlops(const std::function<void()>& fn,
+                            const std::set<std::string>& ops) {
   namespace prof = torch::profiler::impl;
   const prof::ProfilerConfig config(prof::ProfilerState::KINETO,
                                     /*report_input_shapes=*/true,
@@ -24,13 +33,14 @@ inline double ProfiledMatmulFlops(const std::function<void()>& fn) {
   const auto result = torch::autograd::profiler::disableProfiler();
   double flops = 0;
   for (const auto& event : result->events()) {
-    const std::string name = event.name();
-    if (name == "aten::mm" || name == "aten::addmm" || name == "aten::bmm" ||
-        name == "aten::baddbmm") {
-      flops += static_cast<double>(event.flops());
-    }
+    if (ops.count(event.name())) flops += static_cast<double>(event.flops());
   }
   return flops;
+}
+
+// Matrix multiplications only.
+inline double ProfiledMatmulFlops(const std::function<void()>& fn) {
+  return ProfiledFlops(fn, {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"});
 }
 
 }  // namespace ltb

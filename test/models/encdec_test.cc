@@ -7,15 +7,10 @@
 
 #include "harness/epoch.h"
 #include "harness/phases.h"
+#include "profiled_flops.h"
 
 namespace ltb {
 namespace {
-
-int64_t CountParameters(torch::nn::Module& m) {
-  int64_t n = 0;
-  for (const at::Tensor& p : m.parameters()) n += p.numel();
-  return n;
-}
 
 TEST(EncDecSizes, CountsEqualTheCard) {
   const std::map<std::string, int64_t> card = {{"nano", 362'728},

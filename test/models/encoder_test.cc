@@ -8,12 +8,6 @@
 namespace ltb {
 namespace {
 
-int64_t CountParameters(torch::nn::Module& m) {
-  int64_t n = 0;
-  for (const at::Tensor& p : m.parameters()) n += p.numel();
-  return n;
-}
-
 TEST(EncoderSizes, CountsEqualTheCard) {
   for (const EncoderSize& s : EncoderSizes()) {
     EXPECT_EQ(EncoderParamCount(s.config), s.card_params) << s.name;

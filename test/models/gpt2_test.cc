@@ -12,12 +12,6 @@
 namespace ltb {
 namespace {
 
-int64_t CountParameters(torch::nn::Module& m) {
-  int64_t n = 0;
-  for (const at::Tensor& p : m.parameters()) n += p.numel();
-  return n;
-}
-
 GPT2Options Nano() { return GPT2SizeOptions("nano").value(); }
 
 TEST(GPT2Sizes, AnalyticCountEqualsTheCardForEverySize) {

@@ -1,41 +1,20 @@
 // ResNet and CNN: the card's parameter counts, torchvision's names, batch
 // norm behaviour, and FLOP formulas against LibTorch's profiler.
 #include <gtest/gtest.h>
-#include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <set>
 
 #include "harness/phases.h"
 #include "models/cnn.h"
 #include "models/resnet.h"
+#include "profiled_flops.h"
 
 namespace ltb {
 namespace {
 
-int64_t CountParameters(torch::nn::Module& m) {
-  int64_t n = 0;
-  for (const at::Tensor& p : m.parameters()) n += p.numel();
-  return n;
-}
-
 // FLOPs the profiler counts for convolutions and linear layers.
 double ProfiledConvAndLinearFlops(const std::function<void()>& fn) {
-  namespace prof = torch::profiler::impl;
-  const prof::ProfilerConfig config(prof::ProfilerState::KINETO,
-                                    /*report_input_shapes=*/true, false, false,
-                                    /*with_flops=*/true);
-  const std::set<prof::ActivityType> activities = {prof::ActivityType::CPU};
-  torch::autograd::profiler::prepareProfiler(config, activities);
-  torch::autograd::profiler::enableProfiler(config, activities);
-  fn();
-  const auto result = torch::autograd::profiler::disableProfiler();
-  double flops = 0;
-  for (const auto& e : result->events()) {
-    const std::string name = e.name();
-    if (name == "aten::conv2d" || name == "aten::addmm" || name == "aten::mm")
-      flops += e.flops();
-  }
-  return flops;
+  return ProfiledFlops(fn, {"aten::conv2d", "aten::addmm", "aten::mm"});
 }
 
 TEST(ResNetSizes, CountsEqualTheCard) {

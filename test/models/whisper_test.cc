@@ -10,12 +10,6 @@
 namespace ltb {
 namespace {
 
-int64_t CountParameters(torch::nn::Module& m) {
-  int64_t n = 0;
-  for (const at::Tensor& p : m.parameters()) n += p.numel();
-  return n;
-}
-
 WhisperConfig Nano() { return WhisperSizeConfig("nano").value(); }
 
 TEST(WhisperSizes, CountsEqualTheCard) {
