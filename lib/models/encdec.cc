@@ -117,18 +117,27 @@ EncDecImpl::EncDecImpl(const EncDecConfig& c)
       output(register_module("output", torch::nn::Linear(c.d_model, c.vocab))),
       config_(c) {}
 
+at::Tensor EncDecImpl::Positions(int64_t len, const c10::Device& device) {
+  // Fixed sinusoidal positions: sin on even channels, cos on odd ones. Made
+  // once per length and device, not in every step.
+  if (!positions_.defined() || positions_.size(0) < len ||
+      positions_.device() != device) {
+    const int64_t d = config_.d_model;
+    const auto opts = torch::dtype(torch::kFloat).device(device);
+    const at::Tensor pos = torch::arange(len, opts).unsqueeze(1);
+    const at::Tensor div =
+        torch::exp(torch::arange(0, d, 2, opts) * (-std::log(10000.0) / d));
+    positions_ = torch::zeros({len, d}, opts);
+    positions_.slice(1, 0, d, 2) = torch::sin(pos * div);
+    positions_.slice(1, 1, d, 2) = torch::cos(pos * div);
+  }
+  return positions_.narrow(0, 0, len);  // (L, d)
+}
+
 at::Tensor EncDecImpl::Embed(const at::Tensor& tokens) {
-  const int64_t len = tokens.size(1), d = config_.d_model;
-  // Fixed sinusoidal positions: sin on even channels, cos on odd ones.
-  const auto opts = torch::dtype(torch::kFloat).device(tokens.device());
-  const at::Tensor pos = torch::arange(len, opts).unsqueeze(1);
-  const at::Tensor div =
-      torch::exp(torch::arange(0, d, 2, opts) * (-std::log(10000.0) / d));
-  at::Tensor pe = torch::zeros({len, d}, opts);
-  pe.slice(1, 0, d, 2) = torch::sin(pos * div);
-  pe.slice(1, 1, d, 2) = torch::cos(pos * div);
-  const at::Tensor x =
-      embedding(tokens) * std::sqrt(static_cast<double>(d)) + pe;  // (B, L, d)
+  const int64_t d = config_.d_model;
+  const at::Tensor x = embedding(tokens) * std::sqrt(static_cast<double>(d)) +
+                       Positions(tokens.size(1), tokens.device());  // (B, L, d)
   return x.transpose(0, 1);  // (L, B, d), LibTorch's Transformer layout
 }
 

@@ -66,7 +66,9 @@ class EncDecImpl : public torch::nn::Module {
 
  private:
   at::Tensor Embed(const at::Tensor& tokens);  // (B, L) -> (L, B, d)
+  at::Tensor Positions(int64_t len, const c10::Device& device);
   EncDecConfig config_;
+  at::Tensor positions_;  // cache of the fixed positions; not a parameter
 };
 TORCH_MODULE(EncDec);
 
