@@ -10,8 +10,9 @@ if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
   set(TORCH_CUDA_ARCH_LIST "8.0;9.0" CACHE STRING "CUDA architectures")
 endif()
 find_package(Torch REQUIRED)
-# The autocast and allocator APIs the harness uses arrived in LibTorch 2.4.
-set(LTB_MIN_TORCH 2.4)
+# lib/harness/torch_compat.h bridges the APIs that changed since 1.13
+# (Debian 12's libtorch-dev); older versions are not supported.
+set(LTB_MIN_TORCH 1.13)
 if(Torch_VERSION AND Torch_VERSION VERSION_LESS LTB_MIN_TORCH)
   message(FATAL_ERROR "libtorch-bench needs LibTorch ${LTB_MIN_TORCH} or newer; "
     "found ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX}. Point CMAKE_PREFIX_PATH "

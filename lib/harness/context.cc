@@ -1,18 +1,41 @@
 #include "harness/context.h"
 
 #include <ATen/Context.h>
+#include <ATen/Version.h>
 #include <torch/version.h>
 
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "harness/cuda_support.h"
 #include "harness/device.h"
 #include "harness/memory.h"
 #include "harness/threads.h"
+#include "harness/torch_compat.h"
 
 namespace ltb {
+namespace {
+
+// The vector instruction set LibTorch's CPU kernels dispatch to: "AVX512",
+// "AVX2", "DEFAULT", ...
+std::string CpuCapability() {
+#if LTB_TORCH_AT_LEAST(2, 0)
+  return at::get_cpu_capability();
+#else
+  // Older LibTorch exports no getter; its build summary names it.
+  const std::string key = "CPU capability usage: ";
+  const std::string config = at::show_config();
+  const size_t pos = config.find(key);
+  if (pos == std::string::npos) return "unknown";
+  const size_t begin = pos + key.size();
+  return std::string(absl::StripAsciiWhitespace(
+      absl::string_view(config).substr(begin, config.find('\n', begin) - begin)));
+#endif
+}
+
+}  // namespace
 
 bool BuiltOptimized() {
 #if defined(__OPTIMIZE__)
@@ -26,7 +49,7 @@ Context CollectContext(const Context& extra) {
   Context ctx;
   ctx.emplace_back("libtorch_version", TORCH_VERSION);
   ctx.emplace_back("blas", BlasLibrary());
-  ctx.emplace_back("cpu_capability", at::get_cpu_capability());
+  ctx.emplace_back("cpu_capability", CpuCapability());
   ctx.emplace_back("intra_op_threads", absl::StrCat(IntraOpThreads()));
   ctx.emplace_back("inter_op_threads", absl::StrCat(InterOpThreads()));
   ctx.emplace_back("blas_threads", absl::StrCat(BlasThreads()));

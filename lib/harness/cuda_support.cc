@@ -131,7 +131,7 @@ class CudaEventTimeline : public EventTimeline {
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::Backend> MakeNcclBackend(
+c10::intrusive_ptr<CommBackend> MakeNcclBackend(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size) {
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size);
 }

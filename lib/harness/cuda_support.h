@@ -11,8 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "harness/torch_compat.h"
+
 namespace c10d {
-class Backend;
 class Store;
 }  // namespace c10d
 
@@ -54,7 +55,7 @@ class EventTimeline {
 std::unique_ptr<EventTimeline> MakeEventTimeline(int index);
 
 // NCCL process group for data-parallel CUDA ranks; null when unavailable.
-c10::intrusive_ptr<c10d::Backend> MakeNcclBackend(
+c10::intrusive_ptr<CommBackend> MakeNcclBackend(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size);
 
 }  // namespace ltb::cuda

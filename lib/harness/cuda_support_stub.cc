@@ -1,6 +1,12 @@
 // Stand-in for cuda_support.cc when LibTorch was built without CUDA.
-#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "harness/torch_compat.h"
+#if LTB_HAS_C10D_BACKEND
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
 
 #include "harness/cuda_support.h"
 
@@ -19,8 +25,8 @@ void ResetPeakAllocated(int) {}
 int64_t PeakAllocated(int) { return -1; }
 void EmptyCache() {}
 std::unique_ptr<EventTimeline> MakeEventTimeline(int) { return nullptr; }
-c10::intrusive_ptr<c10d::Backend> MakeNcclBackend(const c10::intrusive_ptr<c10d::Store>&,
-                                                  int, int) {
+c10::intrusive_ptr<CommBackend> MakeNcclBackend(const c10::intrusive_ptr<c10d::Store>&,
+                                                int, int) {
   return {};
 }
 

@@ -1,7 +1,11 @@
 #include "harness/device.h"
 
 #include <torch/cuda.h>
+
+#include "harness/torch_compat.h"
+#if LTB_HAS_MPS_API
 #include <torch/mps.h>
+#endif
 
 #include <fstream>
 #include <string>
@@ -88,6 +92,11 @@ bool DeviceAvailable(const c10::Device& device, std::string* why_not) {
       return true;
     }
     case c10::kMPS:
+#if !LTB_HAS_MPS_API
+      *why_not = "no MPS device: LibTorch " TORCH_VERSION
+                 " has no C++ API to synchronise MPS (torch/mps.h, LibTorch 2.1)";
+      return false;
+#else
       if (!torch::mps::is_available()) {
         *why_not =
             "no MPS device: LibTorch reports MPS unavailable (MPS needs an "
@@ -95,6 +104,7 @@ bool DeviceAvailable(const c10::Device& device, std::string* why_not) {
         return false;
       }
       return true;
+#endif
     default:
       *why_not = absl::StrCat("unsupported device type ", device.str());
       return false;
@@ -110,7 +120,9 @@ std::vector<c10::Device> AvailableDevices() {
       devices.emplace_back(c10::kCUDA, static_cast<c10::DeviceIndex>(i));
     }
   }
+#if LTB_HAS_MPS_API
   if (torch::mps::is_available()) devices.emplace_back(c10::kMPS);
+#endif
   return devices;
 }
 
@@ -139,9 +151,11 @@ void Synchronize(const c10::Device& device) {
     case c10::kCUDA:
       torch::cuda::synchronize(device.has_index() ? device.index() : 0);
       break;
+#if LTB_HAS_MPS_API
     case c10::kMPS:
       torch::mps::synchronize();
       break;
+#endif
     default:
       break;
   }

@@ -1,9 +1,11 @@
 #include "harness/distributed.h"
 
 #include <cstdlib>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "harness/cuda_support.h"
@@ -21,7 +23,7 @@ std::unique_ptr<DataParallel>& Current() {
 class BackendGroup final : public DataParallel {
  public:
   BackendGroup(c10::intrusive_ptr<c10d::Store> store,
-               c10::intrusive_ptr<c10d::Backend> backend, int rank, int world)
+               c10::intrusive_ptr<CommBackend> backend, int rank, int world)
       : store_(std::move(store)),
         backend_(std::move(backend)),
         rank_(rank),
@@ -71,7 +73,7 @@ class BackendGroup final : public DataParallel {
   }
 
   c10::intrusive_ptr<c10d::Store> store_;
-  c10::intrusive_ptr<c10d::Backend> backend_;
+  c10::intrusive_ptr<CommBackend> backend_;
   int rank_, world_;
 };
 
@@ -92,14 +94,19 @@ absl::StatusOr<DistEnv> ReadDistEnv() {
   DistEnv env;
   absl::StatusOr<int> rank = EnvInt("RANK", 0), world = EnvInt("WORLD_SIZE", 1),
                       local = EnvInt("LOCAL_RANK", 0),
-                      port = EnvInt("MASTER_PORT", 29500);
-  for (const auto* s : {&rank, &world, &local, &port}) {
+                      port = EnvInt("MASTER_PORT", 29500),
+                      restarts = EnvInt("TORCHELASTIC_RESTART_COUNT", 0);
+  for (const auto* s : {&rank, &world, &local, &port, &restarts}) {
     if (!s->ok()) return s->status();
   }
   env.rank = *rank;
   env.world_size = *world;
   env.local_rank = *local;
   env.master_port = *port;
+  env.restart_count = *restarts;
+  if (const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE")) {
+    env.agent_store = absl::AsciiStrToLower(agent) == "true";
+  }
   if (const char* addr = std::getenv("MASTER_ADDR")) env.master_addr = addr;
   if (env.master_port < 1 || env.master_port > 65535) {
     return absl::InvalidArgumentError(
@@ -117,10 +124,16 @@ absl::StatusOr<std::unique_ptr<DataParallel>> JoinProcessGroup(
   try {
     c10d::TCPStoreOptions opts;
     opts.port = static_cast<uint16_t>(env.master_port);
-    opts.isServer = env.rank == 0;
+    opts.isServer = env.rank == 0 && !env.agent_store;
     opts.numWorkers = env.world_size;
-    auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
-    c10::intrusive_ptr<c10d::Backend> backend;
+    opts.waitWorkers = !env.agent_store;
+    c10::intrusive_ptr<c10d::Store> store =
+        c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    if (env.agent_store) {
+      store = c10::make_intrusive<c10d::PrefixStore>(
+          absl::StrCat("/worker/attempt_", env.restart_count), store);
+    }
+    c10::intrusive_ptr<CommBackend> backend;
     if (device.is_cuda()) {
       backend = cuda::MakeNcclBackend(store, env.rank, env.world_size);
       if (!backend) {

@@ -19,6 +19,11 @@ struct DistEnv {
   int rank = 0, world_size = 1, local_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // Set by torchrun (TORCHELASTIC_USE_AGENT_STORE): its agent already serves
+  // the store at the master address, so every rank is a client, and keys go
+  // under /worker/attempt_<restart count>, as PyTorch's own workers do.
+  bool agent_store = false;
+  int restart_count = 0;
 };
 
 // The torchrun environment, or rank 0 of 1 when it is absent; errors on

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -27,18 +28,24 @@ class TrackingCpuAllocator final : public c10::Allocator {
 
   explicit TrackingCpuAllocator(c10::Allocator* base) : base_(base) { instance_ = this; }
 
-  c10::DataPtr allocate(size_t n) override {
+  // LibTorch 2.x declares allocate() non-const, 1.13 const. Both are
+  // declared here, so whichever the base class has is overridden.
+  c10::DataPtr allocate(size_t n) const {
     char* block = static_cast<char*>(base_->raw_allocate(n + kHeader));
     *reinterpret_cast<size_t*>(block) = n;
     Add(static_cast<int64_t>(n));
     void* data = block + kHeader;
     return {data, data, &Delete, c10::Device(c10::kCPU)};
   }
+  c10::DataPtr allocate(size_t n) {
+    return static_cast<const TrackingCpuAllocator*>(this)->allocate(n);
+  }
 
   c10::DeleterFnPtr raw_deleter() const override { return &Delete; }
 
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
+  // Pure virtual in LibTorch 2.x, absent from 1.13.
+  void copy_data(void* dest, const void* src, std::size_t count) const {
+    if (count != 0) std::memcpy(dest, src, count);
   }
 
   int64_t current() const { return current_.load(std::memory_order_relaxed); }
@@ -53,7 +60,7 @@ class TrackingCpuAllocator final : public c10::Allocator {
     instance_->base_->raw_deallocate(block);
   }
 
-  void Add(int64_t delta) {
+  void Add(int64_t delta) const {
     const int64_t now = current_.fetch_add(delta, std::memory_order_relaxed) + delta;
     int64_t old = peak_.load(std::memory_order_relaxed);
     while (now > old &&
@@ -63,8 +70,8 @@ class TrackingCpuAllocator final : public c10::Allocator {
 
   static TrackingCpuAllocator* instance_;
   c10::Allocator* base_;
-  std::atomic<int64_t> current_{0};
-  std::atomic<int64_t> peak_{0};
+  mutable std::atomic<int64_t> current_{0};
+  mutable std::atomic<int64_t> peak_{0};
 };
 
 TrackingCpuAllocator* TrackingCpuAllocator::instance_ = nullptr;

@@ -13,6 +13,28 @@
 #include "harness/device.h"
 
 namespace ltb {
+namespace {
+
+// KinetoEvent reports nanoseconds in newer LibTorch and microseconds in older;
+// the int/long argument prefers the first overload that compiles.
+template <typename Event>
+auto StartNs(const Event& e, int) -> decltype(uint64_t{e.startNs()}) {
+  return e.startNs();
+}
+template <typename Event>
+uint64_t StartNs(const Event& e, long) {
+  return e.startUs() * 1000;
+}
+template <typename Event>
+auto EndNs(const Event& e, int) -> decltype(uint64_t{e.endNs()}) {
+  return e.endNs();
+}
+template <typename Event>
+uint64_t EndNs(const Event& e, long) {
+  return (e.startUs() + e.durationUs()) * 1000;
+}
+
+}  // namespace
 
 std::vector<OpTime> SelfTimes(std::vector<OpEvent> events) {
   // Parents start no later and end no earlier than their children: sort by
@@ -112,7 +134,14 @@ absl::StatusOr<ProfileResult> ProfileSteps(Workload& workload, const BenchSpec& 
   }
   out.trace_path = stem + ".trace.json";
   out.table_path = stem + ".ops.txt";
-  result->save(out.trace_path);
+  try {
+    result->save(out.trace_path);
+  } catch (const c10::Error& e) {
+    // A LibTorch built without Kineto (Debian's) records operators but
+    // cannot write a trace; the operator table is still made.
+    out.trace_path.clear();
+    out.no_trace = e.what_without_backtrace();
+  }
 
   // libkineto::ActivityType values.
   constexpr uint8_t kCpuOp = 0;   // CPU_OP
@@ -121,12 +150,13 @@ absl::StatusOr<ProfileResult> ProfileSteps(Workload& workload, const BenchSpec& 
   std::vector<Span> kernels;
   Span window{~uint64_t{0}, 0};
   for (const auto& e : result->events()) {
-    window.start_ns = std::min(window.start_ns, e.startNs());
-    window.end_ns = std::max(window.end_ns, e.endNs());
+    const uint64_t start = StartNs(e, 0), end = EndNs(e, 0);
+    window.start_ns = std::min(window.start_ns, start);
+    window.end_ns = std::max(window.end_ns, end);
     if (e.activityType() == kCpuOp && !e.isAsync()) {
-      cpu_ops.push_back({e.name(), e.startThreadId(), e.startNs(), e.endNs()});
+      cpu_ops.push_back({e.name(), e.startThreadId(), start, end});
     } else if (e.activityType() == kKernel) {
-      kernels.push_back({e.startNs(), e.endNs()});
+      kernels.push_back({start, end});
     }
   }
   out.ops = SelfTimes(std::move(cpu_ops));

@@ -40,14 +40,16 @@ double BusyFraction(std::vector<Span> spans, Span window);
 std::string FormatTopOperators(const std::vector<OpTime>& ops, size_t rows);
 
 struct ProfileResult {
-  std::string trace_path;
+  std::string trace_path;  // "" when LibTorch cannot write one; see no_trace
+  std::string no_trace;    // why there is no trace
   std::string table_path;
   std::vector<OpTime> ops;
   double gpu_busy = -1;  // share of the profiled wall time a kernel ran; CUDA only
 };
 
 // Runs `steps` steps of `workload` under the profiler and writes
-// <dir>/<benchmark name>.trace.json and <dir>/<benchmark name>.ops.txt.
+// <dir>/<benchmark name>.trace.json (when LibTorch has Kineto) and
+// <dir>/<benchmark name>.ops.txt.
 absl::StatusOr<ProfileResult> ProfileSteps(Workload& workload, const BenchSpec& spec,
                                            int steps, const std::string& dir);
 

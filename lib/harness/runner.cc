@@ -61,8 +61,13 @@ Workload& Prepare(const Family& family, const BenchSpec& spec,
     absl::StatusOr<ProfileResult> profile =
         ProfileSteps(*workload, spec, options.profile_steps, options.profile_dir);
     if (!profile.ok()) throw std::runtime_error(std::string(profile.status().message()));
-    std::cerr << "profile: " << profile->trace_path << ", " << profile->table_path
-              << "\n";
+    if (profile->trace_path.empty()) {
+      std::cerr << "profile: " << profile->table_path
+                << " (no trace: " << profile->no_trace << ")\n";
+    } else {
+      std::cerr << "profile: " << profile->trace_path << ", " << profile->table_path
+                << "\n";
+    }
     cache.gpu_busy = profile->gpu_busy;
   }
   cache.name = name;

@@ -2,7 +2,11 @@
 
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
+
+#include "harness/torch_compat.h"
+#if LTB_HAS_SDPA
 #include <ATen/ops/scaled_dot_product_attention.h>
+#endif
 
 #include <cmath>
 #include <limits>
@@ -12,10 +16,12 @@ namespace ltb {
 at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      bool causal, bool fused) {
   const int64_t tq = q.size(-2), tk = k.size(-2);
+#if LTB_HAS_SDPA
   if (fused && (!causal || tq == tk)) {
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                             /*is_causal=*/causal);
   }
+#endif
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) /
                       std::sqrt(static_cast<double>(q.size(-1)));  // (B, nh, Tq, Tk)
   if (causal) {

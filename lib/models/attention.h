@@ -1,6 +1,7 @@
 // Scaled dot-product attention for the model families: LibTorch's fused
-// function, or the explicit composition (matmul, mask, softmax, matmul)
-// whose matmuls a profiler counts, for checking FLOP formulas.
+// function (LibTorch 2.0 and newer), or the explicit composition (matmul,
+// mask, softmax, matmul) whose matmuls a profiler counts, for checking FLOP
+// formulas.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "models/attention.h"
 
 namespace ltb {
 namespace {
@@ -149,8 +150,7 @@ OpDef Sdpa(int64_t b, int64_t h, int64_t t, int64_t hs) {
   d.make_step = [=](const at::TensorOptions& o) -> std::function<void()> {
     at::Tensor q = at::randn({b, h, t, hs}, o), k = at::randn({b, h, t, hs}, o),
                v = at::randn({b, h, t, hs}, o);
-    return
-        [=]() { at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true); };
+    return [=]() { Attention(q, k, v, /*causal=*/true, /*fused=*/true); };
   };
   return d;
 }

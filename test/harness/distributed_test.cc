@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "harness/epoch.h"
 #include "models/transformer.h"
@@ -138,6 +139,57 @@ TEST(DataParallel, OneStepMatchesASingleProcessOnTheWholeBatch) {
     flat.push_back(p.detach().reshape({-1}));
   EXPECT_FALSE(torch::allclose(at::cat(flat), single));
   std::filesystem::remove_all(dir);
+}
+
+// Sets environment variables for one test and restores them after it.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (const auto& [name, value] : vars) {
+      const char* old = std::getenv(name);
+      saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
+      ::setenv(name, value, 1);
+    }
+  }
+  ~ScopedEnv() {
+    for (const auto& [name, old] : saved_) {
+      if (old) {
+        ::setenv(name, old->c_str(), 1);
+      } else {
+        ::unsetenv(name);
+      }
+    }
+  }
+
+ private:
+  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
+};
+
+TEST(ReadDistEnv, TorchrunsAgentStoreMakesEveryRankAClient) {
+  {
+    ScopedEnv env({{"RANK", "1"},
+                   {"WORLD_SIZE", "2"},
+                   {"MASTER_PORT", "29511"},
+                   {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                   {"TORCHELASTIC_RESTART_COUNT", "3"}});
+    const DistEnv d = ReadDistEnv().value();
+    EXPECT_EQ(d.rank, 1);
+    EXPECT_EQ(d.world_size, 2);
+    EXPECT_EQ(d.master_port, 29511);
+    EXPECT_TRUE(d.agent_store);
+    EXPECT_EQ(d.restart_count, 3);
+  }
+  {
+    ScopedEnv env({{"TORCHELASTIC_USE_AGENT_STORE", "False"}});
+    EXPECT_FALSE(ReadDistEnv().value().agent_store);
+  }
+  {
+    ScopedEnv env({{"TORCHELASTIC_RESTART_COUNT", "x"}});
+    const absl::StatusOr<DistEnv> bad = ReadDistEnv();
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("TORCHELASTIC_RESTART_COUNT"),
+              std::string::npos);
+  }
 }
 
 TEST(Buckets, GroupTensorsUpToTheBucketSize) {

@@ -51,15 +51,19 @@ class WorkflowTest(unittest.TestCase):
                     if "uses" in step:
                         self.assertRegex(step["uses"], r"^[\w.-]+/[\w./-]+@[\w.-]+$")
 
-    def test_ci_builds_and_tests_then_builds_against_libtorch_with_cuda(self):
+    def test_ci_tests_on_the_wheel_and_debians_libtorch_and_builds_with_cuda(self):
         workflow = load("ci.yml")
         self.assertIn("pull_request", triggers(workflow))
         jobs = list(workflow["jobs"].values())
-        self.assertEqual(len(jobs), 2)
-        test, cuda = jobs
+        self.assertEqual(len(jobs), 3)
+        test, debian, cuda = jobs
         self.assertIn("actions/checkout", uses(test))
         self.assertRegex(run_text(test), r"(?m)^tools/test$")
         self.assertIn("debian", test["container"])
+        # Debian's own LibTorch, found through CMAKE_PREFIX_PATH, built and tested.
+        self.assertIn("debian:12", debian["container"])
+        self.assertIn("libtorch-dev", run_text(debian))
+        self.assertRegex(run_text(debian), r"CMAKE_PREFIX_PATH=/usr .*tools/test")
         script = run_text(cuda)
         self.assertIn("download.pytorch.org/libtorch/cu", cuda["env"]["LIBTORCH_URL"])
         self.assertIn("$LIBTORCH_URL", script)
