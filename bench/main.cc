@@ -367,6 +367,13 @@ int main(int argc, char** argv) {
                  "timings are not representative. Build with "
                  "-DCMAKE_BUILD_TYPE=Release.\n";
   }
+  if (!quiet_rank && ltb::ReferenceBlasLoaded()) {
+    std::cerr << "***WARNING*** LibTorch's matmuls run on the reference BLAS ("
+              << ltb::BlasLibrary()
+              << "), single-threaded and unvectorised: they are tens of times slower "
+                 "than on an optimised BLAS. On Debian, install libopenblas0-pthread "
+                 "and its libblas.so.3 replaces this one.\n";
+  }
 
   static const std::vector<ltb::Family> families = [&overrides] {
     std::vector<ltb::Family> f = {ltb::OpsFamily(),     ltb::TransformerFamily(),
