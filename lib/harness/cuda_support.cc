@@ -62,6 +62,12 @@ std::string DeviceName(int index) {
   return prop.name;
 }
 
+std::string PciBusId(int index) {
+  char id[32] = {};
+  if (cudaDeviceGetPCIBusId(id, sizeof(id), index) != cudaSuccess) return "";
+  return id;
+}
+
 int64_t AvailableBytes(int index) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
   size_t free_bytes = 0, total = 0;

@@ -33,6 +33,11 @@ int DeviceCount(std::string* why);
 
 std::string DeviceName(int index);
 
+// The device's PCI bus id ("0000:3B:00.0"), which names the same GPU to the
+// CUDA runtime and to NVML whatever CUDA_VISIBLE_DEVICES does; "" when
+// unknown.
+std::string PciBusId(int index);
+
 // Free and total bytes on the device (cudaMemGetInfo) plus what LibTorch's
 // caching allocator holds but does not use, which it can hand out again.
 int64_t AvailableBytes(int index);

@@ -20,6 +20,7 @@ int DeviceCount(std::string* why) {
   return 0;
 }
 std::string DeviceName(int) { return ""; }
+std::string PciBusId(int) { return ""; }
 int64_t AvailableBytes(int) { return -1; }
 void ResetPeakAllocated(int) {}
 int64_t PeakAllocated(int) { return -1; }

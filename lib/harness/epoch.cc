@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "harness/cuda_support.h"
 #include "harness/device.h"
 #include "harness/distributed.h"
 #include "harness/nvml.h"
@@ -242,8 +243,8 @@ class EpochWorkload final : public Workload {
         loader_(std::move(loader)),
         timer_(spec.device, true) {
     if (spec.device.is_cuda()) {
-      gpu_util_ =
-          GpuUtilSampler::Create(spec.device.has_index() ? spec.device.index() : 0);
+      gpu_util_ = GpuUtilSampler::Create(
+          cuda::PciBusId(spec.device.has_index() ? spec.device.index() : 0));
     }
   }
 

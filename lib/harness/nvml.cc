@@ -13,7 +13,7 @@ struct Utilization {
 };
 struct Nvml {
   int (*init)() = nullptr;
-  int (*handle_by_index)(unsigned int, void**) = nullptr;
+  int (*handle_by_bus_id)(const char*, void**) = nullptr;
   int (*utilization)(void*, Utilization*) = nullptr;
   bool ok = false;
 };
@@ -24,11 +24,11 @@ const Nvml& Load() {
     void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) return n;
     n.init = reinterpret_cast<int (*)()>(dlsym(lib, "nvmlInit_v2"));
-    n.handle_by_index = reinterpret_cast<int (*)(unsigned int, void**)>(
-        dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+    n.handle_by_bus_id = reinterpret_cast<int (*)(const char*, void**)>(
+        dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
     n.utilization = reinterpret_cast<int (*)(void*, Utilization*)>(
         dlsym(lib, "nvmlDeviceGetUtilizationRates"));
-    n.ok = n.init && n.handle_by_index && n.utilization && n.init() == 0;
+    n.ok = n.init && n.handle_by_bus_id && n.utilization && n.init() == 0;
     return n;
   }();
   return nvml;
@@ -36,11 +36,12 @@ const Nvml& Load() {
 
 }  // namespace
 
-std::unique_ptr<GpuUtilSampler> GpuUtilSampler::Create(int device_index, int period_ms) {
+std::unique_ptr<GpuUtilSampler> GpuUtilSampler::Create(const std::string& pci_bus_id,
+                                                       int period_ms) {
+  if (pci_bus_id.empty()) return nullptr;
   const Nvml& nvml = Load();
   void* device = nullptr;
-  if (!nvml.ok ||
-      nvml.handle_by_index(static_cast<unsigned>(device_index), &device) != 0) {
+  if (!nvml.ok || nvml.handle_by_bus_id(pci_bus_id.c_str(), &device) != 0) {
     return nullptr;
   }
   return std::unique_ptr<GpuUtilSampler>(new GpuUtilSampler(device, period_ms));

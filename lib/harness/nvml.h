@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
 
 namespace ltb {
@@ -11,8 +12,11 @@ namespace ltb {
 // Samples nvmlDeviceGetUtilizationRates every `period_ms` while running.
 class GpuUtilSampler {
  public:
-  // nullptr when NVML or the device is not there.
-  static std::unique_ptr<GpuUtilSampler> Create(int device_index, int period_ms = 100);
+  // The GPU with this PCI bus id (cuda::PciBusId): NVML numbers GPUs in its
+  // own order, ignoring CUDA_VISIBLE_DEVICES, so a CUDA ordinal could name
+  // another GPU. nullptr when NVML or the device is not there.
+  static std::unique_ptr<GpuUtilSampler> Create(const std::string& pci_bus_id,
+                                                int period_ms = 100);
   ~GpuUtilSampler();
 
   void Start();

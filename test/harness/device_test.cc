@@ -3,6 +3,11 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
+
+#include "harness/cuda_support.h"
+#include "harness/nvml.h"
+
 namespace ltb {
 namespace {
 
@@ -57,6 +62,19 @@ TEST(AvailableDevices, StartsWithCpuAndListsOnlyUsableDevices) {
 
 TEST(DeviceAvailableBytes, CpuReportsPositiveMemory) {
   EXPECT_GT(DeviceAvailableBytes(c10::Device(c10::kCPU)), 0);
+}
+
+// NVML is asked for a GPU by PCI bus id, which CUDA_VISIBLE_DEVICES cannot
+// renumber; with no id there is no sampler, never a guess by ordinal.
+TEST(GpuUtilSampler, NeedsTheDevicesPciBusId) {
+  EXPECT_EQ(GpuUtilSampler::Create(""), nullptr);
+  if (!torch::cuda::is_available()) {
+    EXPECT_EQ(cuda::PciBusId(0), "");
+  } else {
+    const std::string id = cuda::PciBusId(0);
+    EXPECT_EQ(std::count(id.begin(), id.end(), ':'), 2)
+        << id;  // domain:bus:device.function
+  }
 }
 
 }  // namespace
