@@ -142,30 +142,47 @@ double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
       [&](const MatmulShape& a, const MatmulShape& b) { return flops(a) < flops(b); });
   const auto opts = at::TensorOptions().dtype(dtype).device(device);
   StepTimer timer(device, /*sync=*/true);
+  struct Candidate {
+    double flops;
+    at::Tensor a, b, c;
+    double fastest = 1e30;
+  };
+  std::vector<Candidate> candidates;
   double best = 0;
-  for (const MatmulShape& s : ordered) {
-    if (best > 0 && flops(s) / best > 1.0) continue;  // a step would take over a second
-    at::Tensor a = at::randn({s[0], s[1]}, opts), b = at::randn({s[1], s[2]}, opts),
-               c = at::empty({s[0], s[2]}, opts);
-    // Warm up (threads, caches, clocks) for a tenth of a second, then keep
-    // the fastest step.
-    for (double warm = 0; warm < 0.1;) {
-      timer.Start();
-      at::mm_out(c, a, b);
-      warm += timer.Stop();
+  // Three rounds over the shapes, each timing every shape for at least 3
+  // steps and 0.1 s (small shapes take thousands of steps). A shape's best
+  // step is the fastest of samples spread over the whole measurement, so a
+  // passing burst of load on a shared machine cannot lower it.
+  for (int round = 0; round < 3; ++round) {
+    if (round == 0) {
+      for (const MatmulShape& s : ordered) {
+        if (best > 0 && flops(s) / best > 1.0) continue;  // a step would take over 1 s
+        Candidate c{flops(s), at::randn({s[0], s[1]}, opts),
+                    at::randn({s[1], s[2]}, opts), at::empty({s[0], s[2]}, opts)};
+        // Warm up (threads, caches, clocks) for a tenth of a second.
+        for (double warm = 0; warm < 0.1;) {
+          timer.Start();
+          at::mm_out(c.c, c.a, c.b);
+          const double t = timer.Stop();
+          warm += t;
+          best = std::max(best, c.flops / t);
+        }
+        candidates.push_back(std::move(c));
+      }
     }
-    // At least 3 steps, and 0.3 s of them: small shapes take thousands of
-    // steps, so a moment of noise cannot lower their best.
-    double spent = 0, fastest = 1e30;
-    for (int i = 0; i < 3 || (spent < 0.3 && i < 10000); ++i) {
-      timer.Start();
-      at::mm_out(c, a, b);
-      const double t = timer.Stop();
-      spent += t;
-      fastest = std::min(fastest, t);
+    for (Candidate& c : candidates) {
+      double spent = 0;
+      for (int i = 0; i < 3 || (spent < 0.1 && i < 10000); ++i) {
+        timer.Start();
+        at::mm_out(c.c, c.a, c.b);
+        const double t = timer.Stop();
+        spent += t;
+        c.fastest = std::min(c.fastest, t);
+      }
     }
-    best = std::max(best, flops(s) / fastest);
   }
+  best = 0;
+  for (const Candidate& c : candidates) best = std::max(best, c.flops / c.fastest);
   return best;
 }
 
