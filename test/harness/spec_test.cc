@@ -7,19 +7,12 @@
 #include "harness/sweep.h"
 #include "models/ops.h"
 #include "models/transformer.h"
+#include "spec_for.h"
 
 namespace ltb {
 namespace {
 
-BenchSpec TransformerSpec() {
-  BenchSpec s;
-  s.family = "Transformer";
-  s.size = "small";
-  s.phase = "forward";
-  s.batch = 4;
-  s.seq = 512;
-  return s;
-}
+BenchSpec TransformerSpec() { return SpecFor("Transformer", "small", "forward", 4, 512); }
 
 TEST(BenchSpecName, FollowsFamilySizeDevicePhaseSettings) {
   BenchSpec s = TransformerSpec();
@@ -31,11 +24,8 @@ TEST(BenchSpecName, FollowsFamilySizeDevicePhaseSettings) {
 }
 
 TEST(BenchSpecName, OpsPutTheShapeBeforeTheDevice) {
-  BenchSpec s;
-  s.family = "Ops";
-  s.size = "matmul";
-  s.phase = "2048x2048";
-  EXPECT_EQ(s.Name(), "Ops/matmul/2048x2048/cpu/fp32");
+  EXPECT_EQ(SpecFor("Ops", "matmul", "2048x2048").Name(),
+            "Ops/matmul/2048x2048/cpu/fp32");
 }
 
 TEST(ParsePositiveList, ExpandsAndDeduplicates) {

@@ -8,6 +8,7 @@
 #include "harness/epoch.h"
 #include "harness/phases.h"
 #include "profiled_flops.h"
+#include "spec_for.h"
 
 namespace ltb {
 namespace {
@@ -97,12 +98,7 @@ TEST(EncDecFamily, EveryPhaseRunsIncludingAnEpochFromDisk) {
   SetEpochSettings(settings);
   const Family f = EncDecFamily();
   for (const char* phase : {kForward, kTrainStep, kTrainEpoch}) {
-    BenchSpec s;
-    s.family = f.name;
-    s.size = "nano";
-    s.phase = phase;
-    s.batch = 4;
-    s.seq = 12;
+    const BenchSpec s = SpecFor(f.name, "nano", phase, 4, 12);
     const auto plan = f.plan(s);
     ASSERT_TRUE(plan.ok()) << s.Name();
     std::unique_ptr<Workload> w = f.build(s);

@@ -4,6 +4,7 @@
 
 #include "harness/phases.h"
 #include "profiled_flops.h"
+#include "spec_for.h"
 
 namespace ltb {
 namespace {
@@ -36,12 +37,7 @@ TEST(EncoderFamily, RegistersEveryLengthByDefault) {
 
 TEST(EncoderFamily, GuardRefusesTheLongestTrainingLengthHere) {
   const Family f = EncoderFamily();
-  BenchSpec s;
-  s.family = f.name;
-  s.size = "default";
-  s.phase = kForwardBackward;
-  s.batch = 8;
-  s.seq = 4096;
+  BenchSpec s = SpecFor(f.name, "default", kForwardBackward, 8, 4096);
   const Plan plan = f.plan(s).value();
   // Eight heads of 4096 x 4096 scores per layer, kept for backward.
   EXPECT_GT(plan.memory.activations, int64_t{6} * 3 * 8 * 8 * 4096 * 4096 * 4 - 1);
@@ -52,12 +48,7 @@ TEST(EncoderFamily, GuardRefusesTheLongestTrainingLengthHere) {
 TEST(EncoderFamily, EveryPhaseRuns) {
   const Family f = EncoderFamily();
   for (const char* phase : {kForward, kForwardBackward}) {
-    BenchSpec s;
-    s.family = f.name;
-    s.size = "nano";
-    s.phase = phase;
-    s.batch = 2;
-    s.seq = 16;
+    const BenchSpec s = SpecFor(f.name, "nano", phase, 2, 16);
     ASSERT_TRUE(f.plan(s).ok());
     f.build(s)->Step();
   }

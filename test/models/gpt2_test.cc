@@ -8,6 +8,7 @@
 #include "harness/generation.h"
 #include "harness/phases.h"
 #include "profiled_flops.h"
+#include "spec_for.h"
 
 namespace ltb {
 namespace {
@@ -147,11 +148,7 @@ TEST(GPT2Flops, HandCountForNano) {
 }
 
 BenchSpec GenerateSpec(int64_t prompt, int64_t new_tokens) {
-  BenchSpec s;
-  s.family = "GPT2";
-  s.size = "nano";
-  s.phase = kGenerate;
-  s.batch = 2;
+  BenchSpec s = SpecFor("GPT2", "nano", kGenerate, 2);
   s.prompt = prompt;
   s.new_tokens = new_tokens;
   return s;
@@ -196,12 +193,7 @@ TEST(GPT2Family, GenerationCountersAddUpToTheStepTime) {
 TEST(GPT2Family, EveryPhaseBuildsAndSteps) {
   const Family f = GPT2Family();
   for (const char* phase : {kForward, kForwardBackward, kTrainStep}) {
-    BenchSpec s;
-    s.family = f.name;
-    s.size = "nano";
-    s.phase = phase;
-    s.batch = 2;
-    s.seq = 16;
+    const BenchSpec s = SpecFor(f.name, "nano", phase, 2, 16);
     ASSERT_TRUE(f.plan(s).ok());
     std::unique_ptr<Workload> w = f.build(s);
     w->Step();

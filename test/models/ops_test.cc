@@ -4,6 +4,8 @@
 
 #include <set>
 
+#include "spec_for.h"
+
 namespace ltb {
 namespace {
 
@@ -70,10 +72,7 @@ TEST(OpsFamily, EveryCpuOpRuns) {
   const Family f = OpsFamily();
   for (const Case& c : f.Cases()) {
     if (c.cuda_only) continue;
-    BenchSpec s;
-    s.family = "Ops";
-    s.size = c.size;
-    s.phase = c.phase;
+    const BenchSpec s = SpecFor("Ops", c.size, c.phase);
     if (c.size == "matmul" || c.size == "conv2d" || c.size == "bmm")
       continue;  // slow; run in e2e
     ASSERT_TRUE(f.plan(s).ok()) << s.Name();

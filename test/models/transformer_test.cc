@@ -7,6 +7,7 @@
 
 #include "harness/phases.h"
 #include "profiled_flops.h"
+#include "spec_for.h"
 
 namespace ltb {
 namespace {
@@ -180,12 +181,7 @@ TEST(TransformerFlops, HandCountForNano) {
 
 TEST(TransformerFamily, PlansCountersAndMemoryPerPhase) {
   const Family f = TransformerFamily();
-  BenchSpec s;
-  s.family = f.name;
-  s.size = "small";
-  s.batch = 4;
-  s.seq = 128;
-  s.phase = kForward;
+  BenchSpec s = SpecFor(f.name, "small", kForward, 4, 128);
   const Plan fwd = f.plan(s).value();
   EXPECT_EQ(fwd.params, 128'625'408);
   EXPECT_EQ(fwd.tokens_per_step, 512);
@@ -206,12 +202,7 @@ TEST(TransformerFamily, PlansCountersAndMemoryPerPhase) {
 TEST(TransformerFamily, EveryPhaseBuildsAndSteps) {
   const Family f = TransformerFamily();
   for (const char* phase : {kForward, kForwardBackward, kTrainStep}) {
-    BenchSpec s;
-    s.family = f.name;
-    s.size = "nano";
-    s.phase = phase;
-    s.batch = 2;
-    s.seq = 16;
+    const BenchSpec s = SpecFor(f.name, "nano", phase, 2, 16);
     std::unique_ptr<Workload> w = f.build(s);
     w->Step();
     w->Step();

@@ -8,6 +8,7 @@
 #include "models/cnn.h"
 #include "models/resnet.h"
 #include "profiled_flops.h"
+#include "spec_for.h"
 
 namespace ltb {
 namespace {
@@ -95,11 +96,7 @@ TEST(ResNetFlops, Resnet50IsAbout4GigaMultiplyAddsPerImage) {
 TEST(ResNetFamily, ChannelsLastRunsAndIsNamed) {
   const Family f = ResNetFamily();
   for (const char* phase : {kForward, kTrainStep}) {
-    BenchSpec s;
-    s.family = f.name;
-    s.size = "nano";
-    s.phase = phase;
-    s.batch = 2;
+    BenchSpec s = SpecFor(f.name, "nano", phase, 2);
     s.channels_last = true;
     EXPECT_EQ(s.Name(),
               absl::StrCat("ResNet/nano/cpu/", phase, "/batch:2/fp32/channels_last"));
@@ -132,11 +129,7 @@ TEST(CNNFlops, AnalyticCountEqualsTheProfilers) {
 TEST(CNNFamily, EveryPhaseRuns) {
   const Family f = CNNFamily();
   for (const Case& c : f.Cases()) {
-    BenchSpec s;
-    s.family = f.name;
-    s.size = c.size;
-    s.phase = c.phase;
-    s.batch = 4;
+    const BenchSpec s = SpecFor(f.name, c.size, c.phase, 4);
     const auto plan = f.plan(s);
     ASSERT_TRUE(plan.ok()) << s.Name();
     EXPECT_EQ(plan->samples_per_step, 4);

@@ -6,6 +6,7 @@
 
 #include "harness/generation.h"
 #include "profiled_flops.h"
+#include "spec_for.h"
 
 namespace ltb {
 namespace {
@@ -88,11 +89,7 @@ TEST(WhisperFlops, EncodeHandCount) {
 
 TEST(WhisperFamily, RejectsMoreTokensThanTheDecoderHas) {
   const Family f = WhisperFamily();
-  BenchSpec s;
-  s.family = f.name;
-  s.size = "nano";
-  s.phase = kGenerate;
-  s.batch = 1;
+  BenchSpec s = SpecFor(f.name, "nano", kGenerate, 1);
   s.prompt = 4;
   s.new_tokens = 445;
   const auto bad = f.plan(s);
@@ -105,11 +102,7 @@ TEST(WhisperFamily, EveryPhaseRunsWithItsCounters) {
   const Family f = WhisperFamily();
   for (const Case& c : f.Cases()) {
     if (c.size != "nano") continue;
-    BenchSpec s;
-    s.family = f.name;
-    s.size = c.size;
-    s.phase = c.phase;
-    s.batch = 1;
+    BenchSpec s = SpecFor(f.name, c.size, c.phase, 1);
     s.prompt = c.fixed_prompt;
     s.new_tokens = 5;
     const Plan plan = f.plan(s).value();
