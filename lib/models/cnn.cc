@@ -3,8 +3,8 @@
 #include <torch/nn/functional/pooling.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "harness/phases.h"
+#include "models/size_table.h"
 #include "models/vision.h"
 
 namespace ltb {
@@ -18,13 +18,7 @@ const std::vector<CNNSize>& CNNSizes() {
 }
 
 absl::StatusOr<CNNConfig> CNNSizeConfig(const std::string& size) {
-  std::vector<std::string> names;
-  for (const CNNSize& s : CNNSizes()) {
-    if (s.name == size) return s.config;
-    names.push_back(s.name);
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown CNN size '", size, "'; valid: ", absl::StrJoin(names, ", ")));
+  return FindSize("CNN", CNNSizes(), size, &CNNSize::config);
 }
 
 int64_t CNNParamCount(const CNNConfig& c) {

@@ -9,9 +9,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "harness/epoch.h"
 #include "harness/phases.h"
+#include "models/size_table.h"
 
 namespace ltb {
 
@@ -34,11 +34,10 @@ std::string CustomName(const EncDecConfig& c) {
 }
 
 absl::StatusOr<EncDecConfig> EncDecSizeConfig(const std::string& size) {
-  std::vector<std::string> names;
-  for (const EncDecSize& s : EncDecSizes()) {
-    if (s.name == size) return s.config;
-    names.push_back(s.name);
-  }
+  const absl::StatusOr<EncDecConfig> known =
+      FindSize("EncDec", EncDecSizes(), size, &EncDecSize::config,
+               ", or custom_d<d>_h<h>_e<layers>_d<layers>_ff<d_ff>[_v<vocab>]");
+  if (known.ok()) return known;
   EncDecConfig c;
   int d = 0, h = 0, e = 0, dd = 0, ff = 0, v = 0;
   const int n = std::sscanf(size.c_str(), "custom_d%d_h%d_e%d_d%d_ff%d_v%d", &d, &h, &e,
@@ -53,9 +52,7 @@ absl::StatusOr<EncDecConfig> EncDecSizeConfig(const std::string& size) {
     if (CustomName(c) == size && d > 0 && h > 0 && d % h == 0 && ff > 0 && c.vocab > 0)
       return c;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown EncDec size '", size, "'; valid: ", absl::StrJoin(names, ", "),
-      ", or custom_d<d>_h<h>_e<layers>_d<layers>_ff<d_ff>[_v<vocab>]"));
+  return known.status();
 }
 
 absl::StatusOr<std::vector<std::string>> EncDecSizeNames(const EncDecOverrides& o) {

@@ -1,8 +1,8 @@
 #include "models/encoder.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "harness/phases.h"
+#include "models/size_table.h"
 
 namespace ltb {
 
@@ -15,13 +15,7 @@ const std::vector<EncoderSize>& EncoderSizes() {
 }
 
 absl::StatusOr<EncoderConfig> EncoderSizeConfig(const std::string& size) {
-  std::vector<std::string> names;
-  for (const EncoderSize& s : EncoderSizes()) {
-    if (s.name == size) return s.config;
-    names.push_back(s.name);
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown Encoder size '", size, "'; valid: ", absl::StrJoin(names, ", ")));
+  return FindSize("Encoder", EncoderSizes(), size, &EncoderSize::config);
 }
 
 torch::nn::TransformerEncoder MakeEncoder(const EncoderConfig& c) {

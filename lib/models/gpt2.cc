@@ -4,11 +4,11 @@
 #include <torch/optim/adamw.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "harness/generation.h"
 #include "harness/phases.h"
 #include "models/attention.h"
 #include "models/language_model.h"
+#include "models/size_table.h"
 
 namespace ltb {
 
@@ -24,13 +24,7 @@ const std::vector<GPT2Size>& GPT2Sizes() {
 }
 
 absl::StatusOr<GPT2Options> GPT2SizeOptions(const std::string& size) {
-  std::vector<std::string> names;
-  for (const GPT2Size& s : GPT2Sizes()) {
-    if (s.name == size) return s.options;
-    names.push_back(s.name);
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown GPT2 size '", size, "'; valid: ", absl::StrJoin(names, ", ")));
+  return FindSize("GPT2", GPT2Sizes(), size, &GPT2Size::options);
 }
 
 int64_t GPT2ParamCount(const GPT2Options& o) {

@@ -3,8 +3,8 @@
 #include <torch/nn/functional/pooling.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "harness/phases.h"
+#include "models/size_table.h"
 #include "models/vision.h"
 
 namespace ltb {
@@ -33,13 +33,7 @@ const std::vector<ResNetSize>& ResNetSizes() {
 }
 
 absl::StatusOr<ResNetConfig> ResNetSizeConfig(const std::string& size) {
-  std::vector<std::string> names;
-  for (const ResNetSize& s : ResNetSizes()) {
-    if (s.name == size) return s.config;
-    names.push_back(s.name);
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown ResNet size '", size, "'; valid: ", absl::StrJoin(names, ", ")));
+  return FindSize("ResNet", ResNetSizes(), size, &ResNetSize::config);
 }
 
 ResNetCost ResNetCostFor(const ResNetConfig& c, int64_t image) {

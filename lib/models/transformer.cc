@@ -6,11 +6,11 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "harness/epoch.h"
 #include "harness/phases.h"
 #include "models/attention.h"
 #include "models/language_model.h"
+#include "models/size_table.h"
 
 namespace ltb {
 
@@ -27,13 +27,7 @@ const std::vector<TransformerSize>& TransformerSizes() {
 }
 
 absl::StatusOr<TransformerOptions> TransformerSizeOptions(const std::string& size) {
-  std::vector<std::string> names;
-  for (const TransformerSize& s : TransformerSizes()) {
-    if (s.name == size) return s.options;
-    names.push_back(s.name);
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown Transformer size '", size, "'; valid: ", absl::StrJoin(names, ", ")));
+  return FindSize("Transformer", TransformerSizes(), size, &TransformerSize::options);
 }
 
 int64_t TransformerParamCount(const TransformerOptions& o) {

@@ -5,10 +5,10 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "harness/generation.h"
 #include "harness/phases.h"
 #include "models/attention.h"
+#include "models/size_table.h"
 
 namespace ltb {
 
@@ -31,13 +31,7 @@ const std::vector<WhisperSize>& WhisperSizes() {
 }
 
 absl::StatusOr<WhisperConfig> WhisperSizeConfig(const std::string& size) {
-  std::vector<std::string> names;
-  for (const WhisperSize& s : WhisperSizes()) {
-    if (s.name == size) return s.config;
-    names.push_back(s.name);
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown Whisper size '", size, "'; valid: ", absl::StrJoin(names, ", ")));
+  return FindSize("Whisper", WhisperSizes(), size, &WhisperSize::config);
 }
 
 namespace {

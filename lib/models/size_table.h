@@ -1,0 +1,30 @@
+// Every family keeps a table of named sizes (struct with a `name` member);
+// this finds an entry by name.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ltb {
+
+// `field` of the size called `name`, or an error naming the family's valid
+// sizes, then `other_forms` (", or ..." for names outside the table).
+template <typename Size, typename Field>
+absl::StatusOr<Field> FindSize(const std::string& family, const std::vector<Size>& sizes,
+                               const std::string& name, Field Size::*field,
+                               const std::string& other_forms = "") {
+  std::vector<std::string> names;
+  for (const Size& s : sizes) {
+    if (s.name == name) return s.*field;
+    names.push_back(s.name);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown ", family, " size '", name,
+                                                 "'; valid: ", absl::StrJoin(names, ", "),
+                                                 other_forms));
+}
+
+}  // namespace ltb
