@@ -147,29 +147,29 @@ double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
     at::Tensor a, b, c;
     double fastest = 1e30;
   };
+  // Warm each shape up (threads, caches, clocks) for a tenth of a second. The
+  // warm-up rate also tells which shapes would take over a second a step;
+  // those are left out.
   std::vector<Candidate> candidates;
-  double best = 0;
+  double rough = 0;
+  for (const MatmulShape& s : ordered) {
+    if (rough > 0 && flops(s) / rough > 1.0) continue;
+    Candidate c{flops(s), at::randn({s[0], s[1]}, opts), at::randn({s[1], s[2]}, opts),
+                at::empty({s[0], s[2]}, opts)};
+    for (double warm = 0; warm < 0.1;) {
+      timer.Start();
+      at::mm_out(c.c, c.a, c.b);
+      const double t = timer.Stop();
+      warm += t;
+      rough = std::max(rough, c.flops / t);
+    }
+    candidates.push_back(std::move(c));
+  }
   // Three rounds over the shapes, each timing every shape for at least 3
   // steps and 0.1 s (small shapes take thousands of steps). A shape's best
   // step is the fastest of samples spread over the whole measurement, so a
   // passing burst of load on a shared machine cannot lower it.
   for (int round = 0; round < 3; ++round) {
-    if (round == 0) {
-      for (const MatmulShape& s : ordered) {
-        if (best > 0 && flops(s) / best > 1.0) continue;  // a step would take over 1 s
-        Candidate c{flops(s), at::randn({s[0], s[1]}, opts),
-                    at::randn({s[1], s[2]}, opts), at::empty({s[0], s[2]}, opts)};
-        // Warm up (threads, caches, clocks) for a tenth of a second.
-        for (double warm = 0; warm < 0.1;) {
-          timer.Start();
-          at::mm_out(c.c, c.a, c.b);
-          const double t = timer.Stop();
-          warm += t;
-          best = std::max(best, c.flops / t);
-        }
-        candidates.push_back(std::move(c));
-      }
-    }
     for (Candidate& c : candidates) {
       double spent = 0;
       for (int i = 0; i < 3 || (spent < 0.1 && i < 10000); ++i) {
@@ -181,7 +181,7 @@ double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
       }
     }
   }
-  best = 0;
+  double best = 0;
   for (const Candidate& c : candidates) best = std::max(best, c.flops / c.fastest);
   return best;
 }
