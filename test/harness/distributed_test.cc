@@ -15,10 +15,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 
 #include "harness/epoch.h"
 #include "models/transformer.h"
+#include "scoped_env.h"
 
 extern char** environ;
 
@@ -140,30 +140,6 @@ TEST(DataParallel, OneStepMatchesASingleProcessOnTheWholeBatch) {
   EXPECT_FALSE(torch::allclose(at::cat(flat), single));
   std::filesystem::remove_all(dir);
 }
-
-// Sets environment variables for one test and restores them after it.
-class ScopedEnv {
- public:
-  ScopedEnv(std::initializer_list<std::pair<const char*, const char*>> vars) {
-    for (const auto& [name, value] : vars) {
-      const char* old = std::getenv(name);
-      saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
-      ::setenv(name, value, 1);
-    }
-  }
-  ~ScopedEnv() {
-    for (const auto& [name, old] : saved_) {
-      if (old) {
-        ::setenv(name, old->c_str(), 1);
-      } else {
-        ::unsetenv(name);
-      }
-    }
-  }
-
- private:
-  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
-};
 
 TEST(ReadDistEnv, TorchrunsAgentStoreMakesEveryRankAClient) {
   {

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <thread>
 
+#include "scoped_env.h"
+
 namespace ltb {
 namespace {
 
@@ -64,15 +66,14 @@ TEST_F(FakeTopology, CountsHyperThreadSiblingsOnce) {
 }
 
 TEST(DefaultIntraOpThreads, HonoursOmpNumThreadsElseCountsCores) {
-  const char* old = std::getenv("OMP_NUM_THREADS");
-  const std::string saved = old ? old : "";
-  ::setenv("OMP_NUM_THREADS", "3", 1);
-  EXPECT_EQ(DefaultIntraOpThreads(), 3);
-  ::unsetenv("OMP_NUM_THREADS");
+  {
+    ScopedEnv env({{"OMP_NUM_THREADS", "3"}});
+    EXPECT_EQ(DefaultIntraOpThreads(), 3);
+  }
+  ScopedEnv env({{"OMP_NUM_THREADS", nullptr}});
   const int cores = DefaultIntraOpThreads();
   EXPECT_GE(cores, 1);
   EXPECT_LE(cores, static_cast<int>(std::thread::hardware_concurrency()));
-  if (old) ::setenv("OMP_NUM_THREADS", saved.c_str(), 1);
 }
 
 TEST(ConfigureThreads, NoCountGivenUsesTheSuitesDefault) {
