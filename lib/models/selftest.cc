@@ -1,36 +1,66 @@
 #include "models/selftest.h"
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace ltb {
 namespace {
 
+// A step of `spin`: 2 ms of busy waiting, times LTB_SELFTEST_SLOWDOWN (a
+// factor, default 1), read once when the workload is built. Busy rather
+// than sleeping, so it behaves like compute under load.
+double SpinSeconds() {
+  double factor = 1;
+  const char* env = std::getenv("LTB_SELFTEST_SLOWDOWN");
+  if (env != nullptr && (!absl::SimpleAtod(env, &factor) || factor <= 0)) factor = 1;
+  return 0.002 * factor;
+}
+
 class SelftestWorkload final : public Workload {
  public:
-  explicit SelftestWorkload(std::string kind) : kind_(std::move(kind)) {}
+  explicit SelftestWorkload(std::string kind) : kind_(std::move(kind)) {
+    if (kind_ == "spin") spin_seconds_ = SpinSeconds();
+  }
   void Step() override {
     if (kind_ == "abort") std::abort();
+    if (kind_ == "kill") std::raise(SIGKILL);
     if (kind_ == "slow") std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (kind_ == "spin") {
+      using Clock = std::chrono::steady_clock;
+      const auto end =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(spin_seconds_));
+      while (Clock::now() < end) {
+      }
+    }
   }
 
  private:
   std::string kind_;
+  double spin_seconds_ = 0;
 };
+
+const std::vector<std::string>& Kinds() {
+  static const auto* kinds =
+      new std::vector<std::string>{"ok", "slow", "abort", "spin", "kill"};
+  return *kinds;
+}
 
 }  // namespace
 
 Family SelftestFamily() {
   Family f;
   f.name = "Selftest";
-  f.sizes = {"ok", "slow", "abort"};
+  f.sizes = Kinds();
   for (const std::string& size : f.sizes)
     f.cases.push_back({size, "step", false, Shape::kNone});
   f.plan = [](const BenchSpec& s) -> absl::StatusOr<Plan> {
-    if (s.size != "ok" && s.size != "slow" && s.size != "abort") {
+    if (std::find(Kinds().begin(), Kinds().end(), s.size) == Kinds().end()) {
       return absl::InvalidArgumentError(absl::StrCat("unknown Selftest '", s.size, "'"));
     }
     Plan plan;

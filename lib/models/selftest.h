@@ -8,7 +8,9 @@
 namespace ltb {
 
 // Selftest/ok/cpu/step/fp32, Selftest/slow/cpu/step/fp32 (0.2 s a step),
-// Selftest/abort/cpu/step/fp32 (calls std::abort in its first step).
+// Selftest/abort/cpu/step/fp32 (calls std::abort in its first step),
+// Selftest/spin/cpu/step/fp32 (2 ms of busy waiting times the factor in
+// LTB_SELFTEST_SLOWDOWN), Selftest/kill/cpu/step/fp32 (SIGKILLs itself).
 Family SelftestFamily();
 
 }  // namespace ltb
