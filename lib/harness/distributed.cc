@@ -157,6 +157,8 @@ absl::StatusOr<std::unique_ptr<DataParallel>> JoinProcessGroup(
 }
 
 DataParallel* CurrentProcessGroup() { return Current().get(); }
+int CurrentRank() { return Current() ? Current()->rank() : 0; }
+int CurrentWorldSize() { return Current() ? Current()->world_size() : 1; }
 void SetCurrentProcessGroup(std::unique_ptr<DataParallel> group) {
   Current() = std::move(group);
 }

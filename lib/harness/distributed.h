@@ -53,6 +53,9 @@ absl::StatusOr<std::unique_ptr<DataParallel>> JoinProcessGroup(const DistEnv& en
 // The process group bench joined at start-up, or nullptr when single-process.
 DataParallel* CurrentProcessGroup();
 void SetCurrentProcessGroup(std::unique_ptr<DataParallel> group);
+// This process's rank and the number of ranks: 0 and 1 when single-process.
+int CurrentRank();
+int CurrentWorldSize();
 
 // Flattens tensors into buckets of at most `bucket_bytes` (a tensor larger
 // than that is a bucket of its own); returns index ranges [begin, end).

@@ -1,7 +1,10 @@
 // A benchmark family: the sizes and phases it offers, what one benchmark of
 // it will cost (planned before anything is allocated), and how to build the
-// workload whose Step() the harness times.
+// workload whose Step() the harness times. A family is registered with
+// LTB_REGISTER_FAMILY (harness/registry.h) in its own model file.
 #pragma once
+
+#include <benchmark/benchmark.h>
 
 #include <cstdint>
 #include <functional>
@@ -34,10 +37,12 @@ struct Plan {
   int64_t tokens_per_step = 0;
   int64_t samples_per_step = 0;
   double audio_seconds_per_step = 0;  // speech: audio_s/s and rtf
+  // The workload reports weight_GB/s (decoding), so mbu needs the device's
+  // bandwidth peak.
+  bool reports_weight_bandwidth = false;
   MemoryEstimate memory;
 };
 
-// One (size, phase) pair a family registers.
 // Which settings a case's benchmark names and sweeps carry.
 enum class Shape {
   kNone,      // Ops: no batch or sequence
@@ -46,19 +51,35 @@ enum class Shape {
   kGenerate,  // batch, prompt and new tokens
 };
 
+// A phase: its name, whether it is inference or training (which decides
+// grad mode, eval or train mode, and whether weights are converted to the
+// dtype or kept in fp32 under autocast), the settings its names carry, and
+// its iteration policy. harness/phases.h has the phases families share.
+struct Phase {
+  std::string name;
+  PhaseKind kind = PhaseKind::kInference;
+  Shape shape = Shape::kSequence;
+  Iterations iterations = Iterations::kTimed;
+  // Under torchrun every rank takes this phase's steps together: fixed step
+  // counts (--steps), one memory verdict for all ranks, throughput summed
+  // over ranks, and a failure stops the run.
+  bool data_parallel = false;
+};
+
+// One (size, phase) pair a family registers.
 struct Case {
   std::string size;
-  std::string phase;
+  Phase phase;
   bool sweeps_dtype = true;  // false: fp32 only
-  Shape shape = Shape::kSequence;
   bool cuda_only = false;    // registered for CUDA devices only
   int64_t fixed_prompt = 0;  // kGenerate: a prompt the model fixes (not --prompt)
+  benchmark::TimeUnit unit = benchmark::kMillisecond;
 };
 
 struct Family {
   std::string name;
   std::vector<std::string> sizes;
-  std::vector<std::string> phases;
+  std::vector<Phase> phases;
   // When set, registered instead of every size x phase.
   std::vector<Case> cases;
   // What the default suite runs: regular expressions for the part of the
@@ -67,23 +88,23 @@ struct Family {
   int64_t default_batch = 0;          // 0: no batch setting
   std::vector<int64_t> default_seqs;  // without --seq; empty: no sequence setting
   bool sweeps_memory_format = false;  // convolution models: --memory_format
+  // Names read Family/size/phase/device/... (Ops/matmul/2048x2048/cpu/...).
+  bool phase_before_device = false;
   // Validates the spec and says what it will cost.
   std::function<absl::StatusOr<Plan>(const BenchSpec&)> plan;
   // Builds the model and inputs on spec.device; may throw c10::Error.
   std::function<std::unique_ptr<Workload>(const BenchSpec&)> build;
 
   // `cases` if set, else every size with every phase.
-  std::vector<Case> Cases() const {
-    if (!cases.empty()) return cases;
-    std::vector<Case> all;
-    for (const std::string& size : sizes) {
-      for (const std::string& phase : phases) {
-        all.push_back({size, phase, true,
-                       phase == "generate" ? Shape::kGenerate : Shape::kSequence});
-      }
-    }
-    return all;
-  }
+  std::vector<Case> Cases() const;
+  // The case of a size and phase; an error naming the valid ones.
+  absl::StatusOr<Case> FindCase(const std::string& size, const std::string& phase) const;
+  // `plan` for a spec of one of the family's cases; an error naming the
+  // valid cases for any other.
+  absl::StatusOr<Plan> PlanFor(const BenchSpec& spec) const;
 };
+
+// Copies what a phase decides (name, kind, iterations) into a spec.
+void SetPhase(const Phase& phase, BenchSpec* spec);
 
 }  // namespace ltb

@@ -8,7 +8,6 @@
 
 namespace ltb {
 
-const char kGenerate[] = "generate";
 
 namespace {
 

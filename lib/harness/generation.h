@@ -9,10 +9,10 @@
 #include <memory>
 
 #include "harness/family.h"
+#include "harness/phases.h"
 
 namespace ltb {
 
-extern const char kGenerate[];
 
 struct GenerateFns {
   std::shared_ptr<torch::nn::Module> module;  // kept alive with the workload

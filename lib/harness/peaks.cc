@@ -102,8 +102,7 @@ absl::StatusOr<std::map<c10::ScalarType, double>> ParsePeakFlops(
   std::map<c10::ScalarType, double> out;
   const auto bad = [&] {
     return absl::InvalidArgumentError(
-        absl::StrCat("bad --peak_flops '", text,
-                     "'; valid: FLOP/s for every dtype (1.2e14) or dtype=FLOP/s pairs "
+        absl::StrCat("valid: FLOP/s for every dtype (1.2e14) or dtype=FLOP/s pairs "
                      "(fp32=6.7e13,bf16=9.9e14) with dtypes fp32, bf16, fp16"));
   };
   double v = 0;
@@ -127,8 +126,7 @@ absl::StatusOr<std::map<c10::ScalarType, double>> ParsePeakFlops(
 absl::StatusOr<double> ParsePeakBandwidth(const std::string& text) {
   double v = 0;
   if (!absl::SimpleAtod(text, &v) || !std::isfinite(v) || v <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bad --peak_bandwidth '", text, "'; valid: bytes per second, e.g. 3.35e12"));
+    return absl::InvalidArgumentError("valid: bytes per second, e.g. 3.35e12");
   }
   return v;
 }

@@ -12,6 +12,20 @@ namespace ltb {
 const char kForward[] = "forward";
 const char kForwardBackward[] = "forward_backward";
 const char kTrainStep[] = "train_step";
+const char kTrainEpoch[] = "train_epoch";
+const char kGenerate[] = "generate";
+
+Phase ForwardPhase(Shape shape) { return {kForward, PhaseKind::kInference, shape}; }
+Phase ForwardBackwardPhase(Shape shape) {
+  return {kForwardBackward, PhaseKind::kTraining, shape};
+}
+Phase TrainStepPhase(Shape shape) {
+  return {kTrainStep, PhaseKind::kTraining, shape, Iterations::kTimed, true};
+}
+Phase TrainEpochPhase() {
+  return {kTrainEpoch, PhaseKind::kTraining, Shape::kSequence, Iterations::kEpochs, true};
+}
+Phase GeneratePhase() { return {kGenerate, PhaseKind::kInference, Shape::kGenerate}; }
 
 namespace {
 
@@ -71,13 +85,17 @@ AutocastGuard::~AutocastGuard() {
 }
 
 void PrepareModel(torch::nn::Module& module, const BenchSpec& spec) {
-  if (spec.phase == kForward) {
+  if (!spec.training()) {
     module.to(spec.device, spec.dtype);
     module.eval();
   } else {
     module.to(spec.device, c10::kFloat);
     module.train();
   }
+}
+
+c10::ScalarType InputDtype(const BenchSpec& spec) {
+  return spec.training() ? c10::kFloat : spec.dtype;
 }
 
 namespace {
@@ -127,15 +145,15 @@ class TrainWorkload final : public Workload {
 }  // namespace
 
 std::unique_ptr<Workload> MakePhaseWorkload(const BenchSpec& spec, ModelFns fns) {
-  if (spec.phase == kForward) return std::make_unique<ForwardWorkload>(std::move(fns));
+  if (!spec.training()) return std::make_unique<ForwardWorkload>(std::move(fns));
   if (spec.phase == kForwardBackward) {
     return std::make_unique<TrainWorkload>(spec, std::move(fns), false);
   }
   if (spec.phase == kTrainStep) {
     return std::make_unique<TrainWorkload>(spec, std::move(fns), true);
   }
-  TORCH_CHECK(false, "unknown phase '", spec.phase,
-              "'; valid: forward, forward_backward, train_step");
+  TORCH_CHECK(false, "no shared workload for training phase '", spec.phase,
+              "'; valid: forward_backward, train_step");
 }
 
 }  // namespace ltb

@@ -12,10 +12,24 @@
 
 namespace ltb {
 
-// Phase names in the order they are registered.
+// The phases families share, by name and as descriptors. A family may
+// define its own (Whisper's encode and transcribe) as a Phase of its file.
 extern const char kForward[];
 extern const char kForwardBackward[];
 extern const char kTrainStep[];
+extern const char kTrainEpoch[];
+extern const char kGenerate[];
+
+// Inference.
+Phase ForwardPhase(Shape shape = Shape::kSequence);
+// Training: forward, loss and backward, without an optimizer step.
+Phase ForwardBackwardPhase(Shape shape = Shape::kSequence);
+// Training: a whole optimizer step.
+Phase TrainStepPhase(Shape shape = Shape::kSequence);
+// Training over a dataset, one epoch an iteration (--epochs).
+Phase TrainEpochPhase();
+// Inference: greedy decoding after a prompt.
+Phase GeneratePhase();
 
 struct ModelFns {
   std::shared_ptr<torch::nn::Module> module;
@@ -27,12 +41,19 @@ struct ModelFns {
   std::function<std::unique_ptr<torch::optim::Optimizer>()> make_optimizer;
 };
 
-// Precision policy: `forward` runs a model whose weights were converted to
-// spec.dtype; training phases keep fp32 weights and run forward and loss
-// under autocast to spec.dtype (mixed precision), as training does in
-// practice. PrepareModel applies the device and weight dtype accordingly.
+// Precision policy: inference phases run a model whose weights and buffers
+// were converted to spec.dtype, in eval mode; training phases keep fp32
+// weights, in train mode, and run forward and loss under autocast to
+// spec.dtype (mixed precision), as training does in practice. PrepareModel
+// applies the device, weight dtype and mode by the phase's kind.
 void PrepareModel(torch::nn::Module& module, const BenchSpec& spec);
 
+// The dtype a phase's floating-point inputs take: the spec's for inference,
+// fp32 for training (autocast converts inside the model).
+c10::ScalarType InputDtype(const BenchSpec& spec);
+
+// Inference phases: one forward in inference mode. forward_backward: forward,
+// loss, backward. train_step: with an optimizer step.
 std::unique_ptr<Workload> MakePhaseWorkload(const BenchSpec& spec, ModelFns fns);
 
 // RAII autocast for one device type; a no-op for fp32.

@@ -47,10 +47,10 @@ Workload& Prepare(const Family& family, const BenchSpec& spec,
   std::unique_ptr<Workload> workload = family.build(spec);
   StepTimer timer(spec.device, /*sync=*/true);
   double warm = 0;
-  const bool epochs = spec.phase == kTrainEpoch;
+  const bool epochs = spec.iterations == Iterations::kEpochs;
   const int warmup_steps = epochs ? options.warmup_epochs : options.warmup_steps;
   // Data-parallel ranks must take the same number of steps: count, not time.
-  const bool lockstep = CurrentProcessGroup() != nullptr && IsTraining(spec);
+  const bool lockstep = CurrentProcessGroup() != nullptr && spec.data_parallel;
   const double warmup_seconds = epochs || lockstep ? 0 : options.warmup_seconds;
   for (int i = 0; i < warmup_steps || warm < warmup_seconds; ++i) {
     timer.Start();
@@ -84,7 +84,7 @@ void Fail(benchmark::State& state, const std::string& message) {
 // A failure inside a data-parallel benchmark leaves the other ranks waiting
 // in a collective: nothing can continue, so the process stops, saying why.
 void FailRun(benchmark::State& state, const BenchSpec& spec, const std::string& message) {
-  if (CurrentProcessGroup() != nullptr && IsTraining(spec)) {
+  if (CurrentProcessGroup() != nullptr && spec.data_parallel) {
     std::cerr << "bench: rank " << CurrentProcessGroup()->rank() << ": " << spec.Name()
               << ": " << message
               << "\nbench: stopping, since the other ranks cannot go on without "
@@ -95,10 +95,6 @@ void FailRun(benchmark::State& state, const BenchSpec& spec, const std::string& 
 }
 
 }  // namespace
-
-bool IsTraining(const BenchSpec& spec) {
-  return spec.phase == kTrainStep || spec.phase == kTrainEpoch;
-}
 
 void ReleaseCachedWorkload() {
   Cached& cache = Cache();
@@ -114,10 +110,11 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
                   const RunOptions& options) {
   std::string why;
   if (!DeviceAvailable(spec.device, &why)) return Fail(state, why);
-  absl::StatusOr<Plan> plan = family.plan(spec);
+  absl::StatusOr<Plan> plan = family.PlanFor(spec);
   if (!plan.ok()) return Fail(state, std::string(plan.status().message()));
   plan->memory.host_build = plan->params * 4;
-  if (DataParallel* group = CurrentProcessGroup(); group && spec.phase == kTrainStep) {
+  if (DataParallel* group = CurrentProcessGroup(); group && spec.data_parallel &&
+                                                spec.iterations == Iterations::kTimed) {
     // Throughput of a data-parallel step is every rank's.
     plan->tokens_per_step *= group->world_size();
     plan->samples_per_step *= group->world_size();
@@ -127,7 +124,7 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
     // The memory guard looks at the device as the previous benchmark left it.
     ReleaseCachedWorkload();
     absl::Status fits = CheckFits(plan->memory, spec.device);
-    if (DataParallel* group = CurrentProcessGroup(); group && IsTraining(spec)) {
+    if (DataParallel* group = CurrentProcessGroup(); group && spec.data_parallel) {
       // Every rank runs the benchmark or none does, or the others would wait
       // for collectives that never come.
       at::Tensor refused = at::full({1}, fits.ok() ? 0.0 : 1.0, at::kDouble);
@@ -207,7 +204,7 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
     const Peak* flops = options.peaks->Flops(spec.device, spec.dtype);
     if (flops != nullptr && plan->flops_per_step > 0) {
       // Throughput counts every rank; the peak is one device's.
-      const int devices = CurrentProcessGroup() && IsTraining(spec)
+      const int devices = CurrentProcessGroup() && spec.data_parallel
                               ? CurrentProcessGroup()->world_size()
                               : 1;
       c["mfu"] = plan->flops_per_step * steps_per_s / flops->value / devices;
@@ -222,7 +219,7 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
   if (Cache().gpu_busy >= 0) c["gpu_busy_%"] = 100 * Cache().gpu_busy;
   if (plan->params > 0) c["params"] = Counter(static_cast<double>(plan->params));
   int64_t peak = PeakBytes(spec.device);
-  if (DataParallel* group = CurrentProcessGroup(); group != nullptr && IsTraining(spec)) {
+  if (DataParallel* group = CurrentProcessGroup(); group != nullptr && spec.data_parallel) {
     at::Tensor t = at::full({1}, static_cast<double>(peak), at::kDouble);
     group->MaxInPlace(t);  // the largest rank's
     peak = static_cast<int64_t>(t.item<double>());

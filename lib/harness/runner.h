@@ -25,9 +25,6 @@ struct RunOptions {
 void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec& spec,
                   const RunOptions& options);
 
-// Training phases (train_step, train_epoch) run data-parallel under torchrun.
-bool IsTraining(const BenchSpec& spec);
-
 // Drops the model kept between invocations of one benchmark.
 void ReleaseCachedWorkload();
 

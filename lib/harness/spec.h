@@ -13,10 +13,25 @@
 
 namespace ltb {
 
+// Inference phases run in eval mode without autograd, with weights, inputs
+// and caches in the benchmark's dtype; training phases keep fp32 weights and
+// run under autocast to the dtype.
+enum class PhaseKind { kInference, kTraining };
+
+// How Google Benchmark decides a benchmark's iterations.
+enum class Iterations {
+  kTimed,   // as many steps as --benchmark_min_time needs
+  kEpochs,  // --epochs, one epoch an iteration (warm-up: --warmup_epochs)
+};
+
 struct BenchSpec {
   std::string family;  // "Transformer"
   std::string size;    // "small"; for Ops, the operation
   std::string phase;   // "forward"; for Ops, the shape
+  PhaseKind kind = PhaseKind::kInference;  // the phase's, from its Case
+  bool data_parallel = false;              // the phase's, from its Case
+  Iterations iterations = Iterations::kTimed;  // the phase's, from its Case
+  bool phase_before_device = false;            // the family's naming
   c10::Device device = c10::Device(c10::kCPU);
   c10::ScalarType dtype = c10::kFloat;
   int64_t batch = 0;       // 0: the family has no batch setting
@@ -32,25 +47,15 @@ struct BenchSpec {
   // Model families: Family/size/device/phase/batch:B/seq:T/dtype[/nosync];
   // generation: .../batch:B/prompt:P/new:N/dtype[/nosync];
   // convolution models in channels_last: .../dtype/channels_last[/nosync].
-  // Ops: Ops/op/shape/device/dtype[/nosync].
+  // Families that name the phase first (Ops, whose phase is the shape):
+  // Ops/op/shape/device/dtype[/nosync].
   std::string Name() const;
+  bool training() const { return kind == PhaseKind::kTraining; }
 };
 
 // "fp32", "bf16", "fp16" <-> ScalarType.
 std::string DtypeName(c10::ScalarType dtype);
 absl::StatusOr<c10::ScalarType> ParseDtype(const std::string& text);
 int64_t DtypeBytes(c10::ScalarType dtype);
-
-// Comma-separated flag values. Errors name the flag and the valid values.
-absl::StatusOr<std::vector<int64_t>> ParsePositiveList(const std::string& flag,
-                                                       const std::string& text);
-absl::StatusOr<std::vector<c10::ScalarType>> ParseDtypeList(const std::string& text);
-absl::StatusOr<std::vector<c10::Device>> ParseDeviceList(const std::string& text);
-// --memory_format: contiguous and/or channels_last -> channels_last flags.
-absl::StatusOr<std::vector<bool>> ParseMemoryFormats(const std::string& text);
-absl::StatusOr<bool> ParseBool(const std::string& flag, const std::string& text);
-absl::StatusOr<int> ParseNonNegativeInt(const std::string& flag, const std::string& text);
-absl::StatusOr<double> ParseNonNegativeDouble(const std::string& flag,
-                                              const std::string& text);
 
 }  // namespace ltb

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "harness/device.h"
 
 namespace ltb {
 
@@ -29,9 +30,11 @@ std::string ThroughputCounter(const benchmark::UserCounters& counters) {
 
 namespace {
 
-// Ops put the device fourth (Ops/op/shape/device/...), families third.
+// Families put the device third (Family/size/device/...); those that name
+// the phase first, fourth (Ops/op/shape/device/...).
 size_t DeviceField(const std::vector<std::string>& parts) {
-  return !parts.empty() && parts[0] == "Ops" ? 3 : 2;
+  const auto is_device = [](const std::string& p) { return ParseDevice(p).ok(); };
+  return parts.size() > 3 && !is_device(parts[2]) && is_device(parts[3]) ? 3 : 2;
 }
 
 std::string Human(double v) {

@@ -30,9 +30,9 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
     for (const Case& c : family.Cases()) {
       // (seq, 0) or (prompt, new tokens) pairs; one (0, 0) where neither applies.
       std::vector<std::pair<int64_t, int64_t>> lengths;
-      if (c.shape == Shape::kSequence) {
+      if (c.phase.shape == Shape::kSequence) {
         for (const int64_t t : seqs) lengths.emplace_back(t, 0);
-      } else if (c.shape == Shape::kGenerate) {
+      } else if (c.phase.shape == Shape::kGenerate) {
         const std::vector<int64_t> prompts =
             c.fixed_prompt > 0 ? std::vector<int64_t>{c.fixed_prompt} : sweep.prompts;
         for (const int64_t p : prompts) {
@@ -42,7 +42,7 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
         lengths.emplace_back(0, 0);
       }
       const std::vector<int64_t> case_batches =
-          c.shape == Shape::kNone ? std::vector<int64_t>{0} : batches;
+          c.phase.shape == Shape::kNone ? std::vector<int64_t>{0} : batches;
       for (const c10::Device& device : sweep.devices) {
         if (c.cuda_only && !device.is_cuda()) continue;
         for (const c10::ScalarType dtype : sweep.dtypes) {
@@ -52,12 +52,13 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
               for (const auto& [first, second] : lengths) {
                 BenchSpec spec;
                 spec.family = family.name;
+                spec.phase_before_device = family.phase_before_device;
                 spec.size = c.size;
-                spec.phase = c.phase;
+                SetPhase(c.phase, &spec);
                 spec.device = device;
                 spec.dtype = dtype;
                 spec.batch = batch;
-                if (c.shape == Shape::kGenerate) {
+                if (c.phase.shape == Shape::kGenerate) {
                   spec.prompt = first;
                   spec.new_tokens = second;
                 } else {
@@ -66,7 +67,7 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
                 spec.channels_last = channels_last;
                 spec.sync = sweep.sync;
                 spec.pack_cpu_linears = sweep.pack_cpu_linears;
-                out.push_back({&family, spec});
+                out.push_back({&family, spec, c.unit});
               }
             }
           }

@@ -25,6 +25,7 @@ struct Sweep {
 struct Registration {
   const Family* family;
   BenchSpec spec;
+  benchmark::TimeUnit unit = benchmark::kMillisecond;  // the case's
 };
 
 std::vector<Registration> ExpandSweep(const std::vector<Family>& families,

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "harness/phases.h"
+#include "harness/registry.h"
 #include "models/size_table.h"
 #include "models/vision.h"
 
@@ -11,35 +12,35 @@ namespace ltb {
 
 const std::vector<CNNSize>& CNNSizes() {
   static const auto* sizes = new std::vector<CNNSize>{
-      {"nano", {16, 32, 128, 10}, 268'650},
-      {"default", {32, 64, 512, 10}, 2'122'186},
+      {"nano", CNNOptions(16, 32, 128), 268'650},
+      {"default", CNNOptions(32, 64, 512), 2'122'186},
   };
   return *sizes;
 }
 
-absl::StatusOr<CNNConfig> CNNSizeConfig(const std::string& size) {
-  return FindSize("CNN", CNNSizes(), size, &CNNSize::config);
+absl::StatusOr<CNNOptions> CNNSizeOptions(const std::string& size) {
+  return FindSize("CNN", CNNSizes(), size, &CNNSize::options);
 }
 
-int64_t CNNParamCount(const CNNConfig& c) {
-  return (3 * 9 + 1) * c.conv1 + (c.conv1 * 9 + 1) * c.conv2 +
-         (c.conv2 * 8 * 8 + 1) * c.hidden + (c.hidden + 1) * c.classes;
+int64_t CNNParamCount(const CNNOptions& o) {
+  return (3 * 9 + 1) * o.conv1() + (o.conv1() * 9 + 1) * o.conv2() +
+         (o.conv2() * 8 * 8 + 1) * o.hidden() + (o.hidden() + 1) * o.classes();
 }
 
-double CNNForwardFlops(const CNNConfig& c) {
-  return 2.0 * 32 * 32 * 3 * c.conv1 * 9 + 2.0 * 16 * 16 * c.conv1 * c.conv2 * 9 +
-         2.0 * c.conv2 * 8 * 8 * c.hidden + 2.0 * c.hidden * c.classes;
+double CNNForwardFlops(const CNNOptions& o) {
+  return 2.0 * 32 * 32 * 3 * o.conv1() * 9 + 2.0 * 16 * 16 * o.conv1() * o.conv2() * 9 +
+         2.0 * o.conv2() * 8 * 8 * o.hidden() + 2.0 * o.hidden() * o.classes();
 }
 
-CNNImpl::CNNImpl(const CNNConfig& c)
+CNNImpl::CNNImpl(const CNNOptions& o)
     : conv1(register_module(
           "conv1",
-          torch::nn::Conv2d(torch::nn::Conv2dOptions(3, c.conv1, 3).padding(1)))),
+          torch::nn::Conv2d(torch::nn::Conv2dOptions(3, o.conv1(), 3).padding(1)))),
       conv2(register_module(
-          "conv2",
-          torch::nn::Conv2d(torch::nn::Conv2dOptions(c.conv1, c.conv2, 3).padding(1)))),
-      fc1(register_module("fc1", torch::nn::Linear(c.conv2 * 8 * 8, c.hidden))),
-      fc2(register_module("fc2", torch::nn::Linear(c.hidden, c.classes))) {}
+          "conv2", torch::nn::Conv2d(
+                       torch::nn::Conv2dOptions(o.conv1(), o.conv2(), 3).padding(1)))),
+      fc1(register_module("fc1", torch::nn::Linear(o.conv2() * 8 * 8, o.hidden()))),
+      fc2(register_module("fc2", torch::nn::Linear(o.hidden(), o.classes()))) {}
 
 at::Tensor CNNImpl::forward(const at::Tensor& x) {
   namespace F = torch::nn::functional;
@@ -52,31 +53,27 @@ at::Tensor CNNImpl::forward(const at::Tensor& x) {
 Family CNNFamily() {
   Family f;
   f.name = "CNN";
-  for (const CNNSize& s : CNNSizes()) {
-    f.sizes.push_back(s.name);
-    for (const char* phase : {kForward, kTrainStep}) {
-      f.cases.push_back({s.name, phase, true, Shape::kBatch});
-    }
-  }
-  f.phases = {kForward, kTrainStep};
+  for (const CNNSize& s : CNNSizes()) f.sizes.push_back(s.name);
+  f.phases = {ForwardPhase(Shape::kBatch), TrainStepPhase(Shape::kBatch)};
   f.suite = {"default/"};
   f.default_batch = 128;
   f.sweeps_memory_format = true;
   f.plan = [](const BenchSpec& s) -> absl::StatusOr<Plan> {
-    absl::StatusOr<CNNConfig> c = CNNSizeConfig(s.size);
-    if (!c.ok()) return c.status();
+    absl::StatusOr<CNNOptions> o = CNNSizeOptions(s.size);
+    if (!o.ok()) return o.status();
     // Conv, ReLU and pool outputs of both stages, then the hidden layer.
     const int64_t activations =
-        3 * (c->conv1 * 32 * 32 + c->conv2 * 16 * 16) + 2 * c->hidden;
-    return PlanClassifier(s, CNNParamCount(*c), CNNForwardFlops(*c), activations);
+        3 * (o->conv1() * 32 * 32 + o->conv2() * 16 * 16) + 2 * o->hidden();
+    return PlanClassifier(s, CNNParamCount(*o), CNNForwardFlops(*o), activations);
   };
   f.build = [](const BenchSpec& s) {
-    CNN model(CNNSizeConfig(s.size).value());
+    CNN model(CNNSizeOptions(s.size).value());
     return BuildClassifier(
         s, model.ptr(), [model](const at::Tensor& x) mutable { return model(x); },
         ClassifierShape{3, 32, 10}, 0.1);
   };
   return f;
 }
+LTB_REGISTER_FAMILY(CNNFamily, 50);
 
 }  // namespace ltb

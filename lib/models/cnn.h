@@ -7,6 +7,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,27 +16,32 @@
 
 namespace ltb {
 
-struct CNNConfig {
-  int64_t conv1 = 32, conv2 = 64, hidden = 512, classes = 10;
+struct CNNOptions {
+  CNNOptions(int64_t conv1, int64_t conv2, int64_t hidden)
+      : conv1_(conv1), conv2_(conv2), hidden_(hidden) {}
+  TORCH_ARG(int64_t, conv1);   // channels of the first convolution
+  TORCH_ARG(int64_t, conv2);   // channels of the second
+  TORCH_ARG(int64_t, hidden);  // width of the first linear layer
+  TORCH_ARG(int64_t, classes) = 10;
 };
 
 struct CNNSize {
   std::string name;
-  CNNConfig config;
+  CNNOptions options;
   int64_t card_params;
 };
 
 // nano, default.
 const std::vector<CNNSize>& CNNSizes();
-absl::StatusOr<CNNConfig> CNNSizeConfig(const std::string& size);
+absl::StatusOr<CNNOptions> CNNSizeOptions(const std::string& size);
 
 // Parameters and forward FLOPs of one 3x32x32 image (2 per multiply-add).
-int64_t CNNParamCount(const CNNConfig& c);
-double CNNForwardFlops(const CNNConfig& c);
+int64_t CNNParamCount(const CNNOptions& o);
+double CNNForwardFlops(const CNNOptions& o);
 
 class CNNImpl : public torch::nn::Module {
  public:
-  explicit CNNImpl(const CNNConfig& c);
+  explicit CNNImpl(const CNNOptions& o);
   // x: (N, 3, 32, 32) -> logits (N, classes).
   at::Tensor forward(const at::Tensor& x);
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};

@@ -10,116 +10,127 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "harness/epoch.h"
+#include "absl/flags/flag.h"
+#include "harness/flags.h"
 #include "harness/phases.h"
+#include "harness/registry.h"
 #include "models/size_table.h"
+
+ABSL_FLAG(ltb::OptionalPositive, d_model, {}, "EncDec: override every size's d_model.");
+ABSL_FLAG(ltb::OptionalPositive, nhead, {}, "EncDec: override every size's attention heads.");
+ABSL_FLAG(ltb::OptionalPositive, num_encoder_layers, {},
+          "EncDec: override every size's encoder layers.");
+ABSL_FLAG(ltb::OptionalPositive, num_decoder_layers, {},
+          "EncDec: override every size's decoder layers.");
+ABSL_FLAG(ltb::OptionalPositive, dim_feedforward, {},
+          "EncDec: override every size's FFN width.");
 
 namespace ltb {
 
 const std::vector<EncDecSize>& EncDecSizes() {
   static const auto* sizes = new std::vector<EncDecSize>{
-      {"nano", {64, 4, 2, 2, 256, 1000}, 362'728},
-      {"tiny", {128, 4, 3, 3, 512, 8192}, 3'494'400},
-      {"small", {512, 8, 6, 6, 2048, 8192}, 52'537'344},
-      {"base", {768, 12, 12, 12, 3072, 8192}, 211'069'952},
-      {"xl", {2048, 32, 24, 24, 8192, 8192}, 2'853'715'968},
+      {"nano", EncDecOptions(64, 4, 2, 2, 256).vocab(1000), 362'728},
+      {"tiny", EncDecOptions(128, 4, 3, 3, 512), 3'494'400},
+      {"small", EncDecOptions(512, 8, 6, 6, 2048), 52'537'344},
+      {"base", EncDecOptions(768, 12, 12, 12, 3072), 211'069'952},
+      {"xl", EncDecOptions(2048, 32, 24, 24, 8192), 2'853'715'968},
   };
   return *sizes;
 }
 
-std::string CustomName(const EncDecConfig& c) {
-  std::string name = absl::StrFormat("custom_d%d_h%d_e%d_d%d_ff%d", c.d_model, c.heads,
-                                     c.encoder_layers, c.decoder_layers, c.d_ff);
-  if (c.vocab != EncDecConfig().vocab) absl::StrAppend(&name, "_v", c.vocab);
+std::string CustomName(const EncDecOptions& o) {
+  std::string name =
+      absl::StrFormat("custom_d%d_h%d_e%d_d%d_ff%d", o.d_model(), o.heads(),
+                      o.encoder_layers(), o.decoder_layers(), o.d_ff());
+  if (o.vocab() != EncDecOptions::kDefaultVocab) absl::StrAppend(&name, "_v", o.vocab());
   return name;
 }
 
-absl::StatusOr<EncDecConfig> EncDecSizeConfig(const std::string& size) {
-  const absl::StatusOr<EncDecConfig> known =
-      FindSize("EncDec", EncDecSizes(), size, &EncDecSize::config,
+absl::StatusOr<EncDecOptions> EncDecSizeOptions(const std::string& size) {
+  const absl::StatusOr<EncDecOptions> known =
+      FindSize("EncDec", EncDecSizes(), size, &EncDecSize::options,
                ", or custom_d<d>_h<h>_e<layers>_d<layers>_ff<d_ff>[_v<vocab>]");
   if (known.ok()) return known;
-  EncDecConfig c;
   int d = 0, h = 0, e = 0, dd = 0, ff = 0, v = 0;
   const int n = std::sscanf(size.c_str(), "custom_d%d_h%d_e%d_d%d_ff%d_v%d", &d, &h, &e,
                             &dd, &ff, &v);
   if (n >= 5) {
-    if (n == 6) c.vocab = v;
-    c.d_model = d;
-    c.heads = h;
-    c.encoder_layers = e;
-    c.decoder_layers = dd;
-    c.d_ff = ff;
-    if (CustomName(c) == size && d > 0 && h > 0 && d % h == 0 && ff > 0 && c.vocab > 0)
-      return c;
+    EncDecOptions o(d, h, e, dd, ff);
+    if (n == 6) o.vocab(v);
+    if (CustomName(o) == size && d > 0 && h > 0 && d % h == 0 && ff > 0 && o.vocab() > 0)
+      return o;
   }
   return known.status();
 }
 
-absl::StatusOr<std::vector<std::string>> EncDecSizeNames(const EncDecOverrides& o) {
+absl::StatusOr<std::vector<std::string>> EncDecSizeNames(
+    const EncDecOverrides& overrides) {
   std::vector<std::string> names;
   std::set<std::string> seen;
   for (const EncDecSize& s : EncDecSizes()) {
-    if (!o.any()) {
+    if (!overrides.any()) {
       names.push_back(s.name);
       continue;
     }
-    EncDecConfig c = s.config;
-    c.d_model = o.d_model.value_or(c.d_model);
-    c.heads = o.heads.value_or(c.heads);
-    c.encoder_layers = o.encoder_layers.value_or(c.encoder_layers);
-    c.decoder_layers = o.decoder_layers.value_or(c.decoder_layers);
-    c.d_ff = o.d_ff.value_or(c.d_ff);
-    if (c.d_model % 2 != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--d_model=", c.d_model, " must be even (sinusoidal positions pair channels)"));
-    }
-    if (c.d_model % c.heads != 0) {
+    EncDecOptions o = s.options;
+    o.d_model(overrides.d_model.value_or(o.d_model()));
+    o.heads(overrides.heads.value_or(o.heads()));
+    o.encoder_layers(overrides.encoder_layers.value_or(o.encoder_layers()));
+    o.decoder_layers(overrides.decoder_layers.value_or(o.decoder_layers()));
+    o.d_ff(overrides.d_ff.value_or(o.d_ff()));
+    if (o.d_model() % 2 != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--nhead=", c.heads, " must divide --d_model=", c.d_model,
+          absl::StrCat("--d_model=", o.d_model(),
+                       " must be even (sinusoidal positions pair channels)"));
+    }
+    if (o.d_model() % o.heads() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--nhead=", o.heads(), " must divide --d_model=", o.d_model(),
                        " (for EncDec/", s.name, "); choose heads that divide d_model"));
     }
-    if (seen.insert(CustomName(c)).second) names.push_back(CustomName(c));
+    if (seen.insert(CustomName(o)).second) names.push_back(CustomName(o));
   }
   return names;
 }
 
-int64_t EncDecParamCount(const EncDecConfig& c) {
-  const int64_t d = c.d_model, f = c.d_ff, v = c.vocab;
+int64_t EncDecParamCount(const EncDecOptions& o) {
+  const int64_t d = o.d_model(), f = o.d_ff(), v = o.vocab();
   const int64_t encoder_layer = 4 * d * d + 2 * d * f + 9 * d + f;
   const int64_t decoder_layer = 8 * d * d + 2 * d * f + 15 * d + f;
-  return v * d + d * v + v + c.encoder_layers * encoder_layer + 2 * d +
-         c.decoder_layers * decoder_layer + 2 * d;
+  return v * d + d * v + v + o.encoder_layers() * encoder_layer + 2 * d +
+         o.decoder_layers() * decoder_layer + 2 * d;
 }
 
-double EncDecForwardFlops(const EncDecConfig& c, int64_t batch, int64_t src,
+double EncDecForwardFlops(const EncDecOptions& o, int64_t batch, int64_t src,
                           int64_t tgt) {
-  const double b = batch, s = src, t = tgt, d = c.d_model, f = c.d_ff;
+  const double b = batch, s = src, t = tgt, d = o.d_model(), f = o.d_ff();
   const double encoder = 8 * b * s * d * d + 4 * b * s * s * d + 4 * b * s * d * f;
   // Self-attention (8 T d^2 + 4 T^2 d), cross-attention (q and o 4 T d^2,
   // k and v 4 S d^2, scores 4 T S d), FFN.
   const double decoder = 8 * b * t * d * d + 4 * b * t * t * d + 4 * b * t * d * d +
                          4 * b * s * d * d + 4 * b * t * s * d + 4 * b * t * d * f;
-  return c.encoder_layers * encoder + c.decoder_layers * decoder +
-         2 * b * t * d * c.vocab;
+  return o.encoder_layers() * encoder + o.decoder_layers() * decoder +
+         2 * b * t * d * o.vocab();
 }
 
-EncDecImpl::EncDecImpl(const EncDecConfig& c)
-    : embedding(register_module("embedding", torch::nn::Embedding(c.vocab, c.d_model))),
+EncDecImpl::EncDecImpl(const EncDecOptions& o)
+    : embedding(
+          register_module("embedding", torch::nn::Embedding(o.vocab(), o.d_model()))),
       transformer(register_module(
           "transformer",
-          torch::nn::Transformer(torch::nn::TransformerOptions(c.d_model, c.heads)
-                                     .num_encoder_layers(c.encoder_layers)
-                                     .num_decoder_layers(c.decoder_layers)
-                                     .dim_feedforward(c.d_ff)))),
-      output(register_module("output", torch::nn::Linear(c.d_model, c.vocab))),
-      config_(c) {}
+          torch::nn::Transformer(torch::nn::TransformerOptions(o.d_model(), o.heads())
+                                     .num_encoder_layers(o.encoder_layers())
+                                     .num_decoder_layers(o.decoder_layers())
+                                     .dim_feedforward(o.d_ff())))),
+      output(register_module("output", torch::nn::Linear(o.d_model(), o.vocab()))),
+      options_(o) {}
 
 at::Tensor EncDecImpl::Positions(int64_t len, const c10::Device& device) {
   // Fixed sinusoidal positions: sin on even channels, cos on odd ones. Made
   // once per length and device, not in every step.
   if (!positions_.defined() || positions_.size(0) < len ||
       positions_.device() != device) {
-    const int64_t d = config_.d_model;
+    const int64_t d = options_.d_model();
     const auto opts = torch::dtype(torch::kFloat).device(device);
     const at::Tensor pos = torch::arange(len, opts).unsqueeze(1);
     const at::Tensor div =
@@ -132,7 +143,7 @@ at::Tensor EncDecImpl::Positions(int64_t len, const c10::Device& device) {
 }
 
 at::Tensor EncDecImpl::Embed(const at::Tensor& tokens) {
-  const int64_t d = config_.d_model;
+  const int64_t d = options_.d_model();
   const at::Tensor x = embedding(tokens) * std::sqrt(static_cast<double>(d)) +
                        Positions(tokens.size(1), tokens.device());  // (B, L, d)
   return x.transpose(0, 1);  // (L, B, d), LibTorch's Transformer layout
@@ -160,41 +171,37 @@ at::Tensor EncDecLoss(EncDec& model, const at::Tensor& pairs, int64_t src_len) {
 namespace {
 
 absl::StatusOr<Plan> PlanEncDec(const BenchSpec& s) {
-  absl::StatusOr<EncDecConfig> c = EncDecSizeConfig(s.size);
-  if (!c.ok()) return c.status();
-  if (s.phase != kForward && s.phase != kTrainStep && s.phase != kTrainEpoch) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown EncDec phase '", s.phase, "'; valid: forward, train_step, train_epoch"));
-  }
+  absl::StatusOr<EncDecOptions> o = EncDecSizeOptions(s.size);
+  if (!o.ok()) return o.status();
   if (s.batch <= 0 || s.seq <= 1) {
     return absl::InvalidArgumentError("batch must be positive and seq at least 2");
   }
   Plan plan;
-  plan.params = EncDecParamCount(*c);
-  const double fwd = EncDecForwardFlops(*c, s.batch, s.seq, s.seq - 1);
-  const int64_t tokens = s.batch * (2 * s.seq - 1), d = c->d_model;
+  plan.params = EncDecParamCount(*o);
+  const double fwd = EncDecForwardFlops(*o, s.batch, s.seq, s.seq - 1);
+  const int64_t tokens = s.batch * (2 * s.seq - 1), d = o->d_model();
   MemoryEstimate& m = plan.memory;
-  if (s.phase == kForward) {
+  if (!s.training()) {
     const int64_t e = DtypeBytes(s.dtype);
     plan.flops_per_step = fwd;
     plan.tokens_per_step = tokens;
     plan.samples_per_step = s.batch;
     m.weights = plan.params * e;
-    m.activations = s.batch * s.seq * (6 * d + 2 * c->d_ff + 2 * c->vocab) * e +
-                    2 * s.batch * c->heads * s.seq * s.seq * e;
+    m.activations = s.batch * s.seq * (6 * d + 2 * o->d_ff() + 2 * o->vocab()) * e +
+                    2 * s.batch * o->heads() * s.seq * s.seq * e;
     return plan;
   }
   const int64_t e = s.dtype == c10::kFloat ? 4 : 2;
   m.weights = plan.params * 4 + (s.dtype == c10::kFloat ? 0 : plan.params * 2);
   m.gradients = plan.params * 4;
   m.optimizer = 2 * plan.params * 4;
-  const int64_t layers = c->encoder_layers + 2 * c->decoder_layers;
-  m.activations =
-      layers *
-          (tokens / 2 * (12 * d + 3 * c->d_ff) + 3 * s.batch * c->heads * s.seq * s.seq) *
-          e +
-      s.batch * s.seq * c->vocab * 4 * 4;
-  if (s.phase == kTrainStep) {
+  const int64_t layers = o->encoder_layers() + 2 * o->decoder_layers();
+  m.activations = layers *
+                      (tokens / 2 * (12 * d + 3 * o->d_ff()) +
+                       3 * s.batch * o->heads() * s.seq * s.seq) *
+                      e +
+                  s.batch * s.seq * o->vocab() * 4 * 4;
+  if (s.iterations == Iterations::kTimed) {  // train_step
     plan.flops_per_step = 3 * fwd;
     plan.tokens_per_step = tokens;
     plan.samples_per_step = s.batch;
@@ -208,8 +215,8 @@ absl::StatusOr<Plan> PlanEncDec(const BenchSpec& s) {
 }
 
 std::unique_ptr<Workload> BuildEncDec(const BenchSpec& s) {
-  const EncDecConfig c = EncDecSizeConfig(s.size).value();
-  EncDec model(c);
+  const EncDecOptions o = EncDecSizeOptions(s.size).value();
+  EncDec model(o);
   PrepareModel(*model, s);
   const int64_t src_len = s.seq;
   TrainFns train;
@@ -221,11 +228,13 @@ std::unique_ptr<Workload> BuildEncDec(const BenchSpec& s) {
     return std::make_unique<torch::optim::AdamW>(model->parameters(),
                                                  torch::optim::AdamWOptions(1e-4));
   };
-  DatasetShape data{s.seq + s.seq, c.vocab};  // source then target tokens
-  if (s.phase == kTrainEpoch) return MakeEpochWorkload(s, std::move(train), data);
-  const at::Tensor pairs = torch::randint(0, c.vocab, {s.batch, data.sample_tokens},
+  DatasetShape data{s.seq + s.seq, o.vocab()};  // source then target tokens
+  if (s.iterations == Iterations::kEpochs) {
+    return MakeEpochWorkload(s, std::move(train), data);
+  }
+  const at::Tensor pairs = torch::randint(0, o.vocab(), {s.batch, data.sample_tokens},
                                           torch::dtype(torch::kLong).device(s.device));
-  if (s.phase == kTrainStep) return MakeTrainStepWorkload(s, std::move(train), pairs);
+  if (s.training()) return MakeTrainStepWorkload(s, std::move(train), pairs);
   ModelFns fns;
   fns.module = model.ptr();
   fns.forward = [model, pairs, src_len]() mutable {
@@ -240,7 +249,7 @@ Family EncDecFamily(const EncDecOverrides& overrides) {
   Family f;
   f.name = "EncDec";
   f.sizes = EncDecSizeNames(overrides).value_or(std::vector<std::string>{});
-  f.phases = {kForward, kTrainStep, kTrainEpoch};
+  f.phases = {ForwardPhase(), TrainStepPhase(), TrainEpochPhase()};
   f.suite = {"tiny/"};
   f.default_batch = 64;
   f.default_seqs = {128};
@@ -248,5 +257,22 @@ Family EncDecFamily(const EncDecOverrides& overrides) {
   f.build = BuildEncDec;
   return f;
 }
+
+absl::StatusOr<Family> EncDecFamilyFromFlags() {
+  EncDecOverrides o;
+  const auto given = [](const OptionalPositive& v) -> std::optional<int64_t> {
+    if (v.value == 0) return std::nullopt;
+    return v.value;
+  };
+  o.d_model = given(absl::GetFlag(FLAGS_d_model));
+  o.heads = given(absl::GetFlag(FLAGS_nhead));
+  o.encoder_layers = given(absl::GetFlag(FLAGS_num_encoder_layers));
+  o.decoder_layers = given(absl::GetFlag(FLAGS_num_decoder_layers));
+  o.d_ff = given(absl::GetFlag(FLAGS_dim_feedforward));
+  absl::StatusOr<std::vector<std::string>> names = EncDecSizeNames(o);
+  if (!names.ok()) return names.status();  // heads must divide d_model
+  return EncDecFamily(o);
+}
+LTB_REGISTER_FAMILY(EncDecFamilyFromFlags, 80);
 
 }  // namespace ltb

@@ -10,6 +10,7 @@
 #include <torch/nn/modules/transformer.h>
 #include <torch/nn/pimpl.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,14 +20,27 @@
 
 namespace ltb {
 
-struct EncDecConfig {
-  int64_t d_model = 128, heads = 4, encoder_layers = 3, decoder_layers = 3, d_ff = 512;
-  int64_t vocab = 8192;
+// As LibTorch's TransformerOptions, plus the vocabulary.
+struct EncDecOptions {
+  static constexpr int64_t kDefaultVocab = 8192;
+  EncDecOptions(int64_t d_model, int64_t heads, int64_t encoder_layers,
+                int64_t decoder_layers, int64_t d_ff)
+      : d_model_(d_model),
+        heads_(heads),
+        encoder_layers_(encoder_layers),
+        decoder_layers_(decoder_layers),
+        d_ff_(d_ff) {}
+  TORCH_ARG(int64_t, d_model);
+  TORCH_ARG(int64_t, heads);
+  TORCH_ARG(int64_t, encoder_layers);
+  TORCH_ARG(int64_t, decoder_layers);
+  TORCH_ARG(int64_t, d_ff);
+  TORCH_ARG(int64_t, vocab) = kDefaultVocab;
 };
 
 struct EncDecSize {
   std::string name;
-  EncDecConfig config;
+  EncDecOptions options;
   int64_t card_params;
 };
 
@@ -41,21 +55,23 @@ struct EncDecOverrides {
   }
 };
 
-// A preset, or "custom_d<d>_h<h>_e<enc>_d<dec>_ff<ff>" for an overridden one.
-absl::StatusOr<EncDecConfig> EncDecSizeConfig(const std::string& size);
-std::string CustomName(const EncDecConfig& c);
+// A preset, or "custom_d<d>_h<h>_e<enc>_d<dec>_ff<ff>" for an overridden one
+// ("_v<vocab>" appended when the vocabulary is not the default).
+absl::StatusOr<EncDecOptions> EncDecSizeOptions(const std::string& size);
+std::string CustomName(const EncDecOptions& o);
 // The presets with the overrides applied; errors when heads do not divide d_model.
 absl::StatusOr<std::vector<std::string>> EncDecSizeNames(const EncDecOverrides& o);
 
-int64_t EncDecParamCount(const EncDecConfig& c);
+int64_t EncDecParamCount(const EncDecOptions& o);
 // Forward FLOPs of a batch of (src, tgt) pairs: encoder layers
 // 8 B S d^2 + 4 B S^2 d + 4 B S d f; decoder layers self and cross
 // attention and FFN; the output projection 2 B T d V.
-double EncDecForwardFlops(const EncDecConfig& c, int64_t batch, int64_t src, int64_t tgt);
+double EncDecForwardFlops(const EncDecOptions& o, int64_t batch, int64_t src,
+                          int64_t tgt);
 
 class EncDecImpl : public torch::nn::Module {
  public:
-  explicit EncDecImpl(const EncDecConfig& c);
+  explicit EncDecImpl(const EncDecOptions& o);
   // src (B, S), tgt (B, T) token ids -> logits (B, T, V); the decoder is
   // causal over tgt.
   at::Tensor forward(const at::Tensor& src, const at::Tensor& tgt);
@@ -67,7 +83,7 @@ class EncDecImpl : public torch::nn::Module {
  private:
   at::Tensor Embed(const at::Tensor& tokens);  // (B, L) -> (L, B, d)
   at::Tensor Positions(int64_t len, const c10::Device& device);
-  EncDecConfig config_;
+  EncDecOptions options_;
   at::Tensor positions_;  // cache of the fixed positions; not a parameter
 };
 TORCH_MODULE(EncDec);
@@ -77,5 +93,8 @@ TORCH_MODULE(EncDec);
 at::Tensor EncDecLoss(EncDec& model, const at::Tensor& pairs, int64_t src_len);
 
 Family EncDecFamily(const EncDecOverrides& overrides = {});
+// The family with the architecture flags (--d_model, --nhead, ...) applied;
+// an error when they do not fit together.
+absl::StatusOr<Family> EncDecFamilyFromFlags();
 
 }  // namespace ltb

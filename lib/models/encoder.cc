@@ -2,64 +2,64 @@
 
 #include "absl/strings/str_cat.h"
 #include "harness/phases.h"
+#include "harness/registry.h"
 #include "models/size_table.h"
 
 namespace ltb {
 
 const std::vector<EncoderSize>& EncoderSizes() {
   static const auto* sizes = new std::vector<EncoderSize>{
-      {"nano", {64, 4, 256, 2}, 99'968},
-      {"default", {512, 8, 2048, 6}, 18'914'304},
+      {"nano", EncoderOptions(64, 4, 256, 2), 99'968},
+      {"default", EncoderOptions(512, 8, 2048, 6), 18'914'304},
   };
   return *sizes;
 }
 
-absl::StatusOr<EncoderConfig> EncoderSizeConfig(const std::string& size) {
-  return FindSize("Encoder", EncoderSizes(), size, &EncoderSize::config);
+absl::StatusOr<EncoderOptions> EncoderSizeOptions(const std::string& size) {
+  return FindSize("Encoder", EncoderSizes(), size, &EncoderSize::options);
 }
 
-torch::nn::TransformerEncoder MakeEncoder(const EncoderConfig& c) {
-  // No final norm: the layers are the whole model.
-  return torch::nn::TransformerEncoder(torch::nn::TransformerEncoderOptions(
-      torch::nn::TransformerEncoderLayerOptions(c.d_model, c.heads)
-          .dim_feedforward(c.d_ff),
-      c.layers));
+int64_t EncoderParamCount(const EncoderOptions& o) {
+  const int64_t d = o.d_model(), f = o.d_ff();
+  return o.layers() * (4 * d * d + 2 * d * f + 9 * d + f);
 }
 
-int64_t EncoderParamCount(const EncoderConfig& c) {
-  const int64_t d = c.d_model, f = c.d_ff;
-  return c.layers * (4 * d * d + 2 * d * f + 9 * d + f);
+double EncoderForwardFlops(const EncoderOptions& o, int64_t batch, int64_t seq) {
+  const double b = batch, t = seq, d = o.d_model(), f = o.d_ff();
+  return o.layers() * (8 * b * t * d * d + 4 * b * t * t * d + 4 * b * t * d * f);
 }
 
-double EncoderForwardFlops(const EncoderConfig& c, int64_t batch, int64_t seq) {
-  const double b = batch, t = seq, d = c.d_model, f = c.d_ff;
-  return c.layers * (8 * b * t * d * d + 4 * b * t * t * d + 4 * b * t * d * f);
+// No final norm: the layers are the whole model.
+EncoderImpl::EncoderImpl(const EncoderOptions& o)
+    : encoder_(torch::nn::TransformerEncoderOptions(
+          torch::nn::TransformerEncoderLayerOptions(o.d_model(), o.heads())
+              .dim_feedforward(o.d_ff()),
+          o.layers())) {
+  layers = register_module("layers", encoder_->layers);
 }
+
+at::Tensor EncoderImpl::forward(const at::Tensor& x) { return encoder_(x); }
 
 namespace {
 
 absl::StatusOr<Plan> PlanEncoder(const BenchSpec& s) {
-  absl::StatusOr<EncoderConfig> c = EncoderSizeConfig(s.size);
-  if (!c.ok()) return c.status();
-  if (s.phase != kForward && s.phase != kForwardBackward) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown Encoder phase '", s.phase, "'; valid: forward, forward_backward"));
-  }
+  absl::StatusOr<EncoderOptions> o = EncoderSizeOptions(s.size);
+  if (!o.ok()) return o.status();
   if (s.batch <= 0 || s.seq <= 0)
     return absl::InvalidArgumentError("batch and seq must be positive");
   Plan plan;
-  plan.params = EncoderParamCount(*c);
+  plan.params = EncoderParamCount(*o);
   plan.tokens_per_step = s.batch * s.seq;
-  const double fwd = EncoderForwardFlops(*c, s.batch, s.seq);
-  const int64_t tokens = s.batch * s.seq, d = c->d_model;
+  const double fwd = EncoderForwardFlops(*o, s.batch, s.seq);
+  const int64_t tokens = s.batch * s.seq, d = o->d_model();
   // LibTorch's encoder layer materialises the seq x seq attention of every head.
-  const int64_t scores = s.batch * c->heads * s.seq * s.seq;
+  const int64_t scores = s.batch * o->heads() * s.seq * s.seq;
   MemoryEstimate& m = plan.memory;
-  if (s.phase == kForward) {
+  if (!s.training()) {
     const int64_t e = DtypeBytes(s.dtype);
     plan.flops_per_step = fwd;
     m.weights = plan.params * e;
-    m.activations = (2 * scores + tokens * (6 * d + 2 * c->d_ff)) * e;
+    m.activations = (2 * scores + tokens * (6 * d + 2 * o->d_ff())) * e;
     return plan;
   }
   const int64_t e = s.dtype == c10::kFloat ? 4 : 2;
@@ -68,17 +68,17 @@ absl::StatusOr<Plan> PlanEncoder(const BenchSpec& s) {
   m.gradients = plan.params * 4;
   // Kept for backward per layer: scores, probabilities and their dropout,
   // and the token-sized tensors of attention, FFN and norms.
-  m.activations = c->layers * (3 * scores + tokens * (12 * d + 3 * c->d_ff)) * e;
+  m.activations = o->layers() * (3 * scores + tokens * (12 * d + 3 * o->d_ff())) * e;
   return plan;
 }
 
 std::unique_ptr<Workload> BuildEncoder(const BenchSpec& s) {
-  const EncoderConfig c = EncoderSizeConfig(s.size).value();
-  torch::nn::TransformerEncoder model = MakeEncoder(c);
+  const EncoderOptions o = EncoderSizeOptions(s.size).value();
+  Encoder model(o);
   PrepareModel(*model, s);
-  const c10::ScalarType input_dtype = s.phase == kForward ? s.dtype : c10::kFloat;
+  const c10::ScalarType input_dtype = InputDtype(s);
   // LibTorch's encoder takes (T, B, d).
-  const at::Tensor x = torch::randn({s.seq, s.batch, c.d_model},
+  const at::Tensor x = torch::randn({s.seq, s.batch, o.d_model()},
                                     torch::dtype(input_dtype).device(s.device));
   ModelFns fns;
   fns.module = model.ptr();
@@ -93,7 +93,7 @@ Family EncoderFamily() {
   Family f;
   f.name = "Encoder";
   for (const EncoderSize& s : EncoderSizes()) f.sizes.push_back(s.name);
-  f.phases = {kForward, kForwardBackward};
+  f.phases = {ForwardPhase(), ForwardBackwardPhase()};
   // The default suite runs the shortest length; the whole curve (128 to
   // 4096) runs with a filter naming Encoder.
   f.suite = {"default/[^/]+/[^/]+/batch:[0-9]+/seq:128/"};
@@ -103,5 +103,6 @@ Family EncoderFamily() {
   f.build = BuildEncoder;
   return f;
 }
+LTB_REGISTER_FAMILY(EncoderFamily, 60);
 
 }  // namespace ltb

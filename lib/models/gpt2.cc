@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "harness/generation.h"
 #include "harness/phases.h"
+#include "harness/registry.h"
 #include "models/attention.h"
 #include "models/language_model.h"
 #include "models/size_table.h"
@@ -219,16 +220,9 @@ at::Tensor GenerateByRecompute(GPT2LM& model, const at::Tensor& prompt,
 
 namespace {
 
-const char* const kPhases[] = {kForward, kForwardBackward, kTrainStep, kGenerate};
-
 absl::StatusOr<Plan> PlanGPT2(const BenchSpec& s) {
   absl::StatusOr<GPT2Options> o = GPT2SizeOptions(s.size);
   if (!o.ok()) return o.status();
-  if (std::find(std::begin(kPhases), std::end(kPhases), s.phase) == std::end(kPhases)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown GPT2 phase '", s.phase,
-                     "'; valid: forward, forward_backward, train_step, generate"));
-  }
   Plan plan;
   plan.params = GPT2ParamCount(*o);
   const int64_t d = o->d_model(), v = o->vocab_size(), layers = o->num_layers();
@@ -245,6 +239,7 @@ absl::StatusOr<Plan> PlanGPT2(const BenchSpec& s) {
     }
     plan.tokens_per_step = s.batch * s.new_tokens;
     plan.flops_per_step = GPT2GenerateFlops(*o, s.batch, s.prompt, s.new_tokens);
+    plan.reports_weight_bandwidth = true;
     const int64_t e = DtypeBytes(s.dtype);
     // Packed linears keep a second copy of the weights.
     m.weights = plan.params * e *
@@ -261,10 +256,10 @@ absl::StatusOr<Plan> PlanGPT2(const BenchSpec& s) {
                                                    o->max_positions(), " positions"));
   }
   const double fwd = GPT2ForwardFlops(*o, s.batch, s.seq);
-  plan.flops_per_step = s.phase == kForward ? fwd : 3 * fwd;
+  plan.flops_per_step = s.training() ? 3 * fwd : fwd;
   plan.tokens_per_step = s.batch * s.seq;
   const int64_t tokens = s.batch * s.seq;
-  if (s.phase == kForward) {
+  if (!s.training()) {
     const int64_t e = DtypeBytes(s.dtype);
     m.weights = plan.params * e;
     m.activations = tokens * (8 * d + 2 * v) * e;
@@ -317,7 +312,7 @@ Family GPT2Family() {
   Family f;
   f.name = "GPT2";
   for (const GPT2Size& s : GPT2Sizes()) f.sizes.push_back(s.name);
-  f.phases = {kForward, kForwardBackward, kTrainStep, kGenerate};
+  f.phases = {ForwardPhase(), ForwardBackwardPhase(), TrainStepPhase(), GeneratePhase()};
   f.suite = {"small/"};
   f.default_batch = 1;
   f.default_seqs = {512};
@@ -325,5 +320,6 @@ Family GPT2Family() {
   f.build = BuildGPT2;
   return f;
 }
+LTB_REGISTER_FAMILY(GPT2Family, 30);
 
 }  // namespace ltb

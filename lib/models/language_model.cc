@@ -25,13 +25,15 @@ std::unique_ptr<Workload> BuildLanguageModel(
   };
   const at::Tensor ids = torch::randint(0, vocab, {s.batch, s.seq + 1},
                                         torch::dtype(torch::kLong).device(s.device));
-  if (s.phase == kTrainStep || s.phase == kTrainEpoch) {
+  if (s.data_parallel) {  // train_step, train_epoch
     TrainFns train;
     train.module = module;
     train.loss = loss;
     train.make_optimizer = adamw;
-    if (s.phase == kTrainStep) return MakeTrainStepWorkload(s, std::move(train), ids);
-    return MakeEpochWorkload(s, std::move(train), DatasetShape{s.seq + 1, vocab});
+    if (s.iterations == Iterations::kEpochs) {
+      return MakeEpochWorkload(s, std::move(train), DatasetShape{s.seq + 1, vocab});
+    }
+    return MakeTrainStepWorkload(s, std::move(train), ids);
   }
   ModelFns fns;
   fns.module = module;

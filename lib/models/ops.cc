@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "harness/registry.h"
 #include "models/attention.h"
 
 namespace ltb {
@@ -285,14 +286,19 @@ Family OpsFamily() {
   for (const OpDef& d : OpDefs()) {
     if (std::find(f.sizes.begin(), f.sizes.end(), d.op) == f.sizes.end())
       f.sizes.push_back(d.op);
-    Case c{d.op, d.shape, d.op != "noop", Shape::kNone};
+    // An op's shape stands where a model's phase does: Ops/op/shape/...
+    Case c{d.op, Phase{d.shape, PhaseKind::kInference, Shape::kNone}};
+    c.sweeps_dtype = d.op != "noop";
     c.cuda_only = d.cuda_only;
+    c.unit = d.op == "noop" ? benchmark::kNanosecond : benchmark::kMicrosecond;
     f.cases.push_back(c);
   }
   f.suite = {"matmul/2048x2048/", "copy/256MiB/", "noop/empty/"};
+  f.phase_before_device = true;
   f.plan = PlanOps;
   f.build = BuildOps;
   return f;
 }
+LTB_REGISTER_FAMILY(OpsFamily, 10);
 
 }  // namespace ltb

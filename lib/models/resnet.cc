@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "harness/phases.h"
+#include "harness/registry.h"
 #include "models/size_table.h"
 #include "models/vision.h"
 
@@ -25,18 +26,22 @@ int64_t OutSize(int64_t in, int64_t k, int64_t stride, int64_t pad) {
 
 const std::vector<ResNetSize>& ResNetSizes() {
   static const auto* sizes = new std::vector<ResNetSize>{
-      {"nano", {false, {1, 1, 1, 1}, {16, 32, 64, 128}, 16, 1000}, 438'456},
-      {"resnet18", {false, {2, 2, 2, 2}, {64, 128, 256, 512}, 64, 1000}, 11'689'512},
-      {"resnet50", {true, {3, 4, 6, 3}, {64, 128, 256, 512}, 64, 1000}, 25'557'032},
+      {"nano",
+       ResNetOptions(/*bottleneck=*/false, {1, 1, 1, 1})
+           .widths({16, 32, 64, 128})
+           .stem(16),
+       438'456},
+      {"resnet18", ResNetOptions(/*bottleneck=*/false, {2, 2, 2, 2}), 11'689'512},
+      {"resnet50", ResNetOptions(/*bottleneck=*/true, {3, 4, 6, 3}), 25'557'032},
   };
   return *sizes;
 }
 
-absl::StatusOr<ResNetConfig> ResNetSizeConfig(const std::string& size) {
-  return FindSize("ResNet", ResNetSizes(), size, &ResNetSize::config);
+absl::StatusOr<ResNetOptions> ResNetSizeOptions(const std::string& size) {
+  return FindSize("ResNet", ResNetSizes(), size, &ResNetSize::options);
 }
 
-ResNetCost ResNetCostFor(const ResNetConfig& c, int64_t image) {
+ResNetCost ResNetCostFor(const ResNetOptions& o, int64_t image) {
   ResNetCost cost;
   int64_t hw = image;
   // A convolution without bias followed by batch norm (2 parameters a channel).
@@ -46,16 +51,16 @@ ResNetCost ResNetCostFor(const ResNetConfig& c, int64_t image) {
     cost.flops += 2.0 * in * out * k * k * hw * hw;
     cost.activations += 3 * out * hw * hw;
   };
-  conv(3, c.stem, 7, 2, 3);
+  conv(3, o.stem(), 7, 2, 3);
   hw = OutSize(hw, 3, 2, 1);  // max pool
-  int64_t in = c.stem;
-  const int64_t e = Expansion(c.bottleneck);
+  int64_t in = o.stem();
+  const int64_t e = Expansion(o.bottleneck());
   for (int stage = 0; stage < 4; ++stage) {
-    const int64_t planes = c.widths[stage];
-    for (int64_t b = 0; b < c.blocks[stage]; ++b) {
+    const int64_t planes = o.widths()[stage];
+    for (int64_t b = 0; b < o.blocks()[stage]; ++b) {
       const int64_t stride = stage > 0 && b == 0 ? 2 : 1;
       const int64_t block_in_hw = hw;
-      if (c.bottleneck) {
+      if (o.bottleneck()) {
         conv(in, planes, 1, 1, 0);
         conv(planes, planes, 3, stride, 1);
         conv(planes, planes * e, 1, 1, 0);
@@ -72,8 +77,8 @@ ResNetCost ResNetCostFor(const ResNetConfig& c, int64_t image) {
       in = planes * e;
     }
   }
-  cost.params += in * c.classes + c.classes;
-  cost.flops += 2.0 * in * c.classes;
+  cost.params += in * o.classes() + o.classes();
+  cost.flops += 2.0 * in * o.classes();
   return cost;
 }
 
@@ -110,21 +115,21 @@ at::Tensor ResNetBlockImpl::forward(const at::Tensor& x) {
   return torch::relu(y + (downsample ? downsample->forward(x) : x));
 }
 
-ResNetImpl::ResNetImpl(const ResNetConfig& c)
-    : conv1(register_module("conv1", Conv(3, c.stem, 7, 2, 3))),
-      bn1(register_module("bn1", torch::nn::BatchNorm2d(c.stem))) {
-  int64_t in = c.stem;
+ResNetImpl::ResNetImpl(const ResNetOptions& o)
+    : conv1(register_module("conv1", Conv(3, o.stem(), 7, 2, 3))),
+      bn1(register_module("bn1", torch::nn::BatchNorm2d(o.stem()))) {
+  int64_t in = o.stem();
   torch::nn::Sequential* stages[] = {&layer1, &layer2, &layer3, &layer4};
   for (int stage = 0; stage < 4; ++stage) {
     torch::nn::Sequential seq;
-    for (int64_t b = 0; b < c.blocks[stage]; ++b) {
+    for (int64_t b = 0; b < o.blocks()[stage]; ++b) {
       const int64_t stride = stage > 0 && b == 0 ? 2 : 1;
-      seq->push_back(ResNetBlock(c.bottleneck, in, c.widths[stage], stride));
-      in = c.widths[stage] * Expansion(c.bottleneck);
+      seq->push_back(ResNetBlock(o.bottleneck(), in, o.widths()[stage], stride));
+      in = o.widths()[stage] * Expansion(o.bottleneck());
     }
     *stages[stage] = register_module(absl::StrCat("layer", stage + 1), seq);
   }
-  fc = register_module("fc", torch::nn::Linear(in, c.classes));
+  fc = register_module("fc", torch::nn::Linear(in, o.classes()));
 }
 
 at::Tensor ResNetImpl::forward(const at::Tensor& x) {
@@ -139,29 +144,25 @@ at::Tensor ResNetImpl::forward(const at::Tensor& x) {
 Family ResNetFamily() {
   Family f;
   f.name = "ResNet";
-  for (const ResNetSize& s : ResNetSizes()) {
-    f.sizes.push_back(s.name);
-    for (const char* phase : {kForward, kTrainStep}) {
-      f.cases.push_back({s.name, phase, true, Shape::kBatch});
-    }
-  }
-  f.phases = {kForward, kTrainStep};
+  for (const ResNetSize& s : ResNetSizes()) f.sizes.push_back(s.name);
+  f.phases = {ForwardPhase(Shape::kBatch), TrainStepPhase(Shape::kBatch)};
   f.suite = {"resnet18/"};
   f.default_batch = 32;
   f.sweeps_memory_format = true;
   f.plan = [](const BenchSpec& s) -> absl::StatusOr<Plan> {
-    absl::StatusOr<ResNetConfig> c = ResNetSizeConfig(s.size);
-    if (!c.ok()) return c.status();
-    const ResNetCost cost = ResNetCostFor(*c, 224);
+    absl::StatusOr<ResNetOptions> o = ResNetSizeOptions(s.size);
+    if (!o.ok()) return o.status();
+    const ResNetCost cost = ResNetCostFor(*o, 224);
     return PlanClassifier(s, cost.params, cost.flops, cost.activations);
   };
   f.build = [](const BenchSpec& s) {
-    ResNet model(ResNetSizeConfig(s.size).value());
+    ResNet model(ResNetSizeOptions(s.size).value());
     return BuildClassifier(
         s, model.ptr(), [model](const at::Tensor& x) mutable { return model(x); },
         ClassifierShape{3, 224, 1000}, 0.1);
   };
   return f;
 }
+LTB_REGISTER_FAMILY(ResNetFamily, 40);
 
 }  // namespace ltb

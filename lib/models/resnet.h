@@ -11,6 +11,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,23 +20,30 @@
 
 namespace ltb {
 
-struct ResNetConfig {
-  bool bottleneck = false;             // Bottleneck (expansion 4) or BasicBlock
-  std::array<int64_t, 4> blocks = {};  // per stage
-  std::array<int64_t, 4> widths = {64, 128, 256, 512};
-  int64_t stem = 64;  // channels of the 7x7 stem
-  int64_t classes = 1000;
+// One number per stage.
+using ResNetStages = std::array<int64_t, 4>;
+
+// As torchvision's ResNet(block, layers): the block type and the blocks per
+// stage are required.
+struct ResNetOptions {
+  ResNetOptions(bool bottleneck, ResNetStages blocks)
+      : bottleneck_(bottleneck), blocks_(blocks) {}
+  TORCH_ARG(bool, bottleneck);  // Bottleneck (expansion 4) or BasicBlock
+  TORCH_ARG(ResNetStages, blocks);
+  TORCH_ARG(ResNetStages, widths) = {64, 128, 256, 512};
+  TORCH_ARG(int64_t, stem) = 64;  // channels of the 7x7 stem
+  TORCH_ARG(int64_t, classes) = 1000;
 };
 
 struct ResNetSize {
   std::string name;
-  ResNetConfig config;
+  ResNetOptions options;
   int64_t card_params;
 };
 
 // nano, resnet18, resnet50.
 const std::vector<ResNetSize>& ResNetSizes();
-absl::StatusOr<ResNetConfig> ResNetSizeConfig(const std::string& size);
+absl::StatusOr<ResNetOptions> ResNetSizeOptions(const std::string& size);
 
 // What one image of `image` x `image` costs: parameters, forward FLOPs of
 // the convolutions and the classifier (2 per multiply-add), and the elements
@@ -45,7 +53,7 @@ struct ResNetCost {
   double flops = 0;
   int64_t activations = 0;
 };
-ResNetCost ResNetCostFor(const ResNetConfig& c, int64_t image);
+ResNetCost ResNetCostFor(const ResNetOptions& o, int64_t image);
 
 class ResNetBlockImpl : public torch::nn::Module {
  public:
@@ -60,7 +68,7 @@ TORCH_MODULE(ResNetBlock);
 
 class ResNetImpl : public torch::nn::Module {
  public:
-  explicit ResNetImpl(const ResNetConfig& c);
+  explicit ResNetImpl(const ResNetOptions& o);
   // x: (N, 3, H, W) -> logits (N, classes).
   at::Tensor forward(const at::Tensor& x);
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "harness/registry.h"
 
 namespace ltb {
 namespace {
@@ -57,8 +58,12 @@ Family SelftestFamily() {
   Family f;
   f.name = "Selftest";
   f.sizes = Kinds();
-  for (const std::string& size : f.sizes)
-    f.cases.push_back({size, "step", false, Shape::kNone});
+  f.phases = {Phase{"step", PhaseKind::kInference, Shape::kNone}};
+  for (const std::string& size : f.sizes) {
+    Case c{size, f.phases[0]};
+    c.sweeps_dtype = false;
+    f.cases.push_back(c);
+  }
   f.plan = [](const BenchSpec& s) -> absl::StatusOr<Plan> {
     if (std::find(Kinds().begin(), Kinds().end(), s.size) == Kinds().end()) {
       return absl::InvalidArgumentError(absl::StrCat("unknown Selftest '", s.size, "'"));
@@ -70,5 +75,6 @@ Family SelftestFamily() {
   f.build = [](const BenchSpec& s) { return std::make_unique<SelftestWorkload>(s.size); };
   return f;
 }
+LTB_REGISTER_TEST_FAMILY(SelftestFamily, 90);
 
 }  // namespace ltb

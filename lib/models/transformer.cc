@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "harness/epoch.h"
 #include "harness/phases.h"
+#include "harness/registry.h"
 #include "models/attention.h"
 #include "models/language_model.h"
 #include "models/size_table.h"
@@ -174,7 +175,7 @@ MemoryEstimate TransformerMemory(const TransformerOptions& o, const BenchSpec& s
   const int64_t tokens = s.batch * s.seq;
   const int64_t d = o.d_model(), f = o.d_ff(), v = o.vocab_size();
   MemoryEstimate m;
-  if (s.phase == kForward) {
+  if (!s.training()) {
     const int64_t e = DtypeBytes(s.dtype);
     m.weights = p * e;
     // The widest live tensors of one layer, plus logits and their softmax.
@@ -199,19 +200,13 @@ MemoryEstimate TransformerMemory(const TransformerOptions& o, const BenchSpec& s
 absl::StatusOr<Plan> PlanTransformer(const BenchSpec& s) {
   absl::StatusOr<TransformerOptions> o = TransformerSizeOptions(s.size);
   if (!o.ok()) return o.status();
-  if (s.phase != kForward && s.phase != kForwardBackward && s.phase != kTrainStep &&
-      s.phase != kTrainEpoch) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown Transformer phase '", s.phase,
-                     "'; valid: forward, forward_backward, train_step, train_epoch"));
-  }
   if (s.batch <= 0 || s.seq <= 0) {
     return absl::InvalidArgumentError("batch and seq must be positive");
   }
   Plan plan;
   plan.params = TransformerParamCount(*o);
   const double fwd = TransformerForwardFlops(*o, s.batch, s.seq);
-  plan.flops_per_step = s.phase == kForward ? fwd : 3 * fwd;
+  plan.flops_per_step = s.training() ? 3 * fwd : fwd;
   plan.tokens_per_step = s.batch * s.seq;
   if (s.phase == kTrainEpoch) {  // every rank's whole batches of the dataset
     const int64_t samples = EpochSamples(s);
@@ -238,7 +233,7 @@ Family TransformerFamily() {
   Family f;
   f.name = "Transformer";
   for (const TransformerSize& s : TransformerSizes()) f.sizes.push_back(s.name);
-  f.phases = {kForward, kForwardBackward, kTrainStep, kTrainEpoch};
+  f.phases = {ForwardPhase(), ForwardBackwardPhase(), TrainStepPhase(), TrainEpochPhase()};
   // An epoch of the small model takes minutes on a CPU: the default suite
   // covers train_epoch with EncDec/tiny instead.
   f.suite = {"small/[^/]+/(forward|forward_backward|train_step)/"};
@@ -248,5 +243,6 @@ Family TransformerFamily() {
   f.build = BuildTransformer;
   return f;
 }
+LTB_REGISTER_FAMILY(TransformerFamily, 20);
 
 }  // namespace ltb

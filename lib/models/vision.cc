@@ -21,7 +21,7 @@ std::unique_ptr<Workload> BuildClassifier(
       if (p.dim() == 4) p.set_data(p.contiguous(memory_format));
     }
   }
-  const c10::ScalarType input_dtype = spec.phase == kForward ? spec.dtype : c10::kFloat;
+  const c10::ScalarType input_dtype = InputDtype(spec);
   const at::Tensor images =
       torch::randn({spec.batch, shape.channels, shape.image, shape.image},
                    torch::dtype(input_dtype).device(spec.device))
@@ -44,18 +44,13 @@ std::unique_ptr<Workload> BuildClassifier(
 absl::StatusOr<Plan> PlanClassifier(const BenchSpec& spec, int64_t params,
                                     double forward_flops_per_image,
                                     int64_t activations_per_image) {
-  if (spec.phase != kForward && spec.phase != kTrainStep) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown ", spec.family, " phase '",
-                                                   spec.phase,
-                                                   "'; valid: forward, train_step"));
-  }
   if (spec.batch <= 0) return absl::InvalidArgumentError("batch must be positive");
   Plan plan;
   plan.params = params;
   plan.samples_per_step = spec.batch;
   const double fwd = forward_flops_per_image * spec.batch;
   MemoryEstimate& m = plan.memory;
-  if (spec.phase == kForward) {
+  if (!spec.training()) {
     const int64_t e = DtypeBytes(spec.dtype);
     plan.flops_per_step = fwd;
     m.weights = params * e;

@@ -7,31 +7,23 @@
 #include "absl/strings/str_cat.h"
 #include "harness/generation.h"
 #include "harness/phases.h"
+#include "harness/registry.h"
 #include "models/attention.h"
 #include "models/size_table.h"
 
 namespace ltb {
 
 const std::vector<WhisperSize>& WhisperSizes() {
-  static const auto* sizes = [] {
-    WhisperConfig nano;
-    nano.width = 64;
-    nano.heads = 4;
-    nano.encoder_layers = nano.decoder_layers = 2;
-    nano.vocab = 1000;
-    WhisperConfig tiny;  // the defaults
-    WhisperConfig base;
-    base.width = 512;
-    base.heads = 8;
-    base.encoder_layers = base.decoder_layers = 6;
-    return new std::vector<WhisperSize>{
-        {"nano", nano, 353'792}, {"tiny", tiny, 37'184'640}, {"base", base, 71'825'920}};
-  }();
+  static const auto* sizes = new std::vector<WhisperSize>{
+      {"nano", WhisperOptions(64, 4, 2, 2).vocab(1000), 353'792},
+      {"tiny", WhisperOptions(384, 6, 4, 4), 37'184'640},
+      {"base", WhisperOptions(512, 8, 6, 6), 71'825'920},
+  };
   return *sizes;
 }
 
-absl::StatusOr<WhisperConfig> WhisperSizeConfig(const std::string& size) {
-  return FindSize("Whisper", WhisperSizes(), size, &WhisperSize::config);
+absl::StatusOr<WhisperOptions> WhisperSizeOptions(const std::string& size) {
+  return FindSize("Whisper", WhisperSizes(), size, &WhisperSize::options);
 }
 
 namespace {
@@ -42,28 +34,30 @@ int64_t AttentionParams(int64_t w) { return 4 * w * w + 3 * w; }
 int64_t MlpParams(int64_t w) { return 8 * w * w + 5 * w; }
 int64_t NormParams(int64_t w) { return 2 * w; }
 
-int64_t DecoderParamCount(const WhisperConfig& c) {
-  const int64_t w = c.width;
-  return c.vocab * w + c.text_ctx * w +
-         c.decoder_layers * (2 * AttentionParams(w) + MlpParams(w) + 3 * NormParams(w)) +
+int64_t DecoderParamCount(const WhisperOptions& o) {
+  const int64_t w = o.width();
+  return o.vocab() * w + o.text_ctx() * w +
+         o.decoder_layers() *
+             (2 * AttentionParams(w) + MlpParams(w) + 3 * NormParams(w)) +
          NormParams(w);
 }
 
 }  // namespace
 
-int64_t WhisperParamCount(const WhisperConfig& c) {
-  const int64_t w = c.width;
-  const int64_t convs = c.mels * w * 3 + w + w * w * 3 + w;
+int64_t WhisperParamCount(const WhisperOptions& o) {
+  const int64_t w = o.width();
+  const int64_t convs = o.mels() * w * 3 + w + w * w * 3 + w;
   const int64_t encoder =
-      convs + c.encoder_layers * (AttentionParams(w) + MlpParams(w) + 2 * NormParams(w)) +
+      convs +
+      o.encoder_layers() * (AttentionParams(w) + MlpParams(w) + 2 * NormParams(w)) +
       NormParams(w);
-  return encoder + DecoderParamCount(c);
+  return encoder + DecoderParamCount(o);
 }
 
-double WhisperEncodeFlops(const WhisperConfig& c, int64_t batch) {
-  const double b = batch, w = c.width, t = c.audio_ctx;
-  const double convs = 2 * c.mels * w * 3 * c.frames + 2 * w * w * 3 * t;
-  return b * (convs + c.encoder_layers * (24 * t * w * w + 4 * t * t * w));
+double WhisperEncodeFlops(const WhisperOptions& o, int64_t batch) {
+  const double b = batch, w = o.width(), t = o.audio_ctx();
+  const double convs = 2 * o.mels() * w * 3 * o.frames() + 2 * w * w * 3 * t;
+  return b * (convs + o.encoder_layers() * (24 * t * w * w + 4 * t * t * w));
 }
 
 namespace {
@@ -71,30 +65,30 @@ namespace {
 // One decoder layer over `q` new tokens attending to `k` cached ones: self
 // q, k, v, o (8 q w^2), cross q and o (4 q w^2), MLP (16 q w^2), and the
 // two attentions.
-double DecoderLayerFlops(const WhisperConfig& c, double q, double k) {
-  const double w = c.width;
-  return 28 * q * w * w + 4 * q * k * w + 4 * q * c.audio_ctx * w;
+double DecoderLayerFlops(const WhisperOptions& o, double q, double k) {
+  const double w = o.width();
+  return 28 * q * w * w + 4 * q * k * w + 4 * q * o.audio_ctx() * w;
 }
 
 }  // namespace
 
-double WhisperGenerateFlops(const WhisperConfig& c, int64_t batch, int64_t prompt,
+double WhisperGenerateFlops(const WhisperOptions& o, int64_t batch, int64_t prompt,
                             int64_t new_tokens) {
-  const double w = c.width, layers = c.decoder_layers;
-  const double cross_kv = layers * 4.0 * c.audio_ctx * w * w;
-  const double logits = 2.0 * w * c.vocab;
-  double flops = cross_kv + layers * DecoderLayerFlops(c, prompt, prompt) + logits;
+  const double w = o.width(), layers = o.decoder_layers();
+  const double cross_kv = layers * 4.0 * o.audio_ctx() * w * w;
+  const double logits = 2.0 * w * o.vocab();
+  double flops = cross_kv + layers * DecoderLayerFlops(o, prompt, prompt) + logits;
   for (int64_t i = 1; i < new_tokens; ++i) {
-    flops += layers * DecoderLayerFlops(c, 1, prompt + i) + logits;
+    flops += layers * DecoderLayerFlops(o, 1, prompt + i) + logits;
   }
   return batch * flops;
 }
 
-int64_t WhisperDecodeWeightCount(const WhisperConfig& c) {
-  const int64_t w = c.width;
+int64_t WhisperDecodeWeightCount(const WhisperOptions& o) {
+  const int64_t w = o.width();
   const int64_t cross_key_value =
-      c.decoder_layers * (2 * w * w + w);  // used once per utterance
-  return DecoderParamCount(c) - c.text_ctx * w - cross_key_value;
+      o.decoder_layers() * (2 * w * w + w);  // used once per utterance
+  return DecoderParamCount(o) - o.text_ctx() * w - cross_key_value;
 }
 
 // ---------------------------------------------------------------- modules
@@ -184,17 +178,17 @@ WhisperBlock Block(const torch::nn::ModuleList& list, size_t i) {
 
 }  // namespace
 
-WhisperEncoderImpl::WhisperEncoderImpl(const WhisperConfig& c) {
-  const int64_t w = c.width;
+WhisperEncoderImpl::WhisperEncoderImpl(const WhisperOptions& o) {
+  const int64_t w = o.width();
   conv1 = register_module(
-      "conv1", torch::nn::Conv1d(torch::nn::Conv1dOptions(c.mels, w, 3).padding(1)));
+      "conv1", torch::nn::Conv1d(torch::nn::Conv1dOptions(o.mels(), w, 3).padding(1)));
   conv2 = register_module(
       "conv2", torch::nn::Conv1d(torch::nn::Conv1dOptions(w, w, 3).stride(2).padding(1)));
   positional_embedding_ =
-      register_buffer("positional_embedding", Sinusoids(c.audio_ctx, w));
+      register_buffer("positional_embedding", Sinusoids(o.audio_ctx(), w));
   blocks = register_module("blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.encoder_layers; ++i) {
-    blocks->push_back(WhisperBlock(w, c.heads, /*cross=*/false, c.fused_attention));
+  for (int64_t i = 0; i < o.encoder_layers(); ++i) {
+    blocks->push_back(WhisperBlock(w, o.heads(), /*cross=*/false, o.fused_attention()));
   }
   ln_post =
       register_module("ln_post", torch::nn::LayerNorm(torch::nn::LayerNormOptions({w})));
@@ -212,29 +206,31 @@ at::Tensor WhisperEncoderImpl::forward(const at::Tensor& mel) {
   return ln_post(x);
 }
 
-WhisperDecoderImpl::WhisperDecoderImpl(const WhisperConfig& c) {
+WhisperDecoderImpl::WhisperDecoderImpl(const WhisperOptions& o) {
   token_embedding =
-      register_module("token_embedding", torch::nn::Embedding(c.vocab, c.width));
-  positional_embedding = register_parameter("positional_embedding",
-                                            torch::randn({c.text_ctx, c.width}) * 0.01);
+      register_module("token_embedding", torch::nn::Embedding(o.vocab(), o.width()));
+  positional_embedding = register_parameter(
+      "positional_embedding", torch::randn({o.text_ctx(), o.width()}) * 0.01);
   blocks = register_module("blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.decoder_layers; ++i) {
-    blocks->push_back(WhisperBlock(c.width, c.heads, /*cross=*/true, c.fused_attention));
+  for (int64_t i = 0; i < o.decoder_layers(); ++i) {
+    blocks->push_back(
+        WhisperBlock(o.width(), o.heads(), /*cross=*/true, o.fused_attention()));
   }
-  ln =
-      register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})));
+  ln = register_module("ln",
+                       torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.width()})));
 }
 
-WhisperImpl::WhisperImpl(const WhisperConfig& c)
-    : encoder(register_module("encoder", WhisperEncoder(c))),
-      decoder(register_module("decoder", WhisperDecoder(c))),
-      config_(c) {}
+WhisperImpl::WhisperImpl(const WhisperOptions& o)
+    : encoder(register_module("encoder", WhisperEncoder(o))),
+      decoder(register_module("decoder", WhisperDecoder(o))),
+      options_(o) {}
 
 at::Tensor WhisperImpl::Encode(const at::Tensor& mel) { return encoder(mel); }
 
 at::Tensor WhisperImpl::Embed(const at::Tensor& tokens, int64_t position) {
-  TORCH_CHECK(position + tokens.size(1) <= config_.text_ctx, "position ",
-              position + tokens.size(1), " is beyond the decoder's ", config_.text_ctx);
+  TORCH_CHECK(position + tokens.size(1) <= options_.text_ctx(), "position ",
+              position + tokens.size(1), " is beyond the decoder's ",
+              options_.text_ctx());
   return decoder->token_embedding(tokens) +
          decoder->positional_embedding.narrow(0, position, tokens.size(1));  // (B, T, w)
 }
@@ -257,12 +253,12 @@ at::Tensor WhisperImpl::Decode(const at::Tensor& tokens, const at::Tensor& xa) {
 
 WhisperState WhisperImpl::Start(const at::Tensor& xa, int64_t positions) {
   WhisperState s;
-  const int64_t hs = config_.width / config_.heads;
+  const int64_t hs = options_.width() / options_.heads();
   for (size_t i = 0; i < decoder->blocks->size(); ++i) {
     s.self_k.push_back(
-        torch::empty({xa.size(0), config_.heads, positions, hs}, xa.options()));
+        torch::empty({xa.size(0), options_.heads(), positions, hs}, xa.options()));
     s.self_v.push_back(
-        torch::empty({xa.size(0), config_.heads, positions, hs}, xa.options()));
+        torch::empty({xa.size(0), options_.heads(), positions, hs}, xa.options()));
   }
   ComputeCross(xa, s);
   return s;
@@ -323,46 +319,47 @@ constexpr int64_t kStartTokens = 4;  // the start-of-transcript prompt
 constexpr double kWindowSeconds = 30.0;
 constexpr char kEncode[] = "encode";
 constexpr char kTranscribe[] = "transcribe";
+// Every Whisper phase is inference: encode one window, generate from an
+// encoded window, transcribe (encode, then generate).
+const Phase kEncodePhase{kEncode, PhaseKind::kInference, Shape::kBatch};
+const Phase kTranscribePhase{kTranscribe, PhaseKind::kInference, Shape::kGenerate};
 
 absl::StatusOr<Plan> PlanWhisper(const BenchSpec& s) {
-  absl::StatusOr<WhisperConfig> c = WhisperSizeConfig(s.size);
-  if (!c.ok()) return c.status();
-  if (s.phase != kEncode && s.phase != kGenerate && s.phase != kTranscribe) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown Whisper phase '", s.phase, "'; valid: encode, generate, transcribe"));
-  }
+  absl::StatusOr<WhisperOptions> o = WhisperSizeOptions(s.size);
+  if (!o.ok()) return o.status();
   if (s.batch <= 0) return absl::InvalidArgumentError("batch must be positive");
   Plan plan;
-  plan.params = WhisperParamCount(*c);
-  const int64_t e = DtypeBytes(s.dtype), w = c->width, b = s.batch;
+  plan.params = WhisperParamCount(*o);
+  const int64_t e = DtypeBytes(s.dtype), w = o->width(), b = s.batch;
   MemoryEstimate& m = plan.memory;
   m.weights = plan.params * e;
   // Encoder: a few (B, T, 4w)-sized tensors, and attention scores when explicit.
   const int64_t encode_activations =
-      b * c->audio_ctx * w * 12 * e + b * c->mels * c->frames * e;
+      b * o->audio_ctx() * w * 12 * e + b * o->mels() * o->frames() * e;
   if (s.phase == kEncode) {
-    plan.flops_per_step = WhisperEncodeFlops(*c, b);
+    plan.flops_per_step = WhisperEncodeFlops(*o, b);
     plan.samples_per_step = b;
     plan.audio_seconds_per_step = kWindowSeconds * b;
     m.activations = encode_activations;
     return plan;
   }
-  if (s.prompt + s.new_tokens > c->text_ctx || s.new_tokens <= 0) {
+  if (s.prompt + s.new_tokens > o->text_ctx() || s.new_tokens <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt ", s.prompt, " + new tokens ", s.new_tokens, " = ",
-        s.prompt + s.new_tokens, " positions, but the Whisper decoder has ", c->text_ctx,
-        ": --new_tokens must be 1 to ", c->text_ctx - s.prompt));
+        s.prompt + s.new_tokens, " positions, but the Whisper decoder has ",
+        o->text_ctx(), ": --new_tokens must be 1 to ", o->text_ctx() - s.prompt));
   }
-  const double generate = WhisperGenerateFlops(*c, b, s.prompt, s.new_tokens);
-  const int64_t layers = c->decoder_layers;
-  m.activations = 2 * layers * b * (c->text_ctx + c->audio_ctx) * w * e +  // caches
-                  b * c->audio_ctx * w * e + b * c->vocab * 4;
+  const double generate = WhisperGenerateFlops(*o, b, s.prompt, s.new_tokens);
+  const int64_t layers = o->decoder_layers();
+  m.activations = 2 * layers * b * (o->text_ctx() + o->audio_ctx()) * w * e +  // caches
+                  b * o->audio_ctx() * w * e + b * o->vocab() * 4;
   plan.tokens_per_step = b * s.new_tokens;
   if (s.phase == kGenerate) {
     plan.flops_per_step = generate;
+    plan.reports_weight_bandwidth = true;
     return plan;
   }
-  plan.flops_per_step = WhisperEncodeFlops(*c, b) + generate;
+  plan.flops_per_step = WhisperEncodeFlops(*o, b) + generate;
   plan.samples_per_step = b;
   plan.audio_seconds_per_step = kWindowSeconds * b;
   m.activations += encode_activations;
@@ -388,21 +385,18 @@ class TranscribeWorkload final : public Workload {
 };
 
 std::unique_ptr<Workload> BuildWhisper(const BenchSpec& s) {
-  const WhisperConfig c = WhisperSizeConfig(s.size).value();
-  Whisper model(c);
-  PrepareModel(*model, s);  // every Whisper phase is inference
-  model->eval();
+  const WhisperOptions o = WhisperSizeOptions(s.size).value();
+  Whisper model(o);
+  PrepareModel(*model, s);
   const auto opts = torch::dtype(s.dtype).device(s.device);
-  const at::Tensor mel = torch::randn({s.batch, c.mels, c.frames}, opts);
+  const at::Tensor mel = torch::randn({s.batch, o.mels(), o.frames()}, opts);
   if (s.phase == kEncode) {
     ModelFns fns;
     fns.module = model.ptr();
     fns.forward = [model, mel]() mutable { return model->Encode(mel); };
-    BenchSpec forward = s;
-    forward.phase = kForward;  // runs like a forward pass
-    return MakePhaseWorkload(forward, std::move(fns));
+    return MakePhaseWorkload(s, std::move(fns));
   }
-  const at::Tensor prompt = torch::randint(0, c.vocab, {s.batch, s.prompt},
+  const at::Tensor prompt = torch::randint(0, o.vocab(), {s.batch, s.prompt},
                                            torch::dtype(torch::kLong).device(s.device));
   if (s.phase == kTranscribe) {
     return std::make_unique<TranscribeWorkload>(model, mel, prompt, s.new_tokens);
@@ -423,7 +417,7 @@ std::unique_ptr<Workload> BuildWhisper(const BenchSpec& s) {
   };
   return MakeGenerateWorkload(
       s, std::move(fns),
-      static_cast<double>(WhisperDecodeWeightCount(c)) * DtypeBytes(s.dtype));
+      static_cast<double>(WhisperDecodeWeightCount(o)) * DtypeBytes(s.dtype));
 }
 
 }  // namespace
@@ -431,22 +425,22 @@ std::unique_ptr<Workload> BuildWhisper(const BenchSpec& s) {
 Family WhisperFamily() {
   Family f;
   f.name = "Whisper";
+  f.phases = {kEncodePhase, GeneratePhase(), kTranscribePhase};
   for (const WhisperSize& s : WhisperSizes()) {
     f.sizes.push_back(s.name);
-    f.cases.push_back({s.name, kEncode, true, Shape::kBatch});
-    Case generate{s.name, kGenerate, true, Shape::kGenerate};
-    generate.fixed_prompt = kStartTokens;
-    f.cases.push_back(generate);
-    Case transcribe{s.name, kTranscribe, true, Shape::kGenerate};
-    transcribe.fixed_prompt = kStartTokens;
-    f.cases.push_back(transcribe);
+    for (const Phase& phase : f.phases) {
+      Case c{s.name, phase};
+      // The prompt is the start-of-transcript tokens, not --prompt.
+      if (phase.shape == Shape::kGenerate) c.fixed_prompt = kStartTokens;
+      f.cases.push_back(c);
+    }
   }
-  f.phases = {kEncode, kGenerate, kTranscribe};
   f.suite = {"tiny/"};
   f.default_batch = 1;
   f.plan = PlanWhisper;
   f.build = BuildWhisper;
   return f;
 }
+LTB_REGISTER_FAMILY(WhisperFamily, 70);
 
 }  // namespace ltb

@@ -14,6 +14,7 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,38 +23,48 @@
 
 namespace ltb {
 
-struct WhisperConfig {
-  int64_t width = 384, heads = 6, encoder_layers = 4, decoder_layers = 4;
-  int64_t vocab = 51865;
-  int64_t mels = 80;
-  int64_t frames = 3000;        // 30 s of audio
-  int64_t audio_ctx = 1500;     // encoder positions: frames / 2
-  int64_t text_ctx = 448;       // decoder positions
-  bool fused_attention = true;  // false: explicit matmuls, for FLOP checks
+struct WhisperOptions {
+  WhisperOptions(int64_t width, int64_t heads, int64_t encoder_layers,
+                 int64_t decoder_layers)
+      : width_(width),
+        heads_(heads),
+        encoder_layers_(encoder_layers),
+        decoder_layers_(decoder_layers) {}
+  TORCH_ARG(int64_t, width);
+  TORCH_ARG(int64_t, heads);
+  TORCH_ARG(int64_t, encoder_layers);
+  TORCH_ARG(int64_t, decoder_layers);
+  TORCH_ARG(int64_t, vocab) = 51865;
+  TORCH_ARG(int64_t, mels) = 80;
+  TORCH_ARG(int64_t, frames) = 3000;     // 30 s of audio
+  TORCH_ARG(int64_t, audio_ctx) = 1500;  // encoder positions: frames / 2
+  TORCH_ARG(int64_t, text_ctx) = 448;    // decoder positions
+  // false: explicit matmuls, for FLOP checks.
+  TORCH_ARG(bool, fused_attention) = true;
 };
 
 struct WhisperSize {
   std::string name;
-  WhisperConfig config;
+  WhisperOptions options;
   int64_t card_params;
 };
 
 // nano, tiny, base.
 const std::vector<WhisperSize>& WhisperSizes();
-absl::StatusOr<WhisperConfig> WhisperSizeConfig(const std::string& size);
+absl::StatusOr<WhisperOptions> WhisperSizeOptions(const std::string& size);
 
-int64_t WhisperParamCount(const WhisperConfig& c);
+int64_t WhisperParamCount(const WhisperOptions& o);
 // The encoder on one batch of 30 s windows: both convolutions, then per
 // layer 24 T w^2 + 4 T^2 w with T = 1500.
-double WhisperEncodeFlops(const WhisperConfig& c, int64_t batch);
+double WhisperEncodeFlops(const WhisperOptions& o, int64_t batch);
 // Greedy decoding of `new_tokens` after a `prompt`: cross-attention keys and
 // values once, the prompt, then one token per step, logits for the last
 // position of each.
-double WhisperGenerateFlops(const WhisperConfig& c, int64_t batch, int64_t prompt,
+double WhisperGenerateFlops(const WhisperOptions& o, int64_t batch, int64_t prompt,
                             int64_t new_tokens);
 // Bytes of decoder weights one decode step reads (cross-attention key and
 // value projections and the position table excluded).
-int64_t WhisperDecodeWeightCount(const WhisperConfig& c);
+int64_t WhisperDecodeWeightCount(const WhisperOptions& o);
 
 class WhisperAttentionImpl : public torch::nn::Module {
  public:
@@ -97,7 +108,7 @@ struct WhisperState {
 
 class WhisperEncoderImpl : public torch::nn::Module {
  public:
-  explicit WhisperEncoderImpl(const WhisperConfig& c);
+  explicit WhisperEncoderImpl(const WhisperOptions& o);
   // mel (B, mels, frames) -> (B, frames / 2, w).
   at::Tensor forward(const at::Tensor& mel);
   torch::nn::Conv1d conv1{nullptr}, conv2{nullptr};
@@ -111,7 +122,7 @@ TORCH_MODULE(WhisperEncoder);
 
 class WhisperDecoderImpl : public torch::nn::Module {
  public:
-  explicit WhisperDecoderImpl(const WhisperConfig& c);
+  explicit WhisperDecoderImpl(const WhisperOptions& o);
   torch::nn::Embedding token_embedding{nullptr};
   at::Tensor positional_embedding;  // learned, (text_ctx, w)
   torch::nn::ModuleList blocks{nullptr};
@@ -121,7 +132,7 @@ TORCH_MODULE(WhisperDecoder);
 
 class WhisperImpl : public torch::nn::Module {
  public:
-  explicit WhisperImpl(const WhisperConfig& c);
+  explicit WhisperImpl(const WhisperOptions& o);
 
   // mel (B, 80, 3000) -> encoder output (B, 1500, w).
   at::Tensor Encode(const at::Tensor& mel);
@@ -135,7 +146,7 @@ class WhisperImpl : public torch::nn::Module {
   at::Tensor DecodeCached(const at::Tensor& tokens, int64_t position,
                           WhisperState& state);
 
-  const WhisperConfig& config() const { return config_; }
+  const WhisperOptions& options() const { return options_; }
 
   WhisperEncoder encoder{nullptr};
   WhisperDecoder decoder{nullptr};
@@ -143,7 +154,7 @@ class WhisperImpl : public torch::nn::Module {
  private:
   at::Tensor Embed(const at::Tensor& tokens, int64_t position);
   at::Tensor Logits(const at::Tensor& x);  // tied to the token embedding
-  WhisperConfig config_;
+  WhisperOptions options_;
 };
 TORCH_MODULE(Whisper);
 

@@ -17,6 +17,7 @@
 #include <fstream>
 
 #include "harness/epoch.h"
+#include "harness/phases.h"
 #include "models/transformer.h"
 #include "scoped_env.h"
 
@@ -49,7 +50,7 @@ at::Tensor StepOn(int64_t first_row, int64_t rows) {
   };
   BenchSpec spec;
   spec.family = "Transformer";
-  spec.phase = "train_step";
+  SetPhase(TrainStepPhase(), &spec);
   MakeTrainStepWorkload(spec, fns, batch.narrow(0, first_row, rows))->Step();
   std::vector<at::Tensor> flat;
   for (const at::Tensor& p : model->parameters())

@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <regex>
+#include <set>
 
 #include "harness/sweep.h"
+#include "harness/registry.h"
 #include "models/ops.h"
 #include "models/transformer.h"
 #include "spec_for.h"
@@ -28,64 +31,74 @@ TEST(BenchSpecName, OpsPutTheShapeBeforeTheDevice) {
             "Ops/matmul/2048x2048/cpu/fp32");
 }
 
-TEST(ParsePositiveList, ExpandsAndDeduplicates) {
-  EXPECT_EQ(ParsePositiveList("batch", "1,8,32").value(),
-            (std::vector<int64_t>{1, 8, 32}));
-  EXPECT_EQ(ParsePositiveList("batch", "4, 4,2").value(), (std::vector<int64_t>{4, 2}));
-}
-
-TEST(ParsePositiveList, RejectsWithTheFlagAndValidForm) {
-  for (const char* bad : {"", "0", "-1", "1,,2", "x", "1.5", "8,"}) {
-    absl::StatusOr<std::vector<int64_t>> v = ParsePositiveList("seq", bad);
-    ASSERT_FALSE(v.ok()) << bad;
-    EXPECT_NE(v.status().message().find("--seq"), std::string::npos);
-    EXPECT_NE(v.status().message().find("valid: positive integers"), std::string::npos);
-  }
-}
-
-TEST(ParseDtypeList, KnowsThreePrecisions) {
-  EXPECT_EQ(ParseDtypeList("fp32,bf16,fp16").value(),
-            (std::vector<c10::ScalarType>{c10::kFloat, c10::kBFloat16, c10::kHalf}));
-  const auto bad = ParseDtypeList("fp32,fp64");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("valid: fp32, bf16, fp16"), std::string::npos);
+TEST(ParseDtype, KnowsThreePrecisions) {
   for (c10::ScalarType t : {c10::kFloat, c10::kBFloat16, c10::kHalf}) {
     EXPECT_EQ(ParseDtype(DtypeName(t)).value(), t);
   }
-}
-
-TEST(ParseDeviceList, NamesTheFlagOnError) {
-  EXPECT_EQ(ParseDeviceList("cpu,cuda:1").value().size(), 2u);
-  const auto bad = ParseDeviceList("cpu,tpu");
+  const auto bad = ParseDtype("fp64");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("--devices"), std::string::npos);
-  EXPECT_NE(bad.status().message().find("'tpu'"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("valid: fp32, bf16, fp16"), std::string::npos);
 }
 
-TEST(ParseBool, AcceptsTheUsualSpellingsOnly) {
-  EXPECT_TRUE(ParseBool("sync", "true").value());
-  EXPECT_FALSE(ParseBool("sync", "false").value());
-  EXPECT_FALSE(ParseBool("sync", "0").value());
-  EXPECT_FALSE(ParseBool("sync", "maybe").ok());
+// How many benchmarks a case gives under `sweep`, counted from its case and
+// phase alone: the independent count ExpandSweep must agree with.
+size_t CaseCount(const Family& f, const Case& c, const Sweep& sweep) {
+  size_t devices = 0;
+  for (const c10::Device& d : sweep.devices) devices += !c.cuda_only || d.is_cuda();
+  const size_t dtypes = c.sweeps_dtype ? sweep.dtypes.size() : 1;
+  const size_t batches = c.phase.shape == Shape::kNone ? 1 : sweep.batches.size();
+  size_t lengths = 1;
+  if (c.phase.shape == Shape::kSequence) {
+    lengths = sweep.seqs.empty() ? f.default_seqs.size() : sweep.seqs.size();
+  } else if (c.phase.shape == Shape::kGenerate) {
+    lengths = (c.fixed_prompt > 0 ? 1 : sweep.prompts.size()) * sweep.new_tokens.size();
+  }
+  const size_t formats = f.sweeps_memory_format ? sweep.channels_last.size() : 1;
+  return devices * dtypes * batches * lengths * formats;
 }
 
-TEST(ExpandSweep, CrossesEveryListAndKeepsFamilyDefaults) {
-  const std::vector<Family> families = {OpsFamily(), TransformerFamily()};
+TEST(ExpandSweep, CrossesEveryListForEveryRegisteredFamily) {
+  const std::vector<Family> families = RegisteredFamilies(true).value();
   Sweep sweep;
   sweep.devices = {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 0)};
   sweep.batches = {1, 8};
+  sweep.prompts = {16, 32};
   sweep.dtypes = {c10::kFloat, c10::kBFloat16};
+  sweep.channels_last = {false, true};
   const std::vector<Registration> regs = ExpandSweep(families, sweep);
-  // Ops: 24 ops on both devices and 5 transfers on cuda only, in 2 dtypes,
-  // and noop in fp32 on both; no batch or seq.
-  // Transformer: 6 sizes x 4 phases x 2 devices x 2 dtypes x 2 batches x 1 seq.
-  EXPECT_EQ(regs.size(), (24 * 2 + 5) * 2 + 2 + 6 * 4 * 2 * 2 * 2);
+  size_t expected = 0;
+  for (const Family& f : families) {
+    size_t family_count = 0;
+    for (const Case& c : f.Cases()) family_count += CaseCount(f, c, sweep);
+    EXPECT_GT(family_count, 0u) << f.name;
+    const size_t registered = std::count_if(
+        regs.begin(), regs.end(), [&](const Registration& r) { return r.family == &f; });
+    EXPECT_EQ(registered, family_count) << f.name;
+    expected += family_count;
+  }
+  EXPECT_EQ(regs.size(), expected);
   std::set<std::string> names;
   for (const Registration& r : regs) names.insert(r.spec.Name());
   EXPECT_EQ(names.size(), regs.size()) << "names must be unique";
   EXPECT_TRUE(names.count("Transformer/2.7B/cuda/train_step/batch:8/seq:512/bf16"));
   EXPECT_TRUE(names.count("Ops/matmul/2048x2048/cuda/bf16"));
+  EXPECT_TRUE(names.count("ResNet/nano/cpu/forward/batch:1/bf16/channels_last"));
+  EXPECT_TRUE(names.count("GPT2/nano/cpu/generate/batch:8/prompt:16/new:100/fp32"));
   EXPECT_FALSE(names.count("Ops/noop/empty/cpu/bf16"));
+  EXPECT_FALSE(names.count("Ops/h2d_pinned/256MiB/cpu/fp32"));
+}
+
+TEST(ExpandSweep, SpecsCarryTheirPhasesKindAndIterations) {
+  const std::vector<Family> families = RegisteredFamilies(true).value();
+  Sweep sweep;
+  sweep.devices = {c10::Device(c10::kCPU)};
+  for (const Registration& r : ExpandSweep(families, sweep)) {
+    const Case c = r.family->FindCase(r.spec.size, r.spec.phase).value();
+    EXPECT_EQ(r.spec.kind, c.phase.kind) << r.spec.Name();
+    EXPECT_EQ(r.spec.iterations, c.phase.iterations) << r.spec.Name();
+    EXPECT_EQ(r.spec.data_parallel, c.phase.data_parallel) << r.spec.Name();
+    EXPECT_EQ(r.unit, c.unit) << r.spec.Name();
+  }
 }
 
 TEST(DefaultSuiteFilter, SelectsEachFamilysSuiteSizes) {

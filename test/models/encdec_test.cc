@@ -20,9 +20,9 @@ TEST(EncDecSizes, CountsEqualTheCard) {
                                                {"base", 211'069'952},
                                                {"xl", 2'853'715'968}};
   for (const EncDecSize& s : EncDecSizes()) {
-    EXPECT_EQ(EncDecParamCount(s.config), card.at(s.name)) << s.name;
+    EXPECT_EQ(EncDecParamCount(s.options), card.at(s.name)) << s.name;
     if (s.name == "base" || s.name == "xl") continue;
-    EncDec model(s.config);
+    EncDec model(s.options);
     EXPECT_EQ(CountParameters(*model), card.at(s.name)) << s.name;
   }
 }
@@ -36,7 +36,7 @@ TEST(EncDecSizes, ACustomArchitectureCountsWhatItShould) {
   ASSERT_FALSE(names.empty());
   EXPECT_EQ(names[0], "custom_d96_h6_e1_d2_ff256_v1000");  // nano with the overrides
   EXPECT_EQ(names[1], "custom_d96_h6_e1_d3_ff512");        // tiny
-  const EncDecConfig c = EncDecSizeConfig(names[0]).value();
+  const EncDecOptions c = EncDecSizeOptions(names[0]).value();
   EncDec model(c);
   EXPECT_EQ(CountParameters(*model), EncDecParamCount(c));
   // d96 h6 ff256 V1000: embedding and output, 1 encoder and 2 decoder layers, 2 norms.
@@ -53,12 +53,12 @@ TEST(EncDecSizes, HeadsMustDivideDModel) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("--nhead=8 must divide --d_model=100"),
             std::string::npos);
-  EXPECT_FALSE(EncDecSizeConfig("custom_d100_h8_e1_d1_ff64").ok());
-  EXPECT_FALSE(EncDecSizeConfig("huge").ok());
+  EXPECT_FALSE(EncDecSizeOptions("custom_d100_h8_e1_d1_ff64").ok());
+  EXPECT_FALSE(EncDecSizeOptions("huge").ok());
 }
 
 TEST(EncDec, LossIsNextTokenCrossEntropyOverTheTarget) {
-  EncDec model(EncDecSizeConfig("nano").value());
+  EncDec model(EncDecSizeOptions("nano").value());
   model->eval();
   torch::NoGradGuard no_grad;
   const at::Tensor pairs = torch::randint(0, 1000, {2, 20});  // 10 source, 10 target

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "harness/phases.h"
 #include "profiled_flops.h"
 #include "spec_for.h"
@@ -11,23 +15,67 @@ namespace {
 
 TEST(EncoderSizes, CountsEqualTheCard) {
   for (const EncoderSize& s : EncoderSizes()) {
-    EXPECT_EQ(EncoderParamCount(s.config), s.card_params) << s.name;
-    auto model = MakeEncoder(s.config);
+    EXPECT_EQ(EncoderParamCount(s.options), s.card_params) << s.name;
+    Encoder model(s.options);
     EXPECT_EQ(CountParameters(*model), s.card_params) << s.name;
   }
-  EXPECT_EQ(EncoderParamCount(EncoderSizeConfig("default").value()), 18'914'304);
-  EXPECT_EQ(EncoderParamCount(EncoderSizeConfig("nano").value()), 99'968);
+  EXPECT_EQ(EncoderParamCount(EncoderSizeOptions("default").value()), 18'914'304);
+  EXPECT_EQ(EncoderParamCount(EncoderSizeOptions("nano").value()), 99'968);
+}
+
+// LibTorch's encoder as the model used to be, with no wrapper around it.
+torch::nn::TransformerEncoder BareEncoder(const EncoderOptions& o) {
+  return torch::nn::TransformerEncoder(torch::nn::TransformerEncoderOptions(
+      torch::nn::TransformerEncoderLayerOptions(o.d_model(), o.heads())
+          .dim_feedforward(o.d_ff()),
+      o.layers()));
+}
+
+std::vector<std::string> Names(const torch::nn::Module& m) {
+  std::vector<std::string> names;
+  for (const auto& item : m.named_parameters()) names.push_back(item.key());
+  return names;
+}
+
+TEST(Encoder, ParameterNamesAreThoseOfPythonsTransformerEncoder) {
+  const EncoderOptions o = EncoderSizeOptions("nano").value();
+  Encoder model(o);
+  const std::vector<std::string> names = Names(*model);
+  EXPECT_EQ(names, Names(*BareEncoder(o)));  // in the same order
+  for (const char* name :
+       {"layers.0.self_attn.in_proj_weight", "layers.0.self_attn.in_proj_bias",
+        "layers.0.self_attn.out_proj.weight", "layers.0.linear1.weight",
+        "layers.0.linear2.bias", "layers.0.norm1.weight", "layers.1.norm2.bias"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+  }
+  EXPECT_EQ(names.size(), size_t{2 * 12});  // no final norm
+}
+
+TEST(Encoder, ComputesWhatLibTorchsEncoderDoes) {
+  const EncoderOptions o = EncoderSizeOptions("nano").value();
+  torch::manual_seed(3);
+  Encoder model(o);
+  torch::manual_seed(3);
+  torch::nn::TransformerEncoder bare = BareEncoder(o);
+  model->eval();
+  bare->eval();
+  torch::NoGradGuard no_grad;
+  const at::Tensor x = torch::randn({10, 2, o.d_model()});  // (T, B, d)
+  EXPECT_TRUE(torch::equal(model(x), bare(x)));
+  // Converting the module converts the layers its forward runs.
+  model->to(torch::kDouble);
+  EXPECT_EQ(model(x.to(torch::kDouble)).scalar_type(), torch::kDouble);
 }
 
 TEST(EncoderFlops, AnalyticCountEqualsTheProfilers) {
-  const EncoderConfig c = EncoderSizeConfig("nano").value();
-  auto model = MakeEncoder(c);
+  const EncoderOptions o = EncoderSizeOptions("nano").value();
+  Encoder model(o);
   model->eval();
   const double profiled = ProfiledMatmulFlops([&] {
     torch::NoGradGuard no_grad;
-    model(torch::randn({40, 3, c.d_model}));  // (T, B, d)
+    model(torch::randn({40, 3, o.d_model()}));  // (T, B, d)
   });
-  EXPECT_NEAR(profiled, EncoderForwardFlops(c, 3, 40), 0.01 * profiled);
+  EXPECT_NEAR(profiled, EncoderForwardFlops(o, 3, 40), 0.01 * profiled);
 }
 
 TEST(EncoderFamily, RegistersEveryLengthByDefault) {

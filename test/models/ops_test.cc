@@ -72,7 +72,7 @@ TEST(OpsFamily, EveryCpuOpRuns) {
   const Family f = OpsFamily();
   for (const Case& c : f.Cases()) {
     if (c.cuda_only) continue;
-    const BenchSpec s = SpecFor("Ops", c.size, c.phase);
+    const BenchSpec s = SpecFor("Ops", c.size, c.phase.name);
     if (c.size == "matmul" || c.size == "conv2d" || c.size == "bmm")
       continue;  // slow; run in e2e
     ASSERT_TRUE(f.plan(s).ok()) << s.Name();

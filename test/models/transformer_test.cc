@@ -187,15 +187,21 @@ TEST(TransformerFamily, PlansCountersAndMemoryPerPhase) {
   EXPECT_EQ(fwd.tokens_per_step, 512);
   EXPECT_EQ(fwd.memory.weights, 128'625'408 * 4);
   EXPECT_EQ(fwd.memory.gradients, 0);
-  s.phase = kTrainStep;
+  s = SpecFor(f.name, "small", kTrainStep, 4, 128);
   const Plan train = f.plan(s).value();
   EXPECT_DOUBLE_EQ(train.flops_per_step, 3 * fwd.flops_per_step);
   EXPECT_EQ(train.memory.gradients, 128'625'408 * 4);
   EXPECT_EQ(train.memory.optimizer, 2 * 128'625'408 * 4);
   s.phase = "generate";
-  const auto bad = f.plan(s);
+  const auto bad = f.PlanFor(s);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("valid: forward, forward_backward, train_step"),
+  EXPECT_NE(bad.status().message().find(
+                "Transformer/small has no phase 'generate'; valid: forward, "
+                "forward_backward, train_step, train_epoch"),
+            std::string::npos);
+  s.size = "huge";
+  EXPECT_NE(f.PlanFor(s).status().message().find(
+                "unknown Transformer size 'huge'; valid: nano, small, medium"),
             std::string::npos);
 }
 

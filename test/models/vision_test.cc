@@ -22,14 +22,14 @@ TEST(ResNetSizes, CountsEqualTheCard) {
   const std::map<std::string, int64_t> card = {
       {"nano", 438'456}, {"resnet18", 11'689'512}, {"resnet50", 25'557'032}};
   for (const ResNetSize& s : ResNetSizes()) {
-    EXPECT_EQ(ResNetCostFor(s.config, 224).params, card.at(s.name)) << s.name;
-    ResNet model(s.config);
+    EXPECT_EQ(ResNetCostFor(s.options, 224).params, card.at(s.name)) << s.name;
+    ResNet model(s.options);
     EXPECT_EQ(CountParameters(*model), card.at(s.name)) << s.name;
   }
 }
 
 TEST(ResNet, ParameterNamesMatchTorchvision) {
-  ResNet model(ResNetSizeConfig("resnet50").value());
+  ResNet model(ResNetSizeOptions("resnet50").value());
   std::set<std::string> names;
   for (const auto& item : model->named_parameters()) names.insert(item.key());
   for (const char* name :
@@ -47,7 +47,7 @@ TEST(ResNet, ParameterNamesMatchTorchvision) {
 
 TEST(ResNet, EvalOutputOfAnImageDoesNotDependOnTheBatch) {
   torch::manual_seed(7);
-  ResNet model(ResNetSizeConfig("nano").value());
+  ResNet model(ResNetSizeOptions("nano").value());
   model->eval();
   torch::NoGradGuard no_grad;
   const at::Tensor images = torch::randn({4, 3, 64, 64});
@@ -60,7 +60,7 @@ TEST(ResNet, EvalOutputOfAnImageDoesNotDependOnTheBatch) {
 }
 
 TEST(ResNet, TrainModeUpdatesBatchNormRunningStatistics) {
-  ResNet model(ResNetSizeConfig("nano").value());
+  ResNet model(ResNetSizeOptions("nano").value());
   model->train();
   const at::Tensor mean_before = model->bn1->running_mean.clone();
   const at::Tensor var_before = model->bn1->running_var.clone();
@@ -76,20 +76,20 @@ TEST(ResNet, TrainModeUpdatesBatchNormRunningStatistics) {
 
 TEST(ResNetFlops, AnalyticCountEqualsTheProfilers) {
   for (const char* size : {"nano", "resnet18"}) {
-    ResNetConfig c = ResNetSizeConfig(size).value();
-    ResNet model(c);
+    const ResNetOptions o = ResNetSizeOptions(size).value();
+    ResNet model(o);
     model->eval();
     const double profiled = ProfiledConvAndLinearFlops([&] {
       torch::NoGradGuard no_grad;
       model(torch::randn({2, 3, 96, 96}));
     });
-    EXPECT_NEAR(profiled, 2 * ResNetCostFor(c, 96).flops, 0.01 * profiled) << size;
+    EXPECT_NEAR(profiled, 2 * ResNetCostFor(o, 96).flops, 0.01 * profiled) << size;
   }
 }
 
 TEST(ResNetFlops, Resnet50IsAbout4GigaMultiplyAddsPerImage) {
   // The commonly quoted 4.1 GMACs of ResNet-50 at 224 x 224.
-  const double macs = ResNetCostFor(ResNetSizeConfig("resnet50").value(), 224).flops / 2;
+  const double macs = ResNetCostFor(ResNetSizeOptions("resnet50").value(), 224).flops / 2;
   EXPECT_NEAR(macs, 4.1e9, 0.05e9);
 }
 
@@ -107,8 +107,8 @@ TEST(ResNetFamily, ChannelsLastRunsAndIsNamed) {
 
 TEST(CNNSizes, CountsEqualTheCard) {
   for (const CNNSize& s : CNNSizes()) {
-    EXPECT_EQ(CNNParamCount(s.config), s.card_params) << s.name;
-    CNN model(s.config);
+    EXPECT_EQ(CNNParamCount(s.options), s.card_params) << s.name;
+    CNN model(s.options);
     EXPECT_EQ(CountParameters(*model), s.card_params) << s.name;
   }
   EXPECT_EQ(CNNSizes().back().card_params, 2'122'186);
@@ -117,19 +117,19 @@ TEST(CNNSizes, CountsEqualTheCard) {
 
 TEST(CNNFlops, AnalyticCountEqualsTheProfilers) {
   for (const CNNSize& s : CNNSizes()) {
-    CNN model(s.config);
+    CNN model(s.options);
     const double profiled = ProfiledConvAndLinearFlops([&] {
       torch::NoGradGuard no_grad;
       model(torch::randn({3, 3, 32, 32}));
     });
-    EXPECT_NEAR(profiled, 3 * CNNForwardFlops(s.config), 0.01 * profiled) << s.name;
+    EXPECT_NEAR(profiled, 3 * CNNForwardFlops(s.options), 0.01 * profiled) << s.name;
   }
 }
 
 TEST(CNNFamily, EveryPhaseRuns) {
   const Family f = CNNFamily();
   for (const Case& c : f.Cases()) {
-    const BenchSpec s = SpecFor(f.name, c.size, c.phase, 4);
+    const BenchSpec s = SpecFor(f.name, c.size, c.phase.name, 4);
     const auto plan = f.plan(s);
     ASSERT_TRUE(plan.ok()) << s.Name();
     EXPECT_EQ(plan->samples_per_step, 4);

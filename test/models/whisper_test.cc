@@ -11,15 +11,15 @@
 namespace ltb {
 namespace {
 
-WhisperConfig Nano() { return WhisperSizeConfig("nano").value(); }
+WhisperOptions Nano() { return WhisperSizeOptions("nano").value(); }
 
 TEST(WhisperSizes, CountsEqualTheCard) {
   const std::map<std::string, int64_t> card = {
       {"nano", 353'792}, {"tiny", 37'184'640}, {"base", 71'825'920}};
   for (const WhisperSize& s : WhisperSizes()) {
-    EXPECT_EQ(WhisperParamCount(s.config), card.at(s.name)) << s.name;
+    EXPECT_EQ(WhisperParamCount(s.options), card.at(s.name)) << s.name;
     if (s.name == "base") continue;  // built below only what the card asks
-    Whisper model(s.config);
+    Whisper model(s.options);
     EXPECT_EQ(CountParameters(*model), card.at(s.name)) << s.name;
   }
 }
@@ -68,15 +68,15 @@ TEST(WhisperGenerate, CachesGiveExactlyTheTokensOfRecomputation) {
 }
 
 TEST(WhisperFlops, GenerationCountEqualsTheProfilers) {
-  WhisperConfig c = Nano();
-  c.fused_attention = false;  // attention as matmuls the profiler counts
-  Whisper model(c);
+  WhisperOptions o = Nano();
+  o.fused_attention(false);  // attention as matmuls the profiler counts
+  Whisper model(o);
   torch::NoGradGuard no_grad;
   const at::Tensor xa = model->Encode(torch::randn({2, 80, 3000}));
   const at::Tensor prompt = torch::randint(0, 1000, {2, 4});
   const double profiled =
       ProfiledMatmulFlops([&] { WhisperGenerateWithCache(model, xa, prompt, 6); });
-  EXPECT_NEAR(profiled, WhisperGenerateFlops(c, 2, 4, 6), 0.01 * profiled);
+  EXPECT_NEAR(profiled, WhisperGenerateFlops(o, 2, 4, 6), 0.01 * profiled);
 }
 
 TEST(WhisperFlops, EncodeHandCount) {
@@ -102,14 +102,14 @@ TEST(WhisperFamily, EveryPhaseRunsWithItsCounters) {
   const Family f = WhisperFamily();
   for (const Case& c : f.Cases()) {
     if (c.size != "nano") continue;
-    BenchSpec s = SpecFor(f.name, c.size, c.phase, 1);
+    BenchSpec s = SpecFor(f.name, c.size, c.phase.name, 1);
     s.prompt = c.fixed_prompt;
     s.new_tokens = 5;
     const Plan plan = f.plan(s).value();
-    if (c.phase != kGenerate) EXPECT_DOUBLE_EQ(plan.audio_seconds_per_step, 30);
+    if (c.phase.name != kGenerate) EXPECT_DOUBLE_EQ(plan.audio_seconds_per_step, 30);
     std::unique_ptr<Workload> w = f.build(s);
     w->Step();
-    if (c.phase == kGenerate) {
+    if (c.phase.name == kGenerate) {
       w->ResetStats();
       w->Step();
       EXPECT_FALSE(w->Counters().empty());

@@ -1,0 +1,270 @@
+#include "harness/suite.h"
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <regex>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "harness/context.h"
+#include "harness/device.h"
+#include "harness/distributed.h"
+#include "harness/memory.h"
+#include "harness/peaks.h"
+#include "harness/registry.h"
+#include "harness/runner.h"
+#include "harness/summary.h"
+#include "harness/sweep.h"
+#include "harness/threads.h"
+#include "models/ops.h"
+
+namespace ltb {
+namespace {
+
+constexpr int kUsageError = 2;
+
+// What registration leaves for the run: the benchmarks' families and run
+// options must outlive Google Benchmark's registry, which holds lambdas
+// pointing at them.
+struct SuiteState {
+  CommandLine command_line;
+  std::string filter;  // the user's, or the default suite's
+  std::vector<c10::Device> devices;
+  std::vector<Family> families;
+  std::unique_ptr<Peaks> peaks;
+  RunOptions run;
+};
+SuiteState& State() {
+  static auto* state = new SuiteState;
+  return *state;
+}
+
+// What ranks other than 0 report: nothing.
+class NullReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+absl::Status CheckFilter(const std::string& filter) {
+  if (filter == "all") return absl::OkStatus();
+  // Google Benchmark compiles the filter as an extended regex, less a leading
+  // '-' that negates it; a bad one would run nothing, silently.
+  try {
+    std::regex(filter[0] == '-' ? filter.substr(1) : filter, std::regex::extended);
+  } catch (const std::regex_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--benchmark_filter='", filter, "' is not a valid regular expression: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+void Warn(const CommandLine& command_line) {
+  if (!command_line.quiet_rank) std::cerr << DeviceSummary();
+  if (!BuiltOptimized()) {
+    std::cerr << "***WARNING*** bench was built without optimisation; timings are not "
+                 "representative. Build with -DCMAKE_BUILD_TYPE=Release.\n";
+  }
+  if (!command_line.quiet_rank && ReferenceBlasLoaded()) {
+    std::cerr << "***WARNING*** LibTorch's matmuls run on the reference BLAS ("
+              << BlasLibrary()
+              << "), single-threaded and unvectorised: they are tens of times slower "
+                 "than on an optimised BLAS. On Debian, install libopenblas0-pthread "
+                 "and its libblas.so.3 replaces this one.\n";
+  }
+}
+
+// The fixed iteration count of a benchmark; 0 when timed. An epoch is one
+// iteration; data-parallel ranks must all take the same number of steps, so
+// those counts are fixed rather than timed.
+int64_t FixedIterations(const BenchSpec& spec, const SuiteOptions& o, int world_size) {
+  if (spec.iterations == Iterations::kEpochs) return o.measured_epochs;
+  if (world_size > 1 && spec.data_parallel) return o.ddp_steps;
+  return 0;
+}
+
+// The name Google Benchmark gives a registered benchmark, which the filter sees.
+std::string FullName(const BenchSpec& spec, int64_t iterations) {
+  std::string name = spec.Name();
+  if (iterations > 0) absl::StrAppend(&name, "/iterations:", iterations);
+  return name + "/manual_time";
+}
+
+// Peaks for mfu/mbu, determined before anything is timed, for the devices
+// and dtypes of the benchmarks the filter selects. Other ranks do not
+// report, and measuring on every rank at once would split the cores.
+void PreparePeaks(const std::vector<Registration>& registrations, const std::string& filter,
+                  const SuiteOptions& o, int world_size, Peaks* peaks) {
+  for (const Registration& r : registrations) {
+    std::string why;
+    if (!FilterSelects(filter, FullName(r.spec, FixedIterations(r.spec, o, world_size))) ||
+        !DeviceAvailable(r.spec.device, &why)) {
+      continue;
+    }
+    absl::StatusOr<Plan> plan = r.family->PlanFor(r.spec);
+    if (!plan.ok()) continue;
+    const bool bandwidth = plan->bytes_per_step > 0 || plan->reports_weight_bandwidth;
+    if (plan->flops_per_step <= 0 && !bandwidth) continue;
+    peaks->Prepare(r.spec.device, r.spec.dtype, bandwidth);
+  }
+}
+
+void Register(const std::vector<Registration>& registrations, const SuiteOptions& o,
+              int world_size) {
+  const RunOptions* run = &State().run;
+  for (const Registration& r : registrations) {
+    const Family* family = r.family;
+    const BenchSpec spec = r.spec;
+    benchmark::internal::Benchmark* b =
+        benchmark::RegisterBenchmark(spec.Name().c_str(),
+                                     [family, spec, run](benchmark::State& state) {
+                                       RunBenchmark(state, *family, spec, *run);
+                                     })
+            ->UseManualTime()
+            ->Unit(r.unit);
+    if (const int64_t n = FixedIterations(spec, o, world_size); n > 0) b->Iterations(n);
+  }
+}
+
+void AddContext(const SuiteOptions& o, const std::string& malloc_description,
+                int world_size) {
+  Context extra = {
+      {"malloc", malloc_description},
+      {"sync", o.sweep.sync ? "true" : "false (clock read without device sync)"},
+      {"warmup", absl::StrCat(">= ", o.run.warmup_steps, " steps and >= ",
+                              o.run.warmup_seconds, " s")},
+      {"seed", absl::StrCat(o.run.seed)},
+      {"world_size", absl::StrCat(world_size)},
+      {"cpu_linear", o.sweep.pack_cpu_linears
+                         ? "onednn (CPU generation: linear weights packed for oneDNN)"
+                         : "aten (LibTorch's default GEMM path)"},
+  };
+  for (const auto& kv : State().peaks->Context()) extra.push_back(kv);
+  for (const auto& [key, value] : CollectContext(extra)) {
+    benchmark::AddCustomContext(key, value);
+  }
+}
+
+}  // namespace
+
+void ExitWithUsageError(const absl::Status& status) {
+  std::fprintf(stderr, "bench: %s\n", std::string(status.message()).c_str());
+  std::exit(kUsageError);
+}
+
+CommandLine ReadCommandLine(int* argc, char** argv) {
+  CommandLine c;
+  const char* rank = std::getenv("RANK");
+  c.quiet_rank = rank != nullptr && std::string(rank) != "0";
+  int kept = 1;
+  for (int i = 1; i < *argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (c.quiet_rank && (absl::StartsWith(arg, "--benchmark_out") ||
+                         absl::StartsWith(arg, "--benchmark_format"))) {
+      continue;
+    }
+    argv[kept++] = argv[i];
+    if (arg == "--benchmark_list_tests" || arg == "--benchmark_list_tests=true" ||
+        arg == "--benchmark_list_tests=1") {
+      c.list_only = true;
+    }
+    if (absl::ConsumePrefix(&arg, "--benchmark_filter=")) c.filter = std::string(arg);
+  }
+  *argc = kept;
+  return c;
+}
+
+absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& command_line) {
+  SuiteState& state = State();
+  state.command_line = command_line;
+  absl::StatusOr<DistEnv> dist = ReadDistEnv();
+  if (!dist.ok()) return dist.status();
+  absl::StatusOr<std::vector<Family>> families = RegisteredFamilies();
+  if (!families.ok()) return families.status();
+  state.families = *std::move(families);
+  state.filter =
+      command_line.filter.empty() ? DefaultSuiteFilter(state.families) : command_line.filter;
+  if (absl::Status s = CheckFilter(state.filter); !s.ok()) return s;
+
+  SetEpochSettings(options.epochs);
+  std::string malloc_description;
+  if (absl::Status s = ConfigureMalloc(AbslUnparseFlag(options.malloc), &malloc_description);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ConfigureThreads(options.threads); !s.ok()) return s;
+
+  Sweep sweep = options.sweep;
+  // Default: every available device, plus any the filter names explicitly
+  // so that they report why they cannot run instead of vanishing.
+  if (sweep.devices.empty()) {
+    sweep.devices = AvailableDevices();
+    for (const c10::Device& d : DevicesNamedIn(command_line.filter)) {
+      if (std::find(sweep.devices.begin(), sweep.devices.end(), d) == sweep.devices.end())
+        sweep.devices.push_back(d);
+    }
+  }
+  if (dist->world_size > 1) {
+    // Data-parallel: this rank's device only, cuda:LOCAL_RANK when CUDA is asked for.
+    const bool cuda = std::any_of(sweep.devices.begin(), sweep.devices.end(),
+                                  [](const c10::Device& d) { return d.is_cuda(); });
+    const c10::Device device =
+        cuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(dist->local_rank))
+             : c10::Device(c10::kCPU);
+    sweep.devices = {device};
+    absl::StatusOr<std::unique_ptr<DataParallel>> group = JoinProcessGroup(*dist, device);
+    if (!group.ok()) return group.status();
+    SetCurrentProcessGroup(*std::move(group));
+  }
+  state.devices = sweep.devices;
+  Warn(command_line);
+
+  state.peaks =
+      std::make_unique<Peaks>(options.peak_flops, options.peak_bandwidth, OpsMatmulShapes());
+  const std::vector<Registration> registrations = ExpandSweep(state.families, sweep);
+  if (!command_line.list_only && !command_line.quiet_rank) {
+    PreparePeaks(registrations, state.filter, options, dist->world_size, state.peaks.get());
+  }
+  state.run = options.run;
+  state.run.peaks = state.peaks.get();
+  Register(registrations, options, dist->world_size);
+  AddContext(options, malloc_description, dist->world_size);
+  return absl::OkStatus();
+}
+
+int RunSuite() {
+  SuiteState& state = State();
+  NullReporter null_reporter;
+  benchmark::BenchmarkReporter* display = state.command_line.quiet_rank
+                                              ? &null_reporter
+                                              : benchmark::CreateDefaultDisplayReporter();
+  RecordingReporter recorder(display);
+  const size_t matched = benchmark::RunSpecifiedBenchmarks(&recorder, state.filter);
+  ReleaseCachedWorkload();
+  if (matched == 0) {
+    std::vector<std::string> devices;
+    for (const c10::Device& d : state.devices) devices.push_back(DeviceName(d));
+    ExitWithUsageError(absl::InvalidArgumentError(absl::StrCat(
+        "no benchmark matches --benchmark_filter='", state.filter, "' on devices ",
+        absl::StrJoin(devices, ","),
+        "; list them with --benchmark_filter=all --benchmark_list_tests")));
+  }
+  const std::string summary = SpeedupSummary(recorder.runs());
+  // Console output ends with the summary; JSON or CSV on stdout stays clean.
+  if (!summary.empty() && !state.command_line.quiet_rank) {
+    (dynamic_cast<benchmark::ConsoleReporter*>(display) ? std::cout : std::cerr)
+        << summary;
+  }
+  benchmark::Shutdown();
+  return 0;
+}
+
+}  // namespace ltb

@@ -1,0 +1,36 @@
+// The bench program's steps after its flags are parsed: set up the process
+// (malloc, threads, devices, the process group), register every family's
+// benchmarks with Google Benchmark, measure the peaks they need, then run
+// them and report.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "harness/flags.h"
+
+namespace ltb {
+
+// What bench needs to know of Google Benchmark's own arguments, read before
+// benchmark::Initialize consumes them.
+struct CommandLine {
+  std::string filter;      // --benchmark_filter; empty: the default suite
+  bool list_only = false;  // --benchmark_list_tests
+  bool quiet_rank = false; // a data-parallel rank other than 0: reports nothing
+};
+
+// Reads the above; on ranks other than 0 also drops the output flags
+// (--benchmark_out, --benchmark_format) from argv.
+CommandLine ReadCommandLine(int* argc, char** argv);
+
+// Sets the process up and registers the benchmarks. An error is a usage
+// error (bad filter, family flags that do not fit together, ...).
+absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& command_line);
+
+// Runs what the filter selects and reports it; the process's exit code.
+int RunSuite();
+
+// Prints "bench: <message>" and exits with the usage exit code, 2.
+[[noreturn]] void ExitWithUsageError(const absl::Status& status);
+
+}  // namespace ltb
