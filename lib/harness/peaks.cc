@@ -1,6 +1,9 @@
 #include "harness/peaks.h"
 
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/mkldnn_linear.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/randn.h>
 
@@ -13,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "harness/cpu_peak.h"
 #include "harness/device.h"
 #include "harness/spec.h"
 #include "harness/timer.h"
@@ -132,7 +136,7 @@ absl::StatusOr<double> ParsePeakBandwidth(const std::string& text) {
 }
 
 double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
-                         const std::vector<MatmulShape>& shapes) {
+                         const std::vector<MatmulShape>& shapes, GemmPath path) {
   std::vector<MatmulShape> ordered = shapes;
   const auto flops = [](const MatmulShape& s) { return 2.0 * s[0] * s[1] * s[2]; };
   std::sort(
@@ -144,6 +148,15 @@ double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
     double flops;
     at::Tensor a, b, c;
     double fastest = 1e30;
+    // LibTorch's matmul into a preallocated output, or oneDNN's linear over
+    // operands reordered into its layout once (b holds the (n, k) weight).
+    void Run(GemmPath path) {
+      if (path == GemmPath::kDefault) {
+        at::mm_out(c, a, b);
+      } else {
+        c = at::mkldnn_linear(a, b);
+      }
+    }
   };
   // Warm each shape up (threads, caches, clocks) for a tenth of a second. The
   // warm-up rate also tells which shapes would take over a second a step;
@@ -154,9 +167,13 @@ double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
     if (rough > 0 && flops(s) / rough > 1.0) continue;
     Candidate c{flops(s), at::randn({s[0], s[1]}, opts), at::randn({s[1], s[2]}, opts),
                 at::empty({s[0], s[2]}, opts)};
+    if (path == GemmPath::kOnednn) {
+      c.a = c.a.to_mkldnn();
+      c.b = c.b.t().contiguous().to_mkldnn();
+    }
     for (double warm = 0; warm < 0.1;) {
       timer.Start();
-      at::mm_out(c.c, c.a, c.b);
+      c.Run(path);
       const double t = timer.Stop();
       warm += t;
       rough = std::max(rough, c.flops / t);
@@ -172,7 +189,7 @@ double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
       double spent = 0;
       for (int i = 0; i < 3 || (spent < 0.1 && i < 10000); ++i) {
         timer.Start();
-        at::mm_out(c.c, c.a, c.b);
+        c.Run(path);
         const double t = timer.Stop();
         spent += t;
         c.fastest = std::min(c.fastest, t);
@@ -217,6 +234,8 @@ void Peaks::Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandw
     } else if (sheet != nullptr && DatasheetFlops(*sheet, dtype) > 0) {
       p = {DatasheetFlops(*sheet, dtype),
            absl::StrCat("datasheet: ", sheet->model, " (", sheet->source, ")")};
+    } else if (device.is_cpu()) {
+      p = MeasureCpuFlops(dtype);
     } else {
       p = {MeasureMatmulPeak(device, dtype, shapes_),
            "measured: fastest step of the Ops matmul shapes"};
@@ -238,9 +257,31 @@ void Peaks::Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandw
   }
 }
 
+Peak Peaks::MeasureCpuFlops(c10::ScalarType dtype) {
+  const c10::Device cpu(c10::kCPU);
+  const LoopPeak loop = MeasureLoopPeak(dtype);
+  if (loop.flops <= 0) {
+    return {0, absl::StrCat("none: this CPU has no native ", DtypeName(dtype),
+                            " arithmetic (LibTorch converts it to fp32), so no mfu is "
+                            "reported for it")};
+  }
+  const double stock = MeasureMatmulPeak(cpu, dtype, shapes_, GemmPath::kDefault);
+  default_gemm_[{Key(cpu), dtype}] = stock;
+  double onednn = 0;
+  if (at::hasMKLDNN() && (dtype == c10::kFloat || dtype == c10::kBFloat16)) {
+    onednn = MeasureMatmulPeak(cpu, dtype, shapes_, GemmPath::kOnednn);
+  }
+  const double best = std::max({loop.flops, stock, onednn});
+  return {best,
+          absl::StrFormat("measured: the highest of a register-resident %s loop on %d "
+                          "threads %.4g, LibTorch's matmul %.4g and oneDNN's linear %.4g "
+                          "over the Ops matmul shapes",
+                          loop.isa, at::get_num_threads(), loop.flops, stock, onednn)};
+}
+
 const Peak* Peaks::Flops(const c10::Device& device, c10::ScalarType dtype) const {
   auto it = flops_.find({Key(device), dtype});
-  return it == flops_.end() ? nullptr : &it->second;
+  return it == flops_.end() || it->second.value <= 0 ? nullptr : &it->second;
 }
 
 const Peak* Peaks::Bandwidth(const c10::Device& device) const {
@@ -252,7 +293,14 @@ std::vector<std::pair<std::string, std::string>> Peaks::Context() const {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [key, p] : flops_) {
     out.emplace_back(absl::StrCat("peak_flops_", key.first, "_", DtypeName(key.second)),
-                     absl::StrFormat("%.4g FLOP/s (%s)", p.value, p.source));
+                     p.value > 0 ? absl::StrFormat("%.4g FLOP/s (%s)", p.value, p.source)
+                                 : p.source);
+  }
+  for (const auto& [key, value] : default_gemm_) {
+    out.emplace_back(absl::StrCat("gemm_flops_", key.first, "_", DtypeName(key.second)),
+                     absl::StrFormat("%.4g FLOP/s (LibTorch's default matmul, fastest step "
+                                     "of the Ops matmul shapes)",
+                                     value));
   }
   for (const auto& [device, p] : bandwidth_) {
     out.emplace_back(absl::StrCat("peak_bandwidth_", device),

@@ -55,22 +55,34 @@ class Peaks {
   const Peak* Flops(const c10::Device& device, c10::ScalarType dtype) const;
   const Peak* Bandwidth(const c10::Device& device) const;
 
-  // Context entries: peak_flops_<device>_<dtype>, peak_bandwidth_<device>.
+  // Context entries: peak_flops_<device>_<dtype> (or why there is none),
+  // gemm_flops_<device>_<dtype> (what LibTorch's default matmul reached),
+  // peak_bandwidth_<device>.
   std::vector<std::pair<std::string, std::string>> Context() const;
 
  private:
+  // A CPU's measured peak: the highest of the arithmetic loop and the GEMM
+  // paths; value 0 when the CPU has no native arithmetic for the dtype.
+  Peak MeasureCpuFlops(c10::ScalarType dtype);
+
   std::map<c10::ScalarType, double> flops_override_;
   double bandwidth_override_;
   std::vector<MatmulShape> shapes_;
-  std::map<std::pair<std::string, c10::ScalarType>, Peak> flops_;
+  std::map<std::pair<std::string, c10::ScalarType>, Peak> flops_;  // value 0: none
+  std::map<std::pair<std::string, c10::ScalarType>, double> default_gemm_;
   std::map<std::string, Peak> bandwidth_;
 };
+
+// How a GEMM is run: LibTorch's default matmul (MKL or OpenBLAS on CPUs), or
+// oneDNN's linear with both operands reordered into its layout once (CPU).
+enum class GemmPath { kDefault, kOnednn };
 
 // Best matmul FLOP/s over `shapes` on `device` in `dtype`: each shape timed
 // for a fraction of a second, its fastest step kept; shapes whose step would
 // take more than a second are skipped.
 double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
-                         const std::vector<MatmulShape>& shapes);
+                         const std::vector<MatmulShape>& shapes,
+                         GemmPath path = GemmPath::kDefault);
 // Best bytes/s (read + written) of a 256 MiB copy on `device`.
 double MeasureCopyPeak(const c10::Device& device);
 

@@ -1,0 +1,44 @@
+#include "harness/cpu_peak.h"
+
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+namespace ltb {
+namespace {
+
+bool CpuHasFlag(const std::string& flag) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) == 0) return (line + " ").find(" " + flag + " ") != std::string::npos;
+  }
+  return false;
+}
+
+TEST(NativeArithmetic, FollowsTheCpuFlags) {
+  EXPECT_EQ(!NativeArithmetic(c10::kFloat).empty(), CpuHasFlag("avx2") || CpuHasFlag("avx512f"));
+  EXPECT_EQ(!NativeArithmetic(c10::kHalf).empty(), CpuHasFlag("avx512_fp16"));
+  EXPECT_EQ(!NativeArithmetic(c10::kBFloat16).empty(),
+            CpuHasFlag("avx512_bf16") || CpuHasFlag("amx_bf16"));
+  EXPECT_TRUE(NativeArithmetic(c10::kDouble).empty());
+}
+
+TEST(MeasureLoopPeak, ScalesWithThreadsAndIsZeroWithoutArithmetic) {
+  if (NativeArithmetic(c10::kFloat).empty()) GTEST_SKIP() << "no FMA on this CPU";
+  const LoopPeak one = MeasureLoopPeak(c10::kFloat, 1);
+  const LoopPeak all = MeasureLoopPeak(c10::kFloat, at::get_num_threads());
+  std::cout << "fp32 loop: 1 thread " << one.flops << ", " << at::get_num_threads()
+            << " threads " << all.flops << " (" << all.isa << ")\n";
+  EXPECT_GT(one.flops, 1e9);
+  EXPECT_EQ(one.isa, NativeArithmetic(c10::kFloat).front());
+  // Every thread runs its own loop: the total grows with the threads (on
+  // cores of their own; hyperthreads share the FMA units).
+  if (at::get_num_threads() > 1) EXPECT_GT(all.flops, 1.2 * one.flops);
+  EXPECT_EQ(MeasureLoopPeak(c10::kDouble).flops, 0);
+}
+
+}  // namespace
+}  // namespace ltb
