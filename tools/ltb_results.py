@@ -1,6 +1,7 @@
 """What every tool shares: loading bench's Google Benchmark JSON, parsing the
 suite's names, per-benchmark medians and counters, formatting, cost, the
-device speedup summary, and the exit codes.
+device speedup summary, the gate's options, running one benchmark in its own
+bench process (sweep, abtest), and the exit codes.
 
 Names are Family/size/device/phase/settings.../dtype (Ops/op/shape/device/
 dtype), optionally ending in /nosync, with Google Benchmark's own suffixes
@@ -10,14 +11,19 @@ Every tool exits 0 on success, 1 on a negative verdict (a regression) and 2
 on bad input (an unreadable file, not a benchmark JSON, nothing to compare),
 with a message on stderr.
 """
+import argparse
 import collections
+import hashlib
 import importlib.util
 import json
 import math
 import os
 import re
+import signal
 import statistics
+import subprocess
 import sys
+import time
 
 THROUGHPUT_COUNTERS = ("tokens/s", "samples/s", "FLOP/s", "bytes/s")
 # Counters compare.py ignores that the gate checks, and which way is better.
@@ -29,7 +35,8 @@ TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 SIZE_ORDER = ("nano", "tiny", "small", "base", "medium", "large", "xl")
 _TIME_SUFFIX = re.compile(r"/(manual_time|real_time|repeats:\d+|threads:\d+|iterations:\d+)")
 
-EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class BadInput(Exception):
@@ -418,3 +425,246 @@ def device_speedup_lines(docs):
                 line += f"   Speedup: {v / cpu:.2f}x ({device} vs cpu)"
             lines.append(line)
     return lines
+
+
+# --- the gate's options (gate, and abtest, which passes them on) -------------
+
+def percent(text):
+    """'7%' or '7' -> 0.07."""
+    try:
+        value = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a percentage: {text!r} (for example 7%)")
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"not a percentage >= 0: {text!r}")
+    return value / 100
+
+
+def alpha_value(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"alpha must be between 0 and 1, not {text!r}")
+    return value
+
+
+def add_gate_arguments(parser):
+    parser.add_argument("--threshold", type=percent, default=0.07,
+                        help="largest tolerated change, for example 7%% (default)")
+    parser.add_argument("--alpha", type=alpha_value, default=0.05,
+                        help="significance level of the U test (default 0.05)")
+    parser.add_argument("--thresholds", metavar="FILE",
+                        help="per-benchmark thresholds: lines of REGEX PERCENT")
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="do not fail on benchmarks that ran in the baseline but errored "
+                             "in, or are missing from, the contender (they are still listed)")
+
+
+def load_thresholds(path):
+    """[(compiled regex, fraction)] from a thresholds file."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise BadInput(f"{path}: cannot read: {e.strerror}")
+    rules = []
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.rsplit(None, 1)
+        try:
+            if len(fields) != 2:
+                raise ValueError("expected REGEX PERCENT")
+            rules.append((re.compile(fields[0]), percent(fields[1])))
+        except (re.error, ValueError, argparse.ArgumentTypeError) as e:
+            raise BadInput(f"{path}:{number}: {e}: {line!r}")
+    return rules
+
+
+# --- running one benchmark in its own bench process (sweep, abtest) ----------
+
+REGEX_SPECIAL = set(".[]{}()*+?^$|\\")
+# bench's report of the devices it found, printed first by every process.
+DEVICE_LINE = re.compile(r"^(cpu|cuda|mps)(:\d+)?: ")
+
+
+class Interrupted(Exception):
+    """SIGTERM, once raise_on_sigterm() is in place: handled like Ctrl-C."""
+
+
+def raise_on_sigterm():
+    def handler(signum, frame):
+        raise Interrupted()
+    signal.signal(signal.SIGTERM, handler)
+
+
+def default_bench():
+    """build/bench/bench, in $LTB_BUILD_DIR when set."""
+    build = os.environ.get("LTB_BUILD_DIR") or os.path.join(REPO, "build")
+    return os.path.join(build, "bench", "bench")
+
+
+def check_bench(path, option):
+    if not os.access(path, os.X_OK):
+        raise BadInput(f"{path}: no bench binary there (build it with tools/setup, or give "
+                       f"{option})")
+
+
+def split_bench_args(parser, argv, own_flags):
+    """parser's options and the rest of argv, which goes to bench; own_flags
+    maps the bench flags the tool sets itself to what to use instead."""
+    args, bench_args = parser.parse_known_args(argv)
+    if bench_args[:1] == ["--"]:
+        bench_args = bench_args[1:]
+    for arg in bench_args:
+        flag = arg.split("=", 1)[0]
+        if flag in own_flags:
+            parser.error(f"{flag} is the {parser.prog}'s own: {own_flags[flag]}")
+    return args, bench_args
+
+
+def exact_filter(name):
+    """A --benchmark_filter that selects exactly this benchmark."""
+    return "^" + "".join("\\" + c if c in REGEX_SPECIAL else c for c in name) + "$"
+
+
+def list_benchmarks(bench, bench_args):
+    """The names the bench arguments select (`bench ARGS --benchmark_list_tests`)."""
+    cmd = [bench, *bench_args, "--benchmark_list_tests"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except OSError as e:
+        raise BadInput(f"cannot run {bench}: {e.strerror}")
+    if proc.returncode != 0:
+        raise BadInput(f"bench refused the arguments (exit {proc.returncode}): "
+                       + last_lines(proc.stderr, 3))
+    names = [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+    if not names:
+        raise BadInput("the bench arguments select no benchmark")
+    return names
+
+
+def last_lines(text, n):
+    """The last n lines bench wrote to stderr, without its device report."""
+    lines = [line for line in (text or "").splitlines()
+             if line.strip() and not DEVICE_LINE.match(line)]
+    return " / ".join(lines[-n:])
+
+
+def describe_exit(code):
+    if code < 0:
+        try:
+            signame = signal.Signals(-code).name
+        except ValueError:
+            signame = f"signal {-code}"
+        hint = " (out of memory?)" if signame == "SIGKILL" else ""
+        return f"bench was killed by {signame}{hint}"
+    return f"bench exited with code {code}"
+
+
+def run_benchmark(bench, bench_args, name, timeout):
+    """Runs one benchmark in its own bench process: bench_args without their
+    filter, and a filter naming only it. Returns a record: name, seconds, and
+    either status 'ok', the run's context and its benchmarks, or status
+    'failed', error (why, with bench's last words) and stderr."""
+    cmd = [bench, *[a for a in bench_args if not a.startswith("--benchmark_filter=")],
+           f"--benchmark_filter={exact_filter(name)}", "--benchmark_format=json"]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        error = None if proc.returncode == 0 else describe_exit(proc.returncode)
+    except subprocess.TimeoutExpired:
+        kill(proc)
+        out, err = proc.communicate()
+        error = f"timed out after {timeout:g} s"
+    except BaseException:
+        kill(proc)
+        proc.wait()
+        raise
+    record = {"name": name, "seconds": round(time.monotonic() - start, 3)}
+    if error is None:
+        try:
+            doc = json.loads(out)
+            record.update(status="ok", context=doc.get("context", {}),
+                          benchmarks=doc["benchmarks"])
+            if not record["benchmarks"]:
+                error = "bench ran no benchmark"
+        except (json.JSONDecodeError, KeyError, AttributeError, TypeError):
+            error = "bench printed no valid JSON"
+    if error is not None:
+        tail = last_lines(err, 1)
+        record.update(status="failed", error=error + (f": {tail}" if tail else ""),
+                      stderr=last_lines(err, 20))
+    return record
+
+
+def kill(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def failure_entry(name, message):
+    """The errored entry of a benchmark whose bench process failed."""
+    return {"name": name, "run_name": name, "run_type": "iteration", "repetitions": 1,
+            "repetition_index": 0, "threads": 1, "iterations": 0, "real_time": 0.0,
+            "cpu_time": 0.0, "time_unit": "ns", "error_occurred": True,
+            "error_message": message}
+
+
+def split_contexts(records):
+    """(the context every successful run reported alike, id(record) -> what
+    that run's context has of its own): a file merged from several bench
+    processes keeps the first as its context, and each run's own values
+    (date, load_avg, a measured peak) in that run's entries, under
+    "context"."""
+    ran = [r for r in records if r["status"] == "ok"]
+    contexts = [r.get("context", {}) for r in ran]
+    common = {k: v for k, v in (contexts[0] if contexts else {}).items()
+              if all(k in c and c[k] == v for c in contexts[1:])}
+    return common, {id(r): {k: v for k, v in c.items() if k not in common}
+                    for r, c in zip(ran, contexts)}
+
+
+def record_entries(record, own):
+    """A run's entries, with what its context has of its own (own, from
+    split_contexts); for a failed run, its errored entry."""
+    if record["status"] != "ok":
+        return [failure_entry(record["name"], record["error"])]
+    mine = own.get(id(record))
+    return [dict(e, context=mine) if mine else e for e in record["benchmarks"]]
+
+
+def in_family(entry, index):
+    """The entry as the index-th benchmark of a merged file (Google
+    Benchmark numbers them by family_index)."""
+    head = {"name": entry["name"], "family_index": index, "per_family_instance_index": 0}
+    return dict(head, **{k: v for k, v in entry.items() if k not in head})
+
+
+def write_json(path, doc):
+    """Writes a result file whole or not at all."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=2)
+    os.replace(tmp, path)
+
+
+def sha256_file(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def clock(seconds):
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

@@ -230,13 +230,19 @@ LoopPeak MeasureLoopPeak(c10::ScalarType dtype, int threads) {
   if (threads <= 0) threads = at::get_num_threads();
   LoopPeak best;
   for (const Kernel& k : Kernels(dtype)) {
-    // Size the run from a short one: about 0.1 s per thread, then keep the
-    // best of three (clocks ramp up; another process may pass by).
+    // Size the run from a short one: about 0.1 s, then keep the best of three
+    // (clocks ramp up; another process may pass by). One thread's rate times
+    // the threads bounds what they reach together from above (all-core
+    // clocks are no higher than one core's), and holds when a thread of the
+    // process's pools still spins on a core while the loop runs.
     int64_t iters = 1000;
     double rate = RunOnThreads(k.loop, 1, iters);
     iters = std::max<int64_t>(iters, static_cast<int64_t>(0.1 * rate / k.loop(1)));
     double fastest = 0;
-    for (int i = 0; i < 3; ++i) fastest = std::max(fastest, RunOnThreads(k.loop, threads, iters));
+    for (int i = 0; i < 3; ++i) {
+      fastest = std::max({fastest, threads * RunOnThreads(k.loop, 1, iters),
+                          RunOnThreads(k.loop, threads, iters)});
+    }
     if (fastest > best.flops) best = {fastest, k.isa};
   }
   return best;

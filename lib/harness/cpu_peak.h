@@ -23,7 +23,8 @@ struct LoopPeak {
 std::vector<std::string> NativeArithmetic(c10::ScalarType dtype);
 
 // The fastest loop over NativeArithmetic(dtype) on `threads` threads
-// (at::get_num_threads() when 0): best of a few runs of ~0.1 s each.
+// (at::get_num_threads() when 0): the best of a few runs of ~0.1 s each, on
+// one thread times `threads` and on all of them at once.
 LoopPeak MeasureLoopPeak(c10::ScalarType dtype, int threads = 0);
 
 }  // namespace ltb

@@ -1,15 +1,69 @@
 """Fixtures shared by the tools' tests: bench-like JSON entries and files,
-and running a tool as a user would."""
+running a tool as a user would, the built bench binary (a stable copy of
+it) and a fake one."""
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 TOOLS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = os.path.dirname(TOOLS)
 COMPARE_PY = os.environ.get("LTB_COMPARE_PY", "/usr/share/benchmark/compare.py")
+FAKE_BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_bench.py")
+# bench's test-only benchmarks (LTB_SELFTEST=1): ok is instant, slow takes
+# 0.2 s a step, abort calls abort(), spin busy-waits 2 ms times
+# LTB_SELFTEST_SLOWDOWN, kill SIGKILLs itself.
+SELFTEST = {"LTB_SELFTEST": "1"}
+SELFTEST_KINDS = ("ok", "slow", "abort", "spin", "kill")
+
+
+def selftest(kind):
+    return f"Selftest/{kind}/cpu/step/fp32/manual_time"
+
+
+def built_bench():
+    build = os.environ.get("LTB_BUILD_DIR") or os.path.join(REPO, "build")
+    return os.environ.get("LTB_BENCH") or os.path.join(build, "bench", "bench")
+
+
+def stable_copy(directory):
+    """A copy of the built bench that lists every Selftest benchmark, so that
+    a rebuild during the tests cannot change it; None when there is none."""
+    source, absent = built_bench(), 0
+    for _ in range(30):  # a rebuild may be relinking it right now
+        if os.access(source, os.X_OK) and os.path.getsize(source) > 0:
+            copy = os.path.join(directory, "bench")
+            shutil.copy2(source, copy)
+            proc = subprocess.run([copy, "--benchmark_filter=Selftest", "--benchmark_list_tests"],
+                                  capture_output=True, text=True, env=dict(os.environ, **SELFTEST))
+            if proc.returncode == 0 and all(selftest(k) in proc.stdout for k in SELFTEST_KINDS):
+                return copy
+        elif not os.path.exists(source):
+            absent += 1
+            if absent == 3:  # not being relinked: not built
+                return None
+        time.sleep(2)
+    return None
+
+
+def bench_wrapper(path, command, **env):
+    """An executable script at path that sets env and execs command with its
+    arguments: a bench binary to hand to a tool."""
+    exports = "".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in env.items())
+    with open(path, "w") as f:
+        f.write(f'#!/bin/sh\n{exports}exec {command} "$@"\n')
+    os.chmod(path, 0o755)
+    return path
+
+
+def fake_bench(path, **env):
+    """The fake bench (fake_bench.py) as an executable at path."""
+    return bench_wrapper(path, f"{shlex.quote(sys.executable)} {shlex.quote(FAKE_BENCH)}", **env)
 
 
 def entry(name, ms, rep=0, reps=1, error=None, **counters):
@@ -65,6 +119,17 @@ class ToolTest(unittest.TestCase):
                               capture_output=True, text=True, timeout=timeout,
                               env=dict(os.environ, **(env or {})))
 
+    def assertComparePyReads(self, baseline, contender, *expected):
+        """compare.py reads the two result files, and its output shows the
+        expected strings (where compare.py is installed)."""
+        if not os.path.exists(COMPARE_PY):
+            return
+        proc = subprocess.run([sys.executable, COMPARE_PY, "benchmarks", baseline, contender],
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        for text in expected:
+            self.assertIn(text, proc.stdout)
+
     def assertExit(self, proc, code):
         self.assertEqual(proc.returncode, code,
                          f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
@@ -75,3 +140,21 @@ class ToolTest(unittest.TestCase):
         return [self.write("bad.json", "not json"),
                 self.write("nobench.json", {"no": "benchmarks"}),
                 os.path.join(self.tmp, "missing.json")]
+
+
+class RealBenchTest(ToolTest):
+    """Tests that run the built bench (a stable copy, self.bench), skipped
+    when there is none."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.bench_dir = tempfile.TemporaryDirectory()
+        cls.bench = stable_copy(cls.bench_dir.name)
+        if cls.bench is None:
+            cls.bench_dir.cleanup()
+            raise unittest.SkipTest(f"no bench binary with the Selftest benchmarks at "
+                                    f"{built_bench()} (set LTB_BENCH or LTB_BUILD_DIR)")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.bench_dir.cleanup()

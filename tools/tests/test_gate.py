@@ -5,6 +5,10 @@ from helpers import ToolTest, doc, entry, repeated
 
 NANO = "Transformer/nano/cpu/forward/batch:2/seq:32/fp32"
 TRAIN = "Transformer/nano/cpu/train_step/batch:2/seq:32/fp32"
+GONE = "GPT2/nano/cpu/forward/batch:2/seq:32/fp32"
+FRESH = "GPT2/nano/cpu/generate/batch:2/prompt:32/new:100/fp32"
+BROKEN = "Transformer/nano/cuda/forward/batch:2/seq:32/fp32"
+NO_GPU = "no CUDA device: no GPU or driver was found"
 BASE_MS = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8, 100.7, 99.3]
 
 
@@ -117,20 +121,75 @@ class GateTest(ToolTest):
             self.assertIn("bad-rules:1", proc.stderr)
         self.assertExit(self.gate(base, new, "--thresholds", self.tmp + "/none"), 2)
 
-    def test_new_removed_and_errored_benchmarks_are_listed(self):
-        gone = "GPT2/nano/cpu/forward/batch:2/seq:32/fp32"
-        fresh = "GPT2/nano/cpu/generate/batch:2/prompt:32/new:100/fp32"
-        broken = "Transformer/nano/cuda/forward/batch:2/seq:32/fp32"
-        base = doc(entry(NANO, 100), entry(gone, 50), entry(broken, 5))
-        new = doc(entry(NANO, 100), entry(fresh, 70),
-                  entry(broken, 0.001, error="no CUDA device: no GPU or driver was found"))
+    def lost_rows(self, proc):
+        """The rows of the lost benchmarks' table, as (name, baseline, contender)."""
+        text = proc.stdout.split("\nLost: ", 1)[1]
+        lines = [line for line in text.splitlines() if line.startswith("| `")]
+        return [tuple(c.strip().strip("`") for c in line.strip("|").split(" | "))
+                for line in lines]
+
+    def test_a_benchmark_missing_from_the_contender_fails(self):
+        proc = self.gate(doc(entry(NANO, 100), entry(GONE, 50)), doc(entry(NANO, 100)))
+        self.assertExit(proc, 1)
+        self.assertIn("**1 lost benchmark**", proc.stdout)
+        self.assertIn("| benchmark | baseline | contender |", proc.stdout)
+        self.assertEqual(self.lost_rows(proc), [(GONE, "ok", "missing")])
+        self.assertNotIn("Missing from the contender", proc.stdout)
+
+    def test_a_benchmark_errored_in_the_contender_fails(self):
+        proc = self.gate(doc(repeated(NANO, BASE_MS), repeated(BROKEN, BASE_MS)),
+                         doc(repeated(NANO, BASE_MS), entry(BROKEN, 0.001, error=NO_GPU)))
+        self.assertExit(proc, 1)
+        self.assertEqual(self.lost_rows(proc), [(BROKEN, "ok", f"error: {NO_GPU}")])
+        self.assertIn("| ok |", self.row(proc, NANO, "time"))
+        # One errored repetition among measured ones is lost too.
+        partly = repeated(BROKEN, BASE_MS)
+        partly[3] = entry(BROKEN, 0, rep=3, reps=9, error="bench was killed by SIGKILL")
+        proc = self.gate(doc(repeated(BROKEN, BASE_MS)), doc(partly))
+        self.assertExit(proc, 1)
+        self.assertEqual(self.lost_rows(proc),
+                         [(BROKEN, "ok", "error: bench was killed by SIGKILL")])
+        # With nothing left to compare, what was lost is still the verdict.
+        proc = self.gate(doc(entry(BROKEN, 5)), doc(entry(BROKEN, 0, error=NO_GPU)))
+        self.assertExit(proc, 1)
+        self.assertIn("**1 lost benchmark**", proc.stdout)
+
+    def test_allow_missing_passes_but_still_lists_them(self):
+        base = doc(entry(NANO, 100), entry(GONE, 50), entry(BROKEN, 5))
+        new = doc(entry(NANO, 100), entry(FRESH, 70), entry(BROKEN, 0.001, error=NO_GPU))
+        proc = self.gate(base, new, "--allow-missing")
+        self.assertExit(proc, 0)
+        self.assertIn("No regression.", proc.stdout)
+        self.assertIn("allowed by --allow-missing", proc.stdout)
+        self.assertEqual(self.lost_rows(proc),
+                         [(GONE, "ok", "missing"), (BROKEN, "ok", f"error: {NO_GPU}")])
+        self.assertIn("New in the contender:\n- `" + FRESH + "`", proc.stdout)
+        self.assertNotIn(f"| `{BROKEN}` | time", proc.stdout)
+        # Without it the same files fail, and a regression is still counted.
+        proc = self.gate(base, doc(entry(NANO, 120), entry(FRESH, 70)))
+        self.assertExit(proc, 1)
+        self.assertIn("**1 regression, 2 lost benchmarks**", proc.stdout)
+        # Nothing in common and nothing lost that counts: bad input.
+        proc = self.gate(doc(entry(GONE, 50)), doc(entry(FRESH, 70)), "--allow-missing")
+        self.assertExit(proc, 2)
+        self.assertIn("no measured benchmark in common", proc.stderr)
+
+    def test_new_and_errored_in_both_do_not_fail(self):
+        # Errored in the baseline already: nothing that ran was lost.
+        base = doc(entry(NANO, 100), entry(BROKEN, 0.001, error=NO_GPU),
+                   entry(GONE, 0.001, error="does not fit"))
+        new = doc(entry(NANO, 100), entry(FRESH, 70), entry(BROKEN, 0.001, error=NO_GPU))
         proc = self.gate(base, new)
         self.assertExit(proc, 0)
-        self.assertIn("New in the contender:\n- `" + fresh + "`", proc.stdout)
-        self.assertIn("Missing from the contender:\n- `" + gone + "`", proc.stdout)
-        self.assertIn(f"- `{broken}` (contender): no CUDA device: no GPU or driver was found",
-                      proc.stdout)
-        self.assertNotIn(f"| `{broken}` |", proc.stdout)
+        self.assertNotIn("Lost:", proc.stdout)
+        self.assertIn("No regression.", proc.stdout)
+        self.assertIn("New in the contender:\n- `" + FRESH + "`", proc.stdout)
+        self.assertIn("Missing from the contender:\n- `" + GONE + "`", proc.stdout)
+        self.assertIn(f"- `{BROKEN}` (baseline): {NO_GPU}", proc.stdout)
+        self.assertIn(f"- `{BROKEN}` (contender): {NO_GPU}", proc.stdout)
+        # A benchmark that failed in the baseline and runs in the contender is fine too.
+        proc = self.gate(base, doc(entry(NANO, 100), entry(BROKEN, 5), entry(GONE, 5)))
+        self.assertExit(proc, 0)
 
     def test_markdown_table_for_a_job_summary(self):
         proc = self.gate(doc(entry(NANO, 100)), doc(entry(NANO, 100)))

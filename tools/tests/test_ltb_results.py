@@ -86,6 +86,51 @@ class ResultsTest(unittest.TestCase):
             ltb_results.hourly_prices(args, docs)
 
 
+class RunningTest(unittest.TestCase):
+    """What sweep and abtest share about bench processes and their output."""
+
+    def test_exact_filter_escapes_the_name(self):
+        name = "Ops/matmul/2048x768x768/cpu/fp32/manual_time"
+        regex = ltb_results.exact_filter(name)
+        self.assertEqual(regex, "^" + name + "$")
+        self.assertTrue(re.search(regex, name))
+        self.assertFalse(re.search(regex, name + "_mean"))
+        self.assertEqual(ltb_results.exact_filter("a.b(c)"), "^a\\.b\\(c\\)$")
+
+    def test_split_contexts_keeps_what_differs_with_each_run(self):
+        runs = [{"status": "ok", "context": {"libtorch_version": "2.9.0", "date": "1",
+                                             "peak": 5}, "benchmarks": [{"name": "a"}]},
+                {"status": "failed", "name": "b", "error": "bench was killed by SIGKILL"},
+                {"status": "ok", "context": {"libtorch_version": "2.9.0", "date": "2",
+                                             "extra": 1}, "benchmarks": [{"name": "c"}]}]
+        common, own = ltb_results.split_contexts(runs)
+        self.assertEqual(common, {"libtorch_version": "2.9.0"})
+        self.assertEqual(ltb_results.record_entries(runs[0], own),
+                         [{"name": "a", "context": {"date": "1", "peak": 5}}])
+        self.assertEqual(ltb_results.record_entries(runs[2], own),
+                         [{"name": "c", "context": {"date": "2", "extra": 1}}])
+        failed, = ltb_results.record_entries(runs[1], own)
+        self.assertEqual((failed["name"], failed["error_occurred"], failed["error_message"]),
+                         ("b", True, "bench was killed by SIGKILL"))
+        # One run: everything is common, the entries stay as bench wrote them.
+        common, own = ltb_results.split_contexts(runs[:1])
+        self.assertEqual(common, runs[0]["context"])
+        self.assertEqual(ltb_results.record_entries(runs[0], own), [{"name": "a"}])
+        self.assertEqual(ltb_results.split_contexts([]), ({}, {}))
+
+    def test_in_family_numbers_an_entry(self):
+        e = {"name": "x", "family_index": 0, "real_time": 1.0}
+        self.assertEqual(list(ltb_results.in_family(e, 3).items()),
+                         [("name", "x"), ("family_index", 3), ("per_family_instance_index", 0),
+                          ("real_time", 1.0)])
+
+    def test_describe_exit(self):
+        self.assertEqual(ltb_results.describe_exit(-9),
+                         "bench was killed by SIGKILL (out of memory?)")
+        self.assertEqual(ltb_results.describe_exit(-6), "bench was killed by SIGABRT")
+        self.assertEqual(ltb_results.describe_exit(3), "bench exited with code 3")
+
+
 def python_without_matplotlib():
     for python in ("/usr/bin/python3", shutil.which("python3")):
         if python and os.path.exists(python) and subprocess.run(
@@ -118,7 +163,7 @@ class ReadmeTest(unittest.TestCase):
             readme = f.read()
         self.assertIn("\n## Tools\n", readme)
         section = readme.split("\n## Tools\n", 1)[1].split("\n## ", 1)[0]
-        for tool in ("compare", "gate", "report", "plot", "sweep", "export", "speedup"):
+        for tool in ("compare", "gate", "abtest", "report", "plot", "sweep", "export", "speedup"):
             self.assertRegex(section, rf"(?m)^tools/{tool} ", tool)
             self.assertTrue(os.access(os.path.join(TOOLS, tool), os.X_OK), tool)
         self.assertTrue(re.search(r"## Tools\n(.|\n)*## Layout", readme))

@@ -1,74 +1,59 @@
 """tools/sweep against the real bench binary and its test-only Selftest
-benchmarks (LTB_SELFTEST=1): ok is instant, slow takes 0.2 s a step, abort
-calls abort()."""
+benchmarks (LTB_SELFTEST=1), when it is built, and against a fake bench
+(fake_bench.py), always."""
+import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
-from helpers import COMPARE_PY, REPO, TOOLS, ToolTest
+from helpers import SELFTEST, TOOLS, RealBenchTest, ToolTest, fake_bench, selftest
 
 FAST = ["--benchmark_min_time=0.01", "--warmup_s=0"]
-OK = "Selftest/ok/cpu/step/fp32/manual_time"
-SLOW = "Selftest/slow/cpu/step/fp32/manual_time"
-ABORT = "Selftest/abort/cpu/step/fp32/manual_time"
-SELFTEST = {"LTB_SELFTEST": "1"}
+OK, SLOW, ABORT, KILL = (selftest(k) for k in ("ok", "slow", "abort", "kill"))
+FAKE_OK, FAKE_KILL, FAKE_ERROR = (f"Fake/{k}/cpu/step/fp32/manual_time"
+                                  for k in ("ok", "kill", "error"))
 
 
-def built_bench():
-    build = os.environ.get("LTB_BUILD_DIR") or os.path.join(REPO, "build")
-    return os.environ.get("LTB_BENCH") or os.path.join(build, "bench", "bench")
+class SweepRunner:
+    """Runs the sweep on self.bench with a journal in self.tmp."""
 
-
-def stable_copy(directory):
-    """A copy of the built bench that lists the Selftest benchmarks, so that
-    a rebuild during the tests cannot change it; None when there is none."""
-    source = built_bench()
-    for _ in range(30):  # a rebuild may be relinking it right now
-        if os.access(source, os.X_OK) and os.path.getsize(source) > 0:
-            copy = os.path.join(directory, "bench")
-            shutil.copy2(source, copy)
-            proc = subprocess.run([copy, "--benchmark_filter=Selftest", "--benchmark_list_tests"],
-                                  capture_output=True, text=True, env=dict(os.environ, **SELFTEST))
-            if proc.returncode == 0 and ABORT in proc.stdout:
-                return copy
-        time.sleep(2)
-    return None
-
-
-class SweepTest(ToolTest):
-    @classmethod
-    def setUpClass(cls):
-        cls.bench_dir = tempfile.TemporaryDirectory()
-        cls.bench = stable_copy(cls.bench_dir.name)
-        if cls.bench is None:
-            cls.bench_dir.cleanup()
-            raise unittest.SkipTest(f"no bench binary with Selftest benchmarks at {built_bench()}")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.bench_dir.cleanup()
-
-    def sweep(self, *args, bench=None, journal="j.jsonl"):
+    def sweep(self, *args, bench=None, journal="j.jsonl", env=None):
         return self.run_tool("sweep", "--bench", bench or self.bench,
-                             "--journal", os.path.join(self.tmp, journal), *args, env=SELFTEST)
+                             "--journal", os.path.join(self.tmp, journal), *args,
+                             env=dict(SELFTEST, **(env or {})))
 
     def merged(self, path):
         with open(path) as f:
             return json.load(f)
 
-    def journal_names(self, journal="j.jsonl"):
+    def journal_lines(self, journal="j.jsonl"):
         with open(os.path.join(self.tmp, journal)) as f:
-            return [json.loads(line).get("name") for line in f if line.strip()][1:]
+            return [json.loads(line) for line in f if line.strip()]
+
+    def journal_names(self, journal="j.jsonl"):
+        return [line.get("name") for line in self.journal_lines(journal)][1:]
 
     def by_name(self, doc):
         return {e["name"]: e for e in doc["benchmarks"]}
 
+    def assert_killed_one_kept_the_other(self, proc, ok, killed):
+        """A sweep over ok and killed: killed is recorded as errored, ok as run."""
+        self.assertExit(proc, 0)
+        self.assertIn("FAILED: bench was killed by SIGKILL (out of memory?)", proc.stderr)
+        entries = self.by_name(self.merged(proc.stdout.strip()))
+        self.assertEqual(sorted(entries), sorted([ok, killed]))
+        self.assertFalse(entries[ok].get("error_occurred"))
+        self.assertGreater(entries[ok]["real_time"], 0)
+        self.assertTrue(entries[killed]["error_occurred"])
+        self.assertTrue(entries[killed]["error_message"].startswith(
+            "bench was killed by SIGKILL"), entries[killed]["error_message"])
+
+
+class SweepTest(SweepRunner, RealBenchTest):
     def test_a_crash_loses_only_that_benchmark(self):
         proc = self.sweep("--benchmark_filter=Selftest/(ok|abort)", *FAST)
         self.assertExit(proc, 0)
@@ -88,17 +73,17 @@ class SweepTest(ToolTest):
         self.assertIn("1 failed", doc["context"]["sweep"])
 
         # The merged JSON is what compare.py, gate, report and plot read.
-        if os.path.exists(COMPARE_PY):
-            cmp = subprocess.run([sys.executable, COMPARE_PY, "benchmarks", out, out],
-                                 capture_output=True, text=True, timeout=300)
-            self.assertEqual(cmp.returncode, 0, cmp.stderr)
-            self.assertIn(OK, cmp.stdout)
+        self.assertComparePyReads(out, out, OK)
         gate = self.run_tool("gate", out, out)
         self.assertExit(gate, 0)
         self.assertIn(f"- `{ABORT.replace('/manual_time', '')}` (baseline): bench was killed by "
                       "SIGABRT", gate.stdout)
         self.assertExit(self.run_tool("report", out), 0)
         self.assertExit(self.run_tool("compare", out, out), 0)
+
+    def test_a_benchmark_killed_by_sigkill_loses_only_itself(self):
+        proc = self.sweep("--benchmark_filter=Selftest/(ok|kill)", *FAST)
+        self.assert_killed_one_kept_the_other(proc, OK, KILL)
 
     def test_timeout(self):
         proc = self.sweep("--benchmark_filter=Selftest/slow", *FAST, "--timeout", "0.3")
@@ -191,8 +176,9 @@ class SweepTest(ToolTest):
         self.assertIn("--benchmark_out is the sweep's own", proc.stderr)
         proc = self.sweep("--benchmark_filter=Selftest/ok", "--dtype=fp99")
         self.assertExit(proc, 2)
-        self.assertIn("bench refused the arguments (exit 2): bench: unknown --dtype 'fp99'",
-                      proc.stderr)
+        # bench's own words, passed on: the bad value and the valid ones.
+        self.assertRegex(proc.stderr, r"bench refused the arguments \(exit 2\): bench: .*"
+                                      r"'fp99'.*valid: fp32, bf16, fp16")
         proc = self.sweep("--benchmark_filter=Selftest/ok", bench=os.path.join(self.tmp, "nope"))
         self.assertExit(proc, 2)
         self.assertIn("no bench binary", proc.stderr)
@@ -205,6 +191,90 @@ class SweepTest(ToolTest):
         self.assertIn("journal of another sweep", proc.stderr)
         self.assertExit(self.sweep("--benchmark_filter=Selftest/ok", "--benchmark_min_time=0.02",
                                    "--fresh"), 0)
+
+
+class FakeSweepTest(SweepRunner, ToolTest):
+    """The sweep with fake_bench.py as bench: runs without a build."""
+
+    def setUp(self):
+        super().setUp()
+        self.bench = fake_bench(os.path.join(self.tmp, "bench"))
+
+    def test_a_benchmark_killed_by_sigkill_loses_only_itself(self):
+        proc = self.sweep("--benchmark_filter=Fake/(ok|kill)")
+        self.assert_killed_one_kept_the_other(proc, FAKE_OK, FAKE_KILL)
+        self.assertEqual(self.journal_names(), [FAKE_OK, FAKE_KILL])
+        self.assertEqual([r["status"] for r in self.journal_lines()[1:]], ["ok", "failed"])
+
+    def test_the_journal_records_the_binary(self):
+        with open(self.bench, "rb") as f:
+            sha256 = hashlib.sha256(f.read()).hexdigest()
+        proc = self.sweep("--benchmark_filter=Fake/ok")
+        self.assertExit(proc, 0)
+        header, record = self.journal_lines()
+        self.assertEqual(header["sweep"]["sha256"], sha256)
+        self.assertEqual(record["context"]["libtorch_version"], "2.9.0")
+        self.assertEqual(record["context"]["suite_commit"], "fa4e000")
+        self.assertEqual(self.merged(proc.stdout.strip())["context"]["bench_sha256"], sha256)
+
+    def test_resuming_with_another_build_is_refused(self):
+        args = ("--benchmark_filter=Fake/(ok|error)",)
+        self.assertExit(self.sweep(*args), 0)
+        # The same path, another build: its results must not join the others.
+        fake_bench(self.bench, FAKE_BENCH_COMMIT="beef000", FAKE_BENCH_LIBTORCH="2.10.0")
+        for again in ((), ("--retry-failed",)):
+            proc = self.sweep(*args, *again)
+            self.assertExit(proc, 2)
+            self.assertIn("was written by another build of", proc.stderr)
+            self.assertIn("libtorch_version 2.9.0, suite_commit fa4e000", proc.stderr)
+            self.assertRegex(proc.stderr, r"sha256 [0-9a-f]{16}, libtorch_version.*"
+                                          r"now has sha256 [0-9a-f]{16}")
+            self.assertIn("Use --fresh to start over", proc.stderr)
+        self.assertEqual(len(self.journal_lines()), 3)  # untouched
+        proc = self.sweep(*args, "--fresh")
+        self.assertExit(proc, 0)
+        doc = self.merged(proc.stdout.strip())
+        self.assertEqual(doc["context"]["suite_commit"], "beef000")
+        # A journal of an older sweep, which recorded no sha256, is refused too.
+        lines = self.journal_lines()
+        del lines[0]["sweep"]["sha256"]
+        self.write("j.jsonl", "".join(json.dumps(line) + "\n" for line in lines))
+        proc = self.sweep(*args)
+        self.assertExit(proc, 2)
+        self.assertIn("(an unrecorded sha256, libtorch_version 2.10.0", proc.stderr)
+
+    def test_bad_input_exits_2(self):
+        proc = self.sweep("--benchmark_filter=Fake/ok", "--benchmark_format=json")
+        self.assertExit(proc, 2)
+        self.assertIn("--benchmark_format is the sweep's own: use --out", proc.stderr)
+        proc = self.sweep("--dtype=fp99")
+        self.assertExit(proc, 2)
+        self.assertIn("bench refused the arguments (exit 2): bench: unknown --dtype 'fp99'",
+                      proc.stderr)
+        proc = self.sweep("--benchmark_filter=Nothing")
+        self.assertExit(proc, 2)
+        self.assertIn("the bench arguments select no benchmark", proc.stderr)
+
+    def test_each_run_keeps_its_own_context(self):
+        proc = self.sweep("--benchmark_filter=Fake/(ok|error)")
+        self.assertExit(proc, 0)
+        out = proc.stdout.strip()
+        doc = self.merged(out)
+        context = doc["context"]
+        # What every run reported alike stays on top; what differs (the date,
+        # the load) moves into each run's entries.
+        self.assertEqual(context["libtorch_version"], "2.9.0")
+        self.assertEqual(context["num_cpus"], 2)
+        self.assertNotIn("date", context)
+        self.assertNotIn("load_avg", context)
+        entries = self.by_name(doc)
+        for name in (FAKE_OK, FAKE_ERROR):
+            self.assertEqual(sorted(entries[name]["context"]), ["date", "load_avg"])
+        lines = self.journal_lines()[1:]
+        self.assertEqual([entries[r["name"]]["context"]["date"] for r in lines],
+                         [r["context"]["date"] for r in lines])
+        self.assertComparePyReads(out, out, FAKE_OK)
+        self.assertExit(self.run_tool("gate", out, out), 0)
 
 
 if __name__ == "__main__":

@@ -82,13 +82,25 @@ class WorkflowTest(unittest.TestCase):
         script = run_text(job)
         self.assertIn('LTB_BUILD_DIR="$PWD/build-base" base/tools/setup', script)
         self.assertIn('LTB_BUILD_DIR="$PWD/build-head" head/tools/setup', script)
-        sweeps = re.findall(r"head/tools/sweep --bench (\S+)", script)
-        self.assertEqual(sweeps, ["build-base/bench/bench", "build-head/bench/bench"])
-        self.assertIn("--benchmark_repetitions=9", workflow["env"]["BENCH_ARGS"])
+        # One interleaved A/B run of both builds, not two sweeps one after the other.
+        self.assertNotIn("tools/sweep", script)
+        self.assertIn("head/tools/abtest --base build-base/bench/bench "
+                      "--head build-head/bench/bench", script)
+        abtest = script[script.index("head/tools/abtest"):].split(">gate.md")[0]
+        self.assertIn('--rounds "$ROUNDS"', abtest)
+        self.assertEqual(workflow["env"]["ROUNDS"], "9")
+        self.assertIn("--out-base results/base.json --out-head results/head.json", abtest)
+        self.assertIn('--threshold "$GATE_THRESHOLD"', abtest)
+        self.assertIn('"--benchmark_filter=$BENCH_FILTER" $BENCH_ARGS', abtest)
+        self.assertNotIn("--benchmark_repetitions", workflow["env"]["BENCH_ARGS"])
         self.assertIn("--devices=cpu", workflow["env"]["BENCH_ARGS"])
-        self.assertIn("head/tools/gate results/base.json results/head.json", script)
         self.assertIn('>>"$GITHUB_STEP_SUMMARY"', script)
         self.assertIn('exit "$status"', script)
+        upload, = [s for s in job["steps"]
+                   if s.get("uses", "").startswith("actions/upload-artifact")]
+        self.assertEqual(upload["if"], "always()")
+        self.assertIn("results/", upload["with"]["path"])
+        self.assertIn("gate.md", upload["with"]["path"])
 
     def test_the_fixed_set_selects_the_same_benchmarks_as_before(self):
         env = load("bench.yml")["env"]
