@@ -25,12 +25,23 @@ class EpochWorkload final : public Workload {
   }
 
   void Step() override {
-    if (gpu_util_) gpu_util_->Start();
     timer_.Start();
     loader_->StartEpoch();
     while (std::optional<at::Tensor> batch = loader_->Next()) trainer_.Step(*batch);
     epochs_.push_back(timer_.Stop());
+  }
+
+  // The sampler's thread starts, and is joined (which can wait out its
+  // sampling interval), outside the timed epochs.
+  void BeginMeasurement() override {
+    if (gpu_util_) gpu_util_->Start();
+  }
+  void EndMeasurement() override {
     if (gpu_util_) gpu_util_->Stop();
+  }
+
+  std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
+    return ModuleTensors(trainer_.module());
   }
 
   void ResetStats() override {

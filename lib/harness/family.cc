@@ -1,5 +1,7 @@
 #include "harness/family.h"
 
+#include <torch/nn/module.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -40,6 +42,14 @@ absl::StatusOr<Plan> Family::PlanFor(const BenchSpec& spec) const {
   absl::StatusOr<Case> c = FindCase(spec.size, spec.phase);
   if (!c.ok()) return c.status();
   return plan(spec);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> ModuleTensors(
+    const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& p : module.named_parameters()) out.emplace_back("param:" + p.key(), p.value());
+  for (const auto& b : module.named_buffers()) out.emplace_back("buffer:" + b.key(), b.value());
+  return out;
 }
 
 void SetPhase(const Phase& phase, BenchSpec* spec) {

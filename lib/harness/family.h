@@ -4,6 +4,7 @@
 // LTB_REGISTER_FAMILY (harness/registry.h) in its own model file.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -16,6 +17,10 @@
 #include "harness/memory.h"
 #include "harness/spec.h"
 
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
+
 namespace ltb {
 
 // One timed unit of work with its inputs already on the device.
@@ -27,7 +32,23 @@ class Workload {
   // from ResetStats() on and report them as named counter values.
   virtual void ResetStats() {}
   virtual std::vector<std::pair<std::string, double>> Counters() const { return {}; }
+  // Called just before the first and just after the last timed step, outside
+  // the clock: workloads that sample something during the measured steps
+  // (GPU utilisation) start and stop it here.
+  virtual void BeginMeasurement() {}
+  virtual void EndMeasurement() {}
+  // Runs one step outside the timed ones and returns what it computed: the
+  // model's output, or the generated token ids. Undefined where a workload
+  // has no single output. Compares a precision's results with fp32's.
+  virtual at::Tensor Evaluate() { return {}; }
+  // The tensors the workload computes with (parameters, buffers, caches),
+  // by name, so that tests can check their dtypes.
+  virtual std::vector<std::pair<std::string, at::Tensor>> Tensors() const { return {}; }
 };
+
+// A module's parameters and buffers, named "param:<name>" and "buffer:<name>".
+std::vector<std::pair<std::string, at::Tensor>> ModuleTensors(
+    const torch::nn::Module& module);
 
 // What a benchmark will do per step, known before it is built.
 struct Plan {

@@ -79,9 +79,10 @@ ABSL_FLAG(ltb::PositiveCount, shard_mb, ltb::PositiveCount{128},
           "train_epoch: size of a shard file, MB.");
 ABSL_FLAG(ltb::Switch, regenerate, ltb::Switch{false},
           "train_epoch: rewrite the dataset on disk.");
-ABSL_FLAG(ltb::PositiveCount, steps, ltb::PositiveCount{10},
-          "Data-parallel runs: optimizer steps each train_step benchmark measures "
-          "(every rank must take the same number).");
+ABSL_FLAG(ltb::OptionalPositive, steps, {},
+          "Measure exactly this many steps in every benchmark (train_epoch: see "
+          "--epochs). Default: as many as --benchmark_min_time needs; data-parallel "
+          "training phases, whose ranks must take the same number, 10.");
 ABSL_FLAG(ltb::Count, seed, {}, "Random seed for weights and inputs.");
 
 namespace ltb {
@@ -506,7 +507,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   }
   epochs.seed = run.seed;
   o.measured_epochs = absl::GetFlag(FLAGS_epochs).value;
-  o.ddp_steps = absl::GetFlag(FLAGS_steps).value;
+  o.steps = static_cast<int>(absl::GetFlag(FLAGS_steps).value);
   return o;
 }
 

@@ -114,7 +114,7 @@ struct SuiteOptions {
   std::map<c10::ScalarType, double> peak_flops;  // empty: datasheet or measured
   double peak_bandwidth = 0;                     // 0: datasheet or measured
   int measured_epochs = 2;                       // --epochs
-  int ddp_steps = 10;                            // --steps
+  int steps = 0;                                 // --steps; 0: timed
 };
 
 // The options the current flag values give; an error for combinations

@@ -2,7 +2,11 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include <ATen/ops/cat.h>
+#include <torch/nn/module.h>
+
 #include <algorithm>
+#include <string>
 
 #include "harness/timer.h"
 
@@ -44,6 +48,26 @@ class GenerateWorkload final : public Workload {
       if (i >= decodes - window) late_s_ += s;
     }
     ++steps_;
+  }
+
+  at::Tensor Evaluate() override {
+    c10::InferenceMode guard;
+    std::vector<at::Tensor> tokens = {fns_.prefill()};
+    for (int64_t i = 1; i < new_tokens_; ++i) {
+      tokens.push_back(fns_.decode(tokens.back(), prompt_ + i - 1));
+    }
+    return at::cat(tokens, 1);  // (B, N)
+  }
+
+  std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
+    std::vector<std::pair<std::string, at::Tensor>> out = ModuleTensors(*fns_.module);
+    if (fns_.cache) {
+      const std::vector<at::Tensor> cache = fns_.cache();
+      for (size_t i = 0; i < cache.size(); ++i) {
+        out.emplace_back("cache:" + std::to_string(i), cache[i]);
+      }
+    }
+    return out;
   }
 
   void ResetStats() override {

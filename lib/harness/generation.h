@@ -20,6 +20,8 @@ struct GenerateFns {
   std::function<at::Tensor()> prefill;
   // Feeds one token per sequence at `position`; returns the next (B, 1).
   std::function<at::Tensor(const at::Tensor& token, int64_t position)> decode;
+  // The cache's tensors (keys and values), for checking their dtype.
+  std::function<std::vector<at::Tensor>()> cache;
 };
 
 // Counters, averaged over the measured steps (N = spec.new_tokens):
@@ -29,7 +31,8 @@ struct GenerateFns {
 //   decode_tokens/s   batch * (N - 1) / decode time
 //   weight_GB/s       weight_bytes * (N - 1) / decode time / 1e9
 //   tpot_growth_%     mean of the last 10 decode steps over the first 10, minus 1
-// so that ttft + (N - 1) * tpot is the step time.
+// so that ttft + (N - 1) * tpot is the step time. Evaluate() returns the
+// generated token ids (B, N).
 std::unique_ptr<Workload> MakeGenerateWorkload(const BenchSpec& spec, GenerateFns fns,
                                                double weight_bytes);
 

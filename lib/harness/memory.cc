@@ -1,5 +1,8 @@
 #include "harness/memory.h"
 
+#include <fstream>
+#include <cinttypes>
+#include <string>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <malloc.h>
@@ -109,6 +112,23 @@ int64_t PeakBytes(const c10::Device& device) {
   if (device.is_cpu()) return CpuPeakBytes();
   if (device.is_cuda()) {
     return cuda::PeakAllocated(device.has_index() ? device.index() : 0);
+  }
+  return -1;
+}
+
+bool ResetPeakRss() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";  // 5: reset the peak resident set size
+  clear.flush();
+  return static_cast<bool>(clear);
+}
+
+int64_t PeakRssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    int64_t kib = 0;
+    if (std::sscanf(line.c_str(), "VmHWM: %" SCNd64 " kB", &kib) == 1) return kib * 1024;
   }
   return -1;
 }

@@ -27,6 +27,12 @@ void ResetCpuPeak();
 void ResetPeak(const c10::Device& device);
 int64_t PeakBytes(const c10::Device& device);
 
+// The process's peak resident set (Linux's VmHWM), which ResetPeakRss()
+// brings down to the current resident set (through /proc/self/clear_refs).
+// Both say false / -1 where the system cannot.
+bool ResetPeakRss();
+int64_t PeakRssBytes();
+
 // Returns cached device memory to the driver between benchmarks (on the
 // CPU, the memory malloc keeps, so the next memory check sees it free).
 void ReleaseCachedMemory(const c10::Device& device);

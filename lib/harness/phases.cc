@@ -1,6 +1,7 @@
 #include "harness/phases.h"
 
 #include <ATen/autocast_mode.h>
+#include <ATen/ops/randn.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 
@@ -98,6 +99,11 @@ c10::ScalarType InputDtype(const BenchSpec& spec) {
   return spec.training() ? c10::kFloat : spec.dtype;
 }
 
+at::Tensor RandomInput(at::IntArrayRef shape, const BenchSpec& spec) {
+  return at::randn(shape, at::TensorOptions().dtype(c10::kFloat).device(spec.device))
+      .to(InputDtype(spec));
+}
+
 namespace {
 
 class ForwardWorkload final : public Workload {
@@ -106,6 +112,13 @@ class ForwardWorkload final : public Workload {
   void Step() override {
     c10::InferenceMode guard;
     fns_.forward();
+  }
+  at::Tensor Evaluate() override {
+    c10::InferenceMode guard;
+    return fns_.forward();
+  }
+  std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
+    return ModuleTensors(*fns_.module);
   }
 
  private:
@@ -133,6 +146,9 @@ class TrainWorkload final : public Workload {
     }
     loss.backward();
     if (optimizer_) optimizer_->step();
+  }
+  std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
+    return ModuleTensors(*fns_.module);
   }
 
  private:

@@ -52,6 +52,11 @@ void PrepareModel(torch::nn::Module& module, const BenchSpec& spec);
 // fp32 for training (autocast converts inside the model).
 c10::ScalarType InputDtype(const BenchSpec& spec);
 
+// Standard-normal inputs of `shape` on the spec's device in InputDtype(spec),
+// drawn in fp32 whatever the dtype, so that runs of one seed in different
+// precisions see the same numbers (rounded).
+at::Tensor RandomInput(at::IntArrayRef shape, const BenchSpec& spec);
+
 // Inference phases: one forward in inference mode. forward_backward: forward,
 // loss, backward. train_step: with an optimizer step.
 std::unique_ptr<Workload> MakePhaseWorkload(const BenchSpec& spec, ModelFns fns);

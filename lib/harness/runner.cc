@@ -4,7 +4,9 @@
 #include <c10/util/Exception.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <new>
@@ -30,10 +32,49 @@ struct Cached {
   c10::Device device = c10::Device(c10::kCPU);
   std::unique_ptr<Workload> workload;
   double gpu_busy = -1;  // from --profile, on CUDA
+  // rel_err or token_match_% against fp32, for reduced-precision inference.
+  std::vector<std::pair<std::string, double>> accuracy;
 };
 Cached& Cache() {
   static Cached* cache = new Cached;
   return *cache;
+}
+
+// How far a reduced-precision result is from fp32's: for token ids, the
+// share of tokens equal to the fp32 run's (token_match_%); for values, the
+// largest absolute difference over the largest absolute fp32 value (rel_err).
+std::pair<std::string, double> Drift(const at::Tensor& out, const at::Tensor& ref) {
+  const at::Tensor a = out.to(c10::kCPU), b = ref.to(c10::kCPU);
+  TORCH_CHECK(a.sizes() == b.sizes(), "outputs of shape ", a.sizes(), " and ", b.sizes());
+  if (!at::isFloatingType(b.scalar_type())) {
+    return {"token_match_%", a.eq(b).to(c10::kDouble).mean().item<double>() * 100};
+  }
+  const double scale = b.to(c10::kDouble).abs().max().item<double>();
+  const double diff = (a.to(c10::kDouble) - b.to(c10::kDouble)).abs().max().item<double>();
+  return {"rel_err", scale > 0 ? diff / scale : diff};
+}
+
+// Runs the benchmark's model once in fp32, with the same seed (so the same
+// weights and inputs), and measures how far `workload` drifts from it.
+// Empty for fp32, training, or workloads without a single output.
+std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
+                                                     const BenchSpec& spec,
+                                                     const RunOptions& options,
+                                                     Workload& workload) {
+  if (spec.training() || spec.dtype == c10::kFloat) return {};
+  const at::Tensor out = workload.Evaluate();
+  if (!out.defined()) return {};
+  BenchSpec fp32 = spec;
+  fp32.dtype = c10::kFloat;
+  try {
+    at::manual_seed(options.seed);
+    const at::Tensor ref = family.build(fp32)->Evaluate();
+    return {Drift(out, ref)};
+  } catch (const std::exception& e) {
+    std::cerr << spec.Name() << ": no accuracy check, the fp32 reference failed: "
+              << e.what() << "\n";
+    return {};
+  }
 }
 
 Workload& Prepare(const Family& family, const BenchSpec& spec,
@@ -57,6 +98,7 @@ Workload& Prepare(const Family& family, const BenchSpec& spec,
     workload->Step();
     warm += timer.Stop();
   }
+  cache.accuracy = Accuracy(family, spec, options, *workload);
   if (!options.profile_dir.empty()) {
     absl::StatusOr<ProfileResult> profile =
         ProfileSteps(*workload, spec, options.profile_steps, options.profile_dir);
@@ -96,12 +138,33 @@ void FailRun(benchmark::State& state, const BenchSpec& spec, const std::string& 
 
 }  // namespace
 
+std::vector<std::pair<std::string, double>> StepSpread(std::vector<double> seconds) {
+  if (seconds.empty()) return {};
+  std::sort(seconds.begin(), seconds.end());
+  // Nearest rank: the smallest step time at or above p% of the steps.
+  const auto percentile = [&](double p) {
+    const size_t rank = static_cast<size_t>(std::ceil(p / 100 * seconds.size()));
+    return seconds[std::max<size_t>(rank, 1) - 1] * 1e3;
+  };
+  double mean = 0;
+  for (const double s : seconds) mean += s;
+  mean /= seconds.size();
+  double var = 0;
+  for (const double s : seconds) var += (s - mean) * (s - mean);
+  const double stddev = seconds.size() > 1 ? std::sqrt(var / (seconds.size() - 1)) : 0;
+  return {{"step_p50_ms", percentile(50)},
+          {"step_p90_ms", percentile(90)},
+          {"step_p99_ms", percentile(99)},
+          {"step_cv_%", mean > 0 ? 100 * stddev / mean : 0}};
+}
+
 void ReleaseCachedWorkload() {
   Cached& cache = Cache();
   if (!cache.workload) return;
   cache.workload.reset();
   cache.name.clear();
   cache.gpu_busy = -1;
+  cache.accuracy.clear();
   Synchronize(cache.device);
   ReleaseCachedMemory(cache.device);
 }
@@ -137,20 +200,27 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
     if (!fits.ok()) return Fail(state, std::string(fits.message()));
   }
 
-  double measured = 0;  // seconds over every timed step
+  double measured = 0;         // seconds over every timed step
+  std::vector<double> steps;  // each timed step's seconds
+  bool rss = false;           // whether the peak resident set was reset
   try {
     Workload& workload = Prepare(family, spec, options);
     StepTimer timer(spec.device, spec.sync);
+    steps.reserve(static_cast<size_t>(std::max<int64_t>(state.max_iterations, 0)));
     ResetPeak(spec.device);
+    rss = ResetPeakRss();
     workload.ResetStats();
+    workload.BeginMeasurement();
     for (auto _ : state) {
       timer.Start();
       workload.Step();
       const double seconds = timer.Stop();
       measured += seconds;
+      steps.push_back(seconds);
       state.SetIterationTime(seconds);
     }
     if (!spec.sync) Synchronize(spec.device);
+    workload.EndMeasurement();
   } catch (const c10::OutOfMemoryError& e) {
     return FailRun(state, spec,
                    absl::StrCat("out of memory on ", DeviceName(spec.device),
@@ -195,6 +265,8 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
   if (Cache().workload) {
     for (const auto& [name, value] : Cache().workload->Counters()) c[name] = value;
   }
+  for (const auto& [name, value] : Cache().accuracy) c[name] = value;
+  for (const auto& [name, value] : StepSpread(steps)) c[name] = value;
   // Utilisation against the run's peaks: achieved FLOP/s over the matmul
   // peak of the dtype; bandwidth (decode's weight reads, an op's bytes)
   // over the device's peak bandwidth.
@@ -227,6 +299,10 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
   if (peak >= 0) {
     c["peak_mem"] =
         Counter(static_cast<double>(peak), Counter::kDefaults, Counter::kIs1024);
+  }
+  if (const int64_t peak_rss = rss ? PeakRssBytes() : -1; peak_rss >= 0) {
+    c["peak_rss"] =
+        Counter(static_cast<double>(peak_rss), Counter::kDefaults, Counter::kIs1024);
   }
 }
 

@@ -82,12 +82,16 @@ void Warn(const CommandLine& command_line) {
   }
 }
 
+// Data-parallel training steps each rank measures when --steps is not given.
+constexpr int kDataParallelSteps = 10;
+
 // The fixed iteration count of a benchmark; 0 when timed. An epoch is one
 // iteration; data-parallel ranks must all take the same number of steps, so
 // those counts are fixed rather than timed.
 int64_t FixedIterations(const BenchSpec& spec, const SuiteOptions& o, int world_size) {
   if (spec.iterations == Iterations::kEpochs) return o.measured_epochs;
-  if (world_size > 1 && spec.data_parallel) return o.ddp_steps;
+  if (o.steps > 0) return o.steps;
+  if (world_size > 1 && spec.data_parallel) return kDataParallelSteps;
   return 0;
 }
 

@@ -64,6 +64,9 @@ class TrainStepWorkload final : public Workload {
   TrainStepWorkload(const BenchSpec& spec, TrainFns fns, at::Tensor batch)
       : trainer_(spec, std::move(fns)), batch_(std::move(batch)) {}
   void Step() override { trainer_.Step(batch_); }
+  std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
+    return ModuleTensors(trainer_.module());
+  }
 
  private:
   Trainer trainer_;

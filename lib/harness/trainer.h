@@ -49,6 +49,7 @@ class Trainer {
  public:
   Trainer(const BenchSpec& spec, TrainFns fns);
   void Step(const at::Tensor& batch);
+  const torch::nn::Module& module() const { return *fns_.module; }
 
  private:
   TrainFns fns_;

@@ -125,34 +125,42 @@ EncDecImpl::EncDecImpl(const EncDecOptions& o)
       output(register_module("output", torch::nn::Linear(o.d_model(), o.vocab()))),
       options_(o) {}
 
-at::Tensor EncDecImpl::Positions(int64_t len, const c10::Device& device) {
-  // Fixed sinusoidal positions: sin on even channels, cos on odd ones. Made
-  // once per length and device, not in every step.
+at::Tensor EncDecImpl::Positions(int64_t len, const c10::TensorOptions& options) {
+  // Fixed sinusoidal positions: sin on even channels, cos on odd ones,
+  // computed in fp32, kept in the weights' dtype.
   if (!positions_.defined() || positions_.size(0) < len ||
-      positions_.device() != device) {
+      positions_.device() != options.device() ||
+      positions_.scalar_type() != options.dtype().toScalarType()) {
     const int64_t d = options_.d_model();
-    const auto opts = torch::dtype(torch::kFloat).device(device);
+    const auto opts = torch::dtype(torch::kFloat).device(options.device());
     const at::Tensor pos = torch::arange(len, opts).unsqueeze(1);
     const at::Tensor div =
         torch::exp(torch::arange(0, d, 2, opts) * (-std::log(10000.0) / d));
-    positions_ = torch::zeros({len, d}, opts);
-    positions_.slice(1, 0, d, 2) = torch::sin(pos * div);
-    positions_.slice(1, 1, d, 2) = torch::cos(pos * div);
+    at::Tensor positions = torch::zeros({len, d}, opts);
+    positions.slice(1, 0, d, 2) = torch::sin(pos * div);
+    positions.slice(1, 1, d, 2) = torch::cos(pos * div);
+    positions_ = positions.to(options.dtype());
   }
   return positions_.narrow(0, 0, len);  // (L, d)
+}
+
+at::Tensor EncDecImpl::CausalMask(int64_t len, const c10::TensorOptions& options) {
+  if (!mask_.defined() || mask_.size(0) != len || mask_.device() != options.device() ||
+      mask_.scalar_type() != options.dtype().toScalarType()) {
+    mask_ = torch::nn::TransformerImpl::generate_square_subsequent_mask(len).to(options);
+  }
+  return mask_;
 }
 
 at::Tensor EncDecImpl::Embed(const at::Tensor& tokens) {
   const int64_t d = options_.d_model();
   const at::Tensor x = embedding(tokens) * std::sqrt(static_cast<double>(d)) +
-                       Positions(tokens.size(1), tokens.device());  // (B, L, d)
+                       Positions(tokens.size(1), embedding->weight.options());  // (B, L, d)
   return x.transpose(0, 1);  // (L, B, d), LibTorch's Transformer layout
 }
 
 at::Tensor EncDecImpl::forward(const at::Tensor& src, const at::Tensor& tgt) {
-  const at::Tensor mask =
-      torch::nn::TransformerImpl::generate_square_subsequent_mask(tgt.size(1))
-          .to(src.device());
+  const at::Tensor mask = CausalMask(tgt.size(1), embedding->weight.options());
   const at::Tensor y = transformer->forward(
       Embed(src), Embed(tgt), /*src_mask=*/at::Tensor(), mask);  // (T, B, d)
   return output(y.transpose(0, 1));                              // (B, T, V)

@@ -82,9 +82,12 @@ class EncDecImpl : public torch::nn::Module {
 
  private:
   at::Tensor Embed(const at::Tensor& tokens);  // (B, L) -> (L, B, d)
-  at::Tensor Positions(int64_t len, const c10::Device& device);
+  // Fixed positions (L, d) and the decoder's causal mask (T, T), in the
+  // weights' dtype on their device: made once, not in every step.
+  at::Tensor Positions(int64_t len, const c10::TensorOptions& options);
+  at::Tensor CausalMask(int64_t len, const c10::TensorOptions& options);
   EncDecOptions options_;
-  at::Tensor positions_;  // cache of the fixed positions; not a parameter
+  at::Tensor positions_, mask_;  // caches; not parameters
 };
 TORCH_MODULE(EncDec);
 

@@ -76,10 +76,8 @@ std::unique_ptr<Workload> BuildEncoder(const BenchSpec& s) {
   const EncoderOptions o = EncoderSizeOptions(s.size).value();
   Encoder model(o);
   PrepareModel(*model, s);
-  const c10::ScalarType input_dtype = InputDtype(s);
   // LibTorch's encoder takes (T, B, d).
-  const at::Tensor x = torch::randn({s.seq, s.batch, o.d_model()},
-                                    torch::dtype(input_dtype).device(s.device));
+  const at::Tensor x = RandomInput({s.seq, s.batch, o.d_model()}, s);
   ModelFns fns;
   fns.module = model.ptr();
   fns.forward = [model, x]() mutable { return model(x); };

@@ -294,6 +294,11 @@ std::unique_ptr<Workload> BuildGPT2(const BenchSpec& s) {
     fns.decode = [model, cache](const at::Tensor& token, int64_t position) mutable {
       return model->forward_cached(token, position, *cache).argmax(-1, true);
     };
+    fns.cache = [cache]() {
+      std::vector<at::Tensor> tensors = cache->keys;
+      tensors.insert(tensors.end(), cache->values.begin(), cache->values.end());
+      return tensors;
+    };
     // A decode step reads every weight once, except wpe: one row of it.
     const double weight_bytes =
         static_cast<double>(GPT2ParamCount(o) - o.max_positions() * o.d_model()) *

@@ -21,10 +21,8 @@ std::unique_ptr<Workload> BuildClassifier(
       if (p.dim() == 4) p.set_data(p.contiguous(memory_format));
     }
   }
-  const c10::ScalarType input_dtype = InputDtype(spec);
   const at::Tensor images =
-      torch::randn({spec.batch, shape.channels, shape.image, shape.image},
-                   torch::dtype(input_dtype).device(spec.device))
+      RandomInput({spec.batch, shape.channels, shape.image, shape.image}, spec)
           .contiguous(memory_format);
   const at::Tensor labels = torch::randint(
       0, shape.classes, {spec.batch}, torch::dtype(torch::kLong).device(spec.device));

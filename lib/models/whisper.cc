@@ -373,9 +373,13 @@ class TranscribeWorkload final : public Workload {
         mel_(std::move(mel)),
         prompt_(std::move(prompt)),
         new_tokens_(new_tokens) {}
-  void Step() override {
+  void Step() override { Evaluate(); }
+  at::Tensor Evaluate() override {
     c10::InferenceMode guard;
-    WhisperGenerateWithCache(model_, model_->Encode(mel_), prompt_, new_tokens_);
+    return WhisperGenerateWithCache(model_, model_->Encode(mel_), prompt_, new_tokens_);
+  }
+  std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
+    return ModuleTensors(*model_);
   }
 
  private:
@@ -388,8 +392,7 @@ std::unique_ptr<Workload> BuildWhisper(const BenchSpec& s) {
   const WhisperOptions o = WhisperSizeOptions(s.size).value();
   Whisper model(o);
   PrepareModel(*model, s);
-  const auto opts = torch::dtype(s.dtype).device(s.device);
-  const at::Tensor mel = torch::randn({s.batch, o.mels(), o.frames()}, opts);
+  const at::Tensor mel = RandomInput({s.batch, o.mels(), o.frames()}, s);
   if (s.phase == kEncode) {
     ModelFns fns;
     fns.module = model.ptr();
@@ -414,6 +417,13 @@ std::unique_ptr<Workload> BuildWhisper(const BenchSpec& s) {
   };
   fns.decode = [model, state](const at::Tensor& token, int64_t position) mutable {
     return model->DecodeCached(token, position, *state).argmax(-1, true);
+  };
+  fns.cache = [state]() {
+    std::vector<at::Tensor> tensors;
+    for (const auto* part : {&state->self_k, &state->self_v, &state->cross_k, &state->cross_v}) {
+      tensors.insert(tensors.end(), part->begin(), part->end());
+    }
+    return tensors;
   };
   return MakeGenerateWorkload(
       s, std::move(fns),
