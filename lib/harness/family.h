@@ -109,6 +109,9 @@ struct Family {
   int64_t default_batch = 0;          // 0: no batch setting
   std::vector<int64_t> default_seqs;  // without --seq; empty: no sequence setting
   bool sweeps_memory_format = false;  // convolution models: --memory_format
+  // Its models build their linear layers as PackableLinear: CPU inference
+  // phases sweep --cpu_linear.
+  bool packs_cpu_linears = false;
   // Names read Family/size/phase/device/... (Ops/matmul/2048x2048/cpu/...).
   bool phase_before_device = false;
   // Validates the spec and says what it will cost.

@@ -50,9 +50,9 @@ ABSL_FLAG(ltb::Seconds, warmup_s, ltb::Seconds{0.5},
 ABSL_FLAG(ltb::Count, warmup_steps, ltb::Count{1}, "Minimum warm-up steps per benchmark.");
 ABSL_FLAG(ltb::MallocMode, malloc, ltb::MallocMode::kTuned,
           "glibc malloc settings: tuned (keep freed memory, no trimming) or system.");
-ABSL_FLAG(ltb::CpuLinear, cpu_linear, ltb::CpuLinear::kOnednn,
-          "Linear layers of CPU generation: onednn (weights packed once for oneDNN) or "
-          "aten (LibTorch's default GEMM path).");
+ABSL_FLAG(ltb::CpuLinearList, cpu_linear, ltb::CpuLinearList{{false}},
+          "Linear layers of CPU inference: aten (LibTorch's default path), onednn "
+          "(weights packed once for oneDNN; names end in /onednn), or both.");
 ABSL_FLAG(ltb::PeakFlopsValue, peak_flops, {},
           "Peak FLOP/s for mfu: one number for every dtype, or dtype=number pairs "
           "(fp32=6.7e13,bf16=9.9e14). Default: a known GPU's datasheet, else measured.");
@@ -166,11 +166,7 @@ const std::vector<std::pair<std::string, DataSource>>& DataChoices() {
       {"memory", DataSource::kMemory}, {"disk", DataSource::kDisk}};
   return *c;
 }
-const std::vector<std::pair<std::string, CpuLinear>>& CpuLinearChoices() {
-  static const auto* c = new std::vector<std::pair<std::string, CpuLinear>>{
-      {"onednn", CpuLinear::kOnednn}, {"aten", CpuLinear::kAten}};
-  return *c;
-}
+
 const std::vector<std::pair<std::string, bool>>& SwitchChoices() {
   static const auto* c = new std::vector<std::pair<std::string, bool>>{
       {"true", true}, {"false", false}, {"1", true}, {"0", false}, {"yes", true},
@@ -357,11 +353,22 @@ bool AbslParseFlag(absl::string_view text, DataSource* out, std::string* error) 
 }
 std::string AbslUnparseFlag(const DataSource& v) { return UnparseChoice(DataChoices(), v); }
 
-bool AbslParseFlag(absl::string_view text, CpuLinear* out, std::string* error) {
-  return ParseChoice(text, CpuLinearChoices(), out, error);
+bool AbslParseFlag(absl::string_view text, CpuLinearList* out, std::string* error) {
+  return ParseList(text, &out->packed, error,
+                   [](const std::string& item, bool* packed, std::string* e) {
+                     if (item == "aten" || item == "onednn") {
+                       *packed = item == "onednn";
+                       return true;
+                     }
+                     *e = absl::StrCat("unknown linear path '", item,
+                                       "'; valid: aten, onednn");
+                     return false;
+                   });
 }
-std::string AbslUnparseFlag(const CpuLinear& v) {
-  return UnparseChoice(CpuLinearChoices(), v);
+std::string AbslUnparseFlag(const CpuLinearList& v) {
+  std::vector<std::string> names;
+  for (const bool packed : v.packed) names.push_back(packed ? "onednn" : "aten");
+  return absl::StrJoin(names, ",");
 }
 
 std::vector<const absl::CommandLineFlag*> SuiteFlags() {
@@ -463,12 +470,13 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   sweep.channels_last = absl::GetFlag(FLAGS_memory_format).channels_last;
   sweep.dtypes = absl::GetFlag(FLAGS_dtype).values;
   sweep.sync = absl::GetFlag(FLAGS_sync).value;
-  sweep.pack_cpu_linears = absl::GetFlag(FLAGS_cpu_linear) == CpuLinear::kOnednn;
+  sweep.pack_cpu_linears = absl::GetFlag(FLAGS_cpu_linear).packed;
   // Lists that default to a value must not be emptied ("--dtype=").
   for (const auto& [name, empty] :
        {std::pair<const char*, bool>{"prompt", sweep.prompts.empty()},
         {"new_tokens", sweep.new_tokens.empty()},
         {"memory_format", sweep.channels_last.empty()},
+        {"cpu_linear", sweep.pack_cpu_linears.empty()},
         {"dtype", sweep.dtypes.empty()}}) {
     if (empty) {
       return absl::InvalidArgumentError(

@@ -37,6 +37,9 @@ struct PositiveInts {  // 1,8,32; empty: not given
 struct DeviceList {  // cpu,cuda,cuda:1,mps; empty: every available device
   std::vector<c10::Device> values;
 };
+struct CpuLinearList {  // aten,onednn -> packed or not
+  std::vector<bool> packed;
+};
 struct DtypeList {  // fp32,bf16,fp16
   std::vector<c10::ScalarType> values;
 };
@@ -66,7 +69,6 @@ struct OptionalPositive {  // a whole number >= 1, or empty: not given
 };
 enum class MallocMode { kTuned, kSystem };
 enum class DataSource { kMemory, kDisk };
-enum class CpuLinear { kAten, kOnednn };
 
 #define LTB_FLAG_TYPE(T)                                             \
   bool AbslParseFlag(absl::string_view text, T* out, std::string* error); \
@@ -84,7 +86,7 @@ LTB_FLAG_TYPE(PeakBandwidthValue);
 LTB_FLAG_TYPE(OptionalPositive);
 LTB_FLAG_TYPE(MallocMode);
 LTB_FLAG_TYPE(DataSource);
-LTB_FLAG_TYPE(CpuLinear);
+LTB_FLAG_TYPE(CpuLinearList);
 #undef LTB_FLAG_TYPE
 
 // --- the suite's flags --------------------------------------------------------

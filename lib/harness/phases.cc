@@ -5,7 +5,11 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 
+#include <stdexcept>
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "harness/packed_linear.h"
 #include "harness/torch_compat.h"
 
 namespace ltb {
@@ -89,6 +93,10 @@ void PrepareModel(torch::nn::Module& module, const BenchSpec& spec) {
   if (!spec.training()) {
     module.to(spec.device, spec.dtype);
     module.eval();
+    if (spec.pack_cpu_linears) {
+      absl::StatusOr<int> packed = PackLinears(module, spec.device, spec.dtype);
+      if (!packed.ok()) throw std::runtime_error(std::string(packed.status().message()));
+    }
   } else {
     module.to(spec.device, c10::kFloat);
     module.train();

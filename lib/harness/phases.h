@@ -45,7 +45,9 @@ struct ModelFns {
 // were converted to spec.dtype, in eval mode; training phases keep fp32
 // weights, in train mode, and run forward and loss under autocast to
 // spec.dtype (mixed precision), as training does in practice. PrepareModel
-// applies the device, weight dtype and mode by the phase's kind.
+// applies the device, weight dtype and mode by the phase's kind, and for
+// inference with spec.pack_cpu_linears packs the model's linear layers for
+// oneDNN (throwing, with the reason, where that cannot run).
 void PrepareModel(torch::nn::Module& module, const BenchSpec& spec);
 
 // The dtype a phase's floating-point inputs take: the spec's for inference,

@@ -176,6 +176,8 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
   absl::StatusOr<Plan> plan = family.PlanFor(spec);
   if (!plan.ok()) return Fail(state, std::string(plan.status().message()));
   plan->memory.host_build = plan->params * 4;
+  // Packed linears keep a second copy of the weights in oneDNN's layout.
+  if (spec.pack_cpu_linears) plan->memory.weights *= 2;
   if (DataParallel* group = CurrentProcessGroup(); group && spec.data_parallel &&
                                                 spec.iterations == Iterations::kTimed) {
     // Throughput of a data-parallel step is every rank's.

@@ -17,6 +17,7 @@ std::string BenchSpec::Name() const {
     absl::StrAppend(&name, "/", DtypeName(dtype));
   }
   if (channels_last) absl::StrAppend(&name, "/channels_last");
+  if (pack_cpu_linears) absl::StrAppend(&name, "/onednn");
   if (!sync) absl::StrAppend(&name, "/nosync");
   return name;
 }

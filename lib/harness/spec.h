@@ -42,11 +42,12 @@ struct BenchSpec {
   bool channels_last = false;  // convolution models' input and weights
   // CPU inference phases run linear layers through oneDNN with packed
   // weights (families that support it); false: LibTorch's default path.
-  bool pack_cpu_linears = true;
+  bool pack_cpu_linears = false;
 
   // Model families: Family/size/device/phase/batch:B/seq:T/dtype[/nosync];
   // generation: .../batch:B/prompt:P/new:N/dtype[/nosync];
-  // convolution models in channels_last: .../dtype/channels_last[/nosync].
+  // convolution models in channels_last: .../dtype/channels_last[/nosync];
+  // packed oneDNN linears (--cpu_linear=onednn): .../dtype[/channels_last]/onednn.
   // Families that name the phase first (Ops, whose phase is the shape):
   // Ops/op/shape/device/dtype[/nosync].
   std::string Name() const;

@@ -147,9 +147,9 @@ void AddContext(const SuiteOptions& o, const std::string& malloc_description,
                               o.run.warmup_seconds, " s")},
       {"seed", absl::StrCat(o.run.seed)},
       {"world_size", absl::StrCat(world_size)},
-      {"cpu_linear", o.sweep.pack_cpu_linears
-                         ? "onednn (CPU generation: linear weights packed for oneDNN)"
-                         : "aten (LibTorch's default GEMM path)"},
+      {"cpu_linear",
+       "aten: LibTorch's default linear path; names ending in /onednn: linear weights "
+       "packed once for oneDNN (CPU inference)"},
   };
   for (const auto& kv : State().peaks->Context()) extra.push_back(kv);
   for (const auto& [key, value] : CollectContext(extra)) {

@@ -47,7 +47,13 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
         if (c.cuda_only && !device.is_cuda()) continue;
         for (const c10::ScalarType dtype : sweep.dtypes) {
           if (!c.sweeps_dtype && dtype != c10::kFloat) continue;
+          // Packed linears: CPU inference of the families whose models have them.
+          const bool linears = family.packs_cpu_linears && device.is_cpu() &&
+                               c.phase.kind == PhaseKind::kInference;
+          const std::vector<bool> packs =
+              linears ? sweep.pack_cpu_linears : std::vector<bool>{false};
           for (const bool channels_last : formats) {
+            for (const bool pack : packs) {
             for (const int64_t batch : case_batches) {
               for (const auto& [first, second] : lengths) {
                 BenchSpec spec;
@@ -66,9 +72,10 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
                 }
                 spec.channels_last = channels_last;
                 spec.sync = sweep.sync;
-                spec.pack_cpu_linears = sweep.pack_cpu_linears;
+                spec.pack_cpu_linears = pack;
                 out.push_back({&family, spec, c.unit});
               }
+            }
             }
           }
         }

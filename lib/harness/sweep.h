@@ -18,7 +18,7 @@ struct Sweep {
   std::vector<int64_t> new_tokens = {100};
   std::vector<c10::ScalarType> dtypes = {c10::kFloat};
   bool sync = true;
-  bool pack_cpu_linears = true;
+  std::vector<bool> pack_cpu_linears = {false};  // --cpu_linear: aten, onednn
   std::vector<bool> channels_last = {false};  // --memory_format
 };
 

@@ -39,8 +39,8 @@ CNNImpl::CNNImpl(const CNNOptions& o)
       conv2(register_module(
           "conv2", torch::nn::Conv2d(
                        torch::nn::Conv2dOptions(o.conv1(), o.conv2(), 3).padding(1)))),
-      fc1(register_module("fc1", torch::nn::Linear(o.conv2() * 8 * 8, o.hidden()))),
-      fc2(register_module("fc2", torch::nn::Linear(o.hidden(), o.classes()))) {}
+      fc1(register_module("fc1", PackableLinear(o.conv2() * 8 * 8, o.hidden()))),
+      fc2(register_module("fc2", PackableLinear(o.hidden(), o.classes()))) {}
 
 at::Tensor CNNImpl::forward(const at::Tensor& x) {
   namespace F = torch::nn::functional;
@@ -56,6 +56,7 @@ Family CNNFamily() {
   for (const CNNSize& s : CNNSizes()) f.sizes.push_back(s.name);
   f.phases = {ForwardPhase(Shape::kBatch), TrainStepPhase(Shape::kBatch)};
   f.suite = {"default/"};
+  f.packs_cpu_linears = true;
   f.default_batch = 128;
   f.sweeps_memory_format = true;
   f.plan = [](const BenchSpec& s) -> absl::StatusOr<Plan> {

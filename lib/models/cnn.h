@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "harness/family.h"
+#include "harness/packed_linear.h"
 
 namespace ltb {
 
@@ -45,7 +46,7 @@ class CNNImpl : public torch::nn::Module {
   // x: (N, 3, 32, 32) -> logits (N, classes).
   at::Tensor forward(const at::Tensor& x);
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  PackableLinear fc1{nullptr}, fc2{nullptr};
 };
 TORCH_MODULE(CNN);
 

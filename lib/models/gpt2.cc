@@ -66,14 +66,14 @@ GPT2AttentionImpl::GPT2AttentionImpl(const GPT2Options& o)
     : num_heads_(o.num_heads()), fused_(o.fused_attention()) {
   TORCH_CHECK(o.d_model() % o.num_heads() == 0, "heads (", o.num_heads(),
               ") must divide d_model (", o.d_model(), ")");
-  c_attn = register_module("c_attn", torch::nn::Linear(o.d_model(), 3 * o.d_model()));
-  c_proj = register_module("c_proj", torch::nn::Linear(o.d_model(), o.d_model()));
+  c_attn = register_module("c_attn", PackableLinear(o.d_model(), 3 * o.d_model()));
+  c_proj = register_module("c_proj", PackableLinear(o.d_model(), o.d_model()));
 }
 
 at::Tensor GPT2AttentionImpl::forward(const at::Tensor& x, at::Tensor* cache_k,
                                       at::Tensor* cache_v, int64_t position) {
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hs = d / num_heads_;
-  const std::vector<at::Tensor> qkv = Project(c_attn, c_attn_packed_, x).split(d, -1);
+  const std::vector<at::Tensor> qkv = c_attn(x).split(d, -1);
   const auto heads = [&](const at::Tensor& y) {
     return y.view({b, t, num_heads_, hs}).transpose(1, 2);  // (B, nh, T, hs)
   };
@@ -89,28 +89,16 @@ at::Tensor GPT2AttentionImpl::forward(const at::Tensor& x, at::Tensor* cache_k,
   }
   // A chunk from position 0 is causal; one new token attends to all before it.
   const at::Tensor y = Attention(q, k, v, /*causal=*/t > 1, fused_);  // (B, nh, T, hs)
-  return Project(c_proj, c_proj_packed_,
-                 y.transpose(1, 2).reshape({b, t, d}));  // (B, T, d)
-}
-
-void GPT2AttentionImpl::PackForCpuInference() {
-  c_attn_packed_ = PackedLinear(c_attn);
-  c_proj_packed_ = PackedLinear(c_proj);
+  return c_proj(y.transpose(1, 2).reshape({b, t, d}));  // (B, T, d)
 }
 
 GPT2MLPImpl::GPT2MLPImpl(int64_t d_model) {
-  c_fc = register_module("c_fc", torch::nn::Linear(d_model, 4 * d_model));
-  c_proj = register_module("c_proj", torch::nn::Linear(4 * d_model, d_model));
+  c_fc = register_module("c_fc", PackableLinear(d_model, 4 * d_model));
+  c_proj = register_module("c_proj", PackableLinear(4 * d_model, d_model));
 }
 
 at::Tensor GPT2MLPImpl::forward(const at::Tensor& x) {
-  return Project(c_proj, c_proj_packed_,
-                 torch::gelu(Project(c_fc, c_fc_packed_, x), "tanh"));
-}
-
-void GPT2MLPImpl::PackForCpuInference() {
-  c_fc_packed_ = PackedLinear(c_fc);
-  c_proj_packed_ = PackedLinear(c_proj);
+  return c_proj(torch::gelu(c_fc(x), "tanh"));
 }
 
 GPT2BlockImpl::GPT2BlockImpl(const GPT2Options& o)
@@ -147,11 +135,6 @@ at::Tensor GPT2LMImpl::Logits(const at::Tensor& x) {
 }
 
 void GPT2LMImpl::PackForCpuInference() {
-  for (const auto& block : *h) {
-    auto b = block->as<GPT2Block>();
-    b->attn->PackForCpuInference();
-    b->mlp->PackForCpuInference();
-  }
   head_packed_ = PackedLinear(wte->weight, at::Tensor());
 }
 
@@ -241,9 +224,7 @@ absl::StatusOr<Plan> PlanGPT2(const BenchSpec& s) {
     plan.flops_per_step = GPT2GenerateFlops(*o, s.batch, s.prompt, s.new_tokens);
     plan.reports_weight_bandwidth = true;
     const int64_t e = DtypeBytes(s.dtype);
-    // Packed linears keep a second copy of the weights.
-    m.weights = plan.params * e *
-                (s.pack_cpu_linears && CanPackLinear(s.device, s.dtype) ? 2 : 1);
+    m.weights = plan.params * e;
     m.activations = 2 * layers * s.batch * (s.prompt + s.new_tokens) * d * e +  // cache
                     s.batch * s.prompt * 8 * d * e + s.batch * v * 4;
     return plan;
@@ -280,8 +261,6 @@ std::unique_ptr<Workload> BuildGPT2(const BenchSpec& s) {
   if (s.phase == kGenerate) {
     PrepareModel(*model, s);
     const auto on_device = torch::dtype(torch::kLong).device(s.device);
-    if (s.pack_cpu_linears && CanPackLinear(s.device, s.dtype))
-      model->PackForCpuInference();
     const at::Tensor prompt =
         torch::randint(0, o.vocab_size(), {s.batch, s.prompt}, on_device);
     auto cache =
@@ -319,6 +298,7 @@ Family GPT2Family() {
   for (const GPT2Size& s : GPT2Sizes()) f.sizes.push_back(s.name);
   f.phases = {ForwardPhase(), ForwardBackwardPhase(), TrainStepPhase(), GeneratePhase()};
   f.suite = {"small/"};
+  f.packs_cpu_linears = true;
   f.default_batch = 1;
   f.default_seqs = {512};
   f.plan = PlanGPT2;

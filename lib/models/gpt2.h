@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "harness/family.h"
-#include "models/packed_linear.h"
+#include "harness/packed_linear.h"
 
 namespace ltb {
 
@@ -74,15 +74,11 @@ class GPT2AttentionImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, at::Tensor* cache_k = nullptr,
                      at::Tensor* cache_v = nullptr, int64_t position = 0);
 
-  // Runs the projections through oneDNN from now on (CPU inference only).
-  void PackForCpuInference();
-
-  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+  PackableLinear c_attn{nullptr}, c_proj{nullptr};
 
  private:
   int64_t num_heads_;
   bool fused_;
-  PackedLinear c_attn_packed_, c_proj_packed_;
 };
 TORCH_MODULE(GPT2Attention);
 
@@ -90,11 +86,7 @@ class GPT2MLPImpl : public torch::nn::Module {
  public:
   explicit GPT2MLPImpl(int64_t d_model);
   at::Tensor forward(const at::Tensor& x);
-  void PackForCpuInference();
-  torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
-
- private:
-  PackedLinear c_fc_packed_, c_proj_packed_;
+  PackableLinear c_fc{nullptr}, c_proj{nullptr};
 };
 TORCH_MODULE(GPT2MLP);
 
@@ -109,7 +101,7 @@ class GPT2BlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GPT2Block);
 
-class GPT2LMImpl : public torch::nn::Module {
+class GPT2LMImpl : public torch::nn::Module, public CpuPackable {
  public:
   explicit GPT2LMImpl(const GPT2Options& o);
 
@@ -122,9 +114,9 @@ class GPT2LMImpl : public torch::nn::Module {
 
   KVCache MakeCache(int64_t batch, int64_t positions) const;
 
-  // Packs every linear layer, the tied LM head included, for oneDNN; for
-  // CPU inference after the weights are final (see packed_linear.h).
-  void PackForCpuInference();
+  // Packs the tied LM head for oneDNN (the blocks' layers pack themselves);
+  // for CPU inference after the weights are final (see packed_linear.h).
+  void PackForCpuInference() override;
 
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::ModuleList h;

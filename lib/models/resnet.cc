@@ -129,7 +129,7 @@ ResNetImpl::ResNetImpl(const ResNetOptions& o)
     }
     *stages[stage] = register_module(absl::StrCat("layer", stage + 1), seq);
   }
-  fc = register_module("fc", torch::nn::Linear(in, o.classes()));
+  fc = register_module("fc", PackableLinear(in, o.classes()));
 }
 
 at::Tensor ResNetImpl::forward(const at::Tensor& x) {
@@ -147,6 +147,7 @@ Family ResNetFamily() {
   for (const ResNetSize& s : ResNetSizes()) f.sizes.push_back(s.name);
   f.phases = {ForwardPhase(Shape::kBatch), TrainStepPhase(Shape::kBatch)};
   f.suite = {"resnet18/"};
+  f.packs_cpu_linears = true;
   f.default_batch = 32;
   f.sweeps_memory_format = true;
   f.plan = [](const BenchSpec& s) -> absl::StatusOr<Plan> {

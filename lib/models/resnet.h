@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "harness/family.h"
+#include "harness/packed_linear.h"
 
 namespace ltb {
 
@@ -76,7 +77,7 @@ class ResNetImpl : public torch::nn::Module {
   torch::nn::BatchNorm2d bn1{nullptr};
   torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr},
       layer4{nullptr};
-  torch::nn::Linear fc{nullptr};
+  PackableLinear fc{nullptr};
 };
 TORCH_MODULE(ResNet);
 

@@ -90,7 +90,7 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const TransformerOptions& o)
   TORCH_CHECK(o.d_model() % o.num_heads() == 0, "heads (", o.num_heads(),
               ") must divide d_model (", o.d_model(), ")");
   const auto linear = [&] {
-    return torch::nn::Linear(
+    return PackableLinear(
         torch::nn::LinearOptions(o.d_model(), o.d_model()).bias(false));
   };
   q_proj = register_module("q_proj", linear());
@@ -117,7 +117,7 @@ at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x,
 
 SwiGLUImpl::SwiGLUImpl(int64_t d_model, int64_t d_ff) {
   const auto linear = [](int64_t in, int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+    return PackableLinear(torch::nn::LinearOptions(in, out).bias(false));
   };
   w1 = register_module("w1", linear(d_model, d_ff));
   w2 = register_module("w2", linear(d_ff, d_model));
@@ -147,7 +147,7 @@ TransformerLMImpl::TransformerLMImpl(const TransformerOptions& o)
       ln_final(register_module("ln_final", RMSNorm(o.d_model(), o.eps()))),
       lm_head(register_module(
           "lm_head",
-          torch::nn::Linear(
+          PackableLinear(
               torch::nn::LinearOptions(o.d_model(), o.vocab_size()).bias(false)))),
       options_(o) {
   for (int64_t i = 0; i < o.num_layers(); ++i) layers->push_back(TransformerBlock(o));
@@ -237,6 +237,7 @@ Family TransformerFamily() {
   // An epoch of the small model takes minutes on a CPU: the default suite
   // covers train_epoch with EncDec/tiny instead.
   f.suite = {"small/[^/]+/(forward|forward_backward|train_step)/"};
+  f.packs_cpu_linears = true;
   f.default_batch = 4;
   f.default_seqs = {512};
   f.plan = PlanTransformer;

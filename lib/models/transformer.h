@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "harness/family.h"
+#include "harness/packed_linear.h"
 
 namespace ltb {
 
@@ -87,7 +88,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   // x: (B, T, d_model); positions: (T).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& positions);
 
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr},
+  PackableLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr},
       output_proj{nullptr};
   RotaryEmbedding rope{nullptr};
 
@@ -101,7 +102,7 @@ class SwiGLUImpl : public torch::nn::Module {
  public:
   SwiGLUImpl(int64_t d_model, int64_t d_ff);
   at::Tensor forward(const at::Tensor& x);
-  torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+  PackableLinear w1{nullptr}, w2{nullptr}, w3{nullptr};
 };
 TORCH_MODULE(SwiGLU);
 
@@ -124,7 +125,7 @@ class TransformerLMImpl : public torch::nn::Module {
   torch::nn::Embedding token_embeddings{nullptr};
   torch::nn::ModuleList layers;
   RMSNorm ln_final{nullptr};
-  torch::nn::Linear lm_head{nullptr};
+  PackableLinear lm_head{nullptr};
 
  private:
   TransformerOptions options_;

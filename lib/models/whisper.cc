@@ -94,11 +94,11 @@ int64_t WhisperDecodeWeightCount(const WhisperOptions& o) {
 // ---------------------------------------------------------------- modules
 
 WhisperAttentionImpl::WhisperAttentionImpl(int64_t width, int64_t heads, bool fused)
-    : query(register_module("query", torch::nn::Linear(width, width))),
+    : query(register_module("query", PackableLinear(width, width))),
       key(register_module(
-          "key", torch::nn::Linear(torch::nn::LinearOptions(width, width).bias(false)))),
-      value(register_module("value", torch::nn::Linear(width, width))),
-      out(register_module("out", torch::nn::Linear(width, width))),
+          "key", PackableLinear(torch::nn::LinearOptions(width, width).bias(false)))),
+      value(register_module("value", PackableLinear(width, width))),
+      out(register_module("out", PackableLinear(width, width))),
       heads_(heads),
       fused_(fused) {
   TORCH_CHECK(width % heads == 0, "heads (", heads, ") must divide the width (", width,
@@ -150,8 +150,8 @@ WhisperBlockImpl::WhisperBlockImpl(int64_t width, int64_t heads, bool cross, boo
     cross_attn_ln = register_module("cross_attn_ln", norm());
   }
   mlp = register_module(
-      "mlp", torch::nn::Sequential(torch::nn::Linear(width, 4 * width), torch::nn::GELU(),
-                                   torch::nn::Linear(4 * width, width)));
+      "mlp", torch::nn::Sequential(PackableLinear(width, 4 * width), torch::nn::GELU(),
+                                   PackableLinear(4 * width, width)));
   mlp_ln = register_module("mlp_ln", norm());
 }
 
@@ -446,6 +446,7 @@ Family WhisperFamily() {
     }
   }
   f.suite = {"tiny/"};
+  f.packs_cpu_linears = true;
   f.default_batch = 1;
   f.plan = PlanWhisper;
   f.build = BuildWhisper;

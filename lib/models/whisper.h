@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "harness/family.h"
+#include "harness/packed_linear.h"
 
 namespace ltb {
 
@@ -80,7 +81,7 @@ class WhisperAttentionImpl : public torch::nn::Module {
   // Cross-attention of x over precomputed keys and values.
   at::Tensor Cross(const at::Tensor& x, const at::Tensor& k, const at::Tensor& v);
 
-  torch::nn::Linear query{nullptr}, key{nullptr}, value{nullptr}, out{nullptr};
+  PackableLinear query{nullptr}, key{nullptr}, value{nullptr}, out{nullptr};
 
  private:
   at::Tensor Heads(const at::Tensor& y) const;  // (B, T, w) -> (B, nh, T, hs)

@@ -121,7 +121,7 @@ class BadInputTest(unittest.TestCase):
         self.assert_usage_error(["--no_such_flag=1"], "unknown flag", "--devices")
         self.assert_usage_error(["--batch"], "--batch needs a value")
         self.assert_usage_error(["--warmup_s=inf"], "--warmup_s")
-        self.assert_usage_error(["--cpu_linear=blas"], "valid: onednn, aten")
+        self.assert_usage_error(["--cpu_linear=blas"], "valid: aten, onednn")
         self.assert_usage_error(["--benchmark_filter=("], "not a valid regular expression")
         self.assert_usage_error(["--benchmark_filter=NoSuchModel"], "no benchmark matches")
 

@@ -130,15 +130,21 @@ TEST(DataParallel, OneStepMatchesASingleProcessOnTheWholeBatch) {
   const at::Tensor r0 = Load(dir + "/rank0", single.numel());
   const at::Tensor r1 = Load(dir + "/rank1", single.numel());
   EXPECT_TRUE(torch::equal(r0, r1)) << "ranks disagree after the step";
-  EXPECT_TRUE(torch::allclose(r0, single, 1e-5, 1e-6))
-      << "max difference " << (r0 - single).abs().max().item<double>();
-  // ... and the step did change the weights.
+  // The step changed the weights ...
   at::manual_seed(0);
   TransformerLM fresh(TransformerSizeOptions("nano").value());
   std::vector<at::Tensor> flat;
   for (const at::Tensor& p : fresh->parameters())
     flat.push_back(p.detach().reshape({-1}));
-  EXPECT_FALSE(torch::allclose(at::cat(flat), single));
+  const at::Tensor update = single - at::cat(flat);
+  const double largest = update.abs().max().item<double>();
+  EXPECT_GT(largest, 0);
+  // ... by the same update on both: AdamW's first step is about lr times the
+  // gradient's sign, so gradients near zero that two summation orders round
+  // differently move a weight by a visible share of lr. Agreement is judged
+  // in units of the update, not of the weights.
+  const double diff = (r0 - single).abs().max().item<double>();
+  EXPECT_LE(diff, 0.01 * largest) << "largest update " << largest;
   std::filesystem::remove_all(dir);
 }
 

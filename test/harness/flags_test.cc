@@ -96,8 +96,8 @@ TEST(Choices, NameTheValidOnes) {
             std::string::npos);
   EXPECT_EQ(Parsed<DataSource>("disk"), DataSource::kDisk);
   EXPECT_NE(ErrorOf<DataSource>("tape").find("valid: memory, disk"), std::string::npos);
-  EXPECT_EQ(Parsed<CpuLinear>("aten"), CpuLinear::kAten);
-  EXPECT_NE(ErrorOf<CpuLinear>("blas").find("onednn"), std::string::npos);
+  EXPECT_EQ(Parsed<CpuLinearList>("aten,onednn,aten").packed, (std::vector<bool>{false, true}));
+  EXPECT_NE(ErrorOf<CpuLinearList>("blas").find("valid: aten, onednn"), std::string::npos);
 }
 
 TEST(PeakFlagValues, OneNumberOrPerDtype) {
