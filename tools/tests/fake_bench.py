@@ -1,0 +1,89 @@
+"""A stand-in for bench in the tools' tests, so that they run without a
+build: it lists and "runs" its benchmarks the way bench does, in a moment.
+
+    Fake/ok/cpu/step/fp32      a step of FAKE_BENCH_MS (default 2) milliseconds
+                               times FAKE_BENCH_SLOWDOWN (default 1), with
+                               0.2% noise
+    Fake/fast/cpu/step/fp32    the same at half the time
+    Fake/error/cpu/step/fp32   reports an error, as SkipWithError does
+    Fake/kill/cpu/step/fp32    SIGKILLs itself, as the kernel's OOM killer would
+    Fake/sleep/cpu/step/fp32   sleeps FAKE_BENCH_SLEEP_S (default 60) seconds
+                               first (for timeouts and interruptions)
+
+Flags: --benchmark_list_tests, --benchmark_filter=REGEX (default: all),
+--benchmark_format=json, --benchmark_repetitions=N, --dtype=fp32 (another
+dtype is refused with exit 2, as bench does); others are ignored. The
+context reports FAKE_BENCH_LIBTORCH and FAKE_BENCH_COMMIT, and a date and a
+load_avg of its own. Other builds: FAKE_BENCH_ONLY, a regex, hides the
+benchmarks it does not match; FAKE_BENCH_KILL, a regex, makes those it
+matches SIGKILL themselves too. FAKE_BENCH_LOG names a file each start
+appends FAKE_BENCH_ID and its arguments to, as a JSON list.
+"""
+import datetime
+import json
+import os
+import random
+import re
+import signal
+import sys
+import time
+
+KINDS = ("ok", "fast", "error", "kill", "sleep")
+NAMES = [f"Fake/{kind}/cpu/step/fp32/manual_time" for kind in KINDS
+         if re.search(os.environ.get("FAKE_BENCH_ONLY", "."), f"Fake/{kind}/")]
+
+
+def flag(argv, name, default=None):
+    for arg in argv:
+        if arg == name:
+            return "true"
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return default
+
+
+def entry(name, rep, reps):
+    ms = float(os.environ.get("FAKE_BENCH_MS", "2")) * float(
+        os.environ.get("FAKE_BENCH_SLOWDOWN", "1")) * random.gauss(1, 0.002)
+    if "/fast/" in name:
+        ms /= 2
+    e = {"name": name, "family_index": NAMES.index(name), "per_family_instance_index": 0,
+         "run_name": name, "run_type": "iteration", "repetitions": reps,
+         "repetition_index": rep, "threads": 1, "iterations": 25, "real_time": ms,
+         "cpu_time": ms, "time_unit": "ms", "samples/s": 1000 / ms}
+    if "/error/" in name:
+        e.update(error_occurred=True, error_message="no such device: fake")
+    return e
+
+
+def main(argv):
+    if os.environ.get("FAKE_BENCH_LOG"):
+        with open(os.environ["FAKE_BENCH_LOG"], "a") as f:
+            f.write(json.dumps([os.environ.get("FAKE_BENCH_ID", ""), *argv]) + "\n")
+    print("cpu: 2 cores (fake)", file=sys.stderr)
+    dtype = flag(argv, "--dtype", "fp32")
+    if dtype != "fp32":
+        print(f"bench: unknown --dtype '{dtype}' (valid: fp32)", file=sys.stderr)
+        return 2
+    selected = [n for n in NAMES if re.search(flag(argv, "--benchmark_filter", "."), n)]
+    if flag(argv, "--benchmark_list_tests"):
+        print("\n".join(selected))
+        return 0
+    reps = int(flag(argv, "--benchmark_repetitions", "1"))
+    benchmarks = []
+    for name in selected:
+        if "/kill/" in name or re.search(os.environ.get("FAKE_BENCH_KILL", "^$"), name):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if "/sleep/" in name:
+            time.sleep(float(os.environ.get("FAKE_BENCH_SLEEP_S", "60")))
+        benchmarks += [entry(name, rep, reps) for rep in range(reps)]
+    context = {"date": datetime.datetime.now().isoformat(), "executable": sys.argv[0],
+               "num_cpus": 2, "load_avg": [random.random()], "library_build_type": "release",
+               "libtorch_version": os.environ.get("FAKE_BENCH_LIBTORCH", "2.9.0"),
+               "suite_commit": os.environ.get("FAKE_BENCH_COMMIT", "fa4e000")}
+    print(json.dumps({"context": context, "benchmarks": benchmarks}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
