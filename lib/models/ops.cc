@@ -140,13 +140,15 @@ OpDef Copy(const std::string& op, int64_t mib) {
 }
 
 // Scaled-dot-product attention, causal, (B, heads, T, head size): QK^T and
-// AV counted over the full T x T square, 4 B h T^2 hs, as the model FLOP
-// counts do.
+// AV counted over the query-key pairs on and below the diagonal, the
+// T (T + 1) / 2 that a causal kernel computes (fused kernels skip the blocks
+// above it): 4 B h hs T (T + 1) / 2. The model families count the full
+// T x T square instead, as their cited FLOP formulas do.
 OpDef Sdpa(int64_t b, int64_t h, int64_t t, int64_t hs) {
   OpDef d;
   d.op = "sdpa";
   d.shape = absl::StrCat(Dims({b, h, t, hs}), "_causal");
-  d.cost = [=](int64_t) { return OpCost{4.0 * b * h * t * t * hs, 0}; };
+  d.cost = [=](int64_t) { return OpCost{4.0 * b * h * hs * (t * (t + 1) / 2.0), 0}; };
   d.memory = [=](int64_t e) { return 4 * b * h * t * hs * e + b * h * t * t * e; };
   d.make_step = [=](const at::TensorOptions& o) -> std::function<void()> {
     at::Tensor q = at::randn({b, h, t, hs}, o), k = at::randn({b, h, t, hs}, o),
