@@ -125,8 +125,15 @@ def base_name(entry):
     return _TIME_SUFFIX.sub("", name)
 
 
+_DEVICE = re.compile(r"(cpu|cuda(:\d+)?|mps)")
+
+
 def device_field(parts):
-    return 3 if parts and parts[0] == "Ops" else 2
+    """Where the device stands: third (Family/size/device/...), or fourth in
+    families that name the phase first (Ops/op/shape/device/...)."""
+    def is_device(i):
+        return len(parts) > i and _DEVICE.fullmatch(parts[i]) is not None
+    return 3 if not is_device(2) and is_device(3) else 2
 
 
 def split_device(name):
@@ -146,7 +153,7 @@ def parse_name(name):
     parts = name.split("/")
     fields = {"family": parts[0], "size": "", "device": "", "phase": "",
               "settings": {}, "dtype": "", "nosync": False}
-    keys = ("size", "phase", "device") if parts[0] == "Ops" else ("size", "device", "phase")
+    keys = ("size", "phase", "device") if device_field(parts) == 3 else ("size", "device", "phase")
     for key, value in zip(keys, parts[1:4]):
         fields[key] = value
     for part in parts[4:]:

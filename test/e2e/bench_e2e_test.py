@@ -124,6 +124,9 @@ class BadInputTest(unittest.TestCase):
         self.assert_usage_error(["--cpu_linear=blas"], "valid: aten, onednn")
         self.assert_usage_error(["--benchmark_filter=("], "not a valid regular expression")
         self.assert_usage_error(["--benchmark_filter=NoSuchModel"], "no benchmark matches")
+        self.assert_usage_error(["--epochs=2,5"], "--epochs", "one value, not a list")
+        self.assert_usage_error(["--steps=3,4"], "--steps", "one value, not a list")
+        self.assert_usage_error(["--dtype="], "--dtype needs at least one value")
 
     def test_unavailable_device_is_an_error_entry_not_an_absence(self):
         doc = run_json("--benchmark_filter=Transformer/nano/cuda:7/forward/", *FAST)
@@ -288,22 +291,30 @@ def peak_of(context, key):
 @unittest.skipUnless(BENCH, "LTB_BENCH is not set")
 class PeaksTest(unittest.TestCase):
     def test_measured_peak_bounds_every_matmul_and_gives_mfu(self):
-        doc = run_json("--benchmark_filter=Ops/matmul/(256x256|512x512|1024x1024|2048x768x768)/"
-                       "|Transformer/nano/cpu/forward/", "--devices=cpu", "--seq=64",
-                       "--benchmark_min_time=0.1", "--warmup_s=0")
+        doc = run_json("--benchmark_filter=Ops/matmul/(256x256|512x512|1024x1024|2048x2048|"
+                       "2048x768x768)/|Transformer/nano/cpu/forward/", "--devices=cpu",
+                       "--seq=64", "--dtype=fp32,bf16", "--benchmark_min_time=0.1",
+                       "--warmup_s=0")
         ctx = doc["context"]
-        self.assertIn("measured", ctx["peak_flops_cpu_fp32"])
-        peak = peak_of(ctx, "peak_flops_cpu_fp32")
-        self.assertGreater(peak, 0)
-        matmuls = [b for b in doc["benchmarks"] if b["name"].startswith("Ops/matmul/")]
-        self.assertEqual(len(matmuls), 4)
-        for b in matmuls:
-            # The peak is the fastest step of these very shapes; a mean over
-            # later steps can beat it only by noise on a shared machine
-            # (load that lasted through the whole peak measurement).
-            self.assertLessEqual(b["FLOP/s"], 1.10 * peak, b["name"])
-        for b in doc["benchmarks"]:
-            self.assertAlmostEqual(b["mfu"], b["FLOP/s"] / peak, delta=1e-3 * b["mfu"])
+        for dtype in ("fp32", "bf16"):
+            if f"peak_flops_cpu_{dtype}" not in ctx or "none" in ctx[f"peak_flops_cpu_{dtype}"]:
+                self.assertEqual(dtype, "bf16", "every x86-64 CPU this runs on has fp32 FMA")
+                continue
+            self.assertIn("measured", ctx[f"peak_flops_cpu_{dtype}"])
+            self.assertIn("loop", ctx[f"peak_flops_cpu_{dtype}"])
+            peak = peak_of(ctx, f"peak_flops_cpu_{dtype}")
+            stock = peak_of(ctx, f"gemm_flops_cpu_{dtype}")
+            self.assertGreaterEqual(peak, stock, "the peak is at least the best GEMM step")
+            matmuls = [b for b in doc["benchmarks"]
+                       if b["name"].startswith("Ops/matmul/") and f"/{dtype}/" in b["name"]]
+            self.assertEqual(len(matmuls), 5)
+            for b in matmuls:
+                # The peak is the highest of an FMA loop and the fastest GEMM
+                # step of these very shapes: no matmul beats it.
+                self.assertLessEqual(b["mfu"], 1.0, b["name"])
+            for b in doc["benchmarks"]:
+                if f"/{dtype}/" in b["name"]:
+                    self.assertAlmostEqual(b["mfu"], b["FLOP/s"] / peak, delta=1e-3 * b["mfu"])
 
     def test_given_peaks_are_used_and_recorded(self):
         doc = run_json(*FAST, "--devices=cpu", "--new_tokens=8",
@@ -390,6 +401,100 @@ class SuiteTest(unittest.TestCase):
                           "--devices=cpu", "--sync=false").stdout.split()
         self.assertTrue(names)
         self.assertTrue(all("/nosync" in n for n in names), names)
+
+
+NANO = ["--benchmark_min_time=0.01", "--warmup_s=0", "--batch=2", "--seq=16", "--prompt=4",
+        "--new_tokens=3", "--epochs=1", "--warmup_epochs=0", "--dataset_samples=4",
+        "--devices=cpu"]
+
+
+@unittest.skipUnless(BENCH, "LTB_BENCH is not set")
+class PrecisionTest(unittest.TestCase):
+    """Every family and phase at nano size in three precisions and both CPU
+    linear paths: what runs, what it reports, and what it says when it cannot."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.doc = run_json("--benchmark_filter=/nano/cpu/", *NANO, "--dtype=fp32,bf16,fp16",
+                           "--cpu_linear=aten,onednn", "--peak_flops=fp32=1e12,bf16=4e12",
+                           "--peak_bandwidth=1e10")
+        cls.entries = {b["run_name"].replace("/manual_time", ""): b
+                       for b in cls.doc["benchmarks"]}
+
+    def test_every_counter_is_finite_and_every_failure_says_why(self):
+        import math
+        # (phases + CPU inference phases with packed linears) x 3 dtypes:
+        # Transformer 4 + 1, GPT2 4 + 2, ResNet 2 + 1, CNN 2 + 1, Encoder 2,
+        # Whisper 3 + 3, EncDec 3.
+        self.assertEqual(len(self.entries), 3 * (5 + 6 + 3 + 3 + 2 + 6 + 3))
+        for name, b in self.entries.items():
+            if b.get("error_occurred"):
+                # The only combination that cannot run: oneDNN's linear in fp16.
+                self.assertTrue(name.endswith("/fp16/onednn"), (name, b["error_message"]))
+                self.assertIn("runs fp32 and bf16, not fp16", b["error_message"])
+                continue
+            for key, value in b.items():
+                if isinstance(value, float):
+                    self.assertTrue(math.isfinite(value), (name, key, value))
+
+    def test_reduced_precision_inference_reports_its_drift_from_fp32(self):
+        for name, b in self.entries.items():
+            if b.get("error_occurred"):
+                continue
+            phase = name.split("/")[3]
+            reduced = "/bf16" in name or "/fp16" in name
+            inference = phase in ("forward", "encode", "generate", "transcribe")
+            tokens = phase in ("generate", "transcribe")
+            self.assertEqual("rel_err" in b, reduced and inference and not tokens, name)
+            self.assertEqual("token_match_%" in b, reduced and tokens, name)
+            if "rel_err" in b:
+                self.assertLess(b["rel_err"], 0.2, name)
+            if "token_match_%" in b:
+                self.assertGreaterEqual(b["token_match_%"], 0, name)
+                self.assertLessEqual(b["token_match_%"], 100, name)
+
+    def test_onednn_linears_are_a_named_axis_of_cpu_inference_only(self):
+        onednn = [n for n in self.entries if n.endswith("/onednn")]
+        families = {n.split("/")[0] for n in onednn}
+        self.assertEqual(families, {"Transformer", "GPT2", "ResNet", "CNN", "Whisper"})
+        for n in onednn:
+            self.assertIn(n.split("/")[3], ("forward", "encode", "generate", "transcribe"), n)
+            self.assertIn(n[:-len("/onednn")], self.entries, "the aten twin ran too")
+
+    def test_fp16_has_mfu_only_where_the_cpu_computes_it(self):
+        ctx = self.doc["context"]
+        with open("/proc/cpuinfo") as f:
+            native_fp16 = "avx512_fp16" in f.read()
+        forward = self.entries["Transformer/nano/cpu/forward/batch:2/seq:16/fp16"]
+        # --peak_flops gave no fp16 peak: measured, or none without native fp16.
+        self.assertEqual("mfu" in forward, native_fp16, ctx.get("peak_flops_cpu_fp16"))
+        if not native_fp16:
+            self.assertIn("no native fp16 arithmetic", ctx["peak_flops_cpu_fp16"])
+
+    def test_step_spread_and_resident_memory(self):
+        for name, b in self.entries.items():
+            if b.get("error_occurred"):
+                continue
+            for key in ("step_p50_ms", "step_p90_ms", "step_p99_ms", "step_cv_%", "peak_rss"):
+                self.assertIn(key, b, name)
+            self.assertLessEqual(b["step_p50_ms"], b["step_p90_ms"], name)
+            self.assertLessEqual(b["step_p90_ms"], b["step_p99_ms"], name)
+            self.assertGreater(b["peak_rss"], 10 << 20, name)
+
+    def test_swept_epochs_keep_their_mfu(self):
+        epoch = self.entries["EncDec/nano/cpu/train_epoch/batch:2/seq:16/fp32/iterations:1"]
+        self.assertIn("mfu", epoch)
+
+
+@unittest.skipUnless(BENCH, "LTB_BENCH is not set")
+class StepsTest(unittest.TestCase):
+    def test_steps_measures_exactly_that_many_for_every_benchmark(self):
+        doc = run_json("--benchmark_filter=Transformer/nano/cpu/(forward|train_step)/|"
+                       "Ops/noop/|CNN/nano/cpu/forward/", *FAST, "--steps=7")
+        self.assertEqual(len(doc["benchmarks"]), 4)
+        for b in doc["benchmarks"]:
+            self.assertEqual(b["iterations"], 7, b["name"])
+            self.assertIn("/iterations:7/", b["name"])
 
 
 if __name__ == "__main__":
