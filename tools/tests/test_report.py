@@ -38,6 +38,21 @@ class ReportTest(ToolTest):
         self.assertIn(f"| `{FWD}` | 3 | 20 ms | 3k tokens/s | 1G FLOP/s | — | — | 2 KiB |",
                       proc.stdout)
 
+    def test_the_spread_of_steps_inside_a_run(self):
+        # cs336's table: the mean step (the time), its standard deviation and
+        # their ratio; a 40 ms mean with a 5% coefficient of variation has a
+        # 2 ms standard deviation.
+        path = self.write("run.json", doc(
+            entry(FWD, 40.0, **{"step_cv_%": 5.0, "step_p50_ms": 39.0, "step_p90_ms": 43.0,
+                                "step_p99_ms": 47.5}),
+            entry(GEN, 500.0)))
+        fwd, gen = self.csv_rows(path)
+        self.assertAlmostEqual(float(fwd["step_sd_ms"]), 2.0)
+        self.assertEqual(float(fwd["step_cv_%"]), 5.0)
+        self.assertEqual(float(fwd["step_p50_ms"]), 39.0)
+        self.assertEqual(float(fwd["step_p99_ms"]), 47.5)
+        self.assertEqual(gen["step_sd_ms"], "", "no spread where the run has none")
+
     def test_speedup_of_several_machines_against_the_first(self):
         a = self.write("a100.json", doc(entry(FWD, 200.0), entry(GEN, 1000.0)))
         b = self.write("h100.json", doc(entry(FWD, 50.0), entry(GEN, 400.0)))
