@@ -17,6 +17,7 @@
 #include "harness/device.h"
 #include "harness/distributed.h"
 #include "harness/epoch.h"
+#include "harness/interrupt.h"
 #include "harness/phases.h"
 #include "harness/profiling.h"
 #include "harness/timer.h"
@@ -27,6 +28,12 @@ namespace {
 // Google Benchmark calls a benchmark function several times while it
 // settles on an iteration count; the built, warmed-up workload is kept
 // across those calls and dropped when another benchmark starts.
+// Thrown when a stop is requested before the timed steps.
+class Stopped : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 struct Cached {
   std::string name;
   c10::Device device = c10::Device(c10::kCPU);
@@ -94,6 +101,7 @@ Workload& Prepare(const Family& family, const BenchSpec& spec,
   const bool lockstep = CurrentProcessGroup() != nullptr && spec.data_parallel;
   const double warmup_seconds = epochs || lockstep ? 0 : options.warmup_seconds;
   for (int i = 0; i < warmup_steps || warm < warmup_seconds; ++i) {
+    if (StopRequested()) throw Stopped("during warm-up");
     timer.Start();
     workload->Step();
     warm += timer.Stop();
@@ -124,14 +132,16 @@ void Fail(benchmark::State& state, const std::string& message) {
 }
 
 // A failure inside a data-parallel benchmark leaves the other ranks waiting
-// in a collective: nothing can continue, so the process stops, saying why.
+// in a collective: nothing can continue. The failure is recorded, the rest
+// of the run is skipped, the results so far are written, and bench exits 1.
 void FailRun(benchmark::State& state, const BenchSpec& spec, const std::string& message) {
   if (CurrentProcessGroup() != nullptr && spec.data_parallel) {
     std::cerr << "bench: rank " << CurrentProcessGroup()->rank() << ": " << spec.Name()
               << ": " << message
-              << "\nbench: stopping, since the other ranks cannot go on without "
-              << "this one\n";
-    std::_Exit(1);
+              << "\nbench: stopping after writing the results so far, since the other "
+                 "ranks cannot go on without this one\n";
+    RequestStop(1, absl::StrCat("not run: data-parallel rank ",
+                                CurrentProcessGroup()->rank(), " failed in ", spec.Name()));
   }
   Fail(state, message);
 }
@@ -171,6 +181,7 @@ void ReleaseCachedWorkload() {
 
 void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec& spec,
                   const RunOptions& options) {
+  if (StopRequested()) return state.SkipWithError(kNotRunMessage);
   std::string why;
   if (!DeviceAvailable(spec.device, &why)) return Fail(state, why);
   absl::StatusOr<Plan> plan = family.PlanFor(spec);
@@ -220,9 +231,16 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
       measured += seconds;
       steps.push_back(seconds);
       state.SetIterationTime(seconds);
+      if (StopRequested()) {
+        workload.EndMeasurement();
+        return Fail(state, absl::StrCat(StopReason(), " after ", steps.size(),
+                                        " measured steps"));
+      }
     }
     if (!spec.sync) Synchronize(spec.device);
     workload.EndMeasurement();
+  } catch (const Stopped& e) {
+    return Fail(state, absl::StrCat(StopReason(), " ", e.what()));
   } catch (const c10::OutOfMemoryError& e) {
     return FailRun(state, spec,
                    absl::StrCat("out of memory on ", DeviceName(spec.device),

@@ -5,7 +5,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -79,6 +82,31 @@ at::Tensor GenerateShard(const DatasetSpec& spec, int64_t index) {
   return at::randint(spec.vocab, {n, spec.sample_tokens}, gen, at::kLong);
 }
 
+namespace {
+
+// Writes `parts` to `path` and flushes them to storage; on any failure the
+// file is removed and the error says why (errno's text: "No space left on
+// device", "File too large", ...).
+absl::Status WriteFile(const std::string& path,
+                       std::initializer_list<std::pair<const void*, size_t>> parts) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return absl::InternalError(std::strerror(errno));
+  int error = 0;
+  for (const auto& [data, size] : parts) {
+    if (error == 0 && std::fwrite(data, 1, size, f) != size) error = errno ? errno : EIO;
+  }
+  if (error == 0 && std::fflush(f) != 0) error = errno;
+  if (error == 0 && ::fsync(::fileno(f)) != 0) error = errno;
+  if (std::fclose(f) != 0 && error == 0) error = errno;
+  if (error != 0) {
+    std::remove(path.c_str());
+    return absl::InternalError(std::strerror(error));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status WriteShard(const std::string& path, const at::Tensor& tokens,
                         int64_t vocab) {
   if (vocab > 65536) {
@@ -97,16 +125,18 @@ absl::Status WriteShard(const std::string& path, const at::Tensor& tokens,
   const size_t bytes = payload.numel() * 2;
   h.crc32 = Crc32(payload.data_ptr(), bytes);
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());  // writers may race
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(&h), sizeof(h));
-  out.write(static_cast<const char*>(payload.data_ptr()),
-            static_cast<std::streamsize>(bytes));
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  // Written to a temporary name, flushed to storage, then renamed: a shard is
+  // complete or absent, whatever stops the writing (a full disk, a crash).
+  if (absl::Status s = WriteFile(tmp, {{&h, sizeof(h)}, {payload.data_ptr(), bytes}});
+      !s.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot write ", path, ": ", s.message()));
+  }
   std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);  // a shard is complete or absent
-  if (ec)
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
     return absl::InternalError(absl::StrCat("cannot write ", path, ": ", ec.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -188,10 +218,12 @@ absl::StatusOr<std::vector<std::string>> PrepareDataset(const std::string& dir,
       return s;
     }
   }
-  std::ofstream out(manifest, std::ios::trunc);
-  out << ManifestText(spec);
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", manifest));
+  // The manifest last: shards without one are rewritten by the next run.
+  const std::string text = ManifestText(spec);
+  if (absl::Status s = WriteFile(manifest, {{text.data(), text.size()}}); !s.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot write ", manifest, ": ", s.message()));
+  }
   *wrote = true;
   return paths;
 }

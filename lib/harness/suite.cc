@@ -2,7 +2,12 @@
 
 #include <benchmark/benchmark.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -17,6 +22,7 @@
 #include "harness/context.h"
 #include "harness/device.h"
 #include "harness/distributed.h"
+#include "harness/interrupt.h"
 #include "harness/memory.h"
 #include "harness/peaks.h"
 #include "harness/registry.h"
@@ -45,6 +51,77 @@ struct SuiteState {
 SuiteState& State() {
   static auto* state = new SuiteState;
   return *state;
+}
+
+// Forwards to another reporter, leaving out the benchmarks that never ran
+// because the run stopped. As the file reporter it hands the output file
+// Google Benchmark opened on to the reporter it wraps.
+class StoppedRunsFilter : public benchmark::BenchmarkReporter {
+ public:
+  StoppedRunsFilter(benchmark::BenchmarkReporter* inner, bool pass_streams)
+      : inner_(inner), pass_streams_(pass_streams) {}
+  bool ReportContext(const Context& context) override {
+    if (pass_streams_) {
+      inner_->SetOutputStream(&GetOutputStream());
+      inner_->SetErrorStream(&GetErrorStream());
+    }
+    return inner_->ReportContext(context);
+  }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    std::vector<Run> kept;
+    for (const Run& run : runs) {
+      if (!(run.error_occurred && run.error_message == kNotRunMessage)) kept.push_back(run);
+    }
+    if (!kept.empty()) inner_->ReportRuns(kept);
+  }
+  void Finalize() override { inner_->Finalize(); }
+
+ private:
+  benchmark::BenchmarkReporter* inner_;
+  bool pass_streams_;
+};
+
+std::unique_ptr<benchmark::BenchmarkReporter> FileReporter(const std::string& format) {
+  if (format == "csv") return std::make_unique<benchmark::CSVReporter>();
+  if (format == "console") {
+    return std::make_unique<benchmark::ConsoleReporter>(benchmark::ConsoleReporter::OO_None);
+  }
+  return std::make_unique<benchmark::JSONReporter>();
+}
+
+// Whether `path` can be written: the file if it exists, else its directory.
+absl::Status CheckWritableFile(const std::string& flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  const char* reason = nullptr;
+  if (fs::is_directory(p, ec)) {
+    reason = "it is a directory";
+  } else if (fs::exists(p, ec)) {
+    if (::access(path.c_str(), W_OK) != 0) reason = std::strerror(errno);
+  } else if (!fs::is_directory(dir, ec)) {
+    reason = "its directory does not exist";
+  } else if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    reason = std::strerror(errno);
+  }
+  if (reason == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("cannot write --", flag, "=", path, ": ", reason));
+}
+
+absl::Status CheckWritableDirectory(const std::string& flag, const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create --", flag, "=", path, ": ", ec.message()));
+  }
+  if (::access(path.c_str(), W_OK | X_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write in --", flag, "=", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
 }
 
 // What ranks other than 0 report: nothing.
@@ -159,6 +236,24 @@ void AddContext(const SuiteOptions& o, const std::string& malloc_description,
 
 }  // namespace
 
+absl::Status CheckWritablePaths(const SuiteOptions& options, const CommandLine& command_line) {
+  if (command_line.list_only) return absl::OkStatus();
+  if (!command_line.out.empty() && !command_line.quiet_rank) {
+    if (absl::Status s = CheckWritableFile("benchmark_out", command_line.out); !s.ok()) {
+      return s;
+    }
+  }
+  if (!options.run.profile_dir.empty()) {
+    if (absl::Status s = CheckWritableDirectory("profile", options.run.profile_dir); !s.ok()) {
+      return s;
+    }
+  }
+  if (options.epochs.data == "disk") {
+    return CheckWritableDirectory("data_dir", options.epochs.data_dir);
+  }
+  return absl::OkStatus();
+}
+
 void ExitWithUsageError(const absl::Status& status) {
   std::fprintf(stderr, "bench: %s\n", std::string(status.message()).c_str());
   std::exit(kUsageError);
@@ -181,6 +276,10 @@ CommandLine ReadCommandLine(int* argc, char** argv) {
       c.list_only = true;
     }
     if (absl::ConsumePrefix(&arg, "--benchmark_filter=")) c.filter = std::string(arg);
+    if (absl::ConsumePrefix(&arg, "--benchmark_out=")) c.out = std::string(arg);
+    if (absl::ConsumePrefix(&arg, "--benchmark_out_format=")) {
+      c.out_format = std::string(arg);
+    }
   }
   *argc = kept;
   return c;
@@ -197,6 +296,7 @@ absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& comma
   state.filter =
       command_line.filter.empty() ? DefaultSuiteFilter(state.families) : command_line.filter;
   if (absl::Status s = CheckFilter(state.filter); !s.ok()) return s;
+  if (absl::Status s = CheckWritablePaths(options, command_line); !s.ok()) return s;
 
   SetEpochSettings(options.epochs);
   std::string malloc_description;
@@ -251,8 +351,26 @@ int RunSuite() {
                                               ? &null_reporter
                                               : benchmark::CreateDefaultDisplayReporter();
   RecordingReporter recorder(display);
-  const size_t matched = benchmark::RunSpecifiedBenchmarks(&recorder, state.filter);
+  StoppedRunsFilter shown(&recorder, /*pass_streams=*/false);
+  std::unique_ptr<benchmark::BenchmarkReporter> file_format;
+  std::unique_ptr<StoppedRunsFilter> file;
+  if (!state.command_line.out.empty()) {
+    file_format = FileReporter(state.command_line.out_format);
+    file = std::make_unique<StoppedRunsFilter>(file_format.get(), /*pass_streams=*/true);
+  }
+  InstallInterruptHandlers();
+  const size_t matched = benchmark::RunSpecifiedBenchmarks(&shown, file.get(), state.filter);
   ReleaseCachedWorkload();
+  if (StopRequested()) {
+    // The reporters have written what was measured; the process group (if
+    // any) cannot be torn down while other ranks may wait on this one.
+    std::cerr << "bench: " << StopReason() << "; the results measured before it are written\n";
+    std::cout.flush();
+    std::cerr.flush();
+    benchmark::Shutdown();
+    std::fflush(nullptr);
+    std::_Exit(StopExitCode());
+  }
   if (matched == 0) {
     std::vector<std::string> devices;
     for (const c10::Device& d : state.devices) devices.push_back(DeviceName(d));

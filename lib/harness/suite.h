@@ -17,7 +17,14 @@ struct CommandLine {
   std::string filter;      // --benchmark_filter; empty: the default suite
   bool list_only = false;  // --benchmark_list_tests
   bool quiet_rank = false; // a data-parallel rank other than 0: reports nothing
+  std::string out;         // --benchmark_out
+  std::string out_format = "json";  // --benchmark_out_format
 };
+
+// An error naming the path and the reason when --benchmark_out, --profile or
+// the train_epoch data directory (with --data=disk) cannot be written.
+// Directories are created.
+absl::Status CheckWritablePaths(const SuiteOptions& options, const CommandLine& command_line);
 
 // Reads the above; on ranks other than 0 also drops the output flags
 // (--benchmark_out, --benchmark_format) from argv.
@@ -27,7 +34,9 @@ CommandLine ReadCommandLine(int* argc, char** argv);
 // error (bad filter, family flags that do not fit together, ...).
 absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& command_line);
 
-// Runs what the filter selects and reports it; the process's exit code.
+// Runs what the filter selects and reports it; the process's exit code: 0,
+// or 128 + the signal's number when a signal stopped the run (1 when a
+// data-parallel failure did), after writing what was measured.
 int RunSuite();
 
 // Prints "bench: <message>" and exits with the usage exit code, 2.

@@ -254,6 +254,35 @@ class EpochTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 2)
         self.assertIn("--nhead=8 must divide --d_model=100", proc.stderr)
 
+    def test_a_failing_data_parallel_run_keeps_what_was_measured(self):
+        repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        with tempfile.TemporaryDirectory() as tmp:
+            data = os.path.join(tmp, "data")
+            run_json(*self.ARGS, f"--data_dir={data}")  # the dataset, then a corrupt shard
+            [dataset] = os.listdir(data)
+            shard = os.path.join(data, dataset, "shard_0000.bin")
+            with open(shard, "r+b") as f:
+                f.seek(100)
+                byte = f.read(1)
+                f.seek(100)
+                f.write(bytes([byte[0] ^ 0xFF]))
+            out = os.path.join(tmp, "out.json")
+            proc = subprocess.run(
+                [os.path.join(repo, "tools", "launch"), "--nproc_per_node=2", BENCH, *self.ARGS,
+                 "--threads=1", "--benchmark_filter=EncDec/nano/cpu/train_(step|epoch)/",
+                 f"--data_dir={data}", f"--benchmark_out={out}", "--benchmark_out_format=json"],
+                capture_output=True, text=True, timeout=600)
+            self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+            self.assertIn("stopping after writing the results so far", proc.stderr)
+            with open(out) as f:
+                doc = json.load(f)
+            entries = {b["run_name"].split("/")[3]: b for b in doc["benchmarks"]}
+            self.assertEqual(set(entries), {"train_step", "train_epoch"})
+            self.assertFalse(entries["train_step"].get("error_occurred", False),
+                             entries["train_step"].get("error_message"))
+            self.assertTrue(entries["train_epoch"]["error_occurred"])
+            self.assertIn(shard, entries["train_epoch"]["error_message"])
+
     def test_two_ranks_with_the_launcher_and_with_torchrun(self):
         repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
@@ -401,6 +430,91 @@ class SuiteTest(unittest.TestCase):
                           "--devices=cpu", "--sync=false").stdout.split()
         self.assertTrue(names)
         self.assertTrue(all("/nosync" in n for n in names), names)
+
+
+@unittest.skipUnless(BENCH, "LTB_BENCH is not set")
+class InterruptTest(unittest.TestCase):
+    """A signal stops the run but keeps what it measured."""
+
+    def start(self, out, *args, second="Selftest/slow/", seq=16):
+        proc = subprocess.Popen(
+            [BENCH, f"--benchmark_filter=Transformer/nano/cpu/forward/|{second}",
+             "--devices=cpu", f"--seq={seq}", "--batch=2", "--warmup_s=0",
+             "--benchmark_min_time=3",
+             "--peak_flops=1e12", f"--benchmark_out={out}", "--benchmark_out_format=json",
+             *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ, LTB_SELFTEST="1"))
+        # The console reporter prints each result as it finishes.
+        for line in proc.stdout:
+            if line.startswith("Transformer/nano/cpu/forward/"):
+                return proc
+        proc.kill()
+        self.fail("no first result: " + proc.stderr.read())
+
+    def test_a_signal_writes_valid_json_with_what_was_measured(self):
+        import signal
+        import time
+        for signo, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "out.json")
+                proc = self.start(out)
+                time.sleep(1)  # Selftest/slow is in flight: 0.2 s a step for 3 s
+                proc.send_signal(signo)
+                _, err = proc.communicate(timeout=120)
+                self.assertEqual(proc.returncode, code, err)
+                with open(out) as f:
+                    doc = json.load(f)
+                entries = {b["run_name"].split("/")[0]: b for b in doc["benchmarks"]}
+                self.assertEqual(set(entries), {"Transformer", "Selftest"})
+                self.assertFalse(entries["Transformer"].get("error_occurred", False))
+                self.assertTrue(entries["Selftest"]["error_occurred"])
+                self.assertRegex(entries["Selftest"]["error_message"],
+                                 f"interrupted by {signal.Signals(signo).name}")
+                cmp = subprocess.run([sys.executable, COMPARE_PY, "benchmarks", out, out],
+                                     capture_output=True, text=True, timeout=300)
+                self.assertEqual(cmp.returncode, 0, cmp.stderr)
+                self.assertIn("Transformer/nano/cpu/forward", cmp.stdout)
+
+    def test_a_second_signal_exits_at_once(self):
+        import signal
+        import time
+        with tempfile.TemporaryDirectory() as tmp:
+            # Transformer/small's steps take seconds here: the first signal
+            # waits for the step in flight, the second does not.
+            proc = self.start(os.path.join(tmp, "out.json"),
+                              second="Transformer/small/cpu/train_step/", seq=256)
+            time.sleep(1)
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.2)
+            start = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+            self.assertEqual(proc.returncode, 130, err)
+            self.assertIn("second signal, exiting now", err)
+            self.assertLess(time.monotonic() - start, 1.5)
+
+
+@unittest.skipUnless(BENCH, "LTB_BENCH is not set")
+class PathsTest(unittest.TestCase):
+    """Paths that cannot be written stop bench before anything runs."""
+
+    def test_unwritable_paths_exit_2_naming_the_path_and_reason(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            blocker = os.path.join(tmp, "file")
+            open(blocker, "w").close()
+            for args, expected in (
+                    ([f"--benchmark_out={tmp}/no/such/dir/out.json"],
+                     "its directory does not exist"),
+                    ([f"--benchmark_out={tmp}"], "it is a directory"),
+                    ([f"--profile={blocker}/trace"], f"cannot create --profile={blocker}/trace"),
+                    ([f"--data_dir={blocker}/data"], f"cannot create --data_dir={blocker}/data"),
+                    (["--data=disk", f"--data_dir={blocker}"], "--data_dir")):
+                proc = run_bench("--benchmark_filter=Transformer/nano/cpu/forward/", *FAST, *args,
+                                 check=False)
+                self.assertEqual(proc.returncode, 2, (args, proc.stderr))
+                self.assertIn(expected, proc.stderr, args)
+                self.assertNotIn("Transformer/nano", proc.stdout, "ran before refusing")
 
 
 NANO = ["--benchmark_min_time=0.01", "--warmup_s=0", "--batch=2", "--seq=16", "--prompt=4",

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
@@ -137,6 +140,46 @@ TEST_F(ShardsTest, OtherParametersAreAnErrorThatSaysHowToFixIt) {
       PrepareDataset(dir_.string(), other, /*regenerate=*/true, &wrote);
   ASSERT_TRUE(rewritten.ok());
   EXPECT_TRUE(wrote);
+}
+
+}  // namespace
+}  // namespace ltb
+
+namespace ltb {
+namespace {
+
+// A storage limit hit mid-write (here the process's per-file size limit,
+// which fails a write as a full disk does, with EFBIG instead of ENOSPC):
+// the error names the shard and the reason, no partial shard and no manifest
+// is left, and the next run with room writes the whole dataset.
+TEST_F(ShardsTest, RunningOutOfSpaceLeavesNoPartialShard) {
+  DatasetSpec spec = Spec();
+  spec.samples = 20000;  // 1.3 MB of tokens: two shards of at most 1 MB
+  ASSERT_EQ(spec.Shards(), 2);
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  const auto previous = std::signal(SIGXFSZ, SIG_IGN);  // fail the write, not the process
+  rlimit small = old;
+  small.rlim_cur = 512 * 1024;  // half a shard
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  bool wrote = false;
+  absl::StatusOr<std::vector<std::string>> paths =
+      PrepareDataset(dir_.string(), spec, false, &wrote);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+  std::signal(SIGXFSZ, previous);
+  ASSERT_FALSE(paths.ok());
+  EXPECT_FALSE(wrote);
+  EXPECT_NE(paths.status().message().find("shard_0000.bin"), std::string::npos)
+      << paths.status();
+  EXPECT_NE(paths.status().message().find("File too large"), std::string::npos)
+      << paths.status();
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir_)) left.push_back(e.path().filename());
+  EXPECT_TRUE(left.empty()) << "left behind: " << left.front();
+  paths = PrepareDataset(dir_.string(), spec, false, &wrote);
+  ASSERT_TRUE(paths.ok()) << paths.status();
+  EXPECT_TRUE(wrote);
+  for (const std::string& p : *paths) EXPECT_TRUE(ReadShard(p, 33, 8192).ok()) << p;
 }
 
 }  // namespace
