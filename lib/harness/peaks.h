@@ -83,7 +83,8 @@ enum class GemmPath { kDefault, kOnednn };
 double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
                          const std::vector<MatmulShape>& shapes,
                          GemmPath path = GemmPath::kDefault);
-// Best bytes/s (read + written) of a 256 MiB copy on `device`.
+// Best bytes/s of `device`: the faster of a 256 MiB copy (bytes read +
+// written) and a matrix-vector product reading a 256 MiB matrix.
 double MeasureCopyPeak(const c10::Device& device);
 
 }  // namespace ltb
