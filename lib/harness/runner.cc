@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "harness/device.h"
 #include "harness/distributed.h"
@@ -251,8 +252,13 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
                    absl::StrCat("out of host memory (estimate was ",
                                 FormatBytes(plan->memory.Total()), ")"));
   } catch (const c10::Error& e) {
-    return FailRun(state, spec,
-                   absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
+    const std::string what = e.what_without_backtrace();
+    if (absl::StrContains(what, "can't allocate memory")) {  // the CPU allocator's
+      return FailRun(state, spec,
+                     absl::StrCat("out of host memory (estimate was ",
+                                  FormatBytes(plan->memory.Total()), "): ", what));
+    }
+    return FailRun(state, spec, absl::StrCat("LibTorch error: ", what));
   } catch (const std::exception& e) {
     return FailRun(state, spec, absl::StrCat("error: ", e.what()));
   }

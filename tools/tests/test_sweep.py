@@ -54,6 +54,28 @@ class SweepRunner:
 
 
 class SweepTest(SweepRunner, RealBenchTest):
+    def test_running_out_of_host_memory_loses_only_that_benchmark(self):
+        # A 6 GiB address-space limit on the sweep and its bench processes:
+        # Transformer/medium's training step (weights, gradients and AdamW's
+        # moments: 6.8 GB) runs out of memory while its model is built, though
+        # the machine's free memory passed the memory guard; nano then runs.
+        import resource
+        medium = "Transformer/medium/cpu/train_step/batch:1/seq:32/fp32/manual_time"
+        nano = "Transformer/nano/cpu/forward/batch:1/seq:32/fp32/manual_time"
+        proc = subprocess.run(
+            [sys.executable, os.path.join(TOOLS, "sweep"), "--bench", self.bench,
+             "--journal", os.path.join(self.tmp, "j.jsonl"), *FAST, "--batch=1", "--seq=32",
+             "--devices=cpu", "--peak_flops=1e12",
+             "--benchmark_filter=Transformer/medium/cpu/train_step/|Transformer/nano/cpu/forward/"],
+            capture_output=True, text=True, timeout=600,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30)))
+        self.assertExit(proc, 0)
+        entries = self.by_name(self.merged(proc.stdout.strip()))
+        self.assertEqual(sorted(entries), sorted([medium, nano]))
+        self.assertFalse(entries[nano].get("error_occurred"), entries[nano].get("error_message"))
+        self.assertTrue(entries[medium]["error_occurred"])
+        self.assertIn("out of host memory", entries[medium]["error_message"])
+
     def test_a_crash_loses_only_that_benchmark(self):
         proc = self.sweep("--benchmark_filter=Selftest/(ok|abort)", *FAST)
         self.assertExit(proc, 0)
