@@ -12,7 +12,8 @@ int main(int argc, char** argv) {
   ltb::InstallCpuTracking();
   const ltb::CommandLine command_line = ltb::ReadCommandLine(&argc, argv);
   benchmark::Initialize(&argc, argv, ltb::PrintSuiteHelp);
-  if (absl::Status s = ltb::ParseSuiteFlags(argc, argv); !s.ok()) ltb::ExitWithUsageError(s);
+  if (absl::Status s = ltb::ParseSuiteFlags(argc, argv); !s.ok())
+    ltb::ExitWithUsageError(s);
   absl::StatusOr<ltb::SuiteOptions> options = ltb::OptionsFromFlags();
   if (!options.ok()) ltb::ExitWithUsageError(options.status());
   if (absl::Status s = ltb::RegisterSuite(*options, command_line); !s.ok()) {

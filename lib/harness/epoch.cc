@@ -73,7 +73,8 @@ class EpochWorkload final : public Workload {
 }  // namespace
 
 int64_t EpochSamples(const BenchSpec& spec) {
-  return RankShare(GetEpochSettings().dataset_samples, spec.batch).count * CurrentWorldSize();
+  return RankShare(GetEpochSettings().dataset_samples, spec.batch).count *
+         CurrentWorldSize();
 }
 
 std::unique_ptr<Workload> MakeEpochWorkload(const BenchSpec& spec, TrainFns fns,

@@ -47,8 +47,10 @@ absl::StatusOr<Plan> Family::PlanFor(const BenchSpec& spec) const {
 std::vector<std::pair<std::string, at::Tensor>> ModuleTensors(
     const torch::nn::Module& module) {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& p : module.named_parameters()) out.emplace_back("param:" + p.key(), p.value());
-  for (const auto& b : module.named_buffers()) out.emplace_back("buffer:" + b.key(), b.value());
+  for (const auto& p : module.named_parameters())
+    out.emplace_back("param:" + p.key(), p.value());
+  for (const auto& b : module.named_buffers())
+    out.emplace_back("buffer:" + b.key(), b.value());
   return out;
 }
 

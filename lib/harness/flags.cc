@@ -47,7 +47,8 @@ ABSL_FLAG(ltb::Switch, sync, ltb::Switch{true},
           "classic timing mistake; such runs carry /nosync in their names.");
 ABSL_FLAG(ltb::Seconds, warmup_s, ltb::Seconds{0.5},
           "Minimum warm-up time per benchmark, seconds.");
-ABSL_FLAG(ltb::Count, warmup_steps, ltb::Count{1}, "Minimum warm-up steps per benchmark.");
+ABSL_FLAG(ltb::Count, warmup_steps, ltb::Count{1},
+          "Minimum warm-up steps per benchmark.");
 ABSL_FLAG(ltb::MallocMode, malloc, ltb::MallocMode::kTuned,
           "glibc malloc settings: tuned (keep freed memory, no trimming) or system.");
 ABSL_FLAG(ltb::CpuLinearList, cpu_linear, ltb::CpuLinearList{{false}},
@@ -70,8 +71,9 @@ ABSL_FLAG(ltb::Count, warmup_epochs, ltb::Count{1},
           "train_epoch: epochs before the measured ones.");
 ABSL_FLAG(ltb::PositiveCount, dataset_samples, ltb::PositiveCount{128},
           "train_epoch: samples in the synthetic dataset.");
-ABSL_FLAG(ltb::DataSource, data, ltb::DataSource::kMemory,
-          "train_epoch data: memory (generated in RAM) or disk (shards under --data_dir).");
+ABSL_FLAG(
+    ltb::DataSource, data, ltb::DataSource::kMemory,
+    "train_epoch data: memory (generated in RAM) or disk (shards under --data_dir).");
 ABSL_FLAG(std::string, data_dir, "",
           "train_epoch: directory of the dataset shards; implies --data=disk. Default "
           "with --data=disk: ~/.cache/libtorch-bench/data.");
@@ -169,8 +171,8 @@ const std::vector<std::pair<std::string, DataSource>>& DataChoices() {
 
 const std::vector<std::pair<std::string, bool>>& SwitchChoices() {
   static const auto* c = new std::vector<std::pair<std::string, bool>>{
-      {"true", true}, {"false", false}, {"1", true}, {"0", false}, {"yes", true},
-      {"no", false}};
+      {"true", true}, {"false", false}, {"1", true},
+      {"0", false},   {"yes", true},    {"no", false}};
   return *c;
 }
 
@@ -195,24 +197,27 @@ bool AbslParseFlag(absl::string_view text, PositiveInts* out, std::string* error
                      return false;
                    });
 }
-std::string AbslUnparseFlag(const PositiveInts& v) { return absl::StrJoin(v.values, ","); }
+std::string AbslUnparseFlag(const PositiveInts& v) {
+  return absl::StrJoin(v.values, ",");
+}
 
 bool AbslParseFlag(absl::string_view text, DeviceList* out, std::string* error) {
   if (text.empty()) {
     out->values.clear();
     return true;
   }
-  return ParseList(text, &out->values, error,
-                   [](const std::string& item, c10::Device* d, std::string* e) {
-                     absl::StatusOr<c10::Device> device = ParseDevice(item);
-                     if (device.ok()) {
-                       *d = *device;
-                       return true;
-                     }
-                     *e = std::string(device.status().message());
-                     return false;
-                   },
-                   c10::Device(c10::kCPU));
+  return ParseList(
+      text, &out->values, error,
+      [](const std::string& item, c10::Device* d, std::string* e) {
+        absl::StatusOr<c10::Device> device = ParseDevice(item);
+        if (device.ok()) {
+          *d = *device;
+          return true;
+        }
+        *e = std::string(device.status().message());
+        return false;
+      },
+      c10::Device(c10::kCPU));
 }
 std::string AbslUnparseFlag(const DeviceList& v) {
   std::vector<std::string> names;
@@ -256,7 +261,8 @@ bool AbslParseFlag(absl::string_view text, MemoryFormats* out, std::string* erro
 }
 std::string AbslUnparseFlag(const MemoryFormats& v) {
   std::vector<std::string> names;
-  for (const bool cl : v.channels_last) names.push_back(cl ? "channels_last" : "contiguous");
+  for (const bool cl : v.channels_last)
+    names.push_back(cl ? "channels_last" : "contiguous");
   return absl::StrJoin(names, ",");
 }
 
@@ -298,8 +304,7 @@ bool AbslParseFlag(absl::string_view text, PeakFlopsValue* out, std::string* err
     out->per_dtype.clear();
     return true;
   }
-  absl::StatusOr<std::map<c10::ScalarType, double>> v =
-      ParsePeakFlops(std::string(text));
+  absl::StatusOr<std::map<c10::ScalarType, double>> v = ParsePeakFlops(std::string(text));
   if (!v.ok()) {
     *error = std::string(v.status().message());
     return false;
@@ -346,12 +351,16 @@ std::string AbslUnparseFlag(const OptionalPositive& v) {
 bool AbslParseFlag(absl::string_view text, MallocMode* out, std::string* error) {
   return ParseChoice(text, MallocChoices(), out, error);
 }
-std::string AbslUnparseFlag(const MallocMode& v) { return UnparseChoice(MallocChoices(), v); }
+std::string AbslUnparseFlag(const MallocMode& v) {
+  return UnparseChoice(MallocChoices(), v);
+}
 
 bool AbslParseFlag(absl::string_view text, DataSource* out, std::string* error) {
   return ParseChoice(text, DataChoices(), out, error);
 }
-std::string AbslUnparseFlag(const DataSource& v) { return UnparseChoice(DataChoices(), v); }
+std::string AbslUnparseFlag(const DataSource& v) {
+  return UnparseChoice(DataChoices(), v);
+}
 
 bool AbslParseFlag(absl::string_view text, CpuLinearList* out, std::string* error) {
   return ParseList(text, &out->packed, error,
@@ -434,9 +443,9 @@ absl::Status ParseSuiteFlags(int argc, char** argv) {
     if (eq == absl::string_view::npos) {
       const absl::CommandLineFlag* flag = FindSuiteFlag(name);
       if (flag != nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--", name, " needs a value, as --", name, "=VALUE (default '",
-            flag->DefaultValue(), "'): ", flag->Help()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, " needs a value, as --", name, "=VALUE (default '",
+                         flag->DefaultValue(), "'): ", flag->Help()));
       }
     }
     const absl::Status set =

@@ -70,7 +70,7 @@ struct OptionalPositive {  // a whole number >= 1, or empty: not given
 enum class MallocMode { kTuned, kSystem };
 enum class DataSource { kMemory, kDisk };
 
-#define LTB_FLAG_TYPE(T)                                             \
+#define LTB_FLAG_TYPE(T)                                                  \
   bool AbslParseFlag(absl::string_view text, T* out, std::string* error); \
   std::string AbslUnparseFlag(const T& value)
 LTB_FLAG_TYPE(PositiveInts);

@@ -1,8 +1,7 @@
 #include "harness/generation.h"
 
-#include <c10/core/InferenceMode.h>
-
 #include <ATen/ops/cat.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>
@@ -11,7 +10,6 @@
 #include "harness/timer.h"
 
 namespace ltb {
-
 
 namespace {
 

@@ -13,7 +13,6 @@
 
 namespace ltb {
 
-
 struct GenerateFns {
   std::shared_ptr<torch::nn::Module> module;  // kept alive with the workload
   // Runs the prompt from an empty cache; returns the first new token (B, 1).

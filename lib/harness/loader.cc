@@ -45,8 +45,7 @@ Loader::Loader(const BenchSpec& spec, DatasetSpec data, std::vector<std::string>
       drop_cache_(GetEpochSettings().drop_page_cache) {
   if (shards_.empty()) {  // memory: the whole share generated once
     std::vector<at::Tensor> parts;
-    for (int64_t i = 0; i < data_.Shards(); ++i)
-      parts.push_back(GenerateShard(data_, i));
+    for (int64_t i = 0; i < data_.Shards(); ++i) parts.push_back(GenerateShard(data_, i));
     memory_ = at::cat(parts).narrow(0, share_.first, share_.count).contiguous();
     if (pin_) memory_ = memory_.pin_memory();
   }
@@ -86,8 +85,7 @@ void Loader::Stop() {
 
 bool Loader::Push(at::Tensor batch) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock,
-           [&] { return queue_.size() < static_cast<size_t>(capacity_) || stop_; });
+  cv_.wait(lock, [&] { return queue_.size() < static_cast<size_t>(capacity_) || stop_; });
   if (stop_) return false;
   queue_.push_back(pin_ ? batch.pin_memory() : std::move(batch));
   cv_.notify_all();

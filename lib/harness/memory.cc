@@ -1,16 +1,16 @@
 #include "harness/memory.h"
 
-#include <fstream>
-#include <cinttypes>
-#include <string>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <malloc.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

@@ -13,7 +13,8 @@ namespace ltb {
 bool CanPackLinear(const c10::Device& device, c10::ScalarType dtype, std::string* why) {
   std::string reason;
   if (!device.is_cpu()) {
-    reason = absl::StrCat("oneDNN linear layers run on the CPU, not ", DeviceName(device));
+    reason =
+        absl::StrCat("oneDNN linear layers run on the CPU, not ", DeviceName(device));
   } else if (!at::hasMKLDNN()) {
     reason = "this LibTorch is built without oneDNN (MKLDNN)";
   } else if (dtype != c10::kFloat && dtype != c10::kBFloat16) {
@@ -52,7 +53,8 @@ absl::StatusOr<int> PackLinears(torch::nn::Module& module, const c10::Device& de
     return absl::FailedPreconditionError(absl::StrCat("--cpu_linear=onednn: ", why));
   }
   int packed = 0;
-  for (const std::shared_ptr<torch::nn::Module>& m : module.modules(/*include_self=*/true)) {
+  for (const std::shared_ptr<torch::nn::Module>& m :
+       module.modules(/*include_self=*/true)) {
     if (auto* packable = dynamic_cast<CpuPackable*>(m.get())) {
       packable->PackForCpuInference();
       ++packed;

@@ -5,13 +5,12 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mkldnn_linear.h>
 #include <ATen/ops/mm.h>
-#include <ATen/ops/randn.h>
 #include <ATen/ops/mv.h>
-
-#include <functional>
+#include <ATen/ops/randn.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -309,15 +308,16 @@ const Peak* Peaks::Bandwidth(const c10::Device& device) const {
 std::vector<std::pair<std::string, std::string>> Peaks::Context() const {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [key, p] : flops_) {
-    out.emplace_back(absl::StrCat("peak_flops_", key.first, "_", DtypeName(key.second)),
-                     p.value > 0 ? absl::StrFormat("%.4g FLOP/s (%s)", p.value, p.source)
-                                 : p.source);
+    out.emplace_back(
+        absl::StrCat("peak_flops_", key.first, "_", DtypeName(key.second)),
+        p.value > 0 ? absl::StrFormat("%.4g FLOP/s (%s)", p.value, p.source) : p.source);
   }
   for (const auto& [key, value] : default_gemm_) {
-    out.emplace_back(absl::StrCat("gemm_flops_", key.first, "_", DtypeName(key.second)),
-                     absl::StrFormat("%.4g FLOP/s (LibTorch's default matmul, fastest step "
-                                     "of the Ops matmul shapes)",
-                                     value));
+    out.emplace_back(
+        absl::StrCat("gemm_flops_", key.first, "_", DtypeName(key.second)),
+        absl::StrFormat("%.4g FLOP/s (LibTorch's default matmul, fastest step "
+                        "of the Ops matmul shapes)",
+                        value));
   }
   for (const auto& [device, p] : bandwidth_) {
     out.emplace_back(absl::StrCat("peak_bandwidth_", device),

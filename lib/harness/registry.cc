@@ -56,8 +56,8 @@ absl::StatusOr<const Family*> FindFamily(const std::vector<Family>& families,
     if (f.name == name) return &f;
     valid.push_back(f.name);
   }
-  return absl::NotFoundError(absl::StrCat("unknown family '", name,
-                                          "'; valid: ", absl::StrJoin(valid, ", ")));
+  return absl::NotFoundError(
+      absl::StrCat("unknown family '", name, "'; valid: ", absl::StrJoin(valid, ", ")));
 }
 
 }  // namespace ltb

@@ -39,8 +39,8 @@ absl::StatusOr<const Family*> FindFamily(const std::vector<Family>& families,
 
 }  // namespace ltb
 
-#define LTB_REGISTER_FAMILY_IMPL(factory, position, test_only)                   \
-  static const bool ltb_registered_##factory = ::ltb::RegisterFamily(            \
+#define LTB_REGISTER_FAMILY_IMPL(factory, position, test_only)                  \
+  static const bool ltb_registered_##factory = ::ltb::RegisterFamily(           \
       {#factory, []() -> ::absl::StatusOr<::ltb::Family> { return factory(); }, \
        position, test_only})
 #define LTB_REGISTER_FAMILY(factory, position) \

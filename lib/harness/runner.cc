@@ -58,7 +58,8 @@ std::pair<std::string, double> Drift(const at::Tensor& out, const at::Tensor& re
     return {"token_match_%", a.eq(b).to(c10::kDouble).mean().item<double>() * 100};
   }
   const double scale = b.to(c10::kDouble).abs().max().item<double>();
-  const double diff = (a.to(c10::kDouble) - b.to(c10::kDouble)).abs().max().item<double>();
+  const double diff =
+      (a.to(c10::kDouble) - b.to(c10::kDouble)).abs().max().item<double>();
   return {"rel_err", scale > 0 ? diff / scale : diff};
 }
 
@@ -79,8 +80,8 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
     const at::Tensor ref = family.build(fp32)->Evaluate();
     return {Drift(out, ref)};
   } catch (const std::exception& e) {
-    std::cerr << spec.Name() << ": no accuracy check, the fp32 reference failed: "
-              << e.what() << "\n";
+    std::cerr << spec.Name()
+              << ": no accuracy check, the fp32 reference failed: " << e.what() << "\n";
     return {};
   }
 }
@@ -141,8 +142,9 @@ void FailRun(benchmark::State& state, const BenchSpec& spec, const std::string& 
               << ": " << message
               << "\nbench: stopping after writing the results so far, since the other "
                  "ranks cannot go on without this one\n";
-    RequestStop(1, absl::StrCat("not run: data-parallel rank ",
-                                CurrentProcessGroup()->rank(), " failed in ", spec.Name()));
+    RequestStop(
+        1, absl::StrCat("not run: data-parallel rank ", CurrentProcessGroup()->rank(),
+                        " failed in ", spec.Name()));
   }
   Fail(state, message);
 }
@@ -190,8 +192,8 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
   plan->memory.host_build = plan->params * 4;
   // Packed linears keep a second copy of the weights in oneDNN's layout.
   if (spec.pack_cpu_linears) plan->memory.weights *= 2;
-  if (DataParallel* group = CurrentProcessGroup(); group && spec.data_parallel &&
-                                                spec.iterations == Iterations::kTimed) {
+  if (DataParallel* group = CurrentProcessGroup();
+      group && spec.data_parallel && spec.iterations == Iterations::kTimed) {
     // Throughput of a data-parallel step is every rank's.
     plan->tokens_per_step *= group->world_size();
     plan->samples_per_step *= group->world_size();
@@ -214,7 +216,7 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
     if (!fits.ok()) return Fail(state, std::string(fits.message()));
   }
 
-  double measured = 0;         // seconds over every timed step
+  double measured = 0;        // seconds over every timed step
   std::vector<double> steps;  // each timed step's seconds
   bool rss = false;           // whether the peak resident set was reset
   try {
@@ -317,7 +319,8 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
   if (Cache().gpu_busy >= 0) c["gpu_busy_%"] = 100 * Cache().gpu_busy;
   if (plan->params > 0) c["params"] = Counter(static_cast<double>(plan->params));
   int64_t peak = PeakBytes(spec.device);
-  if (DataParallel* group = CurrentProcessGroup(); group != nullptr && spec.data_parallel) {
+  if (DataParallel* group = CurrentProcessGroup();
+      group != nullptr && spec.data_parallel) {
     at::Tensor t = at::full({1}, static_cast<double>(peak), at::kDouble);
     group->MaxInPlace(t);  // the largest rank's
     peak = static_cast<int64_t>(t.item<double>());

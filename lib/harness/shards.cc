@@ -8,9 +8,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <initializer_list>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 
 #include "absl/strings/numbers.h"
@@ -129,7 +129,8 @@ absl::Status WriteShard(const std::string& path, const at::Tensor& tokens,
   // complete or absent, whatever stops the writing (a full disk, a crash).
   if (absl::Status s = WriteFile(tmp, {{&h, sizeof(h)}, {payload.data_ptr(), bytes}});
       !s.ok()) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot write ", path, ": ", s.message()));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot write ", path, ": ", s.message()));
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);

@@ -25,11 +25,11 @@ enum class Iterations {
 };
 
 struct BenchSpec {
-  std::string family;  // "Transformer"
-  std::string size;    // "small"; for Ops, the operation
-  std::string phase;   // "forward"; for Ops, the shape
-  PhaseKind kind = PhaseKind::kInference;  // the phase's, from its Case
-  bool data_parallel = false;              // the phase's, from its Case
+  std::string family;                          // "Transformer"
+  std::string size;                            // "small"; for Ops, the operation
+  std::string phase;                           // "forward"; for Ops, the shape
+  PhaseKind kind = PhaseKind::kInference;      // the phase's, from its Case
+  bool data_parallel = false;                  // the phase's, from its Case
   Iterations iterations = Iterations::kTimed;  // the phase's, from its Case
   bool phase_before_device = false;            // the family's naming
   c10::Device device = c10::Device(c10::kCPU);

@@ -1,15 +1,14 @@
 #include "harness/suite.h"
 
 #include <benchmark/benchmark.h>
-
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
-#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <regex>
@@ -70,7 +69,8 @@ class StoppedRunsFilter : public benchmark::BenchmarkReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     std::vector<Run> kept;
     for (const Run& run : runs) {
-      if (!(run.error_occurred && run.error_message == kNotRunMessage)) kept.push_back(run);
+      if (!(run.error_occurred && run.error_message == kNotRunMessage))
+        kept.push_back(run);
     }
     if (!kept.empty()) inner_->ReportRuns(kept);
   }
@@ -84,7 +84,8 @@ class StoppedRunsFilter : public benchmark::BenchmarkReporter {
 std::unique_ptr<benchmark::BenchmarkReporter> FileReporter(const std::string& format) {
   if (format == "csv") return std::make_unique<benchmark::CSVReporter>();
   if (format == "console") {
-    return std::make_unique<benchmark::ConsoleReporter>(benchmark::ConsoleReporter::OO_None);
+    return std::make_unique<benchmark::ConsoleReporter>(
+        benchmark::ConsoleReporter::OO_None);
   }
   return std::make_unique<benchmark::JSONReporter>();
 }
@@ -138,8 +139,9 @@ absl::Status CheckFilter(const std::string& filter) {
   try {
     std::regex(filter[0] == '-' ? filter.substr(1) : filter, std::regex::extended);
   } catch (const std::regex_error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--benchmark_filter='", filter, "' is not a valid regular expression: ", e.what()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--benchmark_filter='", filter,
+                     "' is not a valid regular expression: ", e.what()));
   }
   return absl::OkStatus();
 }
@@ -182,11 +184,13 @@ std::string FullName(const BenchSpec& spec, int64_t iterations) {
 // Peaks for mfu/mbu, determined before anything is timed, for the devices
 // and dtypes of the benchmarks the filter selects. Other ranks do not
 // report, and measuring on every rank at once would split the cores.
-void PreparePeaks(const std::vector<Registration>& registrations, const std::string& filter,
-                  const SuiteOptions& o, int world_size, Peaks* peaks) {
+void PreparePeaks(const std::vector<Registration>& registrations,
+                  const std::string& filter, const SuiteOptions& o, int world_size,
+                  Peaks* peaks) {
   for (const Registration& r : registrations) {
     std::string why;
-    if (!FilterSelects(filter, FullName(r.spec, FixedIterations(r.spec, o, world_size))) ||
+    if (!FilterSelects(filter,
+                       FullName(r.spec, FixedIterations(r.spec, o, world_size))) ||
         !DeviceAvailable(r.spec.device, &why)) {
       continue;
     }
@@ -220,8 +224,8 @@ void AddContext(const SuiteOptions& o, const std::string& malloc_description,
   Context extra = {
       {"malloc", malloc_description},
       {"sync", o.sweep.sync ? "true" : "false (clock read without device sync)"},
-      {"warmup", absl::StrCat(">= ", o.run.warmup_steps, " steps and >= ",
-                              o.run.warmup_seconds, " s")},
+      {"warmup", absl::StrCat(">= ", o.run.warmup_steps,
+                              " steps and >= ", o.run.warmup_seconds, " s")},
       {"seed", absl::StrCat(o.run.seed)},
       {"world_size", absl::StrCat(world_size)},
       {"cpu_linear",
@@ -236,7 +240,8 @@ void AddContext(const SuiteOptions& o, const std::string& malloc_description,
 
 }  // namespace
 
-absl::Status CheckWritablePaths(const SuiteOptions& options, const CommandLine& command_line) {
+absl::Status CheckWritablePaths(const SuiteOptions& options,
+                                const CommandLine& command_line) {
   if (command_line.list_only) return absl::OkStatus();
   if (!command_line.out.empty() && !command_line.quiet_rank) {
     if (absl::Status s = CheckWritableFile("benchmark_out", command_line.out); !s.ok()) {
@@ -244,7 +249,8 @@ absl::Status CheckWritablePaths(const SuiteOptions& options, const CommandLine& 
     }
   }
   if (!options.run.profile_dir.empty()) {
-    if (absl::Status s = CheckWritableDirectory("profile", options.run.profile_dir); !s.ok()) {
+    if (absl::Status s = CheckWritableDirectory("profile", options.run.profile_dir);
+        !s.ok()) {
       return s;
     }
   }
@@ -293,14 +299,15 @@ absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& comma
   absl::StatusOr<std::vector<Family>> families = RegisteredFamilies();
   if (!families.ok()) return families.status();
   state.families = *std::move(families);
-  state.filter =
-      command_line.filter.empty() ? DefaultSuiteFilter(state.families) : command_line.filter;
+  state.filter = command_line.filter.empty() ? DefaultSuiteFilter(state.families)
+                                             : command_line.filter;
   if (absl::Status s = CheckFilter(state.filter); !s.ok()) return s;
   if (absl::Status s = CheckWritablePaths(options, command_line); !s.ok()) return s;
 
   SetEpochSettings(options.epochs);
   std::string malloc_description;
-  if (absl::Status s = ConfigureMalloc(AbslUnparseFlag(options.malloc), &malloc_description);
+  if (absl::Status s =
+          ConfigureMalloc(AbslUnparseFlag(options.malloc), &malloc_description);
       !s.ok()) {
     return s;
   }
@@ -331,11 +338,12 @@ absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& comma
   state.devices = sweep.devices;
   Warn(command_line);
 
-  state.peaks =
-      std::make_unique<Peaks>(options.peak_flops, options.peak_bandwidth, OpsMatmulShapes());
+  state.peaks = std::make_unique<Peaks>(options.peak_flops, options.peak_bandwidth,
+                                        OpsMatmulShapes());
   const std::vector<Registration> registrations = ExpandSweep(state.families, sweep);
   if (!command_line.list_only && !command_line.quiet_rank) {
-    PreparePeaks(registrations, state.filter, options, dist->world_size, state.peaks.get());
+    PreparePeaks(registrations, state.filter, options, dist->world_size,
+                 state.peaks.get());
   }
   state.run = options.run;
   state.run.peaks = state.peaks.get();
@@ -359,12 +367,14 @@ int RunSuite() {
     file = std::make_unique<StoppedRunsFilter>(file_format.get(), /*pass_streams=*/true);
   }
   InstallInterruptHandlers();
-  const size_t matched = benchmark::RunSpecifiedBenchmarks(&shown, file.get(), state.filter);
+  const size_t matched =
+      benchmark::RunSpecifiedBenchmarks(&shown, file.get(), state.filter);
   ReleaseCachedWorkload();
   if (StopRequested()) {
     // The reporters have written what was measured; the process group (if
     // any) cannot be torn down while other ranks may wait on this one.
-    std::cerr << "bench: " << StopReason() << "; the results measured before it are written\n";
+    std::cerr << "bench: " << StopReason()
+              << "; the results measured before it are written\n";
     std::cout.flush();
     std::cerr.flush();
     benchmark::Shutdown();
@@ -374,10 +384,10 @@ int RunSuite() {
   if (matched == 0) {
     std::vector<std::string> devices;
     for (const c10::Device& d : state.devices) devices.push_back(DeviceName(d));
-    ExitWithUsageError(absl::InvalidArgumentError(absl::StrCat(
-        "no benchmark matches --benchmark_filter='", state.filter, "' on devices ",
-        absl::StrJoin(devices, ","),
-        "; list them with --benchmark_filter=all --benchmark_list_tests")));
+    ExitWithUsageError(absl::InvalidArgumentError(
+        absl::StrCat("no benchmark matches --benchmark_filter='", state.filter,
+                     "' on devices ", absl::StrJoin(devices, ","),
+                     "; list them with --benchmark_filter=all --benchmark_list_tests")));
   }
   const std::string summary = SpeedupSummary(recorder.runs());
   // Console output ends with the summary; JSON or CSV on stdout stays clean.

@@ -14,17 +14,18 @@ namespace ltb {
 // What bench needs to know of Google Benchmark's own arguments, read before
 // benchmark::Initialize consumes them.
 struct CommandLine {
-  std::string filter;      // --benchmark_filter; empty: the default suite
-  bool list_only = false;  // --benchmark_list_tests
-  bool quiet_rank = false; // a data-parallel rank other than 0: reports nothing
-  std::string out;         // --benchmark_out
+  std::string filter;               // --benchmark_filter; empty: the default suite
+  bool list_only = false;           // --benchmark_list_tests
+  bool quiet_rank = false;          // a data-parallel rank other than 0: reports nothing
+  std::string out;                  // --benchmark_out
   std::string out_format = "json";  // --benchmark_out_format
 };
 
 // An error naming the path and the reason when --benchmark_out, --profile or
 // the train_epoch data directory (with --data=disk) cannot be written.
 // Directories are created.
-absl::Status CheckWritablePaths(const SuiteOptions& options, const CommandLine& command_line);
+absl::Status CheckWritablePaths(const SuiteOptions& options,
+                                const CommandLine& command_line);
 
 // Reads the above; on ranks other than 0 also drops the output flags
 // (--benchmark_out, --benchmark_format) from argv.

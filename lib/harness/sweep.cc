@@ -54,28 +54,28 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
               linears ? sweep.pack_cpu_linears : std::vector<bool>{false};
           for (const bool channels_last : formats) {
             for (const bool pack : packs) {
-            for (const int64_t batch : case_batches) {
-              for (const auto& [first, second] : lengths) {
-                BenchSpec spec;
-                spec.family = family.name;
-                spec.phase_before_device = family.phase_before_device;
-                spec.size = c.size;
-                SetPhase(c.phase, &spec);
-                spec.device = device;
-                spec.dtype = dtype;
-                spec.batch = batch;
-                if (c.phase.shape == Shape::kGenerate) {
-                  spec.prompt = first;
-                  spec.new_tokens = second;
-                } else {
-                  spec.seq = first;
+              for (const int64_t batch : case_batches) {
+                for (const auto& [first, second] : lengths) {
+                  BenchSpec spec;
+                  spec.family = family.name;
+                  spec.phase_before_device = family.phase_before_device;
+                  spec.size = c.size;
+                  SetPhase(c.phase, &spec);
+                  spec.device = device;
+                  spec.dtype = dtype;
+                  spec.batch = batch;
+                  if (c.phase.shape == Shape::kGenerate) {
+                    spec.prompt = first;
+                    spec.new_tokens = second;
+                  } else {
+                    spec.seq = first;
+                  }
+                  spec.channels_last = channels_last;
+                  spec.sync = sweep.sync;
+                  spec.pack_cpu_linears = pack;
+                  out.push_back({&family, spec, c.unit});
                 }
-                spec.channels_last = channels_last;
-                spec.sync = sweep.sync;
-                spec.pack_cpu_linears = pack;
-                out.push_back({&family, spec, c.unit});
               }
-            }
             }
           }
         }

@@ -19,7 +19,7 @@ struct Sweep {
   std::vector<c10::ScalarType> dtypes = {c10::kFloat};
   bool sync = true;
   std::vector<bool> pack_cpu_linears = {false};  // --cpu_linear: aten, onednn
-  std::vector<bool> channels_last = {false};  // --memory_format
+  std::vector<bool> channels_last = {false};     // --memory_format
 };
 
 struct Registration {

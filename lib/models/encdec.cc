@@ -6,18 +6,19 @@
 #include <cmath>
 #include <set>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "harness/epoch.h"
-#include "absl/flags/flag.h"
 #include "harness/flags.h"
 #include "harness/phases.h"
 #include "harness/registry.h"
 #include "models/size_table.h"
 
 ABSL_FLAG(ltb::OptionalPositive, d_model, {}, "EncDec: override every size's d_model.");
-ABSL_FLAG(ltb::OptionalPositive, nhead, {}, "EncDec: override every size's attention heads.");
+ABSL_FLAG(ltb::OptionalPositive, nhead, {},
+          "EncDec: override every size's attention heads.");
 ABSL_FLAG(ltb::OptionalPositive, num_encoder_layers, {},
           "EncDec: override every size's encoder layers.");
 ABSL_FLAG(ltb::OptionalPositive, num_decoder_layers, {},
@@ -154,8 +155,9 @@ at::Tensor EncDecImpl::CausalMask(int64_t len, const c10::TensorOptions& options
 
 at::Tensor EncDecImpl::Embed(const at::Tensor& tokens) {
   const int64_t d = options_.d_model();
-  const at::Tensor x = embedding(tokens) * std::sqrt(static_cast<double>(d)) +
-                       Positions(tokens.size(1), embedding->weight.options());  // (B, L, d)
+  const at::Tensor x =
+      embedding(tokens) * std::sqrt(static_cast<double>(d)) +
+      Positions(tokens.size(1), embedding->weight.options());  // (B, L, d)
   return x.transpose(0, 1);  // (L, B, d), LibTorch's Transformer layout
 }
 

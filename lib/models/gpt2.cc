@@ -89,7 +89,7 @@ at::Tensor GPT2AttentionImpl::forward(const at::Tensor& x, at::Tensor* cache_k,
   }
   // A chunk from position 0 is causal; one new token attends to all before it.
   const at::Tensor y = Attention(q, k, v, /*causal=*/t > 1, fused_);  // (B, nh, T, hs)
-  return c_proj(y.transpose(1, 2).reshape({b, t, d}));  // (B, T, d)
+  return c_proj(y.transpose(1, 2).reshape({b, t, d}));                // (B, T, d)
 }
 
 GPT2MLPImpl::GPT2MLPImpl(int64_t d_model) {

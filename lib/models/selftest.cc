@@ -33,9 +33,8 @@ class SelftestWorkload final : public Workload {
     if (kind_ == "slow") std::this_thread::sleep_for(std::chrono::milliseconds(200));
     if (kind_ == "spin") {
       using Clock = std::chrono::steady_clock;
-      const auto end =
-          Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                             std::chrono::duration<double>(spin_seconds_));
+      const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(spin_seconds_));
       while (Clock::now() < end) {
       }
     }

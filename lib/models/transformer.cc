@@ -90,8 +90,7 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const TransformerOptions& o)
   TORCH_CHECK(o.d_model() % o.num_heads() == 0, "heads (", o.num_heads(),
               ") must divide d_model (", o.d_model(), ")");
   const auto linear = [&] {
-    return PackableLinear(
-        torch::nn::LinearOptions(o.d_model(), o.d_model()).bias(false));
+    return PackableLinear(torch::nn::LinearOptions(o.d_model(), o.d_model()).bias(false));
   };
   q_proj = register_module("q_proj", linear());
   k_proj = register_module("k_proj", linear());
@@ -233,7 +232,8 @@ Family TransformerFamily() {
   Family f;
   f.name = "Transformer";
   for (const TransformerSize& s : TransformerSizes()) f.sizes.push_back(s.name);
-  f.phases = {ForwardPhase(), ForwardBackwardPhase(), TrainStepPhase(), TrainEpochPhase()};
+  f.phases = {ForwardPhase(), ForwardBackwardPhase(), TrainStepPhase(),
+              TrainEpochPhase()};
   // An epoch of the small model takes minutes on a CPU: the default suite
   // covers train_epoch with EncDec/tiny instead.
   f.suite = {"small/[^/]+/(forward|forward_backward|train_step)/"};

@@ -88,8 +88,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   // x: (B, T, d_model); positions: (T).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& positions);
 
-  PackableLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr},
-      output_proj{nullptr};
+  PackableLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, output_proj{nullptr};
   RotaryEmbedding rope{nullptr};
 
  private:

@@ -420,7 +420,8 @@ std::unique_ptr<Workload> BuildWhisper(const BenchSpec& s) {
   };
   fns.cache = [state]() {
     std::vector<at::Tensor> tensors;
-    for (const auto* part : {&state->self_k, &state->self_v, &state->cross_k, &state->cross_v}) {
+    for (const auto* part :
+         {&state->self_k, &state->self_v, &state->cross_k, &state->cross_v}) {
       tensors.insert(tensors.end(), part->begin(), part->end());
     }
     return tensors;

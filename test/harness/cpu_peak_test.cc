@@ -13,13 +13,15 @@ bool CpuHasFlag(const std::string& flag) {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) == 0) return (line + " ").find(" " + flag + " ") != std::string::npos;
+    if (line.rfind("flags", 0) == 0)
+      return (line + " ").find(" " + flag + " ") != std::string::npos;
   }
   return false;
 }
 
 TEST(NativeArithmetic, FollowsTheCpuFlags) {
-  EXPECT_EQ(!NativeArithmetic(c10::kFloat).empty(), CpuHasFlag("avx2") || CpuHasFlag("avx512f"));
+  EXPECT_EQ(!NativeArithmetic(c10::kFloat).empty(),
+            CpuHasFlag("avx2") || CpuHasFlag("avx512f"));
   EXPECT_EQ(!NativeArithmetic(c10::kHalf).empty(), CpuHasFlag("avx512_fp16"));
   EXPECT_EQ(!NativeArithmetic(c10::kBFloat16).empty(),
             CpuHasFlag("avx512_bf16") || CpuHasFlag("amx_bf16"));

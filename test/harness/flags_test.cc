@@ -72,7 +72,8 @@ TEST(Switch, AcceptsTheUsualSpellingsOnly) {
 }
 
 TEST(ScalarFlags, RefuseAListInsteadOfKeepingItsFirstItem) {
-  EXPECT_NE(ErrorOf<PositiveCount>("2,5").find("one value, not a list"), std::string::npos);
+  EXPECT_NE(ErrorOf<PositiveCount>("2,5").find("one value, not a list"),
+            std::string::npos);
   EXPECT_NE(ErrorOf<Count>("1,2").find("one value, not a list"), std::string::npos);
   EXPECT_NE(ErrorOf<Seconds>("0.5,1").find("one value, not a list"), std::string::npos);
   EXPECT_NE(ErrorOf<OptionalPositive>("64,96").find("one value, not a list"),
@@ -96,13 +97,16 @@ TEST(Choices, NameTheValidOnes) {
             std::string::npos);
   EXPECT_EQ(Parsed<DataSource>("disk"), DataSource::kDisk);
   EXPECT_NE(ErrorOf<DataSource>("tape").find("valid: memory, disk"), std::string::npos);
-  EXPECT_EQ(Parsed<CpuLinearList>("aten,onednn,aten").packed, (std::vector<bool>{false, true}));
-  EXPECT_NE(ErrorOf<CpuLinearList>("blas").find("valid: aten, onednn"), std::string::npos);
+  EXPECT_EQ(Parsed<CpuLinearList>("aten,onednn,aten").packed,
+            (std::vector<bool>{false, true}));
+  EXPECT_NE(ErrorOf<CpuLinearList>("blas").find("valid: aten, onednn"),
+            std::string::npos);
 }
 
 TEST(PeakFlagValues, OneNumberOrPerDtype) {
   EXPECT_EQ(Parsed<PeakFlopsValue>("1.5e14").per_dtype.size(), 3u);
-  EXPECT_DOUBLE_EQ(Parsed<PeakFlopsValue>("fp32=6.7e13").per_dtype.at(c10::kFloat), 6.7e13);
+  EXPECT_DOUBLE_EQ(Parsed<PeakFlopsValue>("fp32=6.7e13").per_dtype.at(c10::kFloat),
+                   6.7e13);
   ErrorOf<PeakFlopsValue>("fp64=1");
   EXPECT_DOUBLE_EQ(Parsed<PeakBandwidthValue>("3.35e12").value, 3.35e12);
   ErrorOf<PeakBandwidthValue>("0");
@@ -115,7 +119,8 @@ TEST(SuiteFlags, OneListHoldsEveryFlagOfTheSuiteAndNoneOfAbseils) {
     EXPECT_FALSE(flag->Help().empty()) << flag->Name();
   }
   // The harness's own, and one a family defines in its model file.
-  for (const char* name : {"devices", "batch", "dtype", "cpu_linear", "epochs", "d_model"}) {
+  for (const char* name :
+       {"devices", "batch", "dtype", "cpu_linear", "epochs", "d_model"}) {
     EXPECT_TRUE(names.count(name)) << name;
   }
   EXPECT_FALSE(names.count("flagfile"));

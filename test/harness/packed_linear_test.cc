@@ -20,8 +20,8 @@ TEST(PackableLinear, IsALinearUntilPackedThenRunsOneDnnWithTheSameResult) {
   torch::NoGradGuard no_grad;
   const at::Tensor x = torch::randn({3, 5, 64});
   const at::Tensor plain = layer(x);
-  EXPECT_TRUE(torch::allclose(plain, torch::nn::functional::linear(x, layer->weight,
-                                                                   layer->bias)));
+  EXPECT_TRUE(torch::allclose(
+      plain, torch::nn::functional::linear(x, layer->weight, layer->bias)));
   layer->PackForCpuInference();
   const at::Tensor packed = layer(x);
   EXPECT_EQ(packed.sizes(), plain.sizes());
@@ -47,7 +47,8 @@ TEST(PackLinears, SaysWhyItCannot) {
   torch::nn::Sequential packable(PackableLinear(8, 4));
   const auto fp16 = PackLinears(*packable, kCpu, c10::kHalf);
   ASSERT_FALSE(fp16.ok());
-  EXPECT_NE(fp16.status().message().find("runs fp32 and bf16, not fp16"), std::string::npos);
+  EXPECT_NE(fp16.status().message().find("runs fp32 and bf16, not fp16"),
+            std::string::npos);
   std::string why;
   EXPECT_FALSE(CanPackLinear(c10::Device(c10::kCUDA, 0), c10::kFloat, &why));
   EXPECT_NE(why.find("on the CPU, not cuda"), std::string::npos);

@@ -43,7 +43,8 @@ TEST(ParsePeakFlops, OneNumberOrPerDtype) {
        {"", "x", "-1", "0", "fp64=1e12", "fp32=", "fp32=inf", "fp32:1e12"}) {
     const auto r = ParsePeakFlops(bad);
     ASSERT_FALSE(r.ok()) << bad;
-    EXPECT_NE(r.status().message().find("valid: FLOP/s for every dtype"), std::string::npos);
+    EXPECT_NE(r.status().message().find("valid: FLOP/s for every dtype"),
+              std::string::npos);
   }
 }
 

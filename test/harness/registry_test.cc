@@ -52,8 +52,9 @@ TEST(FindFamily, NamesTheValidFamilies) {
   EXPECT_EQ(FindFamily(families, "GPT2").value()->name, "GPT2");
   const auto bad = FindFamily(families, "Llama");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("unknown family 'Llama'; valid: Ops, Transformer"),
-            std::string::npos);
+  EXPECT_NE(
+      bad.status().message().find("unknown family 'Llama'; valid: Ops, Transformer"),
+      std::string::npos);
 }
 
 // The Selftest family is one model file and one LTB_REGISTER_TEST_FAMILY
@@ -82,12 +83,16 @@ TEST(Family, FindCaseNamesTheValidSizesAndPhases) {
   const Family* whisper = FindFamily(families, "Whisper").value();
   EXPECT_EQ(whisper->FindCase("tiny", "transcribe")->fixed_prompt, 4);
   EXPECT_EQ(whisper->FindCase("tiny", "encode")->phase.kind, PhaseKind::kInference);
-  EXPECT_NE(whisper->FindCase("tiny", "train_step").status().message().find(
-                "Whisper/tiny has no phase 'train_step'; valid: encode, generate, "
-                "transcribe"),
+  EXPECT_NE(whisper->FindCase("tiny", "train_step")
+                .status()
+                .message()
+                .find("Whisper/tiny has no phase 'train_step'; valid: encode, generate, "
+                      "transcribe"),
             std::string::npos);
-  EXPECT_NE(whisper->FindCase("huge", "encode").status().message().find(
-                "unknown Whisper size 'huge'; valid: nano, tiny, base"),
+  EXPECT_NE(whisper->FindCase("huge", "encode")
+                .status()
+                .message()
+                .find("unknown Whisper size 'huge'; valid: nano, tiny, base"),
             std::string::npos);
 }
 

@@ -1,7 +1,6 @@
 #include "harness/shards.h"
 
 #include <gtest/gtest.h>
-
 #include <sys/resource.h>
 
 #include <csignal>

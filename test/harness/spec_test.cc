@@ -6,8 +6,8 @@
 #include <regex>
 #include <set>
 
-#include "harness/sweep.h"
 #include "harness/registry.h"
+#include "harness/sweep.h"
 #include "models/ops.h"
 #include "models/transformer.h"
 #include "spec_for.h"

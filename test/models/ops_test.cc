@@ -46,7 +46,8 @@ TEST(OpCost, CausalAttentionCountsThePairsOnAndBelowTheDiagonal) {
   double pairs = 0;  // query i attends to keys 0..i
   for (int i = 0; i < 512; ++i) pairs += i + 1;
   // QK^T and AV: 2 FLOPs per multiply-add, hs of them per pair, per head.
-  EXPECT_DOUBLE_EQ(Cost("sdpa", "4x12x512x64_causal").flops, 2 * 2.0 * 4 * 12 * 64 * pairs);
+  EXPECT_DOUBLE_EQ(Cost("sdpa", "4x12x512x64_causal").flops,
+                   2 * 2.0 * 4 * 12 * 64 * pairs);
 }
 
 TEST(OpCost, UnknownOpsNameTheValidOnes) {
