@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ class Workload {
   // The tensors the workload computes with (parameters, buffers, caches),
   // by name, so that tests can check their dtypes.
   virtual std::vector<std::pair<std::string, at::Tensor>> Tensors() const { return {}; }
+  // FLOPs of one step where the plan could not know them (a model file:
+  // counted by LibTorch's profiler when built); 0: unknown.
+  virtual double FlopsPerStep() const { return 0; }
 };
 
 // A module's parameters and buffers, named "param:<name>" and "buffer:<name>".
@@ -94,6 +98,9 @@ struct Case {
   bool sweeps_dtype = true;  // false: fp32 only
   bool cuda_only = false;    // registered for CUDA devices only
   int64_t fixed_prompt = 0;  // kGenerate: a prompt the model fixes (not --prompt)
+  int64_t default_batch = 0;  // without --batch; 0: the family's
+  std::optional<c10::ScalarType> dtype;  // the one dtype its model runs in
+  std::string backend;                   // a compiled model's: "aoti", "torchscript"
   benchmark::TimeUnit unit = benchmark::kMillisecond;
 };
 
@@ -106,6 +113,9 @@ struct Family {
   // What the default suite runs: regular expressions for the part of the
   // name after "Family/" ("small/", "matmul/2048x2048/").
   std::vector<std::string> suite;
+  // When registered, its suite is the whole default run (Model: the files
+  // --model names are what the user asked to measure).
+  bool replaces_default_suite = false;
   int64_t default_batch = 0;          // 0: no batch setting
   std::vector<int64_t> default_seqs;  // without --seq; empty: no sequence setting
   bool sweeps_memory_format = false;  // convolution models: --memory_format
@@ -114,7 +124,8 @@ struct Family {
   bool packs_cpu_linears = false;
   // Names read Family/size/phase/device/... (Ops/matmul/2048x2048/cpu/...).
   bool phase_before_device = false;
-  // Validates the spec and says what it will cost.
+  // Validates the spec and says what it will cost. flops_per_step 0 with
+  // the workload's FlopsPerStep() > 0: counted when built.
   std::function<absl::StatusOr<Plan>(const BenchSpec&)> plan;
   // Builds the model and inputs on spec.device; may throw c10::Error.
   std::function<std::unique_ptr<Workload>(const BenchSpec&)> build;

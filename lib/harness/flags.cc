@@ -86,6 +86,9 @@ ABSL_FLAG(ltb::OptionalPositive, steps, {},
           "--epochs). Default: as many as --benchmark_min_time needs; data-parallel "
           "training phases, whose ranks must take the same number, 10.");
 ABSL_FLAG(ltb::Count, seed, {}, "Random seed for weights and inputs.");
+ABSL_FLAG(std::string, compiled, "",
+          "Directory of compiled models tools/export wrote: each runs beside the eager "
+          "benchmark it compiles, named like it with /aoti or /torchscript appended.");
 
 namespace ltb {
 namespace {
@@ -480,6 +483,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   sweep.dtypes = absl::GetFlag(FLAGS_dtype).values;
   sweep.sync = absl::GetFlag(FLAGS_sync).value;
   sweep.pack_cpu_linears = absl::GetFlag(FLAGS_cpu_linear).packed;
+  sweep.compiled_dir = absl::GetFlag(FLAGS_compiled);
   // Lists that default to a value must not be emptied ("--dtype=").
   for (const auto& [name, empty] :
        {std::pair<const char*, bool>{"prompt", sweep.prompts.empty()},

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -167,6 +168,22 @@ absl::StatusOr<ProfileResult> ProfileSteps(Workload& workload, const BenchSpec& 
         << FormatTopOperators(out.ops, 25);
   if (!table) return absl::InternalError(absl::StrCat("cannot write ", out.table_path));
   return out;
+}
+
+double ProfiledFlops(const std::function<void()>& fn) {
+  namespace prof = torch::profiler::impl;
+  const prof::ProfilerConfig config(prof::ProfilerState::KINETO,
+                                    /*report_input_shapes=*/true,
+                                    /*profile_memory=*/false, /*with_stack=*/false,
+                                    /*with_flops=*/true);
+  const std::set<prof::ActivityType> activities = {prof::ActivityType::CPU};
+  torch::autograd::profiler::prepareProfiler(config, activities);
+  torch::autograd::profiler::enableProfiler(config, activities);
+  fn();
+  const auto result = torch::autograd::profiler::disableProfiler();
+  double flops = 0;
+  for (const auto& event : result->events()) flops += static_cast<double>(event.flops());
+  return flops;
 }
 
 }  // namespace ltb

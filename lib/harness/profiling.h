@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,11 @@ struct ProfileResult {
 // <dir>/<benchmark name>.ops.txt.
 absl::StatusOr<ProfileResult> ProfileSteps(Workload& workload, const BenchSpec& spec,
                                            int steps, const std::string& dir);
+
+// The FLOPs LibTorch's profiler counts for the operators `fn` runs (the
+// matrix multiplications, convolutions and element-wise ops it has formulas
+// for); 0 when it counts none.
+double ProfiledFlops(const std::function<void()>& fn);
 
 // The file name stem of a benchmark: its name with / and : replaced.
 std::string FileStem(const std::string& benchmark_name);

@@ -44,6 +44,9 @@ absl::StatusOr<std::vector<Family>> RegisteredFamilies(bool include_test_only) {
       return absl::InternalError(
           absl::StrCat("two families are called '", family->name, "' (", r.name, ")"));
     }
+    // A family with nothing to offer in this run (Model without --model)
+    // is left out.
+    if (family->Cases().empty()) continue;
     families.push_back(*std::move(family));
   }
   return families;

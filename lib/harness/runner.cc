@@ -19,6 +19,7 @@
 #include "harness/distributed.h"
 #include "harness/epoch.h"
 #include "harness/interrupt.h"
+#include "harness/model_file.h"
 #include "harness/phases.h"
 #include "harness/profiling.h"
 #include "harness/timer.h"
@@ -70,7 +71,8 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
                                                      const BenchSpec& spec,
                                                      const RunOptions& options,
                                                      Workload& workload) {
-  if (spec.training() || spec.dtype == c10::kFloat) return {};
+  // Compiled models report their own drift, against the eager outputs.
+  if (spec.training() || spec.dtype == c10::kFloat || !spec.backend.empty()) return {};
   const at::Tensor out = workload.Evaluate();
   if (!out.defined()) return {};
   BenchSpec fp32 = spec;
@@ -94,7 +96,9 @@ Workload& Prepare(const Family& family, const BenchSpec& spec,
   ReleaseCachedWorkload();
 
   at::manual_seed(options.seed);
-  std::unique_ptr<Workload> workload = family.build(spec);
+  // A compiled suite model runs from its file; anything else is the family's.
+  std::unique_ptr<Workload> workload =
+      spec.model_file.empty() ? family.build(spec) : BuildCompiledBenchmark(spec);
   StepTimer timer(spec.device, /*sync=*/true);
   double warm = 0;
   const bool epochs = spec.iterations == Iterations::kEpochs;
@@ -265,6 +269,10 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
     return FailRun(state, spec, absl::StrCat("error: ", e.what()));
   }
 
+  // A model file's FLOPs are known once it is built (LibTorch's profiler).
+  if (plan->flops_per_step <= 0 && Cache().workload) {
+    plan->flops_per_step = Cache().workload->FlopsPerStep();
+  }
   using benchmark::Counter;
   auto& c = state.counters;
   if (plan->tokens_per_step > 0) {

@@ -18,6 +18,7 @@ std::string BenchSpec::Name() const {
   }
   if (channels_last) absl::StrAppend(&name, "/channels_last");
   if (pack_cpu_linears) absl::StrAppend(&name, "/onednn");
+  if (!backend.empty()) absl::StrAppend(&name, "/", backend);
   if (!sync) absl::StrAppend(&name, "/nosync");
   return name;
 }

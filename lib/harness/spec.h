@@ -32,6 +32,11 @@ struct BenchSpec {
   bool data_parallel = false;                  // the phase's, from its Case
   Iterations iterations = Iterations::kTimed;  // the phase's, from its Case
   bool phase_before_device = false;            // the family's naming
+  // A compiled model runs instead of the eager one: "aoti" or "torchscript",
+  // appended to the name; model_file is the file (suite families under
+  // --compiled; the Model family knows its own files).
+  std::string backend;
+  std::string model_file;
   c10::Device device = c10::Device(c10::kCPU);
   c10::ScalarType dtype = c10::kFloat;
   int64_t batch = 0;       // 0: the family has no batch setting
@@ -47,7 +52,8 @@ struct BenchSpec {
   // Model families: Family/size/device/phase/batch:B/seq:T/dtype[/nosync];
   // generation: .../batch:B/prompt:P/new:N/dtype[/nosync];
   // convolution models in channels_last: .../dtype/channels_last[/nosync];
-  // packed oneDNN linears (--cpu_linear=onednn): .../dtype[/channels_last]/onednn.
+  // packed oneDNN linears (--cpu_linear=onednn): .../dtype[/channels_last]/onednn;
+  // compiled models: .../dtype/aoti or .../dtype/torchscript.
   // Families that name the phase first (Ops, whose phase is the shape):
   // Ops/op/shape/device/dtype[/nosync].
   std::string Name() const;

@@ -23,6 +23,7 @@
 #include "harness/distributed.h"
 #include "harness/interrupt.h"
 #include "harness/memory.h"
+#include "harness/model_file.h"
 #include "harness/peaks.h"
 #include "harness/registry.h"
 #include "harness/runner.h"
@@ -340,7 +341,19 @@ absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& comma
 
   state.peaks = std::make_unique<Peaks>(options.peak_flops, options.peak_bandwidth,
                                         OpsMatmulShapes());
-  const std::vector<Registration> registrations = ExpandSweep(state.families, sweep);
+  std::vector<Registration> registrations = ExpandSweep(state.families, sweep);
+  if (!sweep.compiled_dir.empty()) {
+    std::vector<std::string> unreadable;
+    const auto compiled = CompiledBenchmarks(sweep.compiled_dir, &unreadable);
+    for (const std::string& why : unreadable) {
+      std::cerr << "bench: --compiled: skipping " << why << "\n";
+    }
+    if (compiled.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--compiled=", sweep.compiled_dir, " holds no model file tools/export wrote"));
+    }
+    registrations = WithCompiled(registrations, compiled);
+  }
   if (!command_line.list_only && !command_line.quiet_rank) {
     PreparePeaks(registrations, state.filter, options, dist->world_size,
                  state.peaks.get());

@@ -20,9 +20,6 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
                                       const Sweep& sweep) {
   std::vector<Registration> out;
   for (const Family& family : families) {
-    const std::vector<int64_t> batches = sweep.batches.empty()
-                                             ? std::vector<int64_t>{family.default_batch}
-                                             : sweep.batches;
     const std::vector<int64_t>& seqs =
         sweep.seqs.empty() ? family.default_seqs : sweep.seqs;
     const std::vector<bool> formats =
@@ -41,12 +38,24 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
       } else {
         lengths.emplace_back(0, 0);
       }
-      const std::vector<int64_t> case_batches =
-          c.phase.shape == Shape::kNone ? std::vector<int64_t>{0} : batches;
+      std::vector<int64_t> case_batches = sweep.batches;
+      if (case_batches.empty()) {
+        case_batches = {c.default_batch > 0 ? c.default_batch : family.default_batch};
+      }
+      if (c.phase.shape == Shape::kNone) case_batches = {0};
+      // A case whose dtype its model fixes runs in that one; others sweep
+      // --dtype, or run in fp32 when they do not sweep it.
+      std::vector<c10::ScalarType> dtypes;
+      if (c.dtype.has_value()) {
+        dtypes = {*c.dtype};
+      } else {
+        for (const c10::ScalarType d : sweep.dtypes) {
+          if (c.sweeps_dtype || d == c10::kFloat) dtypes.push_back(d);
+        }
+      }
       for (const c10::Device& device : sweep.devices) {
         if (c.cuda_only && !device.is_cuda()) continue;
-        for (const c10::ScalarType dtype : sweep.dtypes) {
-          if (!c.sweeps_dtype && dtype != c10::kFloat) continue;
+        for (const c10::ScalarType dtype : dtypes) {
           // Packed linears: CPU inference of the families whose models have them.
           const bool linears = family.packs_cpu_linears && device.is_cpu() &&
                                c.phase.kind == PhaseKind::kInference;
@@ -73,6 +82,7 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
                   spec.channels_last = channels_last;
                   spec.sync = sweep.sync;
                   spec.pack_cpu_linears = pack;
+                  spec.backend = c.backend;
                   out.push_back({&family, spec, c.unit});
                 }
               }
@@ -87,6 +97,12 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
 
 std::string DefaultSuiteFilter(const std::vector<Family>& families) {
   std::vector<std::string> parts;
+  for (const Family& family : families) {
+    if (family.replaces_default_suite) {
+      return absl::StrCat("^", EscapeRegex(family.name), "/(", absl::StrJoin(family.suite, "|"),
+                          ")");
+    }
+  }
   for (const Family& family : families) {
     if (family.suite.empty()) continue;
     parts.push_back(absl::StrCat(EscapeRegex(family.name), "/(",

@@ -20,6 +20,7 @@ struct Sweep {
   bool sync = true;
   std::vector<bool> pack_cpu_linears = {false};  // --cpu_linear: aten, onednn
   std::vector<bool> channels_last = {false};     // --memory_format
+  std::string compiled_dir;                      // --compiled: tools/export's files
 };
 
 struct Registration {

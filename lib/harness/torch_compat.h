@@ -25,6 +25,10 @@
 // have their own.
 #define LTB_HAS_DEVICE_AUTOCAST LTB_TORCH_AT_LEAST(2, 4)
 
+// torch::inductor::AOTIModelPackageLoader, which runs AOTInductor packages
+// (.pt2) from C++ (2.6).
+#define LTB_HAS_AOTI_PACKAGE LTB_TORCH_AT_LEAST(2, 6)
+
 namespace c10d {
 class Backend;
 class ProcessGroup;

@@ -1,0 +1,173 @@
+#include "models/user_model.h"
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <stdexcept>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "harness/flags.h"
+#include "harness/model_file.h"
+#include "harness/phases.h"
+#include "harness/profiling.h"
+#include "harness/registry.h"
+
+ABSL_FLAG(std::vector<std::string>, model, {},
+          "Model files to benchmark: AOTInductor packages (.pt2) or TorchScript modules "
+          "(torch.jit.save), comma-separated. A model file is code: load only files you "
+          "trust.");
+ABSL_FLAG(std::string, inputs, "",
+          "--model: the inputs, e.g. 8x3x224x224:fp32 or '4x128:int64[0,50257)', several "
+          "separated by ';'. Default: the example inputs saved with the model, if any.");
+ABSL_FLAG(std::string, flops_per_step, "",
+          "--model: FLOPs of one forward, for FLOP/s and mfu. Default: what LibTorch's "
+          "profiler counts in one step, when it can.");
+
+namespace ltb {
+namespace {
+
+struct ModelCase {
+  std::string path;
+  absl::StatusOr<ModelFile> file = absl::UnknownError("not inspected");
+  std::vector<InputSpec> inputs;   // from --inputs, or the saved inputs' shapes
+  std::vector<at::Tensor> saved;   // the saved example inputs, when used
+  absl::Status problem;            // why it cannot run, reported as its error
+};
+
+class ModelWorkload final : public Workload {
+ public:
+  ModelWorkload(std::unique_ptr<Workload> inner, double flops)
+      : inner_(std::move(inner)), flops_(flops) {}
+  void Step() override { inner_->Step(); }
+  at::Tensor Evaluate() override { return inner_->Evaluate(); }
+  std::vector<std::pair<std::string, double>> Counters() const override {
+    return inner_->Counters();
+  }
+  double FlopsPerStep() const override { return flops_; }
+
+ private:
+  std::unique_ptr<Workload> inner_;
+  double flops_;
+};
+
+// The model's dtype: its first floating input's, else what tools/export
+// recorded, else fp32.
+c10::ScalarType CaseDtype(const ModelCase& m) {
+  for (const InputSpec& s : m.inputs) {
+    if (at::isFloatingType(s.dtype)) return s.dtype;
+  }
+  if (m.file.ok()) {
+    if (auto it = m.file->metadata.find("ltb_dtype"); it != m.file->metadata.end()) {
+      if (absl::StatusOr<c10::ScalarType> t = ParseDtype(it->second); t.ok()) return *t;
+    }
+  }
+  return c10::kFloat;
+}
+
+ModelCase Inspect(const std::string& path, const std::vector<InputSpec>& given) {
+  ModelCase m;
+  m.path = path;
+  m.file = InspectModelFile(path);
+  if (!m.file.ok()) {
+    m.problem = m.file.status();
+    return m;
+  }
+  if (!given.empty()) {
+    m.inputs = given;
+    return m;
+  }
+  absl::StatusOr<std::optional<SavedIO>> io = LoadSavedIO(*m.file);
+  if (!io.ok()) {
+    m.problem = io.status();
+  } else if (!io->has_value()) {
+    m.problem = absl::InvalidArgumentError(
+        absl::StrCat(path, ": no example inputs saved with it; give --inputs"));
+  } else {
+    m.saved = (*io)->inputs;
+    for (const at::Tensor& t : m.saved) {
+      InputSpec s;
+      s.shape = t.sizes().vec();
+      s.dtype = t.scalar_type();
+      m.inputs.push_back(s);
+    }
+  }
+  return m;
+}
+
+}  // namespace
+
+absl::StatusOr<Family> ModelFamilyFromFlags() {
+  Family f;
+  f.name = "Model";
+  f.phases = {ForwardPhase(Shape::kBatch)};
+  const std::vector<std::string> paths = absl::GetFlag(FLAGS_model);
+  if (paths.empty()) return f;  // no cases: not offered in this run
+  std::vector<InputSpec> given;
+  if (const std::string text = absl::GetFlag(FLAGS_inputs); !text.empty()) {
+    absl::StatusOr<std::vector<InputSpec>> parsed = ParseInputSpecs(text);
+    if (!parsed.ok()) return parsed.status();
+    given = *parsed;
+  }
+  double flops = 0;
+  if (const std::string text = absl::GetFlag(FLAGS_flops_per_step); !text.empty()) {
+    if (!absl::SimpleAtod(text, &flops) || !(flops > 0) || !std::isfinite(flops)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad --flops_per_step value '", text, "'; valid: a positive number, e.g. 3.6e9"));
+    }
+  }
+  auto cases = std::make_shared<std::map<std::string, ModelCase>>();
+  for (const std::string& path : paths) {
+    ModelCase m = Inspect(path, given);
+    const std::string stem =
+        m.file.ok() ? m.file->Stem() : std::filesystem::path(path).stem().string();
+    if (cases->count(stem)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--model: two files are named ", stem, " (", cases->at(stem).path, " and ", path,
+          "): benchmark names are file stems; rename one"));
+    }
+    Case c{stem, f.phases[0]};
+    c.backend = m.file.ok() ? BackendName(m.file->format)
+                            : absl::EndsWith(path, ".pt2") ? "aoti" : "torchscript";
+    c.default_batch = m.inputs.empty() || m.inputs[0].shape.empty() ? 1 : m.inputs[0].shape[0];
+    c.dtype = CaseDtype(m);
+    f.sizes.push_back(stem);
+    f.cases.push_back(c);
+    cases->emplace(stem, std::move(m));
+  }
+  f.default_batch = 1;
+  f.suite = {""};  // every file: without a filter, bench measures them alone
+  f.replaces_default_suite = true;
+  f.plan = [cases, flops](const BenchSpec& s) -> absl::StatusOr<Plan> {
+    const ModelCase& m = cases->at(s.size);
+    if (!m.problem.ok()) return m.problem;
+    Plan plan;
+    plan.samples_per_step = s.batch;  // rows of the first input
+    const InputSpec& first = m.inputs.front();
+    if (first.shape.size() == 2 && !at::isFloatingType(first.dtype)) {
+      plan.tokens_per_step = s.batch * first.shape[1];  // token ids (B, T)
+    }
+    plan.flops_per_step = flops;
+    std::error_code ec;
+    const double bytes = static_cast<double>(std::filesystem::file_size(m.path, ec));
+    plan.memory.weights = static_cast<int64_t>(bytes);  // the file holds the weights
+    return plan;
+  };
+  f.build = [cases, flops](const BenchSpec& s) -> std::unique_ptr<Workload> {
+    const ModelCase& m = cases->at(s.size);
+    if (!m.problem.ok()) throw std::runtime_error(std::string(m.problem.message()));
+    const bool saved = !m.saved.empty() && s.batch == m.inputs[0].shape[0];
+    std::vector<at::Tensor> inputs = saved ? m.saved : MakeInputs(m.inputs, s.batch, s.device);
+    std::unique_ptr<Workload> inner = MakeModelFileWorkload(*m.file, s, inputs, {});
+    double counted = flops;
+    if (counted <= 0) counted = ProfiledFlops([&] { inner->Step(); });
+    return std::make_unique<ModelWorkload>(std::move(inner), counted);
+  };
+  return f;
+}
+LTB_REGISTER_FAMILY(ModelFamilyFromFlags, 85);
+
+}  // namespace ltb

@@ -1,0 +1,234 @@
+"""tools/ltb_models.py: its size tables are the C++ ones (read from
+lib/models/*.{h,cc}), every size has the card's parameter count, the
+inference inputs have the benchmark's shapes, and each family's nano
+forward_module exports with torch.export. Parity of the computation itself
+is test/models/parity_test.cc's."""
+import ast
+import os
+import re
+import sys
+import unittest
+
+TOOLS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(TOOLS)
+MODELS = os.path.join(REPO, "lib", "models")
+sys.path.insert(0, TOOLS)
+
+try:
+    import torch
+except ImportError:  # the tools' tests also run where torch is not installed
+    torch = None
+
+if torch is not None:
+    import ltb_models
+
+# Family -> the C++ file stem of its size table and options struct.
+SOURCES = {"Transformer": "transformer", "GPT2": "gpt2", "ResNet": "resnet", "CNN": "cnn",
+           "Encoder": "encoder", "Whisper": "whisper", "EncDec": "encdec"}
+
+
+def _read(stem, ext):
+    with open(os.path.join(MODELS, f"{stem}.{ext}"), encoding="utf-8") as f:
+        # Without comments, so /*bottleneck=*/ and // notes do not get in the way.
+        return re.sub(r"/\*.*?\*/|//[^\n]*", "", f.read(), flags=re.S)
+
+
+def _literal(text, constants):
+    """A C++ literal (1'000, {1, 2}, false, 1e-5, a named constant) as Python."""
+    text = text.strip()
+    if text in constants:
+        return constants[text]
+    text = text.replace("'", "").replace("{", "(").replace("}", ")")
+    text = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", text))
+    return ast.literal_eval(text)
+
+
+def _closing(text, start):
+    """The index just past the bracket matching the one at text[start]."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += text[i] in "({"
+        depth -= text[i] in ")}"
+        if depth == 0:
+            return i + 1
+    raise ValueError(f"unbalanced brackets in {text[start:]!r}")
+
+
+def _split_args(text):
+    """Top-level comma-separated arguments of a call's argument text."""
+    args, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch in "({"
+        depth -= ch in ")}"
+        if ch == "," and depth == 0:
+            args.append(current)
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        args.append(current)
+    return args
+
+
+def _calls(text):
+    """[(name, argument text)] of a chain `Foo(a, b).bar(c).baz(d)`."""
+    calls, pos = [], 0
+    while True:
+        m = re.compile(r"\s*\.?\s*(\w+)\s*\(").match(text, pos)
+        if not m:
+            break
+        end = _closing(text, m.end() - 1)
+        calls.append((m.group(1), text[m.end():end - 1]))
+        pos = end
+    if text[pos:].strip():
+        raise ValueError(f"cannot read {text[pos:]!r}")
+    return calls
+
+
+def _options_struct(family):
+    header = _read(SOURCES[family], "h")
+    start = re.search(r"struct %sOptions\s*\{" % family, header).end() - 1
+    return header[start:_closing(header, start)]
+
+
+def cpp_constants(stem):
+    return {name: int(value) for name, value in
+            re.findall(r"constexpr\s+int64_t\s+(\w+)\s*=\s*(\d+)\s*;", _read(stem, "h"))}
+
+
+def cpp_fields(family):
+    """The C++ options struct's TORCH_ARG names, in order."""
+    return re.findall(r"TORCH_ARG\([^,]+,\s*(\w+)\)", _options_struct(family))
+
+
+def cpp_defaults(family):
+    """{field: default} of the C++ options struct's TORCH_ARGs that have one."""
+    constants = cpp_constants(SOURCES[family])
+    return {name: _literal(value, constants) for name, value in
+            re.findall(r"TORCH_ARG\([^,]+,\s*(\w+)\)\s*=\s*([^;]+);",
+                       _options_struct(family))}
+
+
+def cpp_sizes(family):
+    """[(name, {option field: value}, card_params)] of the C++ size table, in
+    order, from its `{"nano", FooOptions(a, b).setter(c), 123'456}` entries."""
+    stem = SOURCES[family]
+    constants = cpp_constants(stem)
+    source = _read(stem, "cc")
+    table = re.search(r"%sSizes\(\)\s*\{(.*?)return \*sizes;" % family, source, re.S).group(1)
+    fields = cpp_fields(family)
+    entries = []
+    for m in re.finditer(r'\{\s*"', table):
+        entry = table[m.start() + 1:_closing(table, m.start()) - 1]
+        name, expr, card = _split_args(entry)
+        (struct, args), *setters = _calls(expr)
+        if struct != f"{family}Options":
+            raise AssertionError(f"{family} size {name} is built from {struct}")
+        values = dict(zip(fields, (_literal(a, constants) for a in _split_args(args))))
+        values.update((setter, _literal(value, constants)) for setter, value in setters)
+        entries.append((_literal(name, constants), values, _literal(card, constants)))
+    return entries
+
+
+@unittest.skipIf(torch is None, "needs torch (the project's venv)")
+class SizeTableTest(unittest.TestCase):
+    def test_the_families_are_the_cpp_ones(self):
+        self.assertEqual(set(ltb_models.FAMILIES), set(SOURCES))
+
+    def test_sizes_and_architecture_numbers_equal_the_cpp_tables(self):
+        for family in ltb_models.FAMILIES:
+            with self.subTest(family=family):
+                cpp = cpp_sizes(family)
+                self.assertTrue(cpp, f"no size table found for {family}")
+                self.assertEqual(ltb_models.sizes(family), tuple(name for name, _, _ in cpp))
+                defaults = cpp_defaults(family)
+                for name, values, card in cpp:
+                    entry = ltb_models.size_entry(family, name)
+                    want = dict(defaults, **values)
+                    want.pop("fused_attention", None)  # see the next test
+                    got = {k: getattr(entry.options, k, None) for k in want}
+                    self.assertEqual(got, want, f"{family}/{name}")
+                    self.assertEqual(entry.card_params, card, f"{family}/{name}")
+
+    def test_options_mirror_the_cpp_fields_and_defaults(self):
+        # fused_attention switches the C++ attention's implementation, not
+        # what it computes; the Python models have one implementation.
+        for family in ltb_models.FAMILIES:
+            with self.subTest(family=family):
+                fields = [f for f in cpp_fields(family) if f != "fused_attention"]
+                options = type(ltb_models.size_entry(family, "nano").options)
+                self.assertEqual([f.name for f in options.__dataclass_fields__.values()],
+                                 fields)
+                for name, value in cpp_defaults(family).items():
+                    if name != "fused_attention":
+                        self.assertEqual(options.__dataclass_fields__[name].default, value,
+                                         f"{family}Options.{name}")
+
+    def test_every_size_has_the_card_parameter_count(self):
+        for family in ltb_models.FAMILIES:
+            for name, _, card in cpp_sizes(family):
+                with self.subTest(family=family, size=name):
+                    with torch.device("meta"):  # shapes only: xl sizes are billions
+                        model = ltb_models.build(family, name)
+                    self.assertEqual(ltb_models.param_count(model), card)
+
+    def test_an_unknown_size_names_the_valid_ones(self):
+        with self.assertRaisesRegex(ValueError, "valid: nano, small"):
+            ltb_models.build("Transformer", "huge")
+
+
+@unittest.skipIf(torch is None, "needs torch (the project's venv)")
+class ForwardInputsTest(unittest.TestCase):
+    def test_shapes_and_dtypes(self):
+        ids, floats = torch.int64, torch.bfloat16
+        shapes = {  # batch 2, seq 8: as the C++ Build* functions pass them
+            "Transformer": [((2, 8), ids)],
+            "GPT2": [((2, 8), ids)],
+            "ResNet": [((2, 3, 224, 224), floats)],
+            "CNN": [((2, 3, 32, 32), floats)],
+            "Encoder": [((8, 2, 64), floats)],  # (T, B, d)
+            "Whisper": [((2, 80, 3000), floats)],
+            "EncDec": [((2, 8), ids), ((2, 7), ids)],  # src, tgt without its last
+        }
+        for family, want in shapes.items():
+            with self.subTest(family=family):
+                inputs = ltb_models.forward_inputs(family, "nano", 2, 8, dtype=torch.bfloat16)
+                self.assertEqual([(tuple(t.shape), t.dtype) for t in inputs], want)
+
+    def test_token_ids_are_in_the_vocabulary(self):
+        (ids,) = ltb_models.forward_inputs("GPT2", "nano", 4, 64)
+        self.assertGreaterEqual(ids.min().item(), 0)
+        self.assertLess(ids.max().item(), 1000)
+
+    def test_a_generator_makes_them_reproducible(self):
+        draw = lambda: ltb_models.forward_inputs(  # noqa: E731
+            "EncDec", "nano", 2, 8, generator=torch.Generator().manual_seed(3))
+        for a, b in zip(draw(), draw()):
+            self.assertTrue(torch.equal(a, b))
+
+    def test_the_forward_module_takes_them(self):
+        for family in ("Transformer", "CNN", "EncDec"):
+            with self.subTest(family=family):
+                model = ltb_models.forward_module(family, "nano", seq=8)
+                self.assertFalse(model.training)
+                with torch.inference_mode():
+                    out = model(*ltb_models.forward_inputs(family, "nano", 2, 8))
+                self.assertEqual(out.shape[0], 2)
+
+
+@unittest.skipIf(torch is None, "needs torch (the project's venv)")
+class ExportTest(unittest.TestCase):
+    def test_each_nano_forward_module_exports(self):
+        for family in ltb_models.FAMILIES:
+            with self.subTest(family=family):
+                model = ltb_models.forward_module(family, "nano", seq=16)
+                inputs = ltb_models.forward_inputs(family, "nano", 1, 16)
+                exported = torch.export.export(model, inputs)
+                with torch.no_grad():
+                    want = model(*inputs)
+                    got = exported.module()(*inputs)
+                torch.testing.assert_close(got, want)
+
+
+if __name__ == "__main__":
+    unittest.main()
