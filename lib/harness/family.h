@@ -48,6 +48,9 @@ class Workload {
   // FLOPs of one step where the plan could not know them (a model file:
   // counted by LibTorch's profiler when built); 0: unknown.
   virtual double FlopsPerStep() const { return 0; }
+  // Bytes the workload holds outside LibTorch's allocators, which peak_mem
+  // adds: an AOTInductor package's weights live in the package's own memory.
+  virtual int64_t UntrackedBytes() const { return 0; }
 };
 
 // A module's parameters and buffers, named "param:<name>" and "buffer:<name>".

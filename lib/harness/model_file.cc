@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <stdexcept>
 
 #include "absl/strings/ascii.h"
@@ -101,6 +102,7 @@ class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
   virtual std::vector<at::Tensor> Run(const std::vector<at::Tensor>& inputs) = 0;
+  virtual int64_t UntrackedBytes() { return 0; }
 };
 
 #if LTB_HAS_AOTI_PACKAGE
@@ -111,6 +113,18 @@ class AotiRunner final : public ModelRunner {
                 device.is_cuda() ? device.index() : -1) {}
   std::vector<at::Tensor> Run(const std::vector<at::Tensor>& inputs) override {
     return loader_.run(inputs);
+  }
+  // The weights (the package's constants), held in memory the package's
+  // runtime manages rather than LibTorch's allocator; each buffer once.
+  int64_t UntrackedBytes() override {
+    std::set<const void*> seen;
+    int64_t bytes = 0;
+    for (const auto& [name, t] : loader_.get_runner()->extract_constants_map(false)) {
+      if (t.defined() && seen.insert(t.storage().data()).second) {
+        bytes += static_cast<int64_t>(t.storage().nbytes());
+      }
+    }
+    return bytes;
   }
 
  private:
@@ -174,6 +188,7 @@ class ModelFileWorkload final : public Workload {
     return out.empty() ? at::Tensor() : out.front();
   }
   std::vector<std::pair<std::string, double>> Counters() const override { return counters_; }
+  int64_t UntrackedBytes() const override { return runner_->UntrackedBytes(); }
   void AddCounter(const std::string& name, double value) { counters_.emplace_back(name, value); }
 
  private:
@@ -327,6 +342,7 @@ absl::StatusOr<std::optional<SavedIO>> LoadSavedIO(const ModelFile& file) {
       std::vector<at::Tensor>& into = std::string(key) == "inputs" ? io.inputs : io.expected;
       for (const c10::IValue& t : dict.at(key).toListRef()) into.push_back(t.toTensor());
     }
+    if (dict.contains("compile_s")) io.compile_s = dict.at("compile_s").toDouble();
     return std::optional<SavedIO>(std::move(io));
   } catch (const std::exception& e) {
     return Bad(path, absl::StrCat("not the inputs and outputs tools/export saves: ", e.what()));
@@ -335,7 +351,7 @@ absl::StatusOr<std::optional<SavedIO>> LoadSavedIO(const ModelFile& file) {
 
 std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file, const BenchSpec& spec,
                                                 std::vector<at::Tensor> inputs,
-                                                std::vector<at::Tensor> expected) {
+                                                const SavedIO* io) {
   const auto compiled_for = file.metadata.find("AOTI_DEVICE_KEY");
   if (compiled_for != file.metadata.end() &&
       compiled_for->second != c10::DeviceTypeName(spec.device.type(), /*lower_case=*/true)) {
@@ -351,11 +367,7 @@ std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file, const Ben
   }
   for (at::Tensor& t : inputs) t = t.to(spec.device);
   std::vector<std::pair<std::string, double>> counters;
-  double compile_s = 0;
-  if (auto it = file.metadata.find("ltb_compile_s");
-      it != file.metadata.end() && absl::SimpleAtod(it->second, &compile_s)) {
-    counters.emplace_back("compile_s", compile_s);
-  }
+  if (io != nullptr && io->compile_s >= 0) counters.emplace_back("compile_s", io->compile_s);
   auto workload =
       std::make_unique<ModelFileWorkload>(std::move(runner), inputs, std::move(counters));
   // One run now, outside the timed steps: a file that cannot run on these
@@ -374,7 +386,9 @@ std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file, const Ben
                                                         }),
                                           "): ", e.what()));
   }
-  if (!expected.empty() && out.defined()) workload->AddCounter("rel_err", RelErr(out, expected.front()));
+  if (io != nullptr && !io->expected.empty() && out.defined()) {
+    workload->AddCounter("rel_err", RelErr(out, io->expected.front()));
+  }
   return workload;
 }
 
@@ -434,7 +448,7 @@ std::unique_ptr<Workload> BuildCompiledBenchmark(const BenchSpec& spec) {
     throw std::runtime_error(absl::StrCat(spec.model_file, ": no ", file->Stem(),
                                           ".io.pt beside it with the inputs to run it on"));
   }
-  return MakeModelFileWorkload(*file, spec, (*io)->inputs, (*io)->expected);
+  return MakeModelFileWorkload(*file, spec, (*io)->inputs, &**io);
 }
 
 }  // namespace ltb

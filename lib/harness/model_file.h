@@ -60,16 +60,17 @@ std::vector<at::Tensor> MakeInputs(const std::vector<InputSpec>& specs, int64_t 
 // (<stem>.io.pt); nullopt when there is none.
 struct SavedIO {
   std::vector<at::Tensor> inputs, expected;
+  double compile_s = -1;  // seconds tools/export took to compile; -1: unknown
 };
 absl::StatusOr<std::optional<SavedIO>> LoadSavedIO(const ModelFile& file);
 
 // Runs `file` on `inputs` (on spec.device) each step. Its counters:
-// compile_s from the metadata, and rel_err of its outputs against
-// `expected` (the eager outputs) when given. Throws, naming the file, when
-// the file cannot run here (another device, another LibTorch).
+// compile_s and rel_err of its outputs against the eager ones, when `io`
+// gives them. Throws, naming the file, when the file cannot run here
+// (another device, another LibTorch, inputs it does not take).
 std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file, const BenchSpec& spec,
                                                 std::vector<at::Tensor> inputs,
-                                                std::vector<at::Tensor> expected);
+                                                const SavedIO* io = nullptr);
 
 // The model files of a directory (--compiled) that tools/export made for the
 // suite's benchmarks, by the benchmark each compiles (its name without the

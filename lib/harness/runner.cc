@@ -327,6 +327,7 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
   if (Cache().gpu_busy >= 0) c["gpu_busy_%"] = 100 * Cache().gpu_busy;
   if (plan->params > 0) c["params"] = Counter(static_cast<double>(plan->params));
   int64_t peak = PeakBytes(spec.device);
+  if (peak >= 0 && Cache().workload) peak += Cache().workload->UntrackedBytes();
   if (DataParallel* group = CurrentProcessGroup();
       group != nullptr && spec.data_parallel) {
     at::Tensor t = at::full({1}, static_cast<double>(peak), at::kDouble);

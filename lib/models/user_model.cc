@@ -34,7 +34,7 @@ struct ModelCase {
   std::string path;
   absl::StatusOr<ModelFile> file = absl::UnknownError("not inspected");
   std::vector<InputSpec> inputs;   // from --inputs, or the saved inputs' shapes
-  std::vector<at::Tensor> saved;   // the saved example inputs, when used
+  std::optional<SavedIO> io;       // saved with the file by tools/export
   absl::Status problem;            // why it cannot run, reported as its error
 };
 
@@ -48,6 +48,7 @@ class ModelWorkload final : public Workload {
     return inner_->Counters();
   }
   double FlopsPerStep() const override { return flops_; }
+  int64_t UntrackedBytes() const override { return inner_->UntrackedBytes(); }
 
  private:
   std::unique_ptr<Workload> inner_;
@@ -87,8 +88,8 @@ ModelCase Inspect(const std::string& path, const std::vector<InputSpec>& given) 
     m.problem = absl::InvalidArgumentError(
         absl::StrCat(path, ": no example inputs saved with it; give --inputs"));
   } else {
-    m.saved = (*io)->inputs;
-    for (const at::Tensor& t : m.saved) {
+    m.io = **io;
+    for (const at::Tensor& t : m.io->inputs) {
       InputSpec s;
       s.shape = t.sizes().vec();
       s.dtype = t.scalar_type();
@@ -159,9 +160,13 @@ absl::StatusOr<Family> ModelFamilyFromFlags() {
   f.build = [cases, flops](const BenchSpec& s) -> std::unique_ptr<Workload> {
     const ModelCase& m = cases->at(s.size);
     if (!m.problem.ok()) throw std::runtime_error(std::string(m.problem.message()));
-    const bool saved = !m.saved.empty() && s.batch == m.inputs[0].shape[0];
-    std::vector<at::Tensor> inputs = saved ? m.saved : MakeInputs(m.inputs, s.batch, s.device);
-    std::unique_ptr<Workload> inner = MakeModelFileWorkload(*m.file, s, inputs, {});
+    // The saved inputs at their batch (with the eager outputs to compare
+    // with); new ones of their shapes at any other.
+    const bool saved = m.io.has_value() && s.batch == m.inputs[0].shape[0];
+    std::vector<at::Tensor> inputs =
+        saved ? m.io->inputs : MakeInputs(m.inputs, s.batch, s.device);
+    std::unique_ptr<Workload> inner =
+        MakeModelFileWorkload(*m.file, s, inputs, saved ? &*m.io : nullptr);
     double counted = flops;
     if (counted <= 0) counted = ProfiledFlops([&] { inner->Step(); });
     return std::make_unique<ModelWorkload>(std::move(inner), counted);
