@@ -68,6 +68,9 @@ struct Plan {
   // The workload reports weight_GB/s (decoding), so mbu needs the device's
   // bandwidth peak.
   bool reports_weight_bandwidth = false;
+  // flops_per_step is 0 but the workload counts them when built
+  // (Workload::FlopsPerStep): mfu needs the device's FLOP/s peak.
+  bool counts_flops_when_built = false;
   MemoryEstimate memory;
 };
 

@@ -9,6 +9,8 @@
 #include <torch/csrc/jit/serialization/import.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -106,10 +108,17 @@ class ModelRunner {
 };
 
 #if LTB_HAS_AOTI_PACKAGE
+// Without input checks an AOTInductor model runs inputs of other shapes than
+// it was compiled for and returns garbage; with them, it refuses them.
+const std::string& Checked(const std::string& path) {
+  ::setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", /*overwrite=*/0);
+  return path;
+}
+
 class AotiRunner final : public ModelRunner {
  public:
   AotiRunner(const std::string& path, const c10::Device& device)
-      : loader_(path, "model", /*run_single_threaded=*/false, /*num_runners=*/1,
+      : loader_(Checked(path), "model", /*run_single_threaded=*/false, /*num_runners=*/1,
                 device.is_cuda() ? device.index() : -1) {}
   std::vector<at::Tensor> Run(const std::vector<at::Tensor>& inputs) override {
     return loader_.run(inputs);
@@ -362,6 +371,9 @@ std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file, const Ben
   std::unique_ptr<ModelRunner> runner;
   try {
     runner = LoadRunner(file, spec.device);
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(
+        absl::StrCat(file.path, ": cannot load: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
     throw std::runtime_error(absl::StrCat(file.path, ": cannot load: ", e.what()));
   }
@@ -374,17 +386,22 @@ std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file, const Ben
   // inputs says so with the inputs it was given, and the eager outputs (when
   // given) measure how far compiling moved the results.
   at::Tensor out;
+  const auto describe = [&](const std::string& why) {
+    return std::runtime_error(absl::StrCat(
+        file.path, ": cannot run on the inputs (",
+        absl::StrJoin(inputs, ", ",
+                      [](std::string* s, const at::Tensor& t) {
+                        absl::StrAppend(s, c10::str(t.sizes()), ":",
+                                        c10::toString(t.scalar_type()));
+                      }),
+        "): ", why));
+  };
   try {
     out = workload->Evaluate();
+  } catch (const c10::Error& e) {
+    throw describe(e.what_without_backtrace());
   } catch (const std::exception& e) {
-    throw std::runtime_error(absl::StrCat(file.path, ": cannot run on the inputs (",
-                                          absl::StrJoin(inputs, ", ",
-                                                        [](std::string* s, const at::Tensor& t) {
-                                                          absl::StrAppend(
-                                                              s, c10::str(t.sizes()), ":",
-                                                              c10::toString(t.scalar_type()));
-                                                        }),
-                                          "): ", e.what()));
+    throw describe(e.what());
   }
   if (io != nullptr && !io->expected.empty() && out.defined()) {
     workload->AddCounter("rel_err", RelErr(out, io->expected.front()));

@@ -152,6 +152,7 @@ absl::StatusOr<Family> ModelFamilyFromFlags() {
       plan.tokens_per_step = s.batch * first.shape[1];  // token ids (B, T)
     }
     plan.flops_per_step = flops;
+    plan.counts_flops_when_built = flops <= 0;
     std::error_code ec;
     const double bytes = static_cast<double>(std::filesystem::file_size(m.path, ec));
     plan.memory.weights = static_cast<int64_t>(bytes);  // the file holds the weights

@@ -517,6 +517,98 @@ class PathsTest(unittest.TestCase):
                 self.assertNotIn("Transformer/nano", proc.stdout, "ran before refusing")
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def export(fmt, family, size, out, *args):
+    """tools/export's file of a family's inference benchmark, in `out`."""
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "tools", "export"), fmt, family,
+                           size, "--out", out, *args], capture_output=True, text=True,
+                          timeout=600)
+    if proc.returncode != 0:
+        raise AssertionError(f"export {fmt} {family} {size}: {proc.stderr[-3000:]}")
+    return proc.stdout.strip()
+
+
+@unittest.skipUnless(BENCH, "LTB_BENCH is not set")
+class CompiledTest(unittest.TestCase):
+    """Eager against compiled: tools/export's files run beside the eager
+    benchmarks (--compiled) and as a user's own models (--model)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.dir = os.path.join(cls.tmp.name, "exports")
+        # AOTInductor compiles C++ here (seconds a model): one package, and
+        # TorchScript for a second family.
+        cls.aoti = export("aoti", "Transformer", "nano", cls.dir, "--batch=2", "--seq=16")
+        cls.ts = export("torchscript", "CNN", "nano", cls.dir, "--batch=2")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_compiled_files_run_beside_the_eager_benchmarks_they_compile(self):
+        doc = run_json("--benchmark_filter=(Transformer|CNN)/nano/cpu/forward/", *FAST,
+                       "--seq=16", f"--compiled={self.dir}")
+        entries = {b["run_name"].replace("/manual_time", ""): b for b in doc["benchmarks"]}
+        eager_t = "Transformer/nano/cpu/forward/batch:2/seq:16/fp32"
+        eager_c = "CNN/nano/cpu/forward/batch:2/fp32"
+        self.assertEqual(set(entries), {eager_t, eager_t + "/aoti", eager_c,
+                                        eager_c + "/torchscript"})
+        for name, b in entries.items():
+            self.assertFalse(b.get("error_occurred", False), (name, b.get("error_message")))
+        for name in (eager_t + "/aoti", eager_c + "/torchscript"):
+            compiled, eager = entries[name], entries[name.rsplit("/", 1)[0]]
+            # The same model's counters, its own drift from eager and compile time.
+            self.assertEqual(compiled["params"], eager["params"])
+            self.assertAlmostEqual(compiled["FLOP/s"] * compiled["real_time"],
+                                   eager["FLOP/s"] * eager["real_time"],
+                                   delta=1e-3 * eager["FLOP/s"] * eager["real_time"])
+            self.assertLess(compiled["rel_err"], 1e-4, name)
+            self.assertGreater(compiled["compile_s"], 0, name)
+            # The weights count, also where the package holds them itself.
+            self.assertGreater(compiled["peak_mem"], 0.5 * eager["peak_mem"], name)
+
+    def test_user_model_files_run_as_the_model_family(self):
+        bad = os.path.join(self.tmp.name, "broken.pt2")
+        with open(bad, "w") as f:
+            f.write("not a model")
+        doc = run_json(f"--model={self.aoti},{self.ts},{bad}", "--benchmark_min_time=0.01",
+                       "--warmup_s=0", "--devices=cpu", "--peak_flops=1e12")
+        entries = {b["run_name"].replace("/manual_time", ""): b for b in doc["benchmarks"]}
+        aoti = "Model/Transformer-nano-cpu-forward-batch2-seq16-fp32-aoti/cpu/forward/batch:2/fp32/aoti"
+        ts = "Model/CNN-nano-cpu-forward-batch2-fp32-torchscript/cpu/forward/batch:2/fp32/torchscript"
+        self.assertEqual(set(entries), {aoti, ts, "Model/broken/cpu/forward/batch:1/fp32/aoti"})
+        # Token ids in: tokens/s; the saved inputs: drift from eager.
+        self.assertAlmostEqual(entries[aoti]["tokens/s"] / entries[aoti]["samples/s"], 16)
+        self.assertLess(entries[aoti]["rel_err"], 1e-4)
+        # TorchScript runs LibTorch's operators, whose FLOPs the profiler counts.
+        self.assertGreater(entries[ts]["FLOP/s"], 0)
+        self.assertIn("mfu", entries[ts])
+        broken = entries["Model/broken/cpu/forward/batch:1/fp32/aoti"]
+        self.assertTrue(broken["error_occurred"])
+        self.assertIn(bad + ": not a model file", broken["error_message"])
+
+    def test_inputs_and_batches_for_a_model(self):
+        doc = run_json(f"--model={self.ts}", "--inputs=5x3x32x32:fp32", "--batch=1,4",
+                       "--benchmark_min_time=0.01", "--warmup_s=0", "--devices=cpu",
+                       "--flops_per_step=2e6", "--peak_flops=1e12")
+        by_batch = {b["run_name"].split("/")[4]: b for b in doc["benchmarks"]}
+        self.assertEqual(set(by_batch), {"batch:1", "batch:4"})
+        for b in by_batch.values():
+            self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
+            self.assertNotIn("rel_err", b, "no eager outputs for inputs of the user's")
+            self.assertAlmostEqual(b["FLOP/s"] * b["real_time"] * 1e-3, 2e6, delta=2e3)
+        # A static AOTInductor package at another batch: an error naming it.
+        [entry] = run_json(f"--model={self.aoti}", *FAST, "--batch=3")["benchmarks"]
+        self.assertTrue(entry["error_occurred"])
+        self.assertIn(self.aoti, entry["error_message"])
+        proc = run_bench(f"--model={self.ts}", "--inputs=5x3:float", check=False)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("bad --inputs item '5x3:float'", proc.stderr)
+
+
 NANO = ["--benchmark_min_time=0.01", "--warmup_s=0", "--batch=2", "--seq=16", "--prompt=4",
         "--new_tokens=3", "--epochs=1", "--warmup_epochs=0", "--dataset_samples=4",
         "--devices=cpu"]
