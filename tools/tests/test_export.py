@@ -69,3 +69,34 @@ class ExportTest(ToolTest):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ModelExportTest(ToolTest):
+    """tools/export's model formats: the input checks (compiling is tested end
+    to end in test/e2e, where bench runs the files)."""
+
+    def test_bad_input_exits_2_naming_the_valid_choices(self):
+        for args, expected in (
+                (["aoti", "Llama", "nano"], "unknown family 'Llama'; valid: Transformer, GPT2"),
+                (["aoti", "GPT2", "huge"], "unknown GPT2 size 'huge'; valid: nano, small"),
+                (["torchscript", "CNN", "nano", "--batch=0"], "--batch must be positive"),
+                (["aoti", "CNN", "nano", "--device=tpu"], "valid: cpu, cuda, cuda:N")):
+            proc = self.run_tool("export", *args, "--out", self.tmp)
+            self.assertExit(proc, 2)
+            self.assertIn(expected, proc.stderr, args)
+
+    def test_names_follow_the_eager_benchmark(self):
+        import importlib.machinery
+        import importlib.util
+        import os
+        from helpers import TOOLS
+        loader = importlib.machinery.SourceFileLoader("export_tool", os.path.join(TOOLS, "export"))
+        spec = importlib.util.spec_from_loader("export_tool", loader)
+        tool = importlib.util.module_from_spec(spec)
+        loader.exec_module(tool)
+        self.assertEqual(tool.benchmark_name("Transformer", "nano", "cpu", 2, 16, "bf16"),
+                         "Transformer/nano/cpu/forward/batch:2/seq:16/bf16")
+        self.assertEqual(tool.benchmark_name("Whisper", "tiny", "cuda:0", 1, None, "fp32"),
+                         "Whisper/tiny/cuda/encode/batch:1/fp32")
+        self.assertEqual(tool.file_stem("CNN/nano/cpu/forward/batch:2/fp32"),
+                         "CNN-nano-cpu-forward-batch2-fp32")

@@ -53,6 +53,25 @@ class ReportTest(ToolTest):
         self.assertEqual(float(fwd["step_p99_ms"]), 47.5)
         self.assertEqual(gen["step_sd_ms"], "", "no spread where the run has none")
 
+    def test_compiled_against_eager(self):
+        # AOTInductor at 2x eager's speed with 0.8x its memory; TorchScript
+        # at eager's speed.
+        path = self.write("run.json", doc(
+            entry(FWD, 20.0, peak_mem=4096.0),
+            entry(FWD + "/aoti", 10.0, peak_mem=5120.0, compile_s=41.5, rel_err=2e-7),
+            entry(FWD + "/torchscript", 20.0, peak_mem=4096.0, compile_s=0.2, rel_err=0.0),
+            entry(IMG + "/aoti", 5.0, compile_s=9.0)))  # no eager twin: no comparison
+        proc = self.run_tool("report", path)
+        self.assertExit(proc, 0)
+        self.assertIn("Compiled against eager", proc.stdout)
+        self.assertIn(f"| `{FWD}` | aoti | 20 ms | 10 ms | 2.00x | 0.80x | 41.5 s | 2e-07 |",
+                      proc.stdout)
+        self.assertIn(f"| `{FWD}` | torchscript | 20 ms | 20 ms | 1.00x | 1.00x | 0.2 s | 0 |",
+                      proc.stdout)
+        self.assertNotIn(f"| `{IMG}` |", proc.stdout.split("Compiled against eager")[1])
+        rows = {r["benchmark"]: r for r in self.csv_rows(path)}
+        self.assertEqual(float(rows[FWD + "/aoti"]["compile_s"]), 41.5)
+
     def test_speedup_of_several_machines_against_the_first(self):
         a = self.write("a100.json", doc(entry(FWD, 200.0), entry(GEN, 1000.0)))
         b = self.write("h100.json", doc(entry(FWD, 50.0), entry(GEN, 400.0)))
