@@ -101,9 +101,9 @@ struct Phase {
 struct Case {
   std::string size;
   Phase phase;
-  bool sweeps_dtype = true;  // false: fp32 only
-  bool cuda_only = false;    // registered for CUDA devices only
-  int64_t fixed_prompt = 0;  // kGenerate: a prompt the model fixes (not --prompt)
+  bool sweeps_dtype = true;   // false: fp32 only
+  bool cuda_only = false;     // registered for CUDA devices only
+  int64_t fixed_prompt = 0;   // kGenerate: a prompt the model fixes (not --prompt)
   int64_t default_batch = 0;  // without --batch; 0: the family's
   std::optional<c10::ScalarType> dtype;  // the one dtype its model runs in
   std::string backend;                   // a compiled model's: "aoti", "torchscript"

@@ -5,11 +5,10 @@
 #include <ATen/ops/randn.h>
 #include <c10/core/InferenceMode.h>
 #include <caffe2/serialize/inline_container.h>
+#include <stdlib.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/serialization/import.h>
 #include <torch/csrc/jit/serialization/pickle.h>
-
-#include <stdlib.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -59,16 +58,16 @@ absl::Status Bad(const std::string& path, const std::string& why) {
 
 absl::StatusOr<c10::ScalarType> ParseInputDtype(absl::string_view text) {
   static const auto* types = new std::vector<std::pair<std::string, c10::ScalarType>>{
-      {"fp32", c10::kFloat}, {"bf16", c10::kBFloat16}, {"fp16", c10::kHalf},
-      {"fp64", c10::kDouble}, {"int64", c10::kLong},   {"int32", c10::kInt},
-      {"int8", c10::kChar},   {"uint8", c10::kByte},   {"bool", c10::kBool}};
+      {"fp32", c10::kFloat},  {"bf16", c10::kBFloat16}, {"fp16", c10::kHalf},
+      {"fp64", c10::kDouble}, {"int64", c10::kLong},    {"int32", c10::kInt},
+      {"int8", c10::kChar},   {"uint8", c10::kByte},    {"bool", c10::kBool}};
   std::vector<std::string> names;
   for (const auto& [name, type] : *types) {
     if (text == name) return type;
     names.push_back(name);
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown input dtype '", text,
-                                                 "'; valid: ", absl::StrJoin(names, ", ")));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown input dtype '", text, "'; valid: ", absl::StrJoin(names, ", ")));
 }
 
 std::string InputDtypeName(c10::ScalarType t) {
@@ -91,7 +90,8 @@ std::string InputDtypeName(c10::ScalarType t) {
 }
 
 double RelErr(const at::Tensor& out, const at::Tensor& ref) {
-  const at::Tensor a = out.to(c10::kCPU, c10::kDouble), b = ref.to(c10::kCPU, c10::kDouble);
+  const at::Tensor a = out.to(c10::kCPU, c10::kDouble),
+                   b = ref.to(c10::kCPU, c10::kDouble);
   TORCH_CHECK(a.sizes() == b.sizes(), "output of shape ", a.sizes(), " against eager ",
               b.sizes());
   const double scale = b.abs().max().item<double>();
@@ -167,16 +167,18 @@ class TorchScriptRunner final : public ModelRunner {
   torch::jit::Module module_;
 };
 
-std::unique_ptr<ModelRunner> LoadRunner(const ModelFile& file, const c10::Device& device) {
+std::unique_ptr<ModelRunner> LoadRunner(const ModelFile& file,
+                                        const c10::Device& device) {
   if (file.format == ModelFormat::kTorchScript) {
     return std::make_unique<TorchScriptRunner>(file.path, device);
   }
 #if LTB_HAS_AOTI_PACKAGE
   return std::make_unique<AotiRunner>(file.path, device);
 #else
-  throw std::runtime_error(absl::StrCat(file.path,
-                                        ": AOTInductor packages need LibTorch 2.6 or newer; "
-                                        "this one is " TORCH_VERSION));
+  throw std::runtime_error(
+      absl::StrCat(file.path,
+                   ": AOTInductor packages need LibTorch 2.6 or newer; "
+                   "this one is " TORCH_VERSION));
 #endif
 }
 
@@ -196,9 +198,13 @@ class ModelFileWorkload final : public Workload {
     std::vector<at::Tensor> out = runner_->Run(inputs_);
     return out.empty() ? at::Tensor() : out.front();
   }
-  std::vector<std::pair<std::string, double>> Counters() const override { return counters_; }
+  std::vector<std::pair<std::string, double>> Counters() const override {
+    return counters_;
+  }
   int64_t UntrackedBytes() const override { return runner_->UntrackedBytes(); }
-  void AddCounter(const std::string& name, double value) { counters_.emplace_back(name, value); }
+  void AddCounter(const std::string& name, double value) {
+    counters_.emplace_back(name, value);
+  }
 
  private:
   std::unique_ptr<ModelRunner> runner_;
@@ -227,7 +233,8 @@ absl::StatusOr<ModelFile> InspectModelFile(const std::string& path) {
   }
   ModelFile file;
   file.path = path;
-  file.format = absl::EndsWith(path, ".pt2") ? ModelFormat::kAoti : ModelFormat::kTorchScript;
+  file.format =
+      absl::EndsWith(path, ".pt2") ? ModelFormat::kAoti : ModelFormat::kTorchScript;
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
     reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
@@ -239,7 +246,8 @@ absl::StatusOr<ModelFile> InspectModelFile(const std::string& path) {
 #if LTB_HAS_AOTI_PACKAGE
     try {
       for (const auto& [k, v] :
-           torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path, "model")) {
+           torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path,
+                                                                               "model")) {
         file.metadata[k] = v;
       }
     } catch (const std::exception& e) {
@@ -247,15 +255,18 @@ absl::StatusOr<ModelFile> InspectModelFile(const std::string& path) {
     }
     return file;
 #else
-    return Bad(path, "AOTInductor packages need LibTorch 2.6 or newer; this one is " TORCH_VERSION);
+    return Bad(
+        path,
+        "AOTInductor packages need LibTorch 2.6 or newer; this one is " TORCH_VERSION);
 #endif
   }
   if (!reader->hasRecord("constants.pkl") && !reader->hasRecord("code/__torch__.py")) {
     if (reader->hasRecord("data.pkl")) {
-      return Bad(path,
-                 "not a TorchScript module but saved tensors (torch.save: a state_dict or "
-                 "tensors, not a model); save the model with torch.jit.save, or compile it "
-                 "with AOTInductor into a .pt2");
+      return Bad(
+          path,
+          "not a TorchScript module but saved tensors (torch.save: a state_dict or "
+          "tensors, not a model); save the model with torch.jit.save, or compile it "
+          "with AOTInductor into a .pt2");
     }
     return Bad(path, "not a TorchScript module (torch.jit.save) nor an AOTInductor .pt2");
   }
@@ -302,8 +313,8 @@ absl::StatusOr<std::vector<InputSpec>> ParseInputSpecs(const std::string& text) 
         return bad("a range reads [LOW,HIGH)");
       }
       std::pair<std::string, std::string> lh = absl::StrSplit(range, ',');
-      if (!absl::SimpleAtoi(lh.first, &spec.low) || !absl::SimpleAtoi(lh.second, &spec.high) ||
-          spec.high <= spec.low) {
+      if (!absl::SimpleAtoi(lh.first, &spec.low) ||
+          !absl::SimpleAtoi(lh.second, &spec.high) || spec.high <= spec.low) {
         return bad("a range needs LOW < HIGH");
       }
     }
@@ -314,9 +325,10 @@ absl::StatusOr<std::vector<InputSpec>> ParseInputSpecs(const std::string& text) 
 }
 
 std::string FormatInputSpec(const InputSpec& spec) {
-  std::string out = absl::StrCat(absl::StrJoin(spec.shape, "x"), ":",
-                                 InputDtypeName(spec.dtype));
-  if (!at::isFloatingType(spec.dtype)) absl::StrAppend(&out, "[", spec.low, ",", spec.high, ")");
+  std::string out =
+      absl::StrCat(absl::StrJoin(spec.shape, "x"), ":", InputDtypeName(spec.dtype));
+  if (!at::isFloatingType(spec.dtype))
+    absl::StrAppend(&out, "[", spec.low, ",", spec.high, ")");
   return out;
 }
 
@@ -330,7 +342,8 @@ std::vector<at::Tensor> MakeInputs(const std::vector<InputSpec>& specs, int64_t 
     if (at::isFloatingType(s.dtype)) {
       out.push_back(at::randn(shape, opts.dtype(c10::kFloat)).to(s.dtype));
     } else {
-      out.push_back(at::randint(s.low, s.high, shape, opts.dtype(c10::kLong)).to(s.dtype));
+      out.push_back(
+          at::randint(s.low, s.high, shape, opts.dtype(c10::kLong)).to(s.dtype));
     }
   }
   return out;
@@ -348,25 +361,29 @@ absl::StatusOr<std::optional<SavedIO>> LoadSavedIO(const ModelFile& file) {
     SavedIO io;
     const c10::Dict<c10::IValue, c10::IValue> dict = value.toGenericDict();
     for (const char* key : {"inputs", "expected"}) {
-      std::vector<at::Tensor>& into = std::string(key) == "inputs" ? io.inputs : io.expected;
+      std::vector<at::Tensor>& into =
+          std::string(key) == "inputs" ? io.inputs : io.expected;
       for (const c10::IValue& t : dict.at(key).toListRef()) into.push_back(t.toTensor());
     }
     if (dict.contains("compile_s")) io.compile_s = dict.at("compile_s").toDouble();
     return std::optional<SavedIO>(std::move(io));
   } catch (const std::exception& e) {
-    return Bad(path, absl::StrCat("not the inputs and outputs tools/export saves: ", e.what()));
+    return Bad(path,
+               absl::StrCat("not the inputs and outputs tools/export saves: ", e.what()));
   }
 }
 
-std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file, const BenchSpec& spec,
+std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file,
+                                                const BenchSpec& spec,
                                                 std::vector<at::Tensor> inputs,
                                                 const SavedIO* io) {
   const auto compiled_for = file.metadata.find("AOTI_DEVICE_KEY");
   if (compiled_for != file.metadata.end() &&
-      compiled_for->second != c10::DeviceTypeName(spec.device.type(), /*lower_case=*/true)) {
-    throw std::runtime_error(absl::StrCat(file.path, ": compiled for ", compiled_for->second,
-                                          ", not for ", DeviceName(spec.device),
-                                          "; export it for this device"));
+      compiled_for->second !=
+          c10::DeviceTypeName(spec.device.type(), /*lower_case=*/true)) {
+    throw std::runtime_error(
+        absl::StrCat(file.path, ": compiled for ", compiled_for->second, ", not for ",
+                     DeviceName(spec.device), "; export it for this device"));
   }
   std::unique_ptr<ModelRunner> runner;
   try {
@@ -379,7 +396,8 @@ std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file, const Ben
   }
   for (at::Tensor& t : inputs) t = t.to(spec.device);
   std::vector<std::pair<std::string, double>> counters;
-  if (io != nullptr && io->compile_s >= 0) counters.emplace_back("compile_s", io->compile_s);
+  if (io != nullptr && io->compile_s >= 0)
+    counters.emplace_back("compile_s", io->compile_s);
   auto workload =
       std::make_unique<ModelFileWorkload>(std::move(runner), inputs, std::move(counters));
   // One run now, outside the timed steps: a file that cannot run on these
@@ -387,14 +405,14 @@ std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file, const Ben
   // given) measure how far compiling moved the results.
   at::Tensor out;
   const auto describe = [&](const std::string& why) {
-    return std::runtime_error(absl::StrCat(
-        file.path, ": cannot run on the inputs (",
-        absl::StrJoin(inputs, ", ",
-                      [](std::string* s, const at::Tensor& t) {
-                        absl::StrAppend(s, c10::str(t.sizes()), ":",
-                                        c10::toString(t.scalar_type()));
-                      }),
-        "): ", why));
+    return std::runtime_error(
+        absl::StrCat(file.path, ": cannot run on the inputs (",
+                     absl::StrJoin(inputs, ", ",
+                                   [](std::string* s, const at::Tensor& t) {
+                                     absl::StrAppend(s, c10::str(t.sizes()), ":",
+                                                     c10::toString(t.scalar_type()));
+                                   }),
+                     "): ", why));
   };
   try {
     out = workload->Evaluate();
@@ -409,14 +427,15 @@ std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file, const Ben
   return workload;
 }
 
-std::multimap<std::string, ModelFile> CompiledBenchmarks(const std::string& dir,
-                                                         std::vector<std::string>* errors) {
+std::multimap<std::string, ModelFile> CompiledBenchmarks(
+    const std::string& dir, std::vector<std::string>* errors) {
   std::multimap<std::string, ModelFile> out;
   std::error_code ec;
   std::vector<std::string> paths;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string p = entry.path().string();
-    if (absl::EndsWith(p, ".pt2") || (absl::EndsWith(p, ".pt") && !absl::EndsWith(p, ".io.pt"))) {
+    if (absl::EndsWith(p, ".pt2") ||
+        (absl::EndsWith(p, ".pt") && !absl::EndsWith(p, ".io.pt"))) {
       paths.push_back(p);
     }
   }
@@ -430,8 +449,10 @@ std::multimap<std::string, ModelFile> CompiledBenchmarks(const std::string& dir,
     }
     const auto it = file->metadata.find("ltb_benchmark");
     if (it == file->metadata.end()) {
-      errors->push_back(absl::StrCat(p, ": no ltb_benchmark in its metadata; files of your own "
-                                        "models go to --model"));
+      errors->push_back(
+          absl::StrCat(p,
+                       ": no ltb_benchmark in its metadata; files of your own "
+                       "models go to --model"));
       continue;
     }
     out.emplace(it->second, *file);
@@ -439,8 +460,9 @@ std::multimap<std::string, ModelFile> CompiledBenchmarks(const std::string& dir,
   return out;
 }
 
-std::vector<Registration> WithCompiled(const std::vector<Registration>& eager,
-                                       const std::multimap<std::string, ModelFile>& compiled) {
+std::vector<Registration> WithCompiled(
+    const std::vector<Registration>& eager,
+    const std::multimap<std::string, ModelFile>& compiled) {
   std::vector<Registration> out;
   for (const Registration& r : eager) {
     out.push_back(r);
@@ -462,8 +484,9 @@ std::unique_ptr<Workload> BuildCompiledBenchmark(const BenchSpec& spec) {
   absl::StatusOr<std::optional<SavedIO>> io = LoadSavedIO(*file);
   if (!io.ok()) throw std::runtime_error(std::string(io.status().message()));
   if (!io->has_value()) {
-    throw std::runtime_error(absl::StrCat(spec.model_file, ": no ", file->Stem(),
-                                          ".io.pt beside it with the inputs to run it on"));
+    throw std::runtime_error(
+        absl::StrCat(spec.model_file, ": no ", file->Stem(),
+                     ".io.pt beside it with the inputs to run it on"));
   }
   return MakeModelFileWorkload(*file, spec, (*io)->inputs, &**io);
 }

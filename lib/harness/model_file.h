@@ -68,21 +68,23 @@ absl::StatusOr<std::optional<SavedIO>> LoadSavedIO(const ModelFile& file);
 // compile_s and rel_err of its outputs against the eager ones, when `io`
 // gives them. Throws, naming the file, when the file cannot run here
 // (another device, another LibTorch, inputs it does not take).
-std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file, const BenchSpec& spec,
+std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file,
+                                                const BenchSpec& spec,
                                                 std::vector<at::Tensor> inputs,
                                                 const SavedIO* io = nullptr);
 
 // The model files of a directory (--compiled) that tools/export made for the
 // suite's benchmarks, by the benchmark each compiles (its name without the
 // backend). Files it cannot read are reported in `errors`, not dropped.
-std::multimap<std::string, ModelFile> CompiledBenchmarks(const std::string& dir,
-                                                         std::vector<std::string>* errors);
+std::multimap<std::string, ModelFile> CompiledBenchmarks(
+    const std::string& dir, std::vector<std::string>* errors);
 
 // Every registration in `eager`, each inference benchmark followed by the
 // compiled files that `compiled` has for it: the same benchmark with the
 // file's backend and the file.
-std::vector<Registration> WithCompiled(const std::vector<Registration>& eager,
-                                       const std::multimap<std::string, ModelFile>& compiled);
+std::vector<Registration> WithCompiled(
+    const std::vector<Registration>& eager,
+    const std::multimap<std::string, ModelFile>& compiled);
 
 // Builds a benchmark of a compiled suite model (spec.model_file set): the
 // file, its saved inputs and the eager outputs it is compared with.

@@ -170,7 +170,7 @@ absl::StatusOr<ProfileResult> ProfileSteps(Workload& workload, const BenchSpec& 
   return out;
 }
 
-double ProfiledFlops(const std::function<void()>& fn) {
+double ProfiledFlops(const std::function<void()>& fn, const std::set<std::string>& ops) {
   namespace prof = torch::profiler::impl;
   const prof::ProfilerConfig config(prof::ProfilerState::KINETO,
                                     /*report_input_shapes=*/true,
@@ -182,7 +182,10 @@ double ProfiledFlops(const std::function<void()>& fn) {
   fn();
   const auto result = torch::autograd::profiler::disableProfiler();
   double flops = 0;
-  for (const auto& event : result->events()) flops += static_cast<double>(event.flops());
+  for (const auto& event : result->events()) {
+    if (ops.empty() || ops.count(event.name()))
+      flops += static_cast<double>(event.flops());
+  }
   return flops;
 }
 

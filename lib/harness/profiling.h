@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -56,8 +57,9 @@ absl::StatusOr<ProfileResult> ProfileSteps(Workload& workload, const BenchSpec& 
 
 // The FLOPs LibTorch's profiler counts for the operators `fn` runs (the
 // matrix multiplications, convolutions and element-wise ops it has formulas
-// for); 0 when it counts none.
-double ProfiledFlops(const std::function<void()>& fn);
+// for), or for those named in `ops` only; 0 when it counts none.
+double ProfiledFlops(const std::function<void()>& fn,
+                     const std::set<std::string>& ops = {});
 
 // The file name stem of a benchmark: its name with / and : replaced.
 std::string FileStem(const std::string& benchmark_name);

@@ -99,8 +99,8 @@ std::string DefaultSuiteFilter(const std::vector<Family>& families) {
   std::vector<std::string> parts;
   for (const Family& family : families) {
     if (family.replaces_default_suite) {
-      return absl::StrCat("^", EscapeRegex(family.name), "/(", absl::StrJoin(family.suite, "|"),
-                          ")");
+      return absl::StrCat("^", EscapeRegex(family.name), "/(",
+                          absl::StrJoin(family.suite, "|"), ")");
     }
   }
   for (const Family& family : families) {

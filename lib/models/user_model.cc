@@ -33,9 +33,9 @@ namespace {
 struct ModelCase {
   std::string path;
   absl::StatusOr<ModelFile> file = absl::UnknownError("not inspected");
-  std::vector<InputSpec> inputs;   // from --inputs, or the saved inputs' shapes
-  std::optional<SavedIO> io;       // saved with the file by tools/export
-  absl::Status problem;            // why it cannot run, reported as its error
+  std::vector<InputSpec> inputs;  // from --inputs, or the saved inputs' shapes
+  std::optional<SavedIO> io;      // saved with the file by tools/export
+  absl::Status problem;           // why it cannot run, reported as its error
 };
 
 class ModelWorkload final : public Workload {
@@ -116,8 +116,9 @@ absl::StatusOr<Family> ModelFamilyFromFlags() {
   double flops = 0;
   if (const std::string text = absl::GetFlag(FLAGS_flops_per_step); !text.empty()) {
     if (!absl::SimpleAtod(text, &flops) || !(flops > 0) || !std::isfinite(flops)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bad --flops_per_step value '", text, "'; valid: a positive number, e.g. 3.6e9"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad --flops_per_step value '", text,
+                       "'; valid: a positive number, e.g. 3.6e9"));
     }
   }
   auto cases = std::make_shared<std::map<std::string, ModelCase>>();
@@ -126,14 +127,16 @@ absl::StatusOr<Family> ModelFamilyFromFlags() {
     const std::string stem =
         m.file.ok() ? m.file->Stem() : std::filesystem::path(path).stem().string();
     if (cases->count(stem)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--model: two files are named ", stem, " (", cases->at(stem).path, " and ", path,
-          "): benchmark names are file stems; rename one"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--model: two files are named ", stem, " (", cases->at(stem).path,
+                       " and ", path, "): benchmark names are file stems; rename one"));
     }
     Case c{stem, f.phases[0]};
-    c.backend = m.file.ok() ? BackendName(m.file->format)
-                            : absl::EndsWith(path, ".pt2") ? "aoti" : "torchscript";
-    c.default_batch = m.inputs.empty() || m.inputs[0].shape.empty() ? 1 : m.inputs[0].shape[0];
+    c.backend = m.file.ok()                    ? BackendName(m.file->format)
+                : absl::EndsWith(path, ".pt2") ? "aoti"
+                                               : "torchscript";
+    c.default_batch =
+        m.inputs.empty() || m.inputs[0].shape.empty() ? 1 : m.inputs[0].shape[0];
     c.dtype = CaseDtype(m);
     f.sizes.push_back(stem);
     f.cases.push_back(c);

@@ -28,18 +28,15 @@ TEST(NativeArithmetic, FollowsTheCpuFlags) {
   EXPECT_TRUE(NativeArithmetic(c10::kDouble).empty());
 }
 
-TEST(MeasureLoopPeak, ScalesWithThreadsAndIsZeroWithoutArithmetic) {
+TEST(MeasureLoopPeak, MeasuresTheWidestArithmeticAndNothingWithoutIt) {
   if (NativeArithmetic(c10::kFloat).empty()) GTEST_SKIP() << "no FMA on this CPU";
   const LoopPeak one = MeasureLoopPeak(c10::kFloat, 1);
-  const LoopPeak all = MeasureLoopPeak(c10::kFloat, at::get_num_threads());
-  std::cout << "fp32 loop: 1 thread " << one.flops << ", " << at::get_num_threads()
-            << " threads " << all.flops << " (" << all.isa << ")\n";
   EXPECT_GT(one.flops, 1e9);
   EXPECT_EQ(one.isa, NativeArithmetic(c10::kFloat).front());
-  // Every thread runs its own loop: the total grows with the threads (on
-  // cores of their own; hyperthreads share the FMA units).
-  if (at::get_num_threads() > 1) EXPECT_GT(all.flops, 1.2 * one.flops);
   EXPECT_EQ(MeasureLoopPeak(c10::kDouble).flops, 0);
+  EXPECT_TRUE(MeasureLoopPeak(c10::kDouble).isa.empty());
+  // That the peak bounds every GEMM is checked where it matters, by bench
+  // measuring itself (test/e2e: PeaksTest), not by timing here.
 }
 
 }  // namespace

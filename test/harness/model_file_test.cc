@@ -87,9 +87,8 @@ TEST_F(ModelFileTest, ATorchScriptModuleRunsWithItsSavedInputsAndIsComparedWithT
   const std::optional<SavedIO> saved = LoadSavedIO(file).value();
   ASSERT_TRUE(saved.has_value());
   EXPECT_DOUBLE_EQ(saved->compile_s, 1.5);
-  std::unique_ptr<Workload> w =
-      MakeModelFileWorkload(file, SpecFor("Model", "double", "forward", 3), saved->inputs,
-                            &*saved);
+  std::unique_ptr<Workload> w = MakeModelFileWorkload(
+      file, SpecFor("Model", "double", "forward", 3), saved->inputs, &*saved);
   w->Step();
   EXPECT_TRUE(torch::equal(w->Evaluate(), 2 * x + 1));
   std::map<std::string, double> counters;
@@ -109,7 +108,8 @@ TEST_F(ModelFileTest, FilesThatAreNotModelsSayWhatTheyAre) {
       << text.status();
   const std::vector<char> tensors =
       torch::jit::pickle_save(c10::IValue(c10::List<at::Tensor>({torch::ones(3)})));
-  std::ofstream(Path("weights.pt"), std::ios::binary).write(tensors.data(), tensors.size());
+  std::ofstream(Path("weights.pt"), std::ios::binary)
+      .write(tensors.data(), tensors.size());
   const auto weights = InspectModelFile(Path("weights.pt"));
   ASSERT_FALSE(weights.ok());
   EXPECT_NE(weights.status().message().find("not a TorchScript module but saved tensors"),
@@ -124,9 +124,10 @@ TEST_F(ModelFileTest, InputsTheModelRejectsNameTheFileAndTheInputs) {
                           {torch::ones({2}), torch::ones({2})});
     FAIL() << "two inputs for a forward of one";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find(file.path + ": cannot run on the inputs ([2]:Float, "
-                                         "[2]:Float)"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find(file.path + ": cannot run on the inputs ([2]:Float, "
+                                               "[2]:Float)"),
+        std::string::npos)
         << e.what();
   }
 }
