@@ -163,7 +163,7 @@ __attribute__((target("amx-tile,amx-bf16"))) double LoopAmxBf16(int64_t iters) {
 using Loop = double (*)(int64_t);
 
 struct Kernel {
-  std::string isa;
+  const char* isa;
   Loop loop;
 };
 

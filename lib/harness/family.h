@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -99,6 +100,10 @@ struct Phase {
 
 // One (size, phase) pair a family registers.
 struct Case {
+  Case() = default;
+  Case(std::string size_, Phase phase_)
+      : size(std::move(size_)), phase(std::move(phase_)) {}
+
   std::string size;
   Phase phase;
   bool sweeps_dtype = true;   // false: fp32 only

@@ -11,7 +11,7 @@ namespace ltb {
 namespace {
 
 std::atomic<int> stop_code{0};
-volatile std::sig_atomic_t signals_seen = 0;
+std::atomic<int> signals_seen{0};  // lock-free: safe in a signal handler
 volatile std::sig_atomic_t first_signal = 0;
 
 std::mutex& ReasonMutex() {
@@ -25,7 +25,7 @@ std::string& Reason() {
 
 void OnSignal(int signo) {
   // Only async-signal-safe calls here.
-  if (signals_seen++ > 0) {
+  if (signals_seen.fetch_add(1) > 0) {
     const char msg[] = "\nbench: second signal, exiting now\n";
     (void)!::write(STDERR_FILENO, msg, sizeof(msg) - 1);
     ::_exit(128 + signo);
