@@ -7,7 +7,12 @@
 #include <torch/mps.h>
 #endif
 
+#include <ATen/ops/mm.h>
+#include <ATen/ops/ones.h>
+
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -16,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "harness/cuda_support.h"
+#include "harness/spec.h"
 
 namespace ltb {
 namespace {
@@ -51,6 +57,30 @@ absl::StatusOr<c10::Device> ParseDevice(const std::string& text) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown device '", text, "'; valid: ", kDeviceForms));
+}
+
+bool DtypeRuns(const c10::Device& device, c10::ScalarType dtype, std::string* why_not) {
+  static auto* answers =
+      new std::map<std::pair<std::string, c10::ScalarType>, std::string>;
+  static auto* mu = new std::mutex;
+  std::lock_guard<std::mutex> lock(*mu);
+  const auto key = std::make_pair(DeviceName(device), dtype);
+  auto it = answers->find(key);
+  if (it == answers->end()) {
+    std::string why;
+    try {
+      const at::Tensor a =
+          at::ones({2, 2}, at::TensorOptions().dtype(dtype).device(device));
+      at::mm(a, a);
+    } catch (const c10::Error& e) {
+      why = absl::StrCat("this LibTorch (" TORCH_VERSION ") has no ", DtypeName(dtype),
+                         " matrix multiply on ", DeviceName(device), ": ",
+                         e.what_without_backtrace());
+    }
+    it = answers->emplace(key, why).first;
+  }
+  if (why_not != nullptr) *why_not = it->second;
+  return it->second.empty();
 }
 
 std::string DeviceName(const c10::Device& device) {

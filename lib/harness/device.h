@@ -25,6 +25,11 @@ std::string DeviceName(const c10::Device& device);
 // sentence a user can act on.
 bool DeviceAvailable(const c10::Device& device, std::string* why_not);
 
+// Whether this LibTorch multiplies matrices of `dtype` on `device` (LibTorch
+// 1.13 has no fp16 matmul on the CPU, for one); `why_not` says what it
+// answered when it does not. Asked once per device and dtype.
+bool DtypeRuns(const c10::Device& device, c10::ScalarType dtype, std::string* why_not);
+
 // Every device LibTorch can run on here: cpu, then each GPU, then mps.
 std::vector<c10::Device> AvailableDevices();
 

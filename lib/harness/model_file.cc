@@ -235,6 +235,13 @@ absl::StatusOr<ModelFile> InspectModelFile(const std::string& path) {
   file.path = path;
   file.format =
       absl::EndsWith(path, ".pt2") ? ModelFormat::kAoti : ModelFormat::kTorchScript;
+#if !LTB_HAS_AOTI_PACKAGE
+  if (file.format == ModelFormat::kAoti) {
+    return Bad(
+        path,
+        "AOTInductor packages need LibTorch 2.6 or newer; this one is " TORCH_VERSION);
+  }
+#endif
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
     reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);

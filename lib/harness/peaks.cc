@@ -281,11 +281,19 @@ Peak Peaks::MeasureCpuFlops(c10::ScalarType dtype) {
                             " arithmetic (LibTorch converts it to fp32), so no mfu is "
                             "reported for it")};
   }
-  const double stock = MeasureMatmulPeak(cpu, dtype, shapes_, GemmPath::kDefault);
-  default_gemm_[{Key(cpu), dtype}] = stock;
+  // A GEMM path this LibTorch lacks for the dtype reaches nothing.
+  const auto gemm = [&](GemmPath path) {
+    try {
+      return MeasureMatmulPeak(cpu, dtype, shapes_, path);
+    } catch (const c10::Error&) {
+      return 0.0;
+    }
+  };
+  const double stock = gemm(GemmPath::kDefault);
+  if (stock > 0) default_gemm_[{Key(cpu), dtype}] = stock;
   double onednn = 0;
   if (at::hasMKLDNN() && (dtype == c10::kFloat || dtype == c10::kBFloat16)) {
-    onednn = MeasureMatmulPeak(cpu, dtype, shapes_, GemmPath::kOnednn);
+    onednn = gemm(GemmPath::kOnednn);
   }
   const double best = std::max({loop.flops, stock, onednn});
   return {best,

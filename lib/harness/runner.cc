@@ -191,6 +191,7 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
   if (StopRequested()) return state.SkipWithError(kNotRunMessage);
   std::string why;
   if (!DeviceAvailable(spec.device, &why)) return Fail(state, why);
+  if (!DtypeRuns(spec.device, spec.dtype, &why)) return Fail(state, why);
   absl::StatusOr<Plan> plan = family.PlanFor(spec);
   if (!plan.ok()) return Fail(state, std::string(plan.status().message()));
   plan->memory.host_build = plan->params * 4;

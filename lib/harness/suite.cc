@@ -198,7 +198,8 @@ void PreparePeaks(const std::vector<Registration>& registrations,
     std::string why;
     if (!FilterSelects(filter,
                        FullName(r.spec, FixedIterations(r.spec, o, world_size))) ||
-        !DeviceAvailable(r.spec.device, &why)) {
+        !DeviceAvailable(r.spec.device, &why) ||
+        !DtypeRuns(r.spec.device, r.spec.dtype, &why)) {
       continue;
     }
     absl::StatusOr<Plan> plan = r.family->PlanFor(r.spec);
