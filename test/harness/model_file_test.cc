@@ -100,10 +100,10 @@ TEST_F(ModelFileTest, ATorchScriptModuleRunsWithItsSavedInputsAndIsComparedWithT
 TEST_F(ModelFileTest, FilesThatAreNotModelsSayWhatTheyAre) {
   EXPECT_NE(InspectModelFile(Path("missing.pt2")).status().message().find("no such file"),
             std::string::npos);
-  std::ofstream(Path("text.pt2")) << "not a model";
-  const auto text = InspectModelFile(Path("text.pt2"));
+  std::ofstream(Path("text.pt")) << "not a model";
+  const auto text = InspectModelFile(Path("text.pt"));
   ASSERT_FALSE(text.ok());
-  EXPECT_NE(text.status().message().find(Path("text.pt2") + ": not a model file"),
+  EXPECT_NE(text.status().message().find(Path("text.pt") + ": not a model file"),
             std::string::npos)
       << text.status();
   const std::vector<char> tensors =
