@@ -44,6 +44,16 @@ absl::StatusOr<Plan> Family::PlanFor(const BenchSpec& spec) const {
   return plan(spec);
 }
 
+double RelativeError(const at::Tensor& out, const at::Tensor& ref) {
+  const at::Tensor a = out.to(c10::kCPU, c10::kDouble),
+                   b = ref.to(c10::kCPU, c10::kDouble);
+  TORCH_CHECK(a.sizes() == b.sizes(), "an output of shape ", a.sizes(), " against ",
+              b.sizes());
+  const double scale = b.abs().max().item<double>();
+  const double diff = (a - b).abs().max().item<double>();
+  return scale > 0 ? diff / scale : diff;
+}
+
 std::vector<std::pair<std::string, at::Tensor>> ModuleTensors(
     const torch::nn::Module& module) {
   std::vector<std::pair<std::string, at::Tensor>> out;

@@ -54,6 +54,10 @@ class Workload {
   virtual int64_t UntrackedBytes() const { return 0; }
 };
 
+// How far `out` is from `ref` (same shape, any devices): the largest absolute
+// difference over the largest absolute value of `ref`.
+double RelativeError(const at::Tensor& out, const at::Tensor& ref);
+
 // A module's parameters and buffers, named "param:<name>" and "buffer:<name>".
 std::vector<std::pair<std::string, at::Tensor>> ModuleTensors(
     const torch::nn::Module& module);

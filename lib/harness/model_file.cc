@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "harness/device.h"
+#include "harness/profiling.h"
 #include "harness/spec.h"
 #include "harness/torch_compat.h"
 
@@ -56,13 +57,18 @@ absl::Status Bad(const std::string& path, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
 }
 
-absl::StatusOr<c10::ScalarType> ParseInputDtype(absl::string_view text) {
+// The dtypes an input can have, by the names --inputs gives them.
+const std::vector<std::pair<std::string, c10::ScalarType>>& InputDtypes() {
   static const auto* types = new std::vector<std::pair<std::string, c10::ScalarType>>{
       {"fp32", c10::kFloat},  {"bf16", c10::kBFloat16}, {"fp16", c10::kHalf},
       {"fp64", c10::kDouble}, {"int64", c10::kLong},    {"int32", c10::kInt},
       {"int8", c10::kChar},   {"uint8", c10::kByte},    {"bool", c10::kBool}};
+  return *types;
+}
+
+absl::StatusOr<c10::ScalarType> ParseInputDtype(absl::string_view text) {
   std::vector<std::string> names;
-  for (const auto& [name, type] : *types) {
+  for (const auto& [name, type] : InputDtypes()) {
     if (text == name) return type;
     names.push_back(name);
   }
@@ -71,32 +77,10 @@ absl::StatusOr<c10::ScalarType> ParseInputDtype(absl::string_view text) {
 }
 
 std::string InputDtypeName(c10::ScalarType t) {
-  switch (t) {
-    case c10::kDouble:
-      return "fp64";
-    case c10::kLong:
-      return "int64";
-    case c10::kInt:
-      return "int32";
-    case c10::kChar:
-      return "int8";
-    case c10::kByte:
-      return "uint8";
-    case c10::kBool:
-      return "bool";
-    default:
-      return DtypeName(t);
+  for (const auto& [name, type] : InputDtypes()) {
+    if (type == t) return name;
   }
-}
-
-double RelErr(const at::Tensor& out, const at::Tensor& ref) {
-  const at::Tensor a = out.to(c10::kCPU, c10::kDouble),
-                   b = ref.to(c10::kCPU, c10::kDouble);
-  TORCH_CHECK(a.sizes() == b.sizes(), "output of shape ", a.sizes(), " against eager ",
-              b.sizes());
-  const double scale = b.abs().max().item<double>();
-  const double diff = (a - b).abs().max().item<double>();
-  return scale > 0 ? diff / scale : diff;
+  return c10::toString(t);
 }
 
 // One forward of a loaded file.
@@ -202,6 +186,10 @@ class ModelFileWorkload final : public Workload {
     return counters_;
   }
   int64_t UntrackedBytes() const override { return runner_->UntrackedBytes(); }
+  double FlopsPerStep() const override { return flops_; }
+  void CountFlops() {
+    flops_ = ProfiledFlops([this] { Step(); });
+  }
   void AddCounter(const std::string& name, double value) {
     counters_.emplace_back(name, value);
   }
@@ -210,6 +198,7 @@ class ModelFileWorkload final : public Workload {
   std::unique_ptr<ModelRunner> runner_;
   std::vector<at::Tensor> inputs_;
   std::vector<std::pair<std::string, double>> counters_;
+  double flops_ = 0;
 };
 
 }  // namespace
@@ -383,7 +372,7 @@ absl::StatusOr<std::optional<SavedIO>> LoadSavedIO(const ModelFile& file) {
 std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file,
                                                 const BenchSpec& spec,
                                                 std::vector<at::Tensor> inputs,
-                                                const SavedIO* io) {
+                                                const SavedIO* io, bool count_flops) {
   const auto compiled_for = file.metadata.find("AOTI_DEVICE_KEY");
   if (compiled_for != file.metadata.end() &&
       compiled_for->second !=
@@ -429,8 +418,9 @@ std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file,
     throw describe(e.what());
   }
   if (io != nullptr && !io->expected.empty() && out.defined()) {
-    workload->AddCounter("rel_err", RelErr(out, io->expected.front()));
+    workload->AddCounter("rel_err", RelativeError(out, io->expected.front()));
   }
+  if (count_flops) workload->CountFlops();
   return workload;
 }
 

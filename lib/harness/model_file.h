@@ -66,12 +66,14 @@ absl::StatusOr<std::optional<SavedIO>> LoadSavedIO(const ModelFile& file);
 
 // Runs `file` on `inputs` (on spec.device) each step. Its counters:
 // compile_s and rel_err of its outputs against the eager ones, when `io`
-// gives them. Throws, naming the file, when the file cannot run here
-// (another device, another LibTorch, inputs it does not take).
+// gives them; with `count_flops`, its FlopsPerStep() is what LibTorch's
+// profiler counts in one step. Throws, naming the file, when the file cannot
+// run here (another device, another LibTorch, inputs it does not take).
 std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file,
                                                 const BenchSpec& spec,
                                                 std::vector<at::Tensor> inputs,
-                                                const SavedIO* io = nullptr);
+                                                const SavedIO* io = nullptr,
+                                                bool count_flops = false);
 
 // The model files of a directory (--compiled) that tools/export made for the
 // suite's benchmarks, by the benchmark each compiles (its name without the

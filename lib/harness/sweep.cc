@@ -53,6 +53,14 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
           if (c.sweeps_dtype || d == c10::kFloat) dtypes.push_back(d);
         }
       }
+      // What every benchmark of the case shares; the loops below set the rest.
+      BenchSpec base;
+      base.family = family.name;
+      base.phase_before_device = family.phase_before_device;
+      base.size = c.size;
+      SetPhase(c.phase, &base);
+      base.sync = sweep.sync;
+      base.backend = c.backend;
       for (const c10::Device& device : sweep.devices) {
         if (c.cuda_only && !device.is_cuda()) continue;
         for (const c10::ScalarType dtype : dtypes) {
@@ -65,11 +73,7 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
             for (const bool pack : packs) {
               for (const int64_t batch : case_batches) {
                 for (const auto& [first, second] : lengths) {
-                  BenchSpec spec;
-                  spec.family = family.name;
-                  spec.phase_before_device = family.phase_before_device;
-                  spec.size = c.size;
-                  SetPhase(c.phase, &spec);
+                  BenchSpec spec = base;
                   spec.device = device;
                   spec.dtype = dtype;
                   spec.batch = batch;
@@ -80,9 +84,7 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
                     spec.seq = first;
                   }
                   spec.channels_last = channels_last;
-                  spec.sync = sweep.sync;
                   spec.pack_cpu_linears = pack;
-                  spec.backend = c.backend;
                   out.push_back({&family, spec, c.unit});
                 }
               }

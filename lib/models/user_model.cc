@@ -13,7 +13,6 @@
 #include "harness/flags.h"
 #include "harness/model_file.h"
 #include "harness/phases.h"
-#include "harness/profiling.h"
 #include "harness/registry.h"
 
 ABSL_FLAG(std::vector<std::string>, model, {},
@@ -36,23 +35,6 @@ struct ModelCase {
   std::vector<InputSpec> inputs;  // from --inputs, or the saved inputs' shapes
   std::optional<SavedIO> io;      // saved with the file by tools/export
   absl::Status problem;           // why it cannot run, reported as its error
-};
-
-class ModelWorkload final : public Workload {
- public:
-  ModelWorkload(std::unique_ptr<Workload> inner, double flops)
-      : inner_(std::move(inner)), flops_(flops) {}
-  void Step() override { inner_->Step(); }
-  at::Tensor Evaluate() override { return inner_->Evaluate(); }
-  std::vector<std::pair<std::string, double>> Counters() const override {
-    return inner_->Counters();
-  }
-  double FlopsPerStep() const override { return flops_; }
-  int64_t UntrackedBytes() const override { return inner_->UntrackedBytes(); }
-
- private:
-  std::unique_ptr<Workload> inner_;
-  double flops_;
 };
 
 // The model's dtype: its first floating input's, else what tools/export
@@ -169,11 +151,9 @@ absl::StatusOr<Family> ModelFamilyFromFlags() {
     const bool saved = m.io.has_value() && s.batch == m.inputs[0].shape[0];
     std::vector<at::Tensor> inputs =
         saved ? m.io->inputs : MakeInputs(m.inputs, s.batch, s.device);
-    std::unique_ptr<Workload> inner =
-        MakeModelFileWorkload(*m.file, s, inputs, saved ? &*m.io : nullptr);
-    double counted = flops;
-    if (counted <= 0) counted = ProfiledFlops([&] { inner->Step(); });
-    return std::make_unique<ModelWorkload>(std::move(inner), counted);
+    // Without --flops_per_step (the plan's), the profiler counts them.
+    return MakeModelFileWorkload(*m.file, s, inputs, saved ? &*m.io : nullptr,
+                                 /*count_flops=*/flops <= 0);
   };
   return f;
 }
