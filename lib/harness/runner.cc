@@ -162,13 +162,16 @@ std::vector<std::pair<std::string, double>> StepSpread(std::vector<double> secon
   double mean = 0;
   for (const double s : seconds) mean += s;
   mean /= seconds.size();
-  double var = 0;
-  for (const double s : seconds) var += (s - mean) * (s - mean);
-  const double stddev = seconds.size() > 1 ? std::sqrt(var / (seconds.size() - 1)) : 0;
-  return {{"step_p50_ms", percentile(50)},
-          {"step_p90_ms", percentile(90)},
-          {"step_p99_ms", percentile(99)},
-          {"step_cv_%", mean > 0 ? 100 * stddev / mean : 0}};
+  std::vector<std::pair<std::string, double>> out = {{"step_p50_ms", percentile(50)},
+                                                     {"step_p90_ms", percentile(90)},
+                                                     {"step_p99_ms", percentile(99)}};
+  // One step has no spread to measure: a 0 would read as a perfectly steady run.
+  if (seconds.size() > 1 && mean > 0) {
+    double var = 0;
+    for (const double s : seconds) var += (s - mean) * (s - mean);
+    out.emplace_back("step_cv_%", 100 * std::sqrt(var / (seconds.size() - 1)) / mean);
+  }
+  return out;
 }
 
 void ReleaseCachedWorkload() {

@@ -26,8 +26,8 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
                   const RunOptions& options);
 
 // The spread of a benchmark's measured step times: step_p50_ms,
-// step_p90_ms, step_p99_ms (nearest-rank percentiles) and step_cv_% (sample
-// standard deviation over the mean).
+// step_p90_ms, step_p99_ms (nearest-rank percentiles) and, from two steps
+// on, step_cv_% (sample standard deviation over the mean).
 std::vector<std::pair<std::string, double>> StepSpread(std::vector<double> seconds);
 
 // Drops the model kept between invocations of one benchmark.
