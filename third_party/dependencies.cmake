@@ -1,7 +1,20 @@
 # How each dependency is found: the system package first, then (when the
 # machine is online) a pinned FetchContent fallback. LibTorch is always found
 # with find_package(Torch), so CMAKE_PREFIX_PATH or Torch_DIR choose which.
+# LTB_FETCH=OFF (tools/setup --offline) fetches nothing: a dependency that is
+# not found stops the configuration instead.
+option(LTB_FETCH "Fetch a dependency that is not installed (FetchContent)" ON)
+if(NOT LTB_FETCH)
+  set(FETCHCONTENT_FULLY_DISCONNECTED ON)
+endif()
 include(FetchContent)
+function(ltb_fetch_or_fail name)
+  if(NOT LTB_FETCH)
+    message(FATAL_ERROR "libtorch-bench: ${name} not found, and LTB_FETCH is OFF "
+      "(offline): install it, or put it in CMAKE_PREFIX_PATH "
+      "(tools/offline-kit prepares a directory with every dependency).")
+  endif()
+endfunction()
 
 # --- LibTorch ---------------------------------------------------------------
 # The wheel's Caffe2 config asks for CUDA architectures only to compile .cu
@@ -9,6 +22,8 @@ include(FetchContent)
 if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
   set(TORCH_CUDA_ARCH_LIST "8.0;9.0" CACHE STRING "CUDA architectures")
 endif()
+# Without a CUDA toolkit, the wheel's own CUDA runtime and headers stand in.
+include(WheelCuda)
 find_package(Torch REQUIRED)
 # lib/harness/torch_compat.h bridges the APIs that changed since 1.13
 # (Debian 12's libtorch-dev); older versions are not supported.
@@ -19,7 +34,7 @@ if(Torch_VERSION AND Torch_VERSION VERSION_LESS LTB_MIN_TORCH)
     "or Torch_DIR at a newer one, or let tools/setup provide the torch wheel's.")
 endif()
 set(LTB_TORCH_HAS_CUDA OFF)
-if(TARGET torch_cuda OR CAFFE2_USE_CUDA)
+if((TARGET torch_cuda OR CAFFE2_USE_CUDA) AND NOT LTB_TORCH_CUDA_UNUSABLE)
   set(LTB_TORCH_HAS_CUDA ON)
 endif()
 message(STATUS "libtorch-bench: LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX} (CUDA: ${CAFFE2_USE_CUDA})")
@@ -41,6 +56,13 @@ if(_ltb_wheel_libs)
   endforeach()
   list(PREPEND CMAKE_BUILD_RPATH ${_ltb_wheel_libs} "${TORCH_INSTALL_PREFIX}/lib")
 endif()
+# LibTorch's Gloo process group header includes <gloo/...>, which the wheel
+# does not ship (libgloo-dev does); outside the system include directories
+# (an offline kit), add its directory.
+find_path(LTB_GLOO_INCLUDE_DIR gloo/algorithm.h)
+if(LTB_GLOO_INCLUDE_DIR AND NOT LTB_GLOO_INCLUDE_DIR IN_LIST CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES)
+  target_include_directories(ltb_torch SYSTEM INTERFACE "${LTB_GLOO_INCLUDE_DIR}")
+endif()
 add_library(ltb::torch ALIAS ltb_torch)
 
 # --- zlib (shard checksums) ---
@@ -49,6 +71,7 @@ find_package(ZLIB REQUIRED)
 # --- Abseil -----------------------------------------------------------------
 find_package(absl CONFIG QUIET)
 if(NOT absl_FOUND)
+  ltb_fetch_or_fail(Abseil)
   message(STATUS "libtorch-bench: no system Abseil, fetching 20220623.1")
   set(ABSL_PROPAGATE_CXX_STD ON)
   set(ABSL_ENABLE_INSTALL OFF)
@@ -61,6 +84,7 @@ endif()
 # --- Google Benchmark -------------------------------------------------------
 find_package(benchmark CONFIG QUIET)
 if(NOT benchmark_FOUND)
+  ltb_fetch_or_fail("Google Benchmark")
   message(STATUS "libtorch-bench: no system Google Benchmark, fetching v1.7.1")
   set(BENCHMARK_ENABLE_TESTING OFF)
   set(BENCHMARK_ENABLE_INSTALL OFF)
@@ -77,6 +101,7 @@ if(LTB_BUILD_TESTS)
     find_package(GTest QUIET)
   endif()
   if(NOT GTest_FOUND)
+    ltb_fetch_or_fail(GoogleTest)
     message(STATUS "libtorch-bench: no system GoogleTest, fetching v1.12.1")
     set(INSTALL_GTEST OFF)
     FetchContent_Declare(googletest

@@ -1,0 +1,99 @@
+# A torch wheel built with CUDA needs no CUDA toolkit to build against.
+#
+# The wheel's CMake package (Caffe2Config.cmake -> public/cuda.cmake) looks for
+# nvcc, enables the CUDA language and calls find_package(CUDAToolkit), only to
+# define one target its own targets link to: torch::cudart (c10_cuda and
+# torch_cuda name it). This project compiles no CUDA code, and the wheel's
+# dependencies (nvidia-cuda-runtime, nvidia-cublas, nvidia-nccl-cu*, ...)
+# already bring the CUDA runtime and every header LibTorch's CUDA headers
+# include, under site-packages/nvidia/*/{include,lib}. When no nvcc is found,
+# torch::cudart is defined here from them before find_package(Torch);
+# cuda.cmake then returns at its include guard (`if(TARGET torch::cudart)`).
+# The CUDA code path (cuda_support.cc) still compiles, and the binary runs on a
+# GPU machine as well as on the CPU.
+#
+# LTB_CUDA_FROM_WHEEL: AUTO (only when no nvcc is found), ON, OFF.
+# Sets LTB_CUDA_FROM_WHEEL_USED, and LTB_TORCH_CUDA_UNUSABLE when the wheel
+# has CUDA but neither a toolkit nor the wheel's CUDA headers are there (the
+# build then leaves out the CUDA code and runs on the CPU).
+set(LTB_CUDA_FROM_WHEEL AUTO CACHE STRING
+    "Take the CUDA runtime and headers from the torch wheel's nvidia packages instead of a CUDA toolkit: AUTO (when no nvcc is found), ON or OFF")
+set_property(CACHE LTB_CUDA_FROM_WHEEL PROPERTY STRINGS AUTO ON OFF)
+set(LTB_CUDA_FROM_WHEEL_USED OFF)
+set(LTB_TORCH_CUDA_UNUSABLE OFF)
+
+function(_ltb_find_torch_config out)
+  set(candidates ${Torch_DIR} $ENV{Torch_DIR} ${CMAKE_PREFIX_PATH})
+  string(REPLACE ":" ";" env_prefixes "$ENV{CMAKE_PREFIX_PATH}")
+  list(APPEND candidates ${env_prefixes})
+  foreach(dir IN LISTS candidates)
+    foreach(sub "" "Torch" "share/cmake/Torch" "lib/cmake/Torch")
+      if(EXISTS "${dir}/${sub}/TorchConfig.cmake")
+        get_filename_component(found "${dir}/${sub}" ABSOLUTE)
+        set(${out} "${found}" PARENT_SCOPE)
+        return()
+      endif()
+    endforeach()
+  endforeach()
+  set(${out} "" PARENT_SCOPE)
+endfunction()
+
+function(_ltb_cuda_from_wheel)
+  if(LTB_CUDA_FROM_WHEEL STREQUAL "OFF" OR TARGET torch::cudart)
+    return()
+  endif()
+  if(LTB_CUDA_FROM_WHEEL STREQUAL "AUTO")
+    # What the wheel's cuda.cmake (FindCUDA, then enable_language(CUDA)) would
+    # use: an explicit compiler, the toolkit's usual roots, or PATH.
+    if(CMAKE_CUDA_COMPILER OR DEFINED ENV{CUDACXX} OR CUDA_NVCC_EXECUTABLE)
+      return()
+    endif()
+    find_program(_ltb_nvcc nvcc NO_CACHE
+      HINTS ${CUDAToolkit_ROOT} ${CUDA_TOOLKIT_ROOT_DIR} ENV CUDAToolkit_ROOT
+            ENV CUDA_HOME ENV CUDA_PATH ENV CUDA_BIN_PATH
+      PATHS /usr/local/cuda /opt/cuda
+      PATH_SUFFIXES bin)
+    if(_ltb_nvcc)
+      return()
+    endif()
+  endif()
+  _ltb_find_torch_config(config_dir)
+  if(NOT config_dir)
+    return()
+  endif()
+  get_filename_component(prefix "${config_dir}/../../.." ABSOLUTE)
+  set(targets "${prefix}/share/cmake/Caffe2/Caffe2Targets.cmake")
+  if(NOT EXISTS "${targets}")
+    return()
+  endif()
+  file(STRINGS "${targets}" uses_cudart REGEX "torch::cudart")
+  if(NOT uses_cudart)
+    return()  # a LibTorch without CUDA
+  endif()
+  get_filename_component(site "${prefix}/.." ABSOLUTE)
+  # cuda_runtime.h includes crt/host_config.h, which CUDA 13 moved to
+  # nvidia-cuda-crt (tools/setup installs it).
+  file(GLOB headers "${site}/nvidia/*/include/crt/host_config.h")
+  file(GLOB cudart "${site}/nvidia/*/lib/libcudart.so.[0-9]*")
+  file(GLOB include_dirs LIST_DIRECTORIES true "${site}/nvidia/*/include")
+  add_library(torch::cudart INTERFACE IMPORTED)
+  if(headers AND cudart)
+    list(GET cudart 0 cudart)
+    set_target_properties(torch::cudart PROPERTIES
+      INTERFACE_INCLUDE_DIRECTORIES "${include_dirs}"
+      INTERFACE_LINK_LIBRARIES "${cudart}")
+    set(LTB_CUDA_FROM_WHEEL_USED ON PARENT_SCOPE)
+    message(STATUS "libtorch-bench: no CUDA toolkit (nvcc); CUDA runtime and "
+                   "headers from the torch wheel: ${cudart}")
+  else()
+    set(LTB_TORCH_CUDA_UNUSABLE ON PARENT_SCOPE)
+    message(WARNING "libtorch-bench: LibTorch has CUDA, but there is no CUDA "
+      "toolkit (nvcc) and no CUDA headers beside the wheel (site-packages/"
+      "nvidia/*/include/crt/host_config.h): building without the CUDA code; "
+      "bench runs on the CPU. For GPUs, install the CUDA toolkit, or the "
+      "nvidia-cuda-crt matching the wheel's nvidia-cuda-runtime (tools/setup "
+      "does).")
+  endif()
+endfunction()
+
+_ltb_cuda_from_wheel()
