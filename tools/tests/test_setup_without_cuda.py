@@ -1,0 +1,203 @@
+"""tools/setup on machines this one is made to look like, in a mount
+namespace (unshare -m, root only) that hides what the machine has:
+
+- no CUDA toolkit: no nvcc anywhere, /usr/local/cuda* empty; the build takes
+  the CUDA runtime and headers from the torch wheel and still compiles the
+  CUDA code path;
+- no network (unshare -n) and no Debian -dev packages: `tools/setup
+  --offline KIT` builds from a kit made by tools/offline-kit and the torch of
+  an installed Python, fetches nothing, and bench runs with the kit's
+  libraries.
+
+Each test configures a fresh build directory and builds only `bench`, with
+LTB_JOBS (default 2) jobs: minutes each. LTB_SKIP_SETUP_TESTS=1 skips them.
+LTB_BUILD_LOCK=FILE runs each build under `flock FILE` (for machines whose
+builds take turns). The tests reuse the set-up virtual environment (LTB_VENV,
+or the Python running them when it is one); they never install torch."""
+import glob
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from helpers import REPO
+
+SETUP = os.path.join(REPO, "tools", "setup")
+OFFLINE_KIT = os.path.join(REPO, "tools", "offline-kit")
+
+
+def _venv():
+    if os.environ.get("LTB_VENV"):
+        return os.environ["LTB_VENV"]
+    if sys.prefix != sys.base_prefix:
+        return sys.prefix
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(cache, "libtorch-bench", "venv")
+
+
+def _why_not():
+    """Why these tests cannot run here; None when they can."""
+    if os.environ.get("LTB_SKIP_SETUP_TESTS") == "1":
+        return "LTB_SKIP_SETUP_TESTS=1"
+    if not sys.platform.startswith("linux"):
+        return "needs Linux mount namespaces"
+    if os.geteuid() != 0:
+        return "needs root for unshare -m (mount namespaces)"
+    if not shutil.which("unshare"):
+        return "no unshare (util-linux)"
+    probe = subprocess.run(["unshare", "-m", "-n", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return "unshare -m -n is not allowed here: " + probe.stderr.strip()
+    venv = _venv()
+    stamp = os.path.join(venv, ".ltb-requirements")
+    with open(os.path.join(REPO, "tools", "requirements.txt"), "rb") as f:
+        want = hashlib.sha256(f.read()).hexdigest()
+    try:
+        with open(stamp) as f:
+            if f.read().strip() != want:
+                return f"{venv} is not set up for tools/requirements.txt: run tools/setup first"
+    except OSError:
+        return f"no set-up virtual environment at {venv}: run tools/setup first"
+    return None
+
+
+WHY_NOT = _why_not()
+
+
+def _lock():
+    lock = os.environ.get("LTB_BUILD_LOCK")
+    return f"flock {shlex.quote(lock)} " if lock else ""
+
+
+def _hide_cuda_toolkit(scratch):
+    """Shell lines that hide every nvcc and CUDA toolkit directory."""
+    return f"""
+empty={scratch}/empty; nofile={scratch}/nofile
+mkdir -p "$empty"; : >"$nofile"; chmod 644 "$nofile"
+IFS=: read -ra dirs <<<"$PATH"
+for d in "${{dirs[@]}}" /usr/bin /usr/local/bin /usr/local/cuda*/bin /opt/cuda*/bin; do
+  [ -e "$d/nvcc" ] && mount --bind "$nofile" "$d/nvcc"
+done
+for d in /usr/local/cuda* /opt/cuda*; do
+  [ -d "$d" ] && mount --bind "$empty" "$d"
+done
+export PATH=$(printf %s "$PATH" | tr : '\\n' | grep -v cuda | paste -sd:)
+unset CUDA_HOME CUDA_PATH CUDACXX CUDAToolkit_ROOT
+for d in "${{dirs[@]}}"; do
+  if [ -x "$d/nvcc" ]; then echo "nvcc still visible: $d/nvcc"; exit 99; fi
+done
+"""
+
+
+def _hide_dev_packages(scratch):
+    """Shell lines that hide the Debian -dev packages' headers, CMake
+    packages and libraries (the runtime zlib stays: the system needs it)."""
+    lines = [f'empty={scratch}/empty; nofile={scratch}/nofile',
+             'mkdir -p "$empty"; : >"$nofile"']
+    dirs = ["/usr/include/absl", "/usr/include/benchmark", "/usr/include/gtest",
+            "/usr/include/gmock", "/usr/include/gloo", "/usr/share/benchmark"]
+    dirs += glob.glob("/usr/lib/*/cmake/absl") + glob.glob("/usr/lib/*/cmake/benchmark")
+    dirs += glob.glob("/usr/lib/*/cmake/GTest")
+    files = ["/usr/include/zlib.h"]
+    for pattern in ("libabsl_*", "libbenchmark*", "libgtest*", "libgmock*", "libz.so", "libz.a"):
+        files += glob.glob("/usr/lib/*/" + pattern)
+    lines += [f'mount --bind "$empty" {shlex.quote(d)}' for d in dirs if os.path.isdir(d)]
+    lines += [f'mount --bind "$nofile" {shlex.quote(f)}' for f in files
+              if os.path.isfile(f) and not os.path.islink(f)]
+    return "\n".join(lines) + "\n"
+
+
+def _in_namespace(flags, script, timeout=3600):
+    return subprocess.run(["unshare", *flags, "bash", "-euo", "pipefail", "-c", script],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _torch_has_cuda(python):
+    out = subprocess.run([python, "-c", "import torch; print(torch.version.cuda or '')"],
+                         capture_output=True, text=True)
+    return bool(out.stdout.strip())
+
+
+@unittest.skipIf(WHY_NOT, WHY_NOT)
+class SetupWithoutCudaToolkitTest(unittest.TestCase):
+
+    def test_builds_bench_without_nvcc(self):
+        venv = _venv()
+        with tempfile.TemporaryDirectory(prefix="ltb-nocuda-") as tmp:
+            build = os.path.join(tmp, "build")
+            env = (f"LTB_VENV={shlex.quote(venv)} LTB_BUILD_DIR={shlex.quote(build)} "
+                   f"LTB_TARGETS=bench LTB_JOBS={os.environ.get('LTB_JOBS', '2')}")
+            script = (_hide_cuda_toolkit(tmp)
+                      + f"env {env} {_lock()}{shlex.quote(SETUP)}\n")
+            run = _in_namespace(["-m"], script)
+            log = run.stdout + run.stderr
+            self.assertEqual(run.returncode, 0, log[-6000:])
+            with open(os.path.join(build, "configure.log")) as f:
+                configure = f.read()
+            if _torch_has_cuda(os.path.join(venv, "bin", "python")):
+                self.assertIn("CUDA runtime and headers from the torch wheel", configure)
+                # The CUDA code path was compiled, not the stub.
+                objects = glob.glob(os.path.join(build, "lib", "**", "cuda_support.cc.o"),
+                                    recursive=True)
+                self.assertTrue(objects, "cuda_support.cc was not compiled")
+            # bench runs on the CPU (here, outside the namespace, as built).
+            listed = subprocess.run([os.path.join(build, "bench", "bench"),
+                                     "--benchmark_list_tests", "--benchmark_filter=Ops/.*/cpu"],
+                                    capture_output=True, text=True, timeout=300)
+            self.assertEqual(listed.returncode, 0, listed.stdout + listed.stderr)
+            self.assertIn("Ops/", listed.stdout)
+
+
+def _kit(tmp):
+    """A kit made by tools/offline-kit: LTB_OFFLINE_KIT, the checkout's .kit,
+    or a fresh one in tmp; None when none exists and none can be made."""
+    for kit in (os.environ.get("LTB_OFFLINE_KIT"), os.path.join(REPO, ".kit")):
+        if kit and os.path.isfile(os.path.join(kit, ".ltb-kit")):
+            return kit
+    kit = os.path.join(tmp, "kit")
+    made = subprocess.run([OFFLINE_KIT, kit], capture_output=True, text=True, timeout=600)
+    return kit if made.returncode == 0 else None
+
+
+@unittest.skipIf(WHY_NOT, WHY_NOT)
+class SetupOfflineTest(unittest.TestCase):
+
+    def test_builds_bench_offline_from_kit(self):
+        python = os.path.join(_venv(), "bin", "python")
+        with tempfile.TemporaryDirectory(prefix="ltb-offline-") as tmp:
+            kit = _kit(tmp)
+            if kit is None:
+                self.skipTest("no kit (LTB_OFFLINE_KIT or .kit/) and tools/offline-kit "
+                              "could not make one (no network or no apt-get)")
+            build = os.path.join(tmp, "build")
+            bench = os.path.join(build, "bench", "bench")
+            # A venv that tools/setup would use if it went online: absent.
+            env = (f"LTB_VENV={shlex.quote(os.path.join(tmp, 'no-venv'))} "
+                   f"LTB_PYTHON={shlex.quote(python)} LTB_BUILD_DIR={shlex.quote(build)} "
+                   f"LTB_TARGETS=bench LTB_JOBS={os.environ.get('LTB_JOBS', '2')}")
+            script = (_hide_dev_packages(tmp)
+                      + "! python3 -c 'import socket; socket.create_connection((\"pypi.org\", 443), 3)' "
+                        "2>/dev/null || { echo 'the network is reachable'; exit 98; }\n"
+                      + f"env {env} {_lock()}{shlex.quote(SETUP)} --offline {shlex.quote(kit)}\n"
+                      + f"{shlex.quote(bench)} --benchmark_list_tests --benchmark_filter=Ops/.*/cpu\n")
+            run = _in_namespace(["-m", "-n"], script)
+            log = run.stdout + run.stderr
+            self.assertEqual(run.returncode, 0, log[-6000:])
+            self.assertIn("Ops/", run.stdout)
+            self.assertFalse(os.path.exists(os.path.join(tmp, "no-venv")))
+            with open(os.path.join(build, "configure.log")) as f:
+                configure = f.read()
+            self.assertNotIn("fetching", configure)
+            with open(os.path.join(build, "CMakeCache.txt")) as f:
+                cache = f.read()
+            for package in ("absl_DIR", "benchmark_DIR", "GTest_DIR"):
+                line = next(l for l in cache.splitlines() if l.startswith(package + ":"))
+                self.assertIn(os.path.realpath(kit), os.path.realpath(line.split("=", 1)[1]))
+
+
+if __name__ == "__main__":
+    unittest.main()
