@@ -3,6 +3,8 @@
 // the suite's own flags (harness/flags.h) select the sweep and the settings.
 #include <benchmark/benchmark.h>
 
+#include <vector>
+
 #include "harness/flags.h"
 #include "harness/memory.h"
 #include "harness/suite.h"
@@ -11,6 +13,9 @@ int main(int argc, char** argv) {
   // Before any tensor exists, so every CPU tensor is counted.
   ltb::InstallCpuTracking();
   const ltb::CommandLine command_line = ltb::ReadCommandLine(&argc, argv);
+  std::vector<char*> args = ltb::BenchmarkArguments(command_line, argc, argv);
+  argc = static_cast<int>(args.size()) - 1;
+  argv = args.data();
   benchmark::Initialize(&argc, argv, ltb::PrintSuiteHelp);
   if (absl::Status s = ltb::ParseSuiteFlags(argc, argv); !s.ok())
     ltb::ExitWithUsageError(s);

@@ -4,8 +4,10 @@
 #include <ATen/Version.h>
 #include <torch/version.h>
 
+#include <cstdlib>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -50,6 +52,12 @@ Context CollectContext(const Context& extra) {
   ctx.emplace_back("libtorch_version", TORCH_VERSION);
   ctx.emplace_back("blas", BlasLibrary());
   ctx.emplace_back("cpu_capability", CpuCapability());
+  // Settings that simulate an older CPU: each changes what runs.
+  for (const char* var : {"ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "LTB_MAX_CPU_ISA"}) {
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') {
+      ctx.emplace_back(absl::AsciiStrToLower(var), v);
+    }
+  }
   ctx.emplace_back("intra_op_threads", absl::StrCat(IntraOpThreads()));
   ctx.emplace_back("inter_op_threads", absl::StrCat(InterOpThreads()));
   ctx.emplace_back("blas_threads", absl::StrCat(BlasThreads()));

@@ -5,12 +5,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <fstream>
-#include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "harness/cpu_isa.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -21,24 +20,8 @@
 namespace ltb {
 namespace {
 
-// The CPU flags Linux reports for the first CPU (/proc/cpuinfo).
-const std::set<std::string>& CpuFlags() {
-  static const auto* flags = [] {
-    auto* out = new std::set<std::string>;
-    std::ifstream in("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.rfind("flags", 0) != 0) continue;
-      std::istringstream words(line.substr(line.find(':') + 1));
-      for (std::string w; words >> w;) out->insert(w);
-      break;
-    }
-    return out;
-  }();
-  return *flags;
-}
-
-bool Has(const char* flag) { return CpuFlags().count(flag) > 0; }
+// LTB_MAX_CPU_ISA limits the loops as ATEN_CPU_CAPABILITY limits LibTorch.
+bool Has(const char* flag) { return CpuHas(flag); }
 
 // Each loop runs `iters` rounds of kChains independent multiply-adds on
 // registers (enough chains to cover the latency of two FMA ports), each

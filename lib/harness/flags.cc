@@ -434,6 +434,17 @@ absl::Status SetSuiteFlag(absl::string_view name, absl::string_view value) {
   return absl::OkStatus();
 }
 
+namespace {
+std::set<std::string>& GivenFlags() {
+  static auto* given = new std::set<std::string>;
+  return *given;
+}
+}  // namespace
+
+bool SuiteFlagGiven(absl::string_view name) {
+  return GivenFlags().count(std::string(name)) > 0;
+}
+
 absl::Status ParseSuiteFlags(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
@@ -454,6 +465,7 @@ absl::Status ParseSuiteFlags(int argc, char** argv) {
     const absl::Status set =
         SetSuiteFlag(name, eq == absl::string_view::npos ? "" : arg.substr(eq + 1));
     if (!set.ok()) return set;
+    GivenFlags().insert(std::string(name));
   }
   return absl::OkStatus();
 }
@@ -479,6 +491,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   sweep.seqs = absl::GetFlag(FLAGS_seq).values;
   sweep.prompts = absl::GetFlag(FLAGS_prompt).values;
   sweep.new_tokens = absl::GetFlag(FLAGS_new_tokens).values;
+  sweep.new_tokens_given = SuiteFlagGiven("new_tokens");
   sweep.channels_last = absl::GetFlag(FLAGS_memory_format).channels_last;
   sweep.dtypes = absl::GetFlag(FLAGS_dtype).values;
   sweep.sync = absl::GetFlag(FLAGS_sync).value;

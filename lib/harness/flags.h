@@ -103,6 +103,9 @@ absl::Status SetSuiteFlag(absl::string_view name, absl::string_view value);
 // --name=value of a suite flag. Errors name the valid flags.
 absl::Status ParseSuiteFlags(int argc, char** argv);
 
+// Whether ParseSuiteFlags saw --name=... (a default left as it is: false).
+bool SuiteFlagGiven(absl::string_view name);
+
 // The suite flags and their help, after Google Benchmark's.
 void PrintSuiteHelp();
 

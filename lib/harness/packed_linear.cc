@@ -5,6 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "harness/cpu_isa.h"
 #include "harness/device.h"
 #include "harness/spec.h"
 
@@ -20,6 +21,8 @@ bool CanPackLinear(const c10::Device& device, c10::ScalarType dtype, std::string
   } else if (dtype != c10::kFloat && dtype != c10::kBFloat16) {
     reason = absl::StrCat("LibTorch's oneDNN linear runs fp32 and bf16, not ",
                           DtypeName(dtype));
+  } else if (dtype == c10::kBFloat16) {
+    OneDnnRunsBf16(&reason);
   }
   if (why != nullptr) *why = reason;
   return reason.empty();

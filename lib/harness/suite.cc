@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "harness/context.h"
+#include "harness/cpu_isa.h"
 #include "harness/device.h"
 #include "harness/distributed.h"
 #include "harness/interrupt.h"
@@ -233,6 +234,9 @@ void AddContext(const SuiteOptions& o, const std::string& malloc_description,
   Context extra = {
       {"malloc", malloc_description},
       {"sync", o.sweep.sync ? "true" : "false (clock read without device sync)"},
+      {"min_time", State().command_line.min_time_given || !State().command_line.filter.empty()
+                       ? "as given (--benchmark_min_time, else Google Benchmark's 0.5 s)"
+                       : absl::StrCat(kDefaultSuiteMinTime, " s (the default suite's)")},
       {"warmup", absl::StrCat(">= ", o.run.warmup_steps,
                               " steps and >= ", o.run.warmup_seconds, " s")},
       {"seed", absl::StrCat(o.run.seed)},
@@ -291,6 +295,7 @@ CommandLine ReadCommandLine(int* argc, char** argv) {
       c.list_only = true;
     }
     if (absl::ConsumePrefix(&arg, "--benchmark_filter=")) c.filter = std::string(arg);
+    if (absl::StartsWith(arg, "--benchmark_min_time")) c.min_time_given = true;
     if (absl::ConsumePrefix(&arg, "--benchmark_out=")) c.out = std::string(arg);
     if (absl::ConsumePrefix(&arg, "--benchmark_out_format=")) {
       c.out_format = std::string(arg);
@@ -298,6 +303,18 @@ CommandLine ReadCommandLine(int* argc, char** argv) {
   }
   *argc = kept;
   return c;
+}
+
+std::vector<char*> BenchmarkArguments(const CommandLine& command_line, int argc,
+                                      char** argv) {
+  std::vector<char*> args(argv, argv + argc);
+  if (command_line.filter.empty() && !command_line.min_time_given) {
+    static std::string min_time =
+        absl::StrCat("--benchmark_min_time=", kDefaultSuiteMinTime);
+    args.push_back(min_time.data());
+  }
+  args.push_back(nullptr);
+  return args;
 }
 
 absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& command_line) {
@@ -311,6 +328,7 @@ absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& comma
   state.filter = command_line.filter.empty() ? DefaultSuiteFilter(state.families)
                                              : command_line.filter;
   if (absl::Status s = CheckFilter(state.filter); !s.ok()) return s;
+  if (absl::Status s = CheckCpuIsaLimit(); !s.ok()) return s;
   if (absl::Status s = CheckWritablePaths(options, command_line); !s.ok()) return s;
 
   SetEpochSettings(options.epochs);
@@ -345,6 +363,7 @@ absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& comma
     SetCurrentProcessGroup(*std::move(group));
   }
   state.devices = sweep.devices;
+  sweep.cpu_shapes_everywhere = command_line.filter.empty();
   Warn(command_line);
 
   state.peaks = std::make_unique<Peaks>(options.peak_flops, options.peak_bandwidth,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "harness/flags.h"
@@ -19,7 +20,19 @@ struct CommandLine {
   bool quiet_rank = false;          // a data-parallel rank other than 0: reports nothing
   std::string out;                  // --benchmark_out
   std::string out_format = "json";  // --benchmark_out_format
+  bool min_time_given = false;      // --benchmark_min_time
 };
+
+// The default suite's --benchmark_min_time (seconds) unless one is given:
+// long enough that Google Benchmark measures at least three steps of every
+// benchmark whose step takes up to about 2.8 s (the CPU's default shapes are
+// chosen so), which it would otherwise measure once.
+constexpr double kDefaultSuiteMinTime = 5;
+
+// Google Benchmark's arguments: argv, plus the default suite's
+// --benchmark_min_time. The strings live as long as the program.
+std::vector<char*> BenchmarkArguments(const CommandLine& command_line, int argc,
+                                      char** argv);
 
 // An error naming the path and the reason when --benchmark_out, --profile or
 // the train_epoch data directory (with --data=disk) cannot be written.

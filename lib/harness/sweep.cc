@@ -1,5 +1,6 @@
 #include "harness/sweep.h"
 
+#include <algorithm>
 #include <regex>
 
 #include "absl/strings/str_cat.h"
@@ -14,35 +15,69 @@ std::string EscapeRegex(const std::string& text) {
   return std::regex_replace(text, special, R"(\$&)");
 }
 
+// Batches and (seq, 0) or (prompt, new tokens) lengths: one (0, 0) where
+// neither applies.
+struct Shapes {
+  std::vector<int64_t> batches;
+  std::vector<std::pair<int64_t, int64_t>> lengths;
+};
+
+// The shapes a case runs at on `device`: the flags', else the family's
+// defaults. The CPU has smaller defaults of its own, so that the default
+// suite measures several steps of every benchmark on a few cores; in the
+// default suite, the other devices measure those too, beside their own, so
+// that the speedup over the CPU compares the same work (`has_cpu`).
+std::vector<Shapes> ShapesOn(const Family& family, const Case& c, const Sweep& sweep,
+                             const c10::Device& device, bool has_cpu) {
+  auto shapes = [&](int64_t batch, const std::vector<int64_t>& seqs, int64_t new_tokens) {
+    Shapes out;
+    out.batches = sweep.batches.empty() ? std::vector<int64_t>{batch} : sweep.batches;
+    if (c.phase.shape == Shape::kNone) out.batches = {0};
+    if (c.phase.shape == Shape::kSequence) {
+      for (const int64_t t : sweep.seqs.empty() ? seqs : sweep.seqs) {
+        out.lengths.emplace_back(t, 0);
+      }
+    } else if (c.phase.shape == Shape::kGenerate) {
+      const std::vector<int64_t> prompts =
+          c.fixed_prompt > 0 ? std::vector<int64_t>{c.fixed_prompt} : sweep.prompts;
+      const std::vector<int64_t> news = sweep.new_tokens_given || new_tokens <= 0
+                                            ? sweep.new_tokens
+                                            : std::vector<int64_t>{new_tokens};
+      for (const int64_t p : prompts) {
+        for (const int64_t n : news) out.lengths.emplace_back(p, n);
+      }
+    } else {
+      out.lengths.emplace_back(0, 0);
+    }
+    return out;
+  };
+  const int64_t batch = c.default_batch > 0 ? c.default_batch : family.default_batch;
+  const Shapes usual = shapes(batch, family.default_seqs, 0);
+  const Shapes cpu =
+      shapes(c.default_batch > 0 || family.cpu_default_batch <= 0 ? batch
+                                                                  : family.cpu_default_batch,
+             family.cpu_default_seqs.empty() ? family.default_seqs
+                                             : family.cpu_default_seqs,
+             family.cpu_default_new_tokens);
+  const bool differ = cpu.batches != usual.batches || cpu.lengths != usual.lengths;
+  if (device.is_cpu()) return {cpu};
+  if (has_cpu && differ) return {usual, cpu};
+  return {usual};
+}
+
 }  // namespace
 
 std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
                                       const Sweep& sweep) {
   std::vector<Registration> out;
+  const bool has_cpu =
+      sweep.cpu_shapes_everywhere &&
+      std::any_of(sweep.devices.begin(), sweep.devices.end(),
+                  [](const c10::Device& d) { return d.is_cpu(); });
   for (const Family& family : families) {
-    const std::vector<int64_t>& seqs =
-        sweep.seqs.empty() ? family.default_seqs : sweep.seqs;
     const std::vector<bool> formats =
         family.sweeps_memory_format ? sweep.channels_last : std::vector<bool>{false};
     for (const Case& c : family.Cases()) {
-      // (seq, 0) or (prompt, new tokens) pairs; one (0, 0) where neither applies.
-      std::vector<std::pair<int64_t, int64_t>> lengths;
-      if (c.phase.shape == Shape::kSequence) {
-        for (const int64_t t : seqs) lengths.emplace_back(t, 0);
-      } else if (c.phase.shape == Shape::kGenerate) {
-        const std::vector<int64_t> prompts =
-            c.fixed_prompt > 0 ? std::vector<int64_t>{c.fixed_prompt} : sweep.prompts;
-        for (const int64_t p : prompts) {
-          for (const int64_t n : sweep.new_tokens) lengths.emplace_back(p, n);
-        }
-      } else {
-        lengths.emplace_back(0, 0);
-      }
-      std::vector<int64_t> case_batches = sweep.batches;
-      if (case_batches.empty()) {
-        case_batches = {c.default_batch > 0 ? c.default_batch : family.default_batch};
-      }
-      if (c.phase.shape == Shape::kNone) case_batches = {0};
       // A case whose dtype its model fixes runs in that one; others sweep
       // --dtype, or run in fp32 when they do not sweep it.
       std::vector<c10::ScalarType> dtypes;
@@ -63,29 +98,32 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
       base.backend = c.backend;
       for (const c10::Device& device : sweep.devices) {
         if (c.cuda_only && !device.is_cuda()) continue;
-        for (const c10::ScalarType dtype : dtypes) {
-          // Packed linears: CPU inference of the families whose models have them.
-          const bool linears = family.packs_cpu_linears && device.is_cpu() &&
-                               c.phase.kind == PhaseKind::kInference;
-          const std::vector<bool> packs =
-              linears ? sweep.pack_cpu_linears : std::vector<bool>{false};
-          for (const bool channels_last : formats) {
-            for (const bool pack : packs) {
-              for (const int64_t batch : case_batches) {
-                for (const auto& [first, second] : lengths) {
-                  BenchSpec spec = base;
-                  spec.device = device;
-                  spec.dtype = dtype;
-                  spec.batch = batch;
-                  if (c.phase.shape == Shape::kGenerate) {
-                    spec.prompt = first;
-                    spec.new_tokens = second;
-                  } else {
-                    spec.seq = first;
+        for (const auto& [case_batches, lengths] :
+             ShapesOn(family, c, sweep, device, has_cpu)) {
+          for (const c10::ScalarType dtype : dtypes) {
+            // Packed linears: CPU inference of the families whose models have them.
+            const bool linears = family.packs_cpu_linears && device.is_cpu() &&
+                                 c.phase.kind == PhaseKind::kInference;
+            const std::vector<bool> packs =
+                linears ? sweep.pack_cpu_linears : std::vector<bool>{false};
+            for (const bool channels_last : formats) {
+              for (const bool pack : packs) {
+                for (const int64_t batch : case_batches) {
+                  for (const auto& [first, second] : lengths) {
+                    BenchSpec spec = base;
+                    spec.device = device;
+                    spec.dtype = dtype;
+                    spec.batch = batch;
+                    if (c.phase.shape == Shape::kGenerate) {
+                      spec.prompt = first;
+                      spec.new_tokens = second;
+                    } else {
+                      spec.seq = first;
+                    }
+                    spec.channels_last = channels_last;
+                    spec.pack_cpu_linears = pack;
+                    out.push_back({&family, spec, c.unit});
                   }
-                  spec.channels_last = channels_last;
-                  spec.pack_cpu_linears = pack;
-                  out.push_back({&family, spec, c.unit});
                 }
               }
             }

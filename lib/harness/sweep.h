@@ -16,11 +16,16 @@ struct Sweep {
   std::vector<int64_t> seqs;     // empty: each family's default
   std::vector<int64_t> prompts = {32};
   std::vector<int64_t> new_tokens = {100};
+  bool new_tokens_given = false;  // --new_tokens: else the CPU may have its own
   std::vector<c10::ScalarType> dtypes = {c10::kFloat};
   bool sync = true;
   std::vector<bool> pack_cpu_linears = {false};  // --cpu_linear: aten, onednn
   std::vector<bool> channels_last = {false};     // --memory_format
   std::string compiled_dir;                      // --compiled: tools/export's files
+  // The default suite: devices other than the CPU also measure the CPU's
+  // default shapes (when the run includes the CPU), so that the speedup
+  // summary compares the same work.
+  bool cpu_shapes_everywhere = false;
 };
 
 struct Registration {

@@ -1,5 +1,6 @@
 #include "models/user_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -81,6 +82,11 @@ ModelCase Inspect(const std::string& path, const std::vector<InputSpec>& given) 
   return m;
 }
 
+// A file's case: its stem and backend, as its benchmark names end.
+std::string CaseKey(const std::string& stem, const std::string& backend) {
+  return absl::StrCat(stem, "/", backend);
+}
+
 }  // namespace
 
 absl::StatusOr<Family> ModelFamilyFromFlags() {
@@ -108,27 +114,33 @@ absl::StatusOr<Family> ModelFamilyFromFlags() {
     ModelCase m = Inspect(path, given);
     const std::string stem =
         m.file.ok() ? m.file->Stem() : std::filesystem::path(path).stem().string();
-    if (cases->count(stem)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--model: two files are named ", stem, " (", cases->at(stem).path,
-                       " and ", path, "): benchmark names are file stems; rename one"));
-    }
     Case c{stem, f.phases[0]};
     c.backend = m.file.ok()                    ? BackendName(m.file->format)
                 : absl::EndsWith(path, ".pt2") ? "aoti"
                                                : "torchscript";
+    // Names end in the backend: one stem may be a package and a TorchScript
+    // file (the same model both ways); two of one backend would collide.
+    const std::string key = CaseKey(stem, c.backend);
+    if (cases->count(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--model: two ", c.backend, " files are named ", stem, " (",
+          cases->at(key).path, " and ", path,
+          "): their benchmarks would have one name; rename one"));
+    }
     c.default_batch =
         m.inputs.empty() || m.inputs[0].shape.empty() ? 1 : m.inputs[0].shape[0];
     c.dtype = CaseDtype(m);
-    f.sizes.push_back(stem);
+    if (std::find(f.sizes.begin(), f.sizes.end(), stem) == f.sizes.end()) {
+      f.sizes.push_back(stem);
+    }
     f.cases.push_back(c);
-    cases->emplace(stem, std::move(m));
+    cases->emplace(key, std::move(m));
   }
   f.default_batch = 1;
   f.suite = {""};  // every file: without a filter, bench measures them alone
   f.replaces_default_suite = true;
   f.plan = [cases, flops](const BenchSpec& s) -> absl::StatusOr<Plan> {
-    const ModelCase& m = cases->at(s.size);
+    const ModelCase& m = cases->at(CaseKey(s.size, s.backend));
     if (!m.problem.ok()) return m.problem;
     Plan plan;
     plan.samples_per_step = s.batch;  // rows of the first input
@@ -144,7 +156,7 @@ absl::StatusOr<Family> ModelFamilyFromFlags() {
     return plan;
   };
   f.build = [cases, flops](const BenchSpec& s) -> std::unique_ptr<Workload> {
-    const ModelCase& m = cases->at(s.size);
+    const ModelCase& m = cases->at(CaseKey(s.size, s.backend));
     if (!m.problem.ok()) throw std::runtime_error(std::string(m.problem.message()));
     // The saved inputs at their batch (with the eager outputs to compare
     // with); new ones of their shapes at any other.

@@ -19,6 +19,41 @@ FAST = ["--benchmark_min_time=0.01", "--warmup_s=0", "--seq=32", "--batch=2",
         "--peak_flops=1e12", "--peak_bandwidth=1e10"]
 
 
+def cpu_flags():
+    """The first CPU's flags as Linux reports them, less those LTB_MAX_CPU_ISA
+    hides (bench's peak loops and native arithmetic follow the same limit)."""
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    limit = os.environ.get("LTB_MAX_CPU_ISA", "").lower()
+    newest = ("amx", "avx10", "avx512_bf16", "avx512_fp16", "avx_ne_convert",
+              "avx_vnni_int8", "avx_vnni_int16")
+    def level(flag):
+        if flag.startswith(newest):
+            return 3
+        if flag.startswith("avx512"):
+            return 2
+        if flag.startswith("avx") or flag in ("fma", "f16c"):
+            return 1
+        return 0
+    allowed = {"default": 0, "avx2": 1, "avx512": 2}.get(limit, 3)
+    return {f for f in flags if level(f) <= allowed}, flags
+
+
+def onednn_runs_bf16():
+    """ATen's own check (mkldnn_bf16_device_check asks the hardware for
+    AVX-512 BW/VL/DQ or AVX-NE-CONVERT), and oneDNN's ISA limit."""
+    _, hardware = cpu_flags()
+    has = {"avx512bw", "avx512vl", "avx512dq"} <= hardware or "avx_ne_convert" in hardware
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    below = limit in ("SSE41", "AVX", "AVX2", "AVX2_VNNI") or (
+        limit == "AVX2_VNNI_2" and "avx_ne_convert" not in hardware)
+    return has and not below
+
+
 def run_bench(*args, check=True):
     proc = subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=600)
     if check and proc.returncode != 0:
@@ -247,7 +282,7 @@ class EpochTest(unittest.TestCase):
     def test_architecture_flags_name_a_custom_size(self):
         names = run_bench("--benchmark_list_tests", "--benchmark_filter=EncDec/", "--devices=cpu",
                           "--d_model=96", "--nhead=6").stdout.split()
-        self.assertIn("EncDec/custom_d96_h6_e3_d3_ff512/cpu/train_step/batch:64/seq:128/fp32/"
+        self.assertIn("EncDec/custom_d96_h6_e3_d3_ff512/cpu/train_step/batch:16/seq:128/fp32/"
                       "manual_time", names)
         self.assertFalse([n for n in names if "/tiny/" in n])
         proc = run_bench("--d_model=100", "--nhead=8", check=False)
@@ -395,13 +430,14 @@ class SuiteTest(unittest.TestCase):
         self.assertIn("Ops/noop/empty/cpu/fp32/manual_time", names)
         self.assertIn("Ops/copy/256MiB/cpu/fp32/manual_time", names)
         for phase in ("forward", "forward_backward", "train_step"):
-            self.assertIn(f"Transformer/small/cpu/{phase}/batch:4/seq:512/fp32/manual_time",
+            # The CPU's own default shapes (README: the default suite).
+            self.assertIn(f"Transformer/small/cpu/{phase}/batch:1/seq:128/fp32/manual_time",
                           names)
-            self.assertIn(f"GPT2/small/cpu/{phase}/batch:1/seq:512/fp32/manual_time", names)
+            self.assertIn(f"GPT2/small/cpu/{phase}/batch:1/seq:128/fp32/manual_time", names)
         self.assertIn("GPT2/small/cpu/generate/batch:1/prompt:32/new:100/fp32/manual_time",
                       names)
-        for name in ("ResNet/resnet18/cpu/forward/batch:32/fp32",
-                     "ResNet/resnet18/cpu/train_step/batch:32/fp32",
+        for name in ("ResNet/resnet18/cpu/forward/batch:8/fp32",
+                     "ResNet/resnet18/cpu/train_step/batch:8/fp32",
                      "CNN/default/cpu/train_step/batch:128/fp32",
                      "Encoder/default/cpu/forward/batch:8/seq:128/fp32",
                      "Encoder/default/cpu/forward_backward/batch:8/seq:128/fp32",
@@ -409,8 +445,9 @@ class SuiteTest(unittest.TestCase):
                      "Whisper/tiny/cpu/generate/batch:1/prompt:4/new:100/fp32",
                      "Whisper/tiny/cpu/transcribe/batch:1/prompt:4/new:100/fp32"):
             self.assertIn(name + "/manual_time", names)
-        self.assertIn("EncDec/tiny/cpu/train_epoch/batch:64/seq:128/fp32/iterations:2/manual_time",
+        self.assertIn("EncDec/tiny/cpu/train_epoch/batch:16/seq:128/fp32/iterations:2/manual_time",
                       names)
+        self.assertFalse([n for n in names if "/batch:4/seq:512/" in n], "no GPU shapes")
         self.assertFalse([n for n in names if "Transformer/small/cpu/train_epoch" in n])
         self.assertFalse([n for n in names if "/nano/" in n])
 
@@ -418,7 +455,7 @@ class SuiteTest(unittest.TestCase):
         names = run_bench("--benchmark_list_tests", "--benchmark_filter=all",
                           "--devices=cpu", "--batch=1,8", "--dtype=fp32,bf16").stdout.split()
         for size in ("nano", "small", "medium", "large", "xl", "2.7B"):
-            self.assertIn(f"Transformer/{size}/cpu/train_step/batch:8/seq:512/bf16/manual_time",
+            self.assertIn(f"Transformer/{size}/cpu/train_step/batch:8/seq:128/bf16/manual_time",
                           names)
         self.assertEqual(len([n for n in names if n.startswith("Transformer/")]),
                          6 * 4 * 2 * 2)
@@ -592,6 +629,44 @@ class CompiledTest(unittest.TestCase):
         self.assertTrue(broken["error_occurred"])
         self.assertIn(bad + ": not a model file", broken["error_message"])
 
+    def test_one_stem_as_a_package_and_as_torchscript_is_two_benchmarks(self):
+        import shutil
+        dirs = []
+        for i, src in enumerate((self.aoti, self.ts)):
+            d = os.path.join(self.tmp.name, f"stem{i}")
+            os.makedirs(d, exist_ok=True)
+            ext = ".pt2" if src.endswith(".pt2") else ".pt"
+            shutil.copy(src, os.path.join(d, "usernet" + ext))
+            io = src[:-len(ext)] + ".io.pt"
+            if os.path.exists(io):
+                shutil.copy(io, os.path.join(d, "usernet.io.pt"))
+            dirs.append(os.path.join(d, "usernet" + ext))
+        doc = run_json(f"--model={dirs[0]},{dirs[1]}", *FAST)
+        names = sorted(b["run_name"].replace("/manual_time", "") for b in doc["benchmarks"])
+        self.assertEqual(names, ["Model/usernet/cpu/forward/batch:2/fp32/aoti",
+                                 "Model/usernet/cpu/forward/batch:2/fp32/torchscript"])
+        for b in doc["benchmarks"]:
+            self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
+        # Two files of one backend and stem would share a name: refused.
+        other = os.path.join(self.tmp.name, "usernet.pt")
+        shutil.copy(self.ts, other)
+        proc = run_bench(f"--model={dirs[1]},{other}", check=False)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("two torchscript files are named usernet", proc.stderr)
+
+    def test_without_a_filter_every_benchmark_measures_several_steps(self):
+        # Model files replace the default suite, which runs with its own
+        # minimum time unless one is given.
+        doc = run_json(f"--model={self.ts}", "--warmup_s=0", "--devices=cpu",
+                       "--peak_flops=1e12")
+        self.assertEqual(doc["context"]["min_time"], "3 s (the default suite's)")
+        [entry] = doc["benchmarks"]
+        self.assertGreaterEqual(entry["iterations"], 3)
+        self.assertIn("step_cv_%", entry)
+        self.assertGreaterEqual(entry["real_time"] * entry["iterations"] * 1e-3, 3 * 0.99)
+        given = run_json(f"--model={self.ts}", *FAST)
+        self.assertTrue(given["context"]["min_time"].startswith("as given"))
+
     def test_inputs_and_batches_for_a_model(self):
         doc = run_json(f"--model={self.ts}", "--inputs=5x3x32x32:fp32", "--batch=1,4",
                        "--benchmark_min_time=0.01", "--warmup_s=0", "--devices=cpu",
@@ -648,18 +723,49 @@ class PrecisionTest(unittest.TestCase):
         # Transformer 4 + 1, GPT2 4 + 2, ResNet 2 + 1, CNN 2 + 1, Encoder 2,
         # Whisper 3 + 3, EncDec 3.
         self.assertEqual(len(self.entries), 3 * (5 + 6 + 3 + 3 + 2 + 6 + 3))
+        bf16_onednn = onednn_runs_bf16()
         for name, b in self.entries.items():
             if b.get("error_occurred"):
+                message = b["error_message"]
+                # The suite's own sentence, never a bare library message.
+                self.assertNotIn("LibTorch error", message, name)
+                if "/bf16" in name:
+                    # oneDNN's bf16 linear where the CPU (or ONEDNN_MAX_CPU_ISA)
+                    # lacks the instructions ATen checks for.
+                    self.assertFalse(bf16_onednn, (name, message))
+                    self.assertTrue(name.endswith("/onednn"), (name, message))
+                    self.assertIn("which oneDNN's bf16 linear needs", message, name)
+                    self.assertTrue("this CPU has no AVX-512 BW/VL/DQ or AVX-NE-CONVERT"
+                                    in message or "ONEDNN_MAX_CPU_ISA=" in message,
+                                    (name, message))
+                    continue
                 # What cannot run: oneDNN's linear in fp16, and any fp16 where
                 # this LibTorch has no fp16 matmul on the CPU (1.13).
-                self.assertIn("/fp16", name, b["error_message"])
-                self.assertTrue("runs fp32 and bf16, not fp16" in b["error_message"] or
-                                "has no fp16 matrix multiply on cpu" in b["error_message"],
-                                (name, b["error_message"]))
+                self.assertIn("/fp16", name, message)
+                self.assertTrue("runs fp32 and bf16, not fp16" in message or
+                                "has no fp16 matrix multiply on cpu" in message,
+                                (name, message))
                 continue
             for key, value in b.items():
                 if isinstance(value, float):
                     self.assertTrue(math.isfinite(value), (name, key, value))
+
+    def test_onednn_bf16_runs_exactly_where_aten_allows_it(self):
+        bf16 = [b for n, b in self.entries.items() if "/bf16" in n and n.endswith("/onednn")]
+        self.assertEqual(len(bf16), 8)  # Transformer 1, GPT2 2, ResNet 1, CNN 1, Whisper 3
+        refused = [b for b in bf16 if b.get("error_occurred")]
+        self.assertEqual(len(refused), 0 if onednn_runs_bf16() else len(bf16))
+
+    def test_a_simulated_older_cpu_is_recorded_and_followed(self):
+        ctx = self.doc["context"]
+        for var in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "LTB_MAX_CPU_ISA"):
+            self.assertEqual(ctx.get(var.lower()), os.environ.get(var) or None, var)
+        limit = os.environ.get("ATEN_CPU_CAPABILITY", "").lower()
+        if limit in ("avx2", "default"):
+            # LibTorch dispatches no wider than asked (never wider than the CPU).
+            self.assertIn(ctx["cpu_capability"].lower(), ("avx2", "default"))
+            if limit == "default":
+                self.assertEqual(ctx["cpu_capability"].lower(), "default")
 
     def test_reduced_precision_inference_reports_its_drift_from_fp32(self):
         for name, b in self.entries.items():
@@ -687,8 +793,7 @@ class PrecisionTest(unittest.TestCase):
 
     def test_fp16_has_mfu_only_where_the_cpu_computes_it(self):
         ctx = self.doc["context"]
-        with open("/proc/cpuinfo") as f:
-            native_fp16 = "avx512_fp16" in f.read()
+        native_fp16 = "avx512_fp16" in cpu_flags()[0]
         forward = self.entries["Transformer/nano/cpu/forward/batch:2/seq:16/fp16"]
         if forward.get("error_occurred"):
             self.skipTest(forward["error_message"])

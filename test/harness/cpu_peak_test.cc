@@ -3,21 +3,16 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <string>
+
+#include "harness/cpu_isa.h"
 
 namespace ltb {
 namespace {
 
-bool CpuHasFlag(const std::string& flag) {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) == 0)
-      return (line + " ").find(" " + flag + " ") != std::string::npos;
-  }
-  return false;
-}
+// The CPU's flags less those LTB_MAX_CPU_ISA hides (cpu_isa_test checks
+// that view against /proc/cpuinfo).
+bool CpuHasFlag(const std::string& flag) { return CpuHas(flag); }
 
 TEST(NativeArithmetic, FollowsTheCpuFlags) {
   EXPECT_EQ(!NativeArithmetic(c10::kFloat).empty(),

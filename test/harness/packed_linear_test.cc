@@ -1,9 +1,14 @@
 #include "harness/packed_linear.h"
 
+#include <ATen/ops/mkldnn_linear.h>
 #include <gtest/gtest.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/torch.h>
+
+#include <string>
+
+#include "harness/cpu_isa.h"
 
 namespace ltb {
 namespace {
@@ -52,6 +57,34 @@ TEST(PackLinears, SaysWhyItCannot) {
   std::string why;
   EXPECT_FALSE(CanPackLinear(c10::Device(c10::kCUDA, 0), c10::kFloat, &why));
   EXPECT_NE(why.find("on the CPU, not cuda"), std::string::npos);
+}
+
+TEST(PackLinears, Bf16FollowsTheCheckATenMakes) {
+  if (!at::hasMKLDNN()) GTEST_SKIP() << "this LibTorch is built without oneDNN";
+  // oneDNN reads ONEDNN_MAX_CPU_ISA once: the environment is left as it is.
+  std::string why;
+  const bool can = CanPackLinear(kCpu, c10::kBFloat16, &why);
+  EXPECT_EQ(can, OneDnnRunsBf16());
+  // LibTorch itself agrees: its bf16 oneDNN linear runs exactly where the
+  // suite says it can, and fails where the suite refuses it.
+  const at::Tensor w = torch::randn({4, 8}).to(c10::kBFloat16);
+  const at::Tensor x = torch::randn({2, 8}).to(c10::kBFloat16);
+  bool ran = true;
+  try {
+    at::mkldnn_linear(x.to_mkldnn(), w.to_mkldnn()).to_dense();
+  } catch (const std::exception&) {
+    ran = false;
+  }
+  EXPECT_EQ(ran, can) << why;
+  if (!can) {
+    EXPECT_NE(why.find("oneDNN's bf16 linear needs"), std::string::npos) << why;
+    torch::nn::Sequential packable(PackableLinear(8, 4));
+    const auto refused = PackLinears(*packable, kCpu, c10::kBFloat16);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("--cpu_linear=onednn: this CPU has no"),
+              std::string::npos)
+        << refused.status();
+  }
 }
 
 }  // namespace

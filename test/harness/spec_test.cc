@@ -6,6 +6,7 @@
 #include <regex>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "harness/registry.h"
 #include "harness/sweep.h"
 #include "models/ops.h"
@@ -43,18 +44,23 @@ TEST(ParseDtype, KnowsThreePrecisions) {
 // How many benchmarks a case gives under `sweep`, counted from its case and
 // phase alone: the independent count ExpandSweep must agree with.
 size_t CaseCount(const Family& f, const Case& c, const Sweep& sweep) {
-  size_t devices = 0;
-  for (const c10::Device& d : sweep.devices) devices += !c.cuda_only || d.is_cuda();
-  const size_t dtypes = c.sweeps_dtype ? sweep.dtypes.size() : 1;
-  const size_t batches = c.phase.shape == Shape::kNone ? 1 : sweep.batches.size();
-  size_t lengths = 1;
-  if (c.phase.shape == Shape::kSequence) {
-    lengths = sweep.seqs.empty() ? f.default_seqs.size() : sweep.seqs.size();
-  } else if (c.phase.shape == Shape::kGenerate) {
-    lengths = (c.fixed_prompt > 0 ? 1 : sweep.prompts.size()) * sweep.new_tokens.size();
+  size_t count = 0;
+  for (const c10::Device& d : sweep.devices) {
+    if (c.cuda_only && !d.is_cuda()) continue;
+    const size_t dtypes = c.sweeps_dtype ? sweep.dtypes.size() : 1;
+    const size_t batches = c.phase.shape == Shape::kNone ? 1 : sweep.batches.size();
+    const std::vector<int64_t>& seqs =
+        d.is_cpu() && !f.cpu_default_seqs.empty() ? f.cpu_default_seqs : f.default_seqs;
+    size_t lengths = 1;
+    if (c.phase.shape == Shape::kSequence) {
+      lengths = sweep.seqs.empty() ? seqs.size() : sweep.seqs.size();
+    } else if (c.phase.shape == Shape::kGenerate) {
+      lengths = (c.fixed_prompt > 0 ? 1 : sweep.prompts.size()) * sweep.new_tokens.size();
+    }
+    const size_t formats = f.sweeps_memory_format ? sweep.channels_last.size() : 1;
+    count += dtypes * batches * lengths * formats;
   }
-  const size_t formats = f.sweeps_memory_format ? sweep.channels_last.size() : 1;
-  return devices * dtypes * batches * lengths * formats;
+  return count;
 }
 
 TEST(ExpandSweep, CrossesEveryListForEveryRegisteredFamily) {
@@ -86,6 +92,56 @@ TEST(ExpandSweep, CrossesEveryListForEveryRegisteredFamily) {
   EXPECT_TRUE(names.count("GPT2/nano/cpu/generate/batch:8/prompt:16/new:100/fp32"));
   EXPECT_FALSE(names.count("Ops/noop/empty/cpu/bf16"));
   EXPECT_FALSE(names.count("Ops/h2d_pinned/256MiB/cpu/fp32"));
+}
+
+TEST(ExpandSweep, TheCpuHasItsOwnDefaultShapesWhichTheDefaultSuiteRunsEverywhere) {
+  const std::vector<Family> families = {TransformerFamily()};
+  const Family& f = families[0];
+  ASSERT_GT(f.cpu_default_batch, 0);
+  ASSERT_FALSE(f.cpu_default_seqs.empty());
+  const std::string cpu_shape = absl::StrCat("batch:", f.cpu_default_batch,
+                                             "/seq:", f.cpu_default_seqs[0]);
+  const std::string usual_shape =
+      absl::StrCat("batch:", f.default_batch, "/seq:", f.default_seqs[0]);
+  ASSERT_NE(cpu_shape, usual_shape);
+  const auto names = [&](bool everywhere) {
+    Sweep sweep;
+    sweep.devices = {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 0)};
+    sweep.cpu_shapes_everywhere = everywhere;
+    std::set<std::string> out;
+    for (const Registration& r : ExpandSweep(families, sweep)) {
+      if (r.spec.size == "small" && r.spec.phase == "forward") out.insert(r.spec.Name());
+    }
+    return out;
+  };
+  const std::set<std::string> cpu = {"Transformer/small/cpu/forward/" + cpu_shape + "/fp32"};
+  const std::string cuda_usual = "Transformer/small/cuda/forward/" + usual_shape + "/fp32";
+  const std::string cuda_cpu = "Transformer/small/cuda/forward/" + cpu_shape + "/fp32";
+  std::set<std::string> expected = cpu;
+  expected.insert(cuda_usual);
+  EXPECT_EQ(names(false), expected);
+  expected.insert(cuda_cpu);  // the default suite: the CPU's work on the GPU too
+  EXPECT_EQ(names(true), expected);
+  // Without the CPU in the run, or with shapes given, no twins.
+  Sweep gpu_only;
+  gpu_only.devices = {c10::Device(c10::kCUDA, 0)};
+  gpu_only.cpu_shapes_everywhere = true;
+  size_t forward = 0;
+  for (const Registration& r : ExpandSweep(families, gpu_only)) {
+    forward += r.spec.size == "small" && r.spec.phase == "forward";
+  }
+  EXPECT_EQ(forward, f.default_seqs.size());
+  Sweep given;
+  given.devices = {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 0)};
+  given.cpu_shapes_everywhere = true;
+  given.batches = {2};
+  given.seqs = {64};
+  std::set<std::string> both;
+  for (const Registration& r : ExpandSweep(families, given)) {
+    if (r.spec.size == "small" && r.spec.phase == "forward") both.insert(r.spec.Name());
+  }
+  EXPECT_EQ(both, (std::set<std::string>{"Transformer/small/cpu/forward/batch:2/seq:64/fp32",
+                                         "Transformer/small/cuda/forward/batch:2/seq:64/fp32"}));
 }
 
 TEST(ExpandSweep, SpecsCarryTheirPhasesKindAndIterations) {
