@@ -431,19 +431,19 @@ class SuiteTest(unittest.TestCase):
         self.assertIn("Ops/copy/256MiB/cpu/fp32/manual_time", names)
         for phase in ("forward", "forward_backward", "train_step"):
             # The CPU's own default shapes (README: the default suite).
-            self.assertIn(f"Transformer/small/cpu/{phase}/batch:1/seq:128/fp32/manual_time",
+            self.assertIn(f"Transformer/small/cpu/{phase}/batch:1/seq:64/fp32/manual_time",
                           names)
-            self.assertIn(f"GPT2/small/cpu/{phase}/batch:1/seq:128/fp32/manual_time", names)
-        self.assertIn("GPT2/small/cpu/generate/batch:1/prompt:32/new:100/fp32/manual_time",
+            self.assertIn(f"GPT2/small/cpu/{phase}/batch:1/seq:64/fp32/manual_time", names)
+        self.assertIn("GPT2/small/cpu/generate/batch:1/prompt:32/new:32/fp32/manual_time",
                       names)
-        for name in ("ResNet/resnet18/cpu/forward/batch:8/fp32",
-                     "ResNet/resnet18/cpu/train_step/batch:8/fp32",
+        for name in ("ResNet/resnet18/cpu/forward/batch:4/fp32",
+                     "ResNet/resnet18/cpu/train_step/batch:4/fp32",
                      "CNN/default/cpu/train_step/batch:128/fp32",
-                     "Encoder/default/cpu/forward/batch:8/seq:128/fp32",
-                     "Encoder/default/cpu/forward_backward/batch:8/seq:128/fp32",
+                     "Encoder/default/cpu/forward/batch:4/seq:128/fp32",
+                     "Encoder/default/cpu/forward_backward/batch:4/seq:128/fp32",
                      "Whisper/tiny/cpu/encode/batch:1/fp32",
-                     "Whisper/tiny/cpu/generate/batch:1/prompt:4/new:100/fp32",
-                     "Whisper/tiny/cpu/transcribe/batch:1/prompt:4/new:100/fp32"):
+                     "Whisper/tiny/cpu/generate/batch:1/prompt:4/new:32/fp32",
+                     "Whisper/tiny/cpu/transcribe/batch:1/prompt:4/new:32/fp32"):
             self.assertIn(name + "/manual_time", names)
         self.assertIn("EncDec/tiny/cpu/train_epoch/batch:16/seq:128/fp32/iterations:2/manual_time",
                       names)
@@ -455,7 +455,7 @@ class SuiteTest(unittest.TestCase):
         names = run_bench("--benchmark_list_tests", "--benchmark_filter=all",
                           "--devices=cpu", "--batch=1,8", "--dtype=fp32,bf16").stdout.split()
         for size in ("nano", "small", "medium", "large", "xl", "2.7B"):
-            self.assertIn(f"Transformer/{size}/cpu/train_step/batch:8/seq:128/bf16/manual_time",
+            self.assertIn(f"Transformer/{size}/cpu/train_step/batch:8/seq:64/bf16/manual_time",
                           names)
         self.assertEqual(len([n for n in names if n.startswith("Transformer/")]),
                          6 * 4 * 2 * 2)

@@ -25,8 +25,8 @@ TEST(CpuIsa, WithoutALimitFollowsTheCpuFlags) {
   ScopedEnv unset({{"LTB_MAX_CPU_ISA", nullptr}});
   for (const char* flag : {"sse4_2", "avx2", "fma", "avx512f", "avx512bw", "avx512_bf16",
                            "avx512_fp16", "amx_bf16", "amx_tile", "no_such_flag"}) {
-    EXPECT_EQ(CpuHas(flag), ProcHas(flag), flag);
-    EXPECT_EQ(CpuHardwareHas(flag), ProcHas(flag), flag);
+    EXPECT_EQ(CpuHas(flag), ProcHas(flag)) << flag;
+    EXPECT_EQ(CpuHardwareHas(flag), ProcHas(flag)) << flag;
   }
   EXPECT_EQ(CpuIsaLimit(), "");
   EXPECT_TRUE(CheckCpuIsaLimit().ok());
