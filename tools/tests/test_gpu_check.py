@@ -3,13 +3,13 @@ real bench when it is built, and a failing bench, always."""
 import json
 import os
 import re
+import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
 from helpers import TOOLS, ToolTest, built_bench, stable_copy
-
-import tempfile
 
 # Each check of the summary, and the status the rehearsal gives it.
 REHEARSAL = {
@@ -41,14 +41,13 @@ def summary_rows(text):
     """check -> status from summary.md's table."""
     rows = {}
     for line in text.splitlines():
-        m = re.match(r"^\| (.+?) \| (ran|skipped|FAILED|not offered) \| \d+ \|$", line)
+        m = re.match(r"^\| (.+?) \| (ran|skipped|FAILED|not offered) \| \d* \|$", line)
         if m:
             rows[m.group(1)] = m.group(2)
     return rows
 
 
 def gpu_check(*args, timeout=900):
-    import subprocess
     return subprocess.run([sys.executable, os.path.join(TOOLS, "gpu-check"), *args],
                           capture_output=True, text=True, timeout=timeout)
 
@@ -112,7 +111,7 @@ class RehearsalTest(unittest.TestCase):
         default = self.load("default")
         for family in FAMILIES:
             self.assertTrue(any(n.startswith(f"{family}/nano/cpu/") for n in default), family)
-        self.assertTrue(any(n.startswith("Ops/matmul/2048x2048/cpu/") for n in default))
+        self.assertTrue(any(n.startswith("Ops/matmul/256x256/cpu/") for n in default))
         precision = self.load("precision")
         for family in FAMILIES:
             for dtype in ("fp32", "bf16", "fp16"):
@@ -130,7 +129,8 @@ class RehearsalTest(unittest.TestCase):
             epochs = self.load(f"train_epoch_{source}")
             self.assertTrue(any(n.startswith("EncDec/nano/cpu/train_epoch/") for n in epochs))
             self.assertTrue(all("epoch_s" in e for e in epochs.values()))
-        self.assertTrue(any(n.endswith("/nosync") for n in self.load("sync_false")))
+        nosync = list(self.load("sync_false"))
+        self.assertTrue(nosync and all("/nosync" in n for n in nosync), nosync)
         guard = self.load("memory_guard")
         self.assertTrue(guard)
         for name, e in guard.items():
