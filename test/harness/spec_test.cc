@@ -89,7 +89,9 @@ TEST(ExpandSweep, CrossesEveryListForEveryRegisteredFamily) {
   EXPECT_TRUE(names.count("Transformer/2.7B/cuda/train_step/batch:8/seq:512/bf16"));
   EXPECT_TRUE(names.count("Ops/matmul/2048x2048/cuda/bf16"));
   EXPECT_TRUE(names.count("ResNet/nano/cpu/forward/batch:1/bf16/channels_last"));
-  EXPECT_TRUE(names.count("GPT2/nano/cpu/generate/batch:8/prompt:16/new:100/fp32"));
+  EXPECT_TRUE(names.count("GPT2/nano/cuda/generate/batch:8/prompt:16/new:100/fp32"));
+  // Without --new_tokens the CPU generates its own default's worth.
+  EXPECT_TRUE(names.count("GPT2/nano/cpu/generate/batch:8/prompt:16/new:32/fp32"));
   EXPECT_FALSE(names.count("Ops/noop/empty/cpu/bf16"));
   EXPECT_FALSE(names.count("Ops/h2d_pinned/256MiB/cpu/fp32"));
 }
