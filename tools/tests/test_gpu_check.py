@@ -187,6 +187,17 @@ class FailureTest(ToolTest):
         self.assertIn("memory_guard: Transformer/nano/cpu/forward/batch:4/seq:512/fp32: "
                       "LibTorch error", proc.stdout)
 
+    def test_a_bench_that_hangs_is_stopped_and_fails(self):
+        bench = self.write("bench", "#!/bin/sh\necho started\nexec sleep 60\n")
+        os.chmod(bench, 0o755)
+        out = os.path.join(self.tmp, "out")
+        start = time.monotonic()
+        proc = gpu_check("--devices=cpu", "--no-ctest", "--timeout=0.5", f"--bench={bench}", out,
+                         timeout=300)
+        self.assertLess(time.monotonic() - start, 120)
+        self.assertExit(proc, 1)
+        self.assertIn("default: bench exited with status 124: stopped after 0.5 s", proc.stdout)
+
     def test_bad_usage(self):
         proc = gpu_check(f"--bench={os.path.join(self.tmp, 'missing')}", self.tmp)
         self.assertExit(proc, 2)
