@@ -53,7 +53,8 @@ Context CollectContext(const Context& extra) {
   ctx.emplace_back("blas", BlasLibrary());
   ctx.emplace_back("cpu_capability", CpuCapability());
   // Settings that simulate an older CPU: each changes what runs.
-  for (const char* var : {"ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "LTB_MAX_CPU_ISA"}) {
+  for (const char* var :
+       {"ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "LTB_MAX_CPU_ISA"}) {
     if (const char* v = std::getenv(var); v != nullptr && *v != '\0') {
       ctx.emplace_back(absl::AsciiStrToLower(var), v);
     }

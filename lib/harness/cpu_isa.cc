@@ -47,9 +47,9 @@ bool StartsWith(std::string_view text, std::string_view prefix) {
 // The oldest level that includes `flag`; flags of no vector extension
 // (sse4_2, popcnt, ...) belong to every level.
 int LevelOf(std::string_view flag) {
-  if (StartsWith(flag, "amx") || StartsWith(flag, "avx10") ||
-      flag == "avx512_bf16" || flag == "avx512_fp16" || flag == "avx_ne_convert" ||
-      flag == "avx_vnni_int8" || flag == "avx_vnni_int16") {
+  if (StartsWith(flag, "amx") || StartsWith(flag, "avx10") || flag == "avx512_bf16" ||
+      flag == "avx512_fp16" || flag == "avx_ne_convert" || flag == "avx_vnni_int8" ||
+      flag == "avx_vnni_int16") {
     return 3;
   }
   if (StartsWith(flag, "avx512")) return 2;

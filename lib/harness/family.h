@@ -138,7 +138,7 @@ struct Family {
   int64_t cpu_default_batch = 0;
   std::vector<int64_t> cpu_default_seqs;
   int64_t cpu_default_new_tokens = 0;  // generation, without --new_tokens
-  bool sweeps_memory_format = false;  // convolution models: --memory_format
+  bool sweeps_memory_format = false;   // convolution models: --memory_format
   // Its models build their linear layers as PackableLinear: CPU inference
   // phases sweep --cpu_linear.
   bool packs_cpu_linears = false;

@@ -234,9 +234,10 @@ void AddContext(const SuiteOptions& o, const std::string& malloc_description,
   Context extra = {
       {"malloc", malloc_description},
       {"sync", o.sweep.sync ? "true" : "false (clock read without device sync)"},
-      {"min_time", State().command_line.min_time_given || !State().command_line.filter.empty()
-                       ? "as given (--benchmark_min_time, else Google Benchmark's 0.5 s)"
-                       : absl::StrCat(kDefaultSuiteMinTime, " s (the default suite's)")},
+      {"min_time",
+       State().command_line.min_time_given || !State().command_line.filter.empty()
+           ? "as given (--benchmark_min_time, else Google Benchmark's 0.5 s)"
+           : absl::StrCat(kDefaultSuiteMinTime, " s (the default suite's)")},
       {"warmup", absl::StrCat(">= ", o.run.warmup_steps,
                               " steps and >= ", o.run.warmup_seconds, " s")},
       {"seed", absl::StrCat(o.run.seed)},

@@ -53,12 +53,11 @@ std::vector<Shapes> ShapesOn(const Family& family, const Case& c, const Sweep& s
   };
   const int64_t batch = c.default_batch > 0 ? c.default_batch : family.default_batch;
   const Shapes usual = shapes(batch, family.default_seqs, 0);
-  const Shapes cpu =
-      shapes(c.default_batch > 0 || family.cpu_default_batch <= 0 ? batch
-                                                                  : family.cpu_default_batch,
-             family.cpu_default_seqs.empty() ? family.default_seqs
-                                             : family.cpu_default_seqs,
-             family.cpu_default_new_tokens);
+  const Shapes cpu = shapes(
+      c.default_batch > 0 || family.cpu_default_batch <= 0 ? batch
+                                                           : family.cpu_default_batch,
+      family.cpu_default_seqs.empty() ? family.default_seqs : family.cpu_default_seqs,
+      family.cpu_default_new_tokens);
   const bool differ = cpu.batches != usual.batches || cpu.lengths != usual.lengths;
   if (device.is_cpu()) return {cpu};
   if (has_cpu && differ) return {usual, cpu};
@@ -70,10 +69,9 @@ std::vector<Shapes> ShapesOn(const Family& family, const Case& c, const Sweep& s
 std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
                                       const Sweep& sweep) {
   std::vector<Registration> out;
-  const bool has_cpu =
-      sweep.cpu_shapes_everywhere &&
-      std::any_of(sweep.devices.begin(), sweep.devices.end(),
-                  [](const c10::Device& d) { return d.is_cpu(); });
+  const bool has_cpu = sweep.cpu_shapes_everywhere &&
+                       std::any_of(sweep.devices.begin(), sweep.devices.end(),
+                                   [](const c10::Device& d) { return d.is_cpu(); });
   for (const Family& family : families) {
     const std::vector<bool> formats =
         family.sweeps_memory_format ? sweep.channels_last : std::vector<bool>{false};

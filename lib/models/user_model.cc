@@ -122,10 +122,10 @@ absl::StatusOr<Family> ModelFamilyFromFlags() {
     // file (the same model both ways); two of one backend would collide.
     const std::string key = CaseKey(stem, c.backend);
     if (cases->count(key)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--model: two ", c.backend, " files are named ", stem, " (",
-          cases->at(key).path, " and ", path,
-          "): their benchmarks would have one name; rename one"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--model: two ", c.backend, " files are named ", stem, " (",
+                       cases->at(key).path, " and ", path,
+                       "): their benchmarks would have one name; rename one"));
     }
     c.default_batch =
         m.inputs.empty() || m.inputs[0].shape.empty() ? 1 : m.inputs[0].shape[0];

@@ -69,8 +69,9 @@ TEST(CpuIsa, AnUnknownLimitIsAnErrorNamingTheValidOnes) {
 
 TEST(OneDnnRunsBf16, AsksTheHardwareAsATenDoesAndHonoursOneDnnsLimit) {
   ScopedEnv unset({{"ONEDNN_MAX_CPU_ISA", nullptr}});
-  const bool hardware = (ProcHas("avx512bw") && ProcHas("avx512vl") && ProcHas("avx512dq")) ||
-                        ProcHas("avx_ne_convert");
+  const bool hardware =
+      (ProcHas("avx512bw") && ProcHas("avx512vl") && ProcHas("avx512dq")) ||
+      ProcHas("avx_ne_convert");
   std::string why;
   EXPECT_EQ(OneDnnRunsBf16(&why), hardware);
   if (hardware) {

@@ -101,8 +101,8 @@ TEST(ExpandSweep, TheCpuHasItsOwnDefaultShapesWhichTheDefaultSuiteRunsEverywhere
   const Family& f = families[0];
   ASSERT_GT(f.cpu_default_batch, 0);
   ASSERT_FALSE(f.cpu_default_seqs.empty());
-  const std::string cpu_shape = absl::StrCat("batch:", f.cpu_default_batch,
-                                             "/seq:", f.cpu_default_seqs[0]);
+  const std::string cpu_shape =
+      absl::StrCat("batch:", f.cpu_default_batch, "/seq:", f.cpu_default_seqs[0]);
   const std::string usual_shape =
       absl::StrCat("batch:", f.default_batch, "/seq:", f.default_seqs[0]);
   ASSERT_NE(cpu_shape, usual_shape);
@@ -116,8 +116,10 @@ TEST(ExpandSweep, TheCpuHasItsOwnDefaultShapesWhichTheDefaultSuiteRunsEverywhere
     }
     return out;
   };
-  const std::set<std::string> cpu = {"Transformer/small/cpu/forward/" + cpu_shape + "/fp32"};
-  const std::string cuda_usual = "Transformer/small/cuda/forward/" + usual_shape + "/fp32";
+  const std::set<std::string> cpu = {"Transformer/small/cpu/forward/" + cpu_shape +
+                                     "/fp32"};
+  const std::string cuda_usual =
+      "Transformer/small/cuda/forward/" + usual_shape + "/fp32";
   const std::string cuda_cpu = "Transformer/small/cuda/forward/" + cpu_shape + "/fp32";
   std::set<std::string> expected = cpu;
   expected.insert(cuda_usual);
@@ -142,8 +144,9 @@ TEST(ExpandSweep, TheCpuHasItsOwnDefaultShapesWhichTheDefaultSuiteRunsEverywhere
   for (const Registration& r : ExpandSweep(families, given)) {
     if (r.spec.size == "small" && r.spec.phase == "forward") both.insert(r.spec.Name());
   }
-  EXPECT_EQ(both, (std::set<std::string>{"Transformer/small/cpu/forward/batch:2/seq:64/fp32",
-                                         "Transformer/small/cuda/forward/batch:2/seq:64/fp32"}));
+  EXPECT_EQ(both, (std::set<std::string>{
+                      "Transformer/small/cpu/forward/batch:2/seq:64/fp32",
+                      "Transformer/small/cuda/forward/batch:2/seq:64/fp32"}));
 }
 
 TEST(ExpandSweep, SpecsCarryTheirPhasesKindAndIterations) {
