@@ -20,9 +20,6 @@
 namespace ltb {
 namespace {
 
-// LTB_MAX_CPU_ISA limits the loops as ATEN_CPU_CAPABILITY limits LibTorch.
-bool Has(const char* flag) { return CpuHas(flag); }
-
 // Each loop runs `iters` rounds of kChains independent multiply-adds on
 // registers (enough chains to cover the latency of two FMA ports), each
 // chain carried through the addend as in a GEMM's inner loop (carried
@@ -155,17 +152,18 @@ std::vector<Kernel> Kernels(c10::ScalarType dtype) {
 #if defined(__x86_64__)
   switch (dtype) {
     case c10::kFloat:
-      if (Has("avx512f")) out.push_back({"avx512f fma", LoopAvx512Fp32});
-      if (Has("avx2") && Has("fma")) out.push_back({"avx2 fma", LoopAvx2Fp32});
+      if (CpuHas("avx512f")) out.push_back({"avx512f fma", LoopAvx512Fp32});
+      if (CpuHas("avx2") && CpuHas("fma")) out.push_back({"avx2 fma", LoopAvx2Fp32});
       break;
     case c10::kBFloat16:
-      if (Has("amx_bf16") && Has("amx_tile") && RequestAmx()) {
+      if (CpuHas("amx_bf16") && CpuHas("amx_tile") && RequestAmx()) {
         out.push_back({"amx-bf16", LoopAmxBf16});
       }
-      if (Has("avx512_bf16")) out.push_back({"avx512_bf16 dot products", LoopAvx512Bf16});
+      if (CpuHas("avx512_bf16"))
+        out.push_back({"avx512_bf16 dot products", LoopAvx512Bf16});
       break;
     case c10::kHalf:
-      if (Has("avx512_fp16")) out.push_back({"avx512_fp16 fma", LoopAvx512Fp16});
+      if (CpuHas("avx512_fp16")) out.push_back({"avx512_fp16 fma", LoopAvx512Fp16});
       break;
     default:
       break;

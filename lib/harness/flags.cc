@@ -31,7 +31,7 @@ ABSL_FLAG(ltb::PositiveInts, seq, {},
           "Sequence lengths to sweep, e.g. 128,512. Default: per family.");
 ABSL_FLAG(ltb::PositiveInts, prompt, ltb::PositiveInts{{32}},
           "Prompt tokens per sequence for generate, e.g. 32,128.");
-ABSL_FLAG(ltb::PositiveInts, new_tokens, ltb::PositiveInts{{100}},
+ABSL_FLAG(ltb::PositiveInts, new_tokens, ltb::PositiveInts{{ltb::kDefaultNewTokens}},
           "Tokens generated per sequence for generate, e.g. 100.");
 ABSL_FLAG(ltb::MemoryFormats, memory_format, ltb::MemoryFormats{{false}},
           "Convolution models' memory format: contiguous, channels_last, or both.");
@@ -490,8 +490,9 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   sweep.batches = absl::GetFlag(FLAGS_batch).values;
   sweep.seqs = absl::GetFlag(FLAGS_seq).values;
   sweep.prompts = absl::GetFlag(FLAGS_prompt).values;
-  sweep.new_tokens = absl::GetFlag(FLAGS_new_tokens).values;
-  sweep.new_tokens_given = SuiteFlagGiven("new_tokens");
+  const std::vector<int64_t> new_tokens = absl::GetFlag(FLAGS_new_tokens).values;
+  // Not given: each device's default (the CPU generates fewer).
+  if (SuiteFlagGiven("new_tokens")) sweep.new_tokens = new_tokens;
   sweep.channels_last = absl::GetFlag(FLAGS_memory_format).channels_last;
   sweep.dtypes = absl::GetFlag(FLAGS_dtype).values;
   sweep.sync = absl::GetFlag(FLAGS_sync).value;
@@ -500,7 +501,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   // Lists that default to a value must not be emptied ("--dtype=").
   for (const auto& [name, empty] :
        {std::pair<const char*, bool>{"prompt", sweep.prompts.empty()},
-        {"new_tokens", sweep.new_tokens.empty()},
+        {"new_tokens", new_tokens.empty()},
         {"memory_format", sweep.channels_last.empty()},
         {"cpu_linear", sweep.pack_cpu_linears.empty()},
         {"dtype", sweep.dtypes.empty()}}) {

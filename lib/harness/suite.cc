@@ -235,9 +235,9 @@ void AddContext(const SuiteOptions& o, const std::string& malloc_description,
       {"malloc", malloc_description},
       {"sync", o.sweep.sync ? "true" : "false (clock read without device sync)"},
       {"min_time",
-       State().command_line.min_time_given || !State().command_line.filter.empty()
-           ? "as given (--benchmark_min_time, else Google Benchmark's 0.5 s)"
-           : absl::StrCat(kDefaultSuiteMinTime, " s (the default suite's)")},
+       DefaultSuiteMinTime(State().command_line)
+           ? absl::StrCat(kDefaultSuiteMinTime, " s (the default suite's)")
+           : "as given (--benchmark_min_time, else Google Benchmark's 0.5 s)"},
       {"warmup", absl::StrCat(">= ", o.run.warmup_steps,
                               " steps and >= ", o.run.warmup_seconds, " s")},
       {"seed", absl::StrCat(o.run.seed)},
@@ -306,10 +306,14 @@ CommandLine ReadCommandLine(int* argc, char** argv) {
   return c;
 }
 
+bool DefaultSuiteMinTime(const CommandLine& command_line) {
+  return command_line.filter.empty() && !command_line.min_time_given;
+}
+
 std::vector<char*> BenchmarkArguments(const CommandLine& command_line, int argc,
                                       char** argv) {
   std::vector<char*> args(argv, argv + argc);
-  if (command_line.filter.empty() && !command_line.min_time_given) {
+  if (DefaultSuiteMinTime(command_line)) {
     static std::string min_time =
         absl::StrCat("--benchmark_min_time=", kDefaultSuiteMinTime);
     args.push_back(min_time.data());

@@ -29,6 +29,9 @@ struct CommandLine {
 // chosen so), which it would otherwise measure once.
 constexpr double kDefaultSuiteMinTime = 5;
 
+// Whether the default suite's minimum time applies: no filter, none given.
+bool DefaultSuiteMinTime(const CommandLine& command_line);
+
 // Google Benchmark's arguments: argv, plus the default suite's
 // --benchmark_min_time. The strings live as long as the program.
 std::vector<char*> BenchmarkArguments(const CommandLine& command_line, int argc,

@@ -40,9 +40,10 @@ std::vector<Shapes> ShapesOn(const Family& family, const Case& c, const Sweep& s
     } else if (c.phase.shape == Shape::kGenerate) {
       const std::vector<int64_t> prompts =
           c.fixed_prompt > 0 ? std::vector<int64_t>{c.fixed_prompt} : sweep.prompts;
-      const std::vector<int64_t> news = sweep.new_tokens_given || new_tokens <= 0
-                                            ? sweep.new_tokens
-                                            : std::vector<int64_t>{new_tokens};
+      const std::vector<int64_t> news =
+          !sweep.new_tokens.empty()
+              ? sweep.new_tokens
+              : std::vector<int64_t>{new_tokens > 0 ? new_tokens : kDefaultNewTokens};
       for (const int64_t p : prompts) {
         for (const int64_t n : news) out.lengths.emplace_back(p, n);
       }

@@ -10,13 +10,15 @@
 
 namespace ltb {
 
+// Tokens generated per sequence without --new_tokens (and no CPU default).
+constexpr int64_t kDefaultNewTokens = 100;
+
 struct Sweep {
   std::vector<c10::Device> devices;
   std::vector<int64_t> batches;  // empty: each family's default
   std::vector<int64_t> seqs;     // empty: each family's default
   std::vector<int64_t> prompts = {32};
-  std::vector<int64_t> new_tokens = {100};
-  bool new_tokens_given = false;  // --new_tokens: else the CPU may have its own
+  std::vector<int64_t> new_tokens;  // empty: kDefaultNewTokens, or the CPU's own
   std::vector<c10::ScalarType> dtypes = {c10::kFloat};
   bool sync = true;
   std::vector<bool> pack_cpu_linears = {false};  // --cpu_linear: aten, onednn

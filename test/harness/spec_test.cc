@@ -55,7 +55,8 @@ size_t CaseCount(const Family& f, const Case& c, const Sweep& sweep) {
     if (c.phase.shape == Shape::kSequence) {
       lengths = sweep.seqs.empty() ? seqs.size() : sweep.seqs.size();
     } else if (c.phase.shape == Shape::kGenerate) {
-      lengths = (c.fixed_prompt > 0 ? 1 : sweep.prompts.size()) * sweep.new_tokens.size();
+      lengths = (c.fixed_prompt > 0 ? 1 : sweep.prompts.size()) *
+                std::max<size_t>(sweep.new_tokens.size(), 1);
     }
     const size_t formats = f.sweeps_memory_format ? sweep.channels_last.size() : 1;
     count += dtypes * batches * lengths * formats;
