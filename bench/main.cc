@@ -1,13 +1,13 @@
 // bench: every registered model family and phase as Google Benchmark
 // benchmarks. Google Benchmark's flags (--benchmark_*) are handled first;
-// the suite's own flags (harness/flags.h) select the sweep and the settings.
+// the suite's own flags (suite/flags.h) select the sweep and the settings.
 #include <benchmark/benchmark.h>
 
 #include <vector>
 
-#include "harness/flags.h"
-#include "harness/memory.h"
-#include "harness/suite.h"
+#include "device/cpu_memory.h"
+#include "suite/flags.h"
+#include "suite/suite.h"
 
 int main(int argc, char** argv) {
   // Before any tensor exists, so every CPU tensor is counted.

@@ -1,6 +1,6 @@
 // Test helpers shared by the model tests: parameter counts, and the FLOPs
 // LibTorch's profiler counts for the matrix multiplications a function runs
-// (harness/profiling.h) — an independent check of a model's FLOP formula.
+// (workloads/profiled_flops.h) — an independent check of a model's FLOP formula.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -9,7 +9,7 @@
 #include <set>
 #include <string>
 
-#include "harness/profiling.h"
+#include "workloads/profiled_flops.h"
 
 namespace ltb {
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <utility>
 
-#include "harness/family.h"
-#include "harness/registry.h"
-#include "harness/spec.h"
+#include "family/family.h"
+#include "family/registry.h"
+#include "family/spec.h"
 
 namespace ltb {
 

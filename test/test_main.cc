@@ -2,7 +2,7 @@
 // exists, as bench does, so memory tests see every allocation.
 #include <gtest/gtest.h>
 
-#include "harness/memory.h"
+#include "device/cpu_memory.h"
 
 int main(int argc, char** argv) {
   ltb::InstallCpuTracking();

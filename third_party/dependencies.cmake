@@ -25,7 +25,7 @@ endif()
 # Without a CUDA toolkit, the wheel's own CUDA runtime and headers stand in.
 include(WheelCuda)
 find_package(Torch REQUIRED)
-# lib/harness/torch_compat.h bridges the APIs that changed since 1.13
+# lib/base/torch_compat.h bridges the APIs that changed since 1.13
 # (Debian 12's libtorch-dev); older versions are not supported.
 set(LTB_MIN_TORCH 1.13)
 if(Torch_VERSION AND Torch_VERSION VERSION_LESS LTB_MIN_TORCH)
@@ -55,6 +55,28 @@ if(_ltb_wheel_libs)
     target_link_options(ltb_torch INTERFACE "LINKER:-rpath-link,${dir}")
   endforeach()
   list(PREPEND CMAKE_BUILD_RPATH ${_ltb_wheel_libs} "${TORCH_INSTALL_PREFIX}/lib")
+endif()
+# LibTorch's NCCL process group (ProcessGroupNCCL.hpp) is built against the
+# NCCL its wheel ships (nvidia/nccl), and inline code of the header lays out
+# ncclConfig_t as that nccl.h does. Another nccl.h (the CUDA toolkit's may be
+# older, with a smaller ncclConfig_t) would build the group's options with
+# the wrong layout: the wheel's include directory goes first, and CMake says
+# which header the build uses.
+set(LTB_NCCL_INCLUDE_DIR "")
+if(EXISTS "${_ltb_site}/nvidia/nccl/include/nccl.h")
+  set(LTB_NCCL_INCLUDE_DIR "${_ltb_site}/nvidia/nccl/include")
+  set(_ltb_nccl_h "${LTB_NCCL_INCLUDE_DIR}/nccl.h")
+  set(_ltb_nccl_whose "LibTorch's own")
+elseif(CAFFE2_USE_CUDA)
+  find_file(_ltb_nccl_h nccl.h PATHS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include
+            NO_CACHE)
+  set(_ltb_nccl_whose "not LibTorch's: this LibTorch ships no nvidia/nccl")
+endif()
+if(_ltb_nccl_h)
+  file(STRINGS "${_ltb_nccl_h}" _ltb_nccl_v REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) ")
+  string(REGEX REPLACE "[^;]*NCCL_[A-Z]+ +([0-9]+)" "\\1" _ltb_nccl_v "${_ltb_nccl_v}")
+  string(REPLACE ";" "." _ltb_nccl_v "${_ltb_nccl_v}")
+  message(STATUS "libtorch-bench: nccl.h ${_ltb_nccl_v} at ${_ltb_nccl_h} (${_ltb_nccl_whose})")
 endif()
 # LibTorch's Gloo process group header includes <gloo/...>, which the wheel
 # does not ship (libgloo-dev does); outside the system include directories

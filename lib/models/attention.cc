@@ -3,7 +3,7 @@
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
 
-#include "harness/torch_compat.h"
+#include "base/torch_compat.h"
 #if LTB_HAS_SDPA
 #include <ATen/ops/scaled_dot_product_attention.h>
 #endif

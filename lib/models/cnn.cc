@@ -3,10 +3,10 @@
 #include <torch/nn/functional/pooling.h>
 
 #include "absl/strings/str_cat.h"
-#include "harness/phases.h"
-#include "harness/registry.h"
+#include "family/registry.h"
 #include "models/size_table.h"
 #include "models/vision.h"
+#include "workloads/phases.h"
 
 namespace ltb {
 

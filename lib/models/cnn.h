@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "harness/family.h"
-#include "harness/packed_linear.h"
+#include "family/family.h"
+#include "workloads/packed_linear.h"
 
 namespace ltb {
 

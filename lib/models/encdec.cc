@@ -10,11 +10,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "harness/epoch.h"
-#include "harness/flags.h"
-#include "harness/phases.h"
-#include "harness/registry.h"
+#include "family/registry.h"
 #include "models/size_table.h"
+#include "suite/flags.h"
+#include "workloads/epoch.h"
+#include "workloads/phases.h"
 
 ABSL_FLAG(ltb::OptionalPositive, d_model, {}, "EncDec: override every size's d_model.");
 ABSL_FLAG(ltb::OptionalPositive, nhead, {},

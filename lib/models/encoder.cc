@@ -1,9 +1,9 @@
 #include "models/encoder.h"
 
 #include "absl/strings/str_cat.h"
-#include "harness/phases.h"
-#include "harness/registry.h"
+#include "family/registry.h"
 #include "models/size_table.h"
+#include "workloads/phases.h"
 
 namespace ltb {
 

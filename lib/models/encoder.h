@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "harness/family.h"
+#include "family/family.h"
 
 namespace ltb {
 

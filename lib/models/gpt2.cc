@@ -4,12 +4,12 @@
 #include <torch/optim/adamw.h>
 
 #include "absl/strings/str_cat.h"
-#include "harness/generation.h"
-#include "harness/phases.h"
-#include "harness/registry.h"
+#include "family/registry.h"
 #include "models/attention.h"
 #include "models/language_model.h"
 #include "models/size_table.h"
+#include "workloads/generation.h"
+#include "workloads/phases.h"
 
 namespace ltb {
 

@@ -3,8 +3,8 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adamw.h>
 
-#include "harness/epoch.h"
-#include "harness/phases.h"
+#include "workloads/epoch.h"
+#include "workloads/phases.h"
 
 namespace ltb {
 

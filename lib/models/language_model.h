@@ -7,7 +7,7 @@
 #include <functional>
 #include <memory>
 
-#include "harness/family.h"
+#include "family/family.h"
 
 namespace ltb {
 

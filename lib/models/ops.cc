@@ -6,7 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "harness/registry.h"
+#include "device/device.h"
+#include "family/registry.h"
 #include "models/attention.h"
 
 namespace ltb {
@@ -19,7 +20,8 @@ constexpr int64_t kMiB = 1 << 20;
 struct OpDef {
   std::string op;
   std::string shape;
-  bool cuda_only = false;
+  bool transfer = false;        // needs a device with host transfers
+  bool crosses_link = false;    // host <-> device: its bytes cross the host link
   MatmulShape mkn = {0, 0, 0};  // matmuls only
   std::function<OpCost(int64_t elt)> cost;
   std::function<int64_t(int64_t elt)> memory;
@@ -108,19 +110,23 @@ OpDef Elementwise(
   return d;
 }
 
-// Copy of `mib` MiB: bytes read + written = 2 x size. `kind` is copy on the
-// device, or a transfer between host (pinned or pageable) and a GPU.
+// Copy of `mib` MiB. `op` is copy or d2d on the device (bytes read + written
+// = 2 x size, against the device's memory bandwidth), or a transfer between
+// host (pinned or pageable) and a GPU, whose bytes cross the host link once
+// (1 x size, and no mbu: HBM's bandwidth is not the link's).
 OpDef Copy(const std::string& op, int64_t mib) {
   OpDef d;
   d.op = op;
   d.shape = absl::StrCat(mib, "MiB");
-  d.cuda_only = op != "copy";
-  d.cost = [=](int64_t) { return OpCost{0, 2.0 * mib * kMiB}; };
+  d.transfer = op != "copy";
+  d.crosses_link = op.rfind("h2d", 0) == 0 || op.rfind("d2h", 0) == 0;
+  const double passes = d.crosses_link ? 1 : 2;
+  d.cost = [=](int64_t) { return OpCost{0, passes * mib * kMiB}; };
   d.memory = [=](int64_t) { return 2 * mib * kMiB; };
   d.make_step = [=](const at::TensorOptions& o) -> std::function<void()> {
     const int64_t n =
         mib * kMiB / static_cast<int64_t>(c10::elementSize(o.dtype().toScalarType()));
-    const auto host = o.device(c10::kCPU);
+    const auto host = o.device(HostDevice());
     const bool pinned = op.find("pinned") != std::string::npos;
     at::Tensor src, dst;
     if (op == "copy" || op == "d2d") {
@@ -249,6 +255,7 @@ absl::StatusOr<Plan> PlanOps(const BenchSpec& s) {
   Plan plan;
   plan.flops_per_step = cost.flops;
   plan.bytes_per_step = cost.bytes;
+  plan.bytes_cross_host_link = (*d)->crosses_link;
   plan.memory.activations = (*d)->memory(e);
   return plan;
 }
@@ -291,11 +298,12 @@ Family OpsFamily() {
     // An op's shape stands where a model's phase does: Ops/op/shape/...
     Case c{d.op, Phase{d.shape, PhaseKind::kInference, Shape::kNone}};
     c.sweeps_dtype = d.op != "noop";
-    c.cuda_only = d.cuda_only;
+    c.needs_host_transfers = d.transfer;
     c.unit = d.op == "noop" ? benchmark::kNanosecond : benchmark::kMicrosecond;
     f.cases.push_back(c);
   }
   f.suite = {"matmul/2048x2048/", "copy/256MiB/", "noop/empty/"};
+  f.peak_matmul_shapes = OpsMatmulShapes();
   f.phase_before_device = true;
   f.plan = PlanOps;
   f.build = BuildOps;

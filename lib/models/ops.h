@@ -7,8 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "harness/family.h"
-#include "harness/peaks.h"
+#include "family/family.h"
 
 namespace ltb {
 

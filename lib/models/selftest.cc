@@ -7,7 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "harness/registry.h"
+#include "family/registry.h"
 
 namespace ltb {
 namespace {

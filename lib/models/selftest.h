@@ -3,7 +3,7 @@
 // process). Registered only when the environment sets LTB_SELFTEST=1.
 #pragma once
 
-#include "harness/family.h"
+#include "family/family.h"
 
 namespace ltb {
 

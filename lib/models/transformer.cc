@@ -6,12 +6,12 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "harness/epoch.h"
-#include "harness/phases.h"
-#include "harness/registry.h"
+#include "family/registry.h"
 #include "models/attention.h"
 #include "models/language_model.h"
 #include "models/size_table.h"
+#include "workloads/epoch.h"
+#include "workloads/phases.h"
 
 namespace ltb {
 

@@ -11,10 +11,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "harness/flags.h"
-#include "harness/model_file.h"
-#include "harness/phases.h"
-#include "harness/registry.h"
+#include "family/registry.h"
+#include "suite/flags.h"
+#include "workloads/model_file.h"
+#include "workloads/phases.h"
 
 ABSL_FLAG(std::vector<std::string>, model, {},
           "Model files to benchmark: AOTInductor packages (.pt2) or TorchScript modules "

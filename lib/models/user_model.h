@@ -5,7 +5,7 @@
 #pragma once
 
 #include "absl/status/statusor.h"
-#include "harness/family.h"
+#include "family/family.h"
 
 namespace ltb {
 

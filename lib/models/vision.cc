@@ -4,7 +4,7 @@
 #include <torch/optim/sgd.h>
 
 #include "absl/strings/str_cat.h"
-#include "harness/phases.h"
+#include "workloads/phases.h"
 
 namespace ltb {
 

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "harness/family.h"
+#include "family/family.h"
 
 namespace ltb {
 

@@ -5,10 +5,10 @@
 #include <filesystem>
 #include <set>
 
-#include "harness/epoch.h"
-#include "harness/phases.h"
 #include "profiled_flops.h"
 #include "spec_for.h"
+#include "workloads/epoch.h"
+#include "workloads/phases.h"
 
 namespace ltb {
 namespace {

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "harness/phases.h"
 #include "profiled_flops.h"
 #include "spec_for.h"
+#include "workloads/phases.h"
 
 namespace ltb {
 namespace {

@@ -5,10 +5,10 @@
 #include <chrono>
 #include <set>
 
-#include "harness/generation.h"
-#include "harness/phases.h"
 #include "profiled_flops.h"
 #include "spec_for.h"
+#include "workloads/generation.h"
+#include "workloads/phases.h"
 
 namespace ltb {
 namespace {

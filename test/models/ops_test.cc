@@ -67,14 +67,28 @@ TEST(OpsFamily, RegistersEveryOpAndTransfersOnCudaOnly) {
   for (const Case& c : OpsFamily().Cases()) {
     const bool transfer =
         c.size.rfind("h2d", 0) == 0 || c.size.rfind("d2h", 0) == 0 || c.size == "d2d";
-    EXPECT_EQ(c.cuda_only, transfer) << c.size;
+    EXPECT_EQ(c.needs_host_transfers, transfer) << c.size;
+  }
+}
+
+TEST(OpsFamily, TransfersCountTheirBytesOnceAcrossTheHostLink) {
+  constexpr double kMiB = 1 << 20;
+  const Family f = OpsFamily();
+  for (const char* op : {"h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable"}) {
+    EXPECT_DOUBLE_EQ(OpCostFor(op, "256MiB", c10::kFloat)->bytes, 256 * kMiB) << op;
+    EXPECT_TRUE(f.plan(SpecFor("Ops", op, "256MiB"))->bytes_cross_host_link) << op;
+  }
+  // A copy within one device's memory reads and writes every byte.
+  for (const char* op : {"copy", "d2d"}) {
+    EXPECT_DOUBLE_EQ(OpCostFor(op, "256MiB", c10::kFloat)->bytes, 512 * kMiB) << op;
+    EXPECT_FALSE(f.plan(SpecFor("Ops", op, "256MiB"))->bytes_cross_host_link) << op;
   }
 }
 
 TEST(OpsFamily, EveryCpuOpRuns) {
   const Family f = OpsFamily();
   for (const Case& c : f.Cases()) {
-    if (c.cuda_only) continue;
+    if (c.needs_host_transfers) continue;
     const BenchSpec s = SpecFor("Ops", c.size, c.phase.name);
     if (c.size == "matmul" || c.size == "conv2d" || c.size == "bmm")
       continue;  // slow; run in e2e

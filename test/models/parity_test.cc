@@ -17,7 +17,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "harness/family.h"
+#include "family/family.h"
 #include "models/cnn.h"
 #include "models/encdec.h"
 #include "models/encoder.h"

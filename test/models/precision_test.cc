@@ -5,10 +5,10 @@
 
 #include <cmath>
 
-#include "harness/device.h"
-#include "harness/loader.h"
-#include "harness/registry.h"
-#include "harness/sweep.h"
+#include "device/device.h"
+#include "family/registry.h"
+#include "suite/sweep.h"
+#include "workloads/loader.h"
 
 namespace ltb {
 namespace {

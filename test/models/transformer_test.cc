@@ -5,9 +5,9 @@
 #include <cmath>
 #include <set>
 
-#include "harness/phases.h"
 #include "profiled_flops.h"
 #include "spec_for.h"
+#include "workloads/phases.h"
 
 namespace ltb {
 namespace {

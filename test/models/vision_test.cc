@@ -4,11 +4,11 @@
 
 #include <set>
 
-#include "harness/phases.h"
 #include "models/cnn.h"
 #include "models/resnet.h"
 #include "profiled_flops.h"
 #include "spec_for.h"
+#include "workloads/phases.h"
 
 namespace ltb {
 namespace {

@@ -4,9 +4,9 @@
 
 #include <set>
 
-#include "harness/generation.h"
 #include "profiled_flops.h"
 #include "spec_for.h"
+#include "workloads/generation.h"
 
 namespace ltb {
 namespace {

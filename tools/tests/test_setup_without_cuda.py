@@ -141,9 +141,9 @@ class SetupWithoutCudaToolkitTest(unittest.TestCase):
             if _torch_has_cuda(os.path.join(venv, "bin", "python")):
                 self.assertIn("CUDA runtime and headers from the torch wheel", configure)
                 # The CUDA code path was compiled, not the stub.
-                objects = glob.glob(os.path.join(build, "lib", "**", "cuda_support.cc.o"),
+                objects = glob.glob(os.path.join(build, "lib", "**", "cuda_runtime.cc.o"),
                                     recursive=True)
-                self.assertTrue(objects, "cuda_support.cc was not compiled")
+                self.assertTrue(objects, "cuda_runtime.cc was not compiled")
             # bench runs on the CPU (here, outside the namespace, as built).
             listed = subprocess.run([os.path.join(build, "bench", "bench"),
                                      "--benchmark_list_tests", "--benchmark_filter=Ops/.*/cpu"],

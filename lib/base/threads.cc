@@ -1,0 +1,165 @@
+#include "base/threads.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/Version.h>
+#include <dlfcn.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace ltb {
+namespace {
+
+// BLAS libraries LibTorch may be linked against dynamically (Debian's
+// libtorch uses OpenBLAS or BLIS); the wheel links MKL statically.
+using SetThreadsFn = void (*)(int);
+using GetThreadsFn = int (*)();
+
+SetThreadsFn FindSet(const char* name) {
+  return reinterpret_cast<SetThreadsFn>(dlsym(RTLD_DEFAULT, name));
+}
+GetThreadsFn FindGet(const char* name) {
+  return reinterpret_cast<GetThreadsFn>(dlsym(RTLD_DEFAULT, name));
+}
+
+// Reads "name : value" from at::get_parallel_info(), which reports the
+// thread counts of the libraries LibTorch links, MKL included.
+int ParallelInfoValue(absl::string_view name) {
+  for (absl::string_view line : absl::StrSplit(at::get_parallel_info(), '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (!absl::StartsWith(line, name)) continue;
+    const size_t colon = line.rfind(':');
+    int value = -1;
+    if (colon != absl::string_view::npos &&
+        absl::SimpleAtoi(line.substr(colon + 1), &value)) {
+      return value;
+    }
+  }
+  return -1;
+}
+
+int ReadInt(const std::string& path, int fallback) {
+  std::ifstream in(path);
+  int value = 0;
+  return in >> value ? value : fallback;
+}
+
+// Every loaded BLAS or LAPACK library as "<directory>/<file>".
+std::set<std::string> LoadedBlas() {
+  std::set<std::string> loaded;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    const size_t slash = line.rfind('/');
+    if (slash == std::string::npos) continue;
+    const std::string file = line.substr(slash + 1);
+    for (const char* lib : {"libopenblas", "libblis", "libmkl_rt", "libblas",
+                            "libmkl_core", "libflexiblas"}) {
+      if (!absl::StartsWith(file, lib)) continue;
+      const size_t dir = slash == 0 ? std::string::npos : line.rfind('/', slash - 1);
+      loaded.insert(dir == std::string::npos ? file : line.substr(dir + 1));
+    }
+  }
+  return loaded;
+}
+
+}  // namespace
+
+int CountPhysicalCores(const std::string& sys_cpu_dir, const std::vector<int>& cpus) {
+  std::set<std::pair<int, int>> cores;
+  int unknown = 0;
+  for (int cpu : cpus) {
+    const std::string topo = absl::StrCat(sys_cpu_dir, "/cpu", cpu, "/topology/");
+    const int package = ReadInt(topo + "physical_package_id", -1);
+    const int core = ReadInt(topo + "core_id", -1);
+    if (package < 0 || core < 0) {
+      ++unknown;
+    } else {
+      cores.insert({package, core});
+    }
+  }
+  return static_cast<int>(cores.size()) + unknown;
+}
+
+int DefaultIntraOpThreads() {
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+    int n = 0;
+    if (absl::SimpleAtoi(env, &n) && n > 0) return n;
+  }
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+    }
+  }
+  if (cpus.empty())
+    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return std::max(1, CountPhysicalCores("/sys/devices/system/cpu", cpus));
+}
+
+absl::Status ConfigureThreads(const ThreadSettings& settings) {
+  if (settings.intra_op < 0 || settings.inter_op < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("thread counts must be positive (got --threads=", settings.intra_op,
+                     ", --interop_threads=", settings.inter_op, ")"));
+  }
+  const int intra = settings.intra_op > 0 ? settings.intra_op : DefaultIntraOpThreads();
+  // set_num_threads also sets MKL's count and OpenMP's.
+  at::set_num_threads(intra);
+  if (auto fn = FindSet("openblas_set_num_threads")) fn(intra);
+  if (auto fn = FindSet("bli_thread_set_num_threads")) fn(intra);
+  try {
+    at::set_num_interop_threads(settings.inter_op);
+  } catch (const std::exception&) {
+    // Already started (a test that configured twice): the count is fixed.
+  }
+  return absl::OkStatus();
+}
+
+int IntraOpThreads() { return at::get_num_threads(); }
+int InterOpThreads() { return at::get_num_interop_threads(); }
+
+std::string BlasLibrary() {
+  std::string built = "unknown";
+  for (absl::string_view item :
+       absl::StrSplit(at::show_config(), absl::ByAnyChar(",\n"))) {
+    const size_t at = item.find("BLAS_INFO=");
+    if (at != absl::string_view::npos) {
+      built = std::string(absl::StripAsciiWhitespace(item.substr(at + 10)));
+    }
+  }
+  const std::set<std::string> loaded = LoadedBlas();
+  if (loaded.empty()) return absl::StrCat(built, " (linked into LibTorch)");
+  return absl::StrCat(built, " (loaded: ", absl::StrJoin(loaded, ", "), ")");
+}
+
+bool ReferenceBlasLoaded() {
+  for (const std::string& lib : LoadedBlas()) {
+    if (absl::StartsWith(lib, "blas/libblas")) return true;
+  }
+  return false;
+}
+
+int BlasThreads() {
+  if (auto fn = FindGet("openblas_get_num_threads")) return fn();
+  if (ReferenceBlasLoaded()) return 1;
+  if (auto fn = FindGet("mkl_get_max_threads")) return fn();
+  return ParallelInfoValue("mkl_get_max_threads()");
+}
+
+}  // namespace ltb

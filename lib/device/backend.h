@@ -1,0 +1,177 @@
+// One interface for every device kind. Each kind the suite runs on (the CPU,
+// CUDA GPUs, Apple's MPS) is one DeviceBackend in this folder, and the rest
+// of the suite asks the backend of a benchmark's device instead of switching
+// on its type: how to name it, whether it is there, how to synchronise and
+// time it, its memory, its profiler activity, its peaks, its collectives and
+// what it can do. Tests may register a backend of their own.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "base/torch_compat.h"
+
+namespace c10d {
+class Store;
+}  // namespace c10d
+
+namespace ltb {
+
+struct DatasheetPeaks;
+
+// What a device kind can do, for the parts of the suite that differ by it.
+struct Capabilities {
+  // The host itself: tensors share the machine's memory with the model's
+  // construction, and the families' small CPU shapes apply.
+  bool host = false;
+  // oneDNN's packed linear layers (--cpu_linear=onednn).
+  bool packed_linears = false;
+  // Host <-> device copies cross a link (the Ops transfer benchmarks).
+  bool host_transfers = false;
+  // Step capture and replay as a graph.
+  bool graphs = false;
+  // Batches staged in page-locked host memory copy to the device faster.
+  bool pinned_host_memory = false;
+  // LibTorch's profiler records this device's kernels and copies.
+  bool profiled_kernels = false;
+};
+
+// How the matmul peak of a device without a datasheet row is measured.
+enum class PeakMethod {
+  kMatmul,    // the fastest step of the Ops matmul shapes
+  kCpuLimit,  // the highest of a register-resident loop and the GEMM paths
+};
+
+// Marks on one device's timeline; Intervals() waits for the last mark and
+// returns the seconds between consecutive ones.
+class StepClock {
+ public:
+  virtual ~StepClock() = default;
+  virtual void Clear() = 0;
+  virtual void Mark() = 0;
+  virtual std::vector<double> Intervals() = 0;
+};
+
+// Samples a device's utilisation (and energy, where the device reports it)
+// on a thread of its own while running.
+class UtilSampler {
+ public:
+  virtual ~UtilSampler() = default;
+  virtual void Start() = 0;
+  virtual void Stop() = 0;
+  virtual void Reset() = 0;
+  // Mean utilisation in percent over the samples since Reset(), or -1.
+  virtual double Mean() const = 0;
+  // Samples taken since Reset().
+  virtual long Samples() const = 0;
+};
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+
+  // Whether `device` belongs to this backend.
+  virtual bool Owns(const c10::Device& device) const = 0;
+  // The device `text` names when it is this backend's ("cuda:1"), an error
+  // when it is this backend's kind with a bad index, nullopt when it is not
+  // this backend's at all.
+  virtual std::optional<absl::StatusOr<c10::Device>> Parse(
+      const std::string& text) const = 0;
+  // The accepted forms, for error messages: "cuda, cuda:N (N = 0, 1, ...)".
+  virtual std::string Forms() const = 0;
+  // The name in benchmark names: "cpu", "cuda", "cuda:1", "mps".
+  virtual std::string Name(const c10::Device& device) const = 0;
+  // "AMD EPYC 7B13", "NVIDIA H100 80GB HBM3".
+  virtual std::string DisplayName(const c10::Device& device) const = 0;
+
+  // Whether LibTorch can run on `device` now; when not, *why_not says why in
+  // a sentence a user can act on.
+  virtual bool Available(const c10::Device& device, std::string* why_not) const = 0;
+  // This kind's devices present here, in order.
+  virtual std::vector<c10::Device> Enumerate() const = 0;
+  // Console lines (each ending in a newline) saying what is there or why not.
+  virtual std::string Summary() const = 0;
+  // Entries of the run's context ("cuda_runtime", "gpus", ...).
+  virtual std::vector<std::pair<std::string, std::string>> Context() const { return {}; }
+
+  virtual Capabilities Caps() const = 0;
+
+  // Blocks until the work queued on `device` has finished.
+  virtual void Synchronize(const c10::Device& device) const = 0;
+  // A clock for steps: with sync on, marks that measure the device's work
+  // (events on a GPU, the host clock after a synchronisation elsewhere);
+  // with sync off, the host clock as soon as the work is queued.
+  virtual std::unique_ptr<StepClock> MakeClock(const c10::Device& device,
+                                               bool sync) const;
+
+  // Memory: what a new benchmark can still use and what the device has, in
+  // bytes (-1: unknown); the peak of tensor memory since ResetPeakMemory (-1:
+  // unknown); and giving cached memory back between benchmarks.
+  virtual int64_t AvailableBytes(const c10::Device& device) const { return -1; }
+  virtual int64_t TotalBytes(const c10::Device& device) const { return -1; }
+  virtual void ResetPeakMemory(const c10::Device& device) const {}
+  virtual int64_t PeakMemory(const c10::Device& device) const { return -1; }
+  virtual void ReleaseCache(const c10::Device& device) const {}
+
+  // Whether a LibTorch profiler activity (libkineto's ActivityType number)
+  // is this device being busy: kernels, copies and fills on a GPU.
+  virtual bool BusyActivity(int kineto_activity) const { return false; }
+
+  // The datasheet row of `device`, or nullptr to measure its peaks.
+  virtual const DatasheetPeaks* Datasheet(const c10::Device& device) const {
+    return nullptr;
+  }
+  virtual PeakMethod FlopsPeakMethod() const { return PeakMethod::kMatmul; }
+
+  // The device a data-parallel rank uses (binding the process to it), and
+  // the collective backend of the ranks' process group, or an error saying
+  // why there is none.
+  virtual absl::StatusOr<c10::Device> BindRank(int local_rank) const = 0;
+  virtual absl::StatusOr<c10::intrusive_ptr<CommBackend>> MakeCollectives(
+      const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+      const std::string& host) const = 0;
+  // The collective backend's name for the context ("gloo", "nccl").
+  virtual std::string CollectivesName() const = 0;
+
+  // The device type autocast is switched on for.
+  virtual c10::DeviceType AutocastType(const c10::Device& device) const {
+    return device.type();
+  }
+
+  // Utilisation sampler for `device`; nullptr when the device reports none.
+  virtual std::unique_ptr<UtilSampler> MakeUtilSampler(const c10::Device& device) const {
+    return nullptr;
+  }
+};
+
+// The backend that owns `device`. Every device a user can name has one.
+const DeviceBackend& BackendOf(const c10::Device& device);
+// Every backend, in order: cpu, cuda, mps, then any a test registered.
+std::vector<const DeviceBackend*> Backends();
+// Registers a backend for tests; it is asked before the built-in ones and
+// stays until the returned handle is destroyed.
+class BackendRegistration {
+ public:
+  explicit BackendRegistration(std::unique_ptr<DeviceBackend> backend);
+  ~BackendRegistration();
+  BackendRegistration(const BackendRegistration&) = delete;
+  BackendRegistration& operator=(const BackendRegistration&) = delete;
+
+ private:
+  const DeviceBackend* backend_;
+};
+
+// The host clock: with sync, `backend` synchronises before each mark.
+std::unique_ptr<StepClock> HostClock(const DeviceBackend& backend,
+                                     const c10::Device& device, bool sync);
+
+}  // namespace ltb

@@ -1,0 +1,114 @@
+#include "device/cpu_isa.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace ltb {
+namespace {
+
+// The flags Linux reports for the first CPU.
+const std::set<std::string, std::less<>>& HardwareFlags() {
+  static const auto* flags = [] {
+    auto* out = new std::set<std::string, std::less<>>;
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("flags", 0) != 0) continue;
+      std::istringstream words(line.substr(line.find(':') + 1));
+      for (std::string w; words >> w;) out->insert(w);
+      break;
+    }
+    return out;
+  }();
+  return *flags;
+}
+
+// 0: default, 1: avx2, 2: avx512, 3: none (the CPU's own); -1: invalid.
+int LimitLevel() {
+  const char* v = std::getenv("LTB_MAX_CPU_ISA");
+  if (v == nullptr || *v == '\0') return 3;
+  const std::string value = absl::AsciiStrToLower(v);
+  if (value == "default") return 0;
+  if (value == "avx2") return 1;
+  if (value == "avx512") return 2;
+  return -1;
+}
+
+bool StartsWith(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+// The oldest level that includes `flag`; flags of no vector extension
+// (sse4_2, popcnt, ...) belong to every level.
+int LevelOf(std::string_view flag) {
+  if (StartsWith(flag, "amx") || StartsWith(flag, "avx10") || flag == "avx512_bf16" ||
+      flag == "avx512_fp16" || flag == "avx_ne_convert" || flag == "avx_vnni_int8" ||
+      flag == "avx_vnni_int16") {
+    return 3;
+  }
+  if (StartsWith(flag, "avx512")) return 2;
+  if (StartsWith(flag, "avx") || flag == "fma" || flag == "f16c") return 1;
+  return 0;
+}
+
+}  // namespace
+
+absl::Status CheckCpuIsaLimit() {
+  if (LimitLevel() >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("bad LTB_MAX_CPU_ISA value '",
+                                                 std::getenv("LTB_MAX_CPU_ISA"),
+                                                 "'; valid: ", kCpuIsaLimits));
+}
+
+std::string CpuIsaLimit() {
+  switch (LimitLevel()) {
+    case 0:
+      return "default";
+    case 1:
+      return "avx2";
+    case 2:
+      return "avx512";
+    default:
+      return "";
+  }
+}
+
+bool CpuHardwareHas(std::string_view flag) { return HardwareFlags().count(flag) > 0; }
+
+bool CpuHas(std::string_view flag) {
+  return CpuHardwareHas(flag) && LevelOf(flag) <= LimitLevel();
+}
+
+bool OneDnnRunsBf16(std::string* why) {
+  std::string reason;
+#if defined(__x86_64__)
+  const bool avx512 = CpuHardwareHas("avx512bw") && CpuHardwareHas("avx512vl") &&
+                      CpuHardwareHas("avx512dq");
+  const bool ne_convert = CpuHardwareHas("avx_ne_convert");
+  const char* limit = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const std::string isa = limit != nullptr ? absl::AsciiStrToUpper(limit) : "";
+  // oneDNN's bf16 kernels start at AVX2_VNNI_2 (AVX-NE-CONVERT) and
+  // AVX512_CORE; a limit below both leaves it none.
+  const bool limited = isa == "SSE41" || isa == "AVX" || isa == "AVX2" ||
+                       isa == "AVX2_VNNI" || (isa == "AVX2_VNNI_2" && !ne_convert);
+  if (!avx512 && !ne_convert) {
+    reason =
+        "this CPU has no AVX-512 BW/VL/DQ or AVX-NE-CONVERT instructions, which "
+        "oneDNN's bf16 linear needs";
+  } else if (limited) {
+    reason = absl::StrCat("ONEDNN_MAX_CPU_ISA=", limit,
+                          " keeps oneDNN below the AVX-512 or AVX-NE-CONVERT "
+                          "instructions its bf16 linear needs");
+  }
+#endif
+  if (why != nullptr) *why = reason;
+  return reason.empty();
+}
+
+}  // namespace ltb

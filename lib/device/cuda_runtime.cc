@@ -1,0 +1,159 @@
+// CUDA runtime queries for the harness; compiled only when LibTorch has CUDA.
+#include "device/cuda_runtime.h"
+
+#include <ATen/detail/CUDAHooksInterface.h>
+
+// The wheel's LibTorch is built with NCCL; its header declares the process
+// group only under this macro.
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL
+#endif
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace ltb::cuda {
+namespace {
+
+std::string VersionString(long v, long major_div, long minor_div) {
+  if (v <= 0) return "";
+  return absl::StrCat(v / major_div, ".", (v % major_div) / minor_div);
+}
+
+}  // namespace
+
+bool Compiled() { return true; }
+
+std::string RuntimeVersion() {
+  // The runtime LibTorch was built with, 1000 * major + 10 * minor; it may
+  // differ from the toolkit this file was compiled with.
+  return VersionString(at::detail::getCUDAHooks().versionCUDART(), 1000, 10);
+}
+
+std::string CudnnVersion() {
+  if (!at::detail::getCUDAHooks().compiledWithCuDNN()) return "";
+  const long v = at::detail::getCUDAHooks().versionCuDNN();
+  // cuDNN 9 encodes major * 10000 + minor * 100 + patch.
+  if (v <= 0) return "";
+  return absl::StrCat(v / 10000, ".", (v % 10000) / 100, ".", v % 100);
+}
+
+int DeviceCount(std::string* why) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    if (why != nullptr) *why = cudaGetErrorString(err);
+    (void)cudaGetLastError();  // clear the sticky error for later queries
+    return 0;
+  }
+  if (count == 0 && why != nullptr) *why = "no CUDA-capable device is detected";
+  return count;
+}
+
+std::string DeviceName(int index) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return "unknown";
+  return prop.name;
+}
+
+std::string PciBusId(int index) {
+  char id[32] = {};
+  if (cudaDeviceGetPCIBusId(id, sizeof(id), index) != cudaSuccess) return "";
+  return id;
+}
+
+int64_t AvailableBytes(int index) {
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
+  size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return -1;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+      static_cast<c10::DeviceIndex>(index));
+  constexpr size_t agg = 0;  // StatType::AGGREGATE, in every LibTorch version
+  const int64_t cached_unused =
+      stats.reserved_bytes[agg].current - stats.allocated_bytes[agg].current;
+  return static_cast<int64_t>(free_bytes) + cached_unused;
+}
+
+void ResetPeakAllocated(int index) {
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
+}
+
+int64_t PeakAllocated(int index) {
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+      static_cast<c10::DeviceIndex>(index));
+  constexpr size_t agg = 0;  // StatType::AGGREGATE, in every LibTorch version
+  return stats.allocated_bytes[agg].peak;
+}
+
+void EmptyCache() { c10::cuda::CUDACachingAllocator::emptyCache(); }
+
+void SetDevice(int index) { c10::cuda::set_device(static_cast<c10::DeviceIndex>(index)); }
+
+int64_t TotalBytes(int index) {
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
+  size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return -1;
+  return static_cast<int64_t>(total);
+}
+
+namespace {
+
+// Raw CUDA events rather than LibTorch's wrapper, whose header and namespace
+// moved between LibTorch versions.
+class CudaEventTimeline : public StepClock {
+ public:
+  explicit CudaEventTimeline(int index) : index_(static_cast<c10::DeviceIndex>(index)) {}
+  ~CudaEventTimeline() override {
+    for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+  }
+
+  void Clear() override { used_ = 0; }
+
+  void Mark() override {
+    c10::cuda::CUDAGuard guard(index_);
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      C10_CUDA_CHECK(cudaEventCreate(&e));
+      events_.push_back(e);
+    }
+    C10_CUDA_CHECK(cudaEventRecord(events_[used_++],
+                                   c10::cuda::getCurrentCUDAStream(index_).stream()));
+  }
+
+  std::vector<double> Intervals() override {
+    std::vector<double> out;
+    if (used_ < 2) return out;
+    C10_CUDA_CHECK(cudaEventSynchronize(events_[used_ - 1]));
+    for (size_t i = 1; i < used_; ++i) {
+      float ms = 0;
+      C10_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i - 1], events_[i]));
+      out.push_back(static_cast<double>(ms) / 1e3);
+    }
+    return out;
+  }
+
+ private:
+  c10::DeviceIndex index_;
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;
+};
+
+}  // namespace
+
+c10::intrusive_ptr<CommBackend> MakeNcclBackend(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size) {
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size);
+}
+
+std::unique_ptr<StepClock> MakeEventClock(int index) {
+  return std::make_unique<CudaEventTimeline>(index);
+}
+
+}  // namespace ltb::cuda

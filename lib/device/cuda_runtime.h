@@ -1,0 +1,63 @@
+// The CUDA backend's boundary with the CUDA runtime. It is compiled from
+// cuda_runtime.cc when LibTorch has CUDA, and from cuda_runtime_stub.cc
+// otherwise, so nothing else needs CUDA headers.
+#pragma once
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/torch_compat.h"
+#include "device/backend.h"
+
+namespace c10d {
+class Store;
+}  // namespace c10d
+
+namespace ltb::cuda {
+
+// True when this build links LibTorch's CUDA backend.
+bool Compiled();
+
+// CUDA runtime version LibTorch was built with, as "13.2", or "".
+std::string RuntimeVersion();
+
+// cuDNN version as "9.26.0", or "" when absent.
+std::string CudnnVersion();
+
+// Number of visible GPUs; when zero, *why says why (driver, no device).
+int DeviceCount(std::string* why);
+
+std::string DeviceName(int index);
+
+// The device's PCI bus id ("0000:3B:00.0"), which names the same GPU to the
+// CUDA runtime and to NVML whatever CUDA_VISIBLE_DEVICES does; "" when
+// unknown.
+std::string PciBusId(int index);
+
+// Free and total bytes on the device (cudaMemGetInfo) plus what LibTorch's
+// caching allocator holds but does not use, which it can hand out again.
+int64_t AvailableBytes(int index);
+
+// Peak bytes allocated by LibTorch's caching allocator since the last reset.
+void ResetPeakAllocated(int index);
+int64_t PeakAllocated(int index);
+void EmptyCache();
+
+// Times GPU work on the current stream with CUDA events: Mark() records an
+// event without waiting; Intervals() waits for the last one and returns the
+// seconds between consecutive marks.
+std::unique_ptr<StepClock> MakeEventClock(int index);
+
+// Makes `index` the calling thread's current device.
+void SetDevice(int index);
+int64_t TotalBytes(int index);
+
+// NCCL process group for data-parallel CUDA ranks; null when unavailable.
+c10::intrusive_ptr<CommBackend> MakeNcclBackend(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size);
+
+}  // namespace ltb::cuda

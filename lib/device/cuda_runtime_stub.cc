@@ -1,0 +1,36 @@
+// Stand-in for cuda_runtime.cc when LibTorch was built without CUDA.
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "base/torch_compat.h"
+#if LTB_HAS_C10D_BACKEND
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+
+#include "device/cuda_runtime.h"
+
+namespace ltb::cuda {
+
+bool Compiled() { return false; }
+std::string RuntimeVersion() { return ""; }
+std::string CudnnVersion() { return ""; }
+int DeviceCount(std::string* why) {
+  if (why != nullptr) *why = "this LibTorch was built without CUDA";
+  return 0;
+}
+std::string DeviceName(int) { return ""; }
+std::string PciBusId(int) { return ""; }
+int64_t AvailableBytes(int) { return -1; }
+void ResetPeakAllocated(int) {}
+int64_t PeakAllocated(int) { return -1; }
+void EmptyCache() {}
+std::unique_ptr<StepClock> MakeEventClock(int) { return nullptr; }
+void SetDevice(int) {}
+int64_t TotalBytes(int) { return -1; }
+c10::intrusive_ptr<CommBackend> MakeNcclBackend(const c10::intrusive_ptr<c10d::Store>&,
+                                                int, int) {
+  return {};
+}
+
+}  // namespace ltb::cuda

@@ -1,0 +1,21 @@
+// GPUs' datasheet peaks: dense (not sparse) matmul FLOP/s per dtype and
+// memory bandwidth, matched to the name the CUDA runtime reports.
+#pragma once
+
+#include <string>
+
+namespace ltb {
+
+// A GPU's datasheet peaks (dense tensor-core rates, no sparsity).
+struct DatasheetPeaks {
+  double fp32 = 0, bf16 = 0, fp16 = 0;  // FLOP/s; 0: not supported
+  double bandwidth = 0;                 // bytes/s
+  std::string model;                    // "NVIDIA H100 SXM5"
+  std::string source;                   // the datasheet it comes from
+};
+
+// Matches a CUDA device name ("NVIDIA H100 80GB HBM3") to the table of
+// known GPUs (H100, H200, A100, L4, T4, RTX 4090).
+const DatasheetPeaks* LookupDatasheet(const std::string& gpu_name);
+
+}  // namespace ltb

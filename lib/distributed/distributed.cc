@@ -1,0 +1,186 @@
+#include "distributed/distributed.h"
+
+#include <cstdlib>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "base/torch_compat.h"
+#if LTB_HAS_C10D_BACKEND
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "device/backend.h"
+
+namespace ltb {
+namespace {
+
+constexpr int64_t kBucketBytes = 25 << 20;  // as PyTorch's DDP
+
+std::unique_ptr<DataParallel>& Current() {
+  static auto* group = new std::unique_ptr<DataParallel>();
+  return *group;
+}
+
+class BackendGroup final : public DataParallel {
+ public:
+  BackendGroup(c10::intrusive_ptr<c10d::Store> store,
+               c10::intrusive_ptr<CommBackend> backend, int rank, int world,
+               c10::Device device)
+      : store_(std::move(store)),
+        backend_(std::move(backend)),
+        rank_(rank),
+        world_(world),
+        device_(device) {}
+
+  int rank() const override { return rank_; }
+  c10::Device device() const override { return device_; }
+  int world_size() const override { return world_; }
+
+  void AverageGradients(const std::vector<at::Tensor>& params) override {
+    std::vector<at::Tensor> grads;
+    for (const at::Tensor& p : params) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+    for (const auto& [begin, end] : Buckets(grads, kBucketBytes)) {
+      std::vector<at::Tensor> flat;
+      for (size_t i = begin; i < end; ++i) flat.push_back(grads[i].reshape({-1}));
+      std::vector<at::Tensor> bucket = {at::cat(flat)};
+      backend_->allreduce(bucket)->wait();
+      bucket[0].div_(world_);
+      int64_t offset = 0;
+      for (size_t i = begin; i < end; ++i) {
+        const int64_t n = grads[i].numel();
+        grads[i].copy_(bucket[0].narrow(0, offset, n).view_as(grads[i]));
+        offset += n;
+      }
+    }
+  }
+
+  void SumInPlace(at::Tensor& t) override { Reduce(t, c10d::ReduceOp::SUM); }
+  void MaxInPlace(at::Tensor& t) override { Reduce(t, c10d::ReduceOp::MAX); }
+
+  void Broadcast(const std::vector<at::Tensor>& tensors) override {
+    for (const at::Tensor& t : tensors) {
+      std::vector<at::Tensor> one = {t};
+      backend_->broadcast(one)->wait();
+    }
+  }
+
+  void Barrier() override { backend_->barrier()->wait(); }
+
+ private:
+  void Reduce(at::Tensor& t, c10d::ReduceOp::RedOpType op) {
+    std::vector<at::Tensor> one = {t};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp(op);
+    backend_->allreduce(one, opts)->wait();
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<CommBackend> backend_;
+  int rank_, world_;
+  c10::Device device_;
+};
+
+absl::StatusOr<int> EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return fallback;
+  int out = 0;
+  if (!absl::SimpleAtoi(v, &out) || out < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad ", name, "='", v, "': a whole number"));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<DistEnv> ReadDistEnv() {
+  DistEnv env;
+  absl::StatusOr<int> rank = EnvInt("RANK", 0), world = EnvInt("WORLD_SIZE", 1),
+                      local = EnvInt("LOCAL_RANK", 0),
+                      port = EnvInt("MASTER_PORT", 29500),
+                      restarts = EnvInt("TORCHELASTIC_RESTART_COUNT", 0);
+  for (const auto* s : {&rank, &world, &local, &port, &restarts}) {
+    if (!s->ok()) return s->status();
+  }
+  env.rank = *rank;
+  env.world_size = *world;
+  env.local_rank = *local;
+  env.master_port = *port;
+  env.restart_count = *restarts;
+  if (const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE")) {
+    env.agent_store = absl::AsciiStrToLower(agent) == "true";
+  }
+  if (const char* addr = std::getenv("MASTER_ADDR")) env.master_addr = addr;
+  if (env.master_port < 1 || env.master_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MASTER_PORT=", env.master_port, " is not a TCP port (1 to 65535)"));
+  }
+  if (env.world_size < 1 || env.rank >= env.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RANK=", env.rank, " must be below WORLD_SIZE=", env.world_size));
+  }
+  return env;
+}
+
+absl::StatusOr<std::unique_ptr<DataParallel>> JoinProcessGroup(
+    const DistEnv& env, const c10::Device& device) {
+  try {
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(env.master_port);
+    opts.isServer = env.rank == 0 && !env.agent_store;
+    opts.numWorkers = env.world_size;
+    opts.waitWorkers = !env.agent_store;
+    c10::intrusive_ptr<c10d::Store> store =
+        c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    if (env.agent_store) {
+      store = c10::make_intrusive<c10d::PrefixStore>(
+          absl::StrCat("/worker/attempt_", env.restart_count), store);
+    }
+    absl::StatusOr<c10::intrusive_ptr<CommBackend>> backend =
+        BackendOf(device).MakeCollectives(store, env.rank, env.world_size,
+                                          env.master_addr);
+    if (!backend.ok()) return backend.status();
+    std::unique_ptr<DataParallel> group = std::make_unique<BackendGroup>(
+        store, *std::move(backend), env.rank, env.world_size, device);
+    return group;
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("cannot join the process group at ",
+                                               env.master_addr, ":", env.master_port,
+                                               ": ", e.what()));
+  }
+}
+
+DataParallel* CurrentProcessGroup() { return Current().get(); }
+int CurrentRank() { return Current() ? Current()->rank() : 0; }
+int CurrentWorldSize() { return Current() ? Current()->world_size() : 1; }
+void SetCurrentProcessGroup(std::unique_ptr<DataParallel> group) {
+  Current() = std::move(group);
+}
+
+std::vector<std::pair<size_t, size_t>> Buckets(const std::vector<at::Tensor>& tensors,
+                                               int64_t bucket_bytes) {
+  std::vector<std::pair<size_t, size_t>> out;
+  size_t begin = 0;
+  int64_t bytes = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const int64_t n =
+        tensors[i].numel() * static_cast<int64_t>(tensors[i].element_size());
+    if (i > begin && bytes + n > bucket_bytes) {
+      out.emplace_back(begin, i);
+      begin = i;
+      bytes = 0;
+    }
+    bytes += n;
+  }
+  if (begin < tensors.size()) out.emplace_back(begin, tensors.size());
+  return out;
+}
+
+}  // namespace ltb

@@ -1,0 +1,67 @@
+// Data-parallel training over c10d: when the torchrun environment is set
+// (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), the ranks meet at
+// a TCPStore and average gradients with all-reduce (Gloo on CPU, NCCL on
+// CUDA) after every backward.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ltb {
+
+struct DistEnv {
+  int rank = 0, world_size = 1, local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  // Set by torchrun (TORCHELASTIC_USE_AGENT_STORE): its agent already serves
+  // the store at the master address, so every rank is a client, and keys go
+  // under /worker/attempt_<restart count>, as PyTorch's own workers do.
+  bool agent_store = false;
+  int restart_count = 0;
+};
+
+// The torchrun environment, or rank 0 of 1 when it is absent; errors on
+// malformed values.
+absl::StatusOr<DistEnv> ReadDistEnv();
+
+class DataParallel {
+ public:
+  virtual ~DataParallel() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // The device the collectives run on (each tensor given to them is there).
+  virtual c10::Device device() const = 0;
+  // Averages the gradients of `params` over the ranks, in buckets of about
+  // `bucket_bytes`.
+  virtual void AverageGradients(const std::vector<at::Tensor>& params) = 0;
+  // Element-wise sum or max over the ranks, in place.
+  virtual void SumInPlace(at::Tensor& t) = 0;
+  virtual void MaxInPlace(at::Tensor& t) = 0;
+  virtual void Broadcast(const std::vector<at::Tensor>& tensors) = 0;
+  virtual void Barrier() = 0;
+};
+
+// Joins the process group of `env` with the collectives of `device`'s
+// backend (Gloo for the CPU, NCCL for CUDA). Call once per process.
+absl::StatusOr<std::unique_ptr<DataParallel>> JoinProcessGroup(const DistEnv& env,
+                                                               const c10::Device& device);
+
+// The process group bench joined at start-up, or nullptr when single-process.
+DataParallel* CurrentProcessGroup();
+void SetCurrentProcessGroup(std::unique_ptr<DataParallel> group);
+// This process's rank and the number of ranks: 0 and 1 when single-process.
+int CurrentRank();
+int CurrentWorldSize();
+
+// Flattens tensors into buckets of at most `bucket_bytes` (a tensor larger
+// than that is a bucket of its own); returns index ranges [begin, end).
+std::vector<std::pair<size_t, size_t>> Buckets(const std::vector<at::Tensor>& tensors,
+                                               int64_t bucket_bytes);
+
+}  // namespace ltb

@@ -1,0 +1,187 @@
+// A benchmark family: the sizes and phases it offers, what one benchmark of
+// it will cost (planned before anything is allocated), and how to build the
+// workload whose Step() the harness times. A family is registered with
+// LTB_REGISTER_FAMILY (family/registry.h) in its own model file.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <benchmark/benchmark.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "family/spec.h"
+
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
+
+namespace ltb {
+
+// One timed unit of work with its inputs already on the device.
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  virtual void Step() = 0;
+  // Workloads that time parts of a step (prefill, decode) accumulate them
+  // from ResetStats() on and report them as named counter values.
+  virtual void ResetStats() {}
+  virtual std::vector<std::pair<std::string, double>> Counters() const { return {}; }
+  // Called just before the first and just after the last timed step, outside
+  // the clock: workloads that sample something during the measured steps
+  // (GPU utilisation) start and stop it here.
+  virtual void BeginMeasurement() {}
+  virtual void EndMeasurement() {}
+  // Runs one step outside the timed ones and returns what it computed: the
+  // model's output, or the generated token ids. Undefined where a workload
+  // has no single output. Compares a precision's results with fp32's.
+  virtual at::Tensor Evaluate() { return {}; }
+  // The tensors the workload computes with (parameters, buffers, caches),
+  // by name, so that tests can check their dtypes.
+  virtual std::vector<std::pair<std::string, at::Tensor>> Tensors() const { return {}; }
+  // FLOPs of one step where the plan could not know them (a model file:
+  // counted by LibTorch's profiler when built); 0: unknown.
+  virtual double FlopsPerStep() const { return 0; }
+  // Bytes the workload holds outside LibTorch's allocators, which peak_mem
+  // adds: an AOTInductor package's weights live in the package's own memory.
+  virtual int64_t UntrackedBytes() const { return 0; }
+};
+
+// How far `out` is from `ref` (same shape, any devices): the largest absolute
+// difference over the largest absolute value of `ref`.
+double RelativeError(const at::Tensor& out, const at::Tensor& ref);
+
+// A module's parameters and buffers, named "param:<name>" and "buffer:<name>".
+std::vector<std::pair<std::string, at::Tensor>> ModuleTensors(
+    const torch::nn::Module& module);
+
+// What a benchmark needs, by kind, in bytes.
+struct MemoryEstimate {
+  int64_t weights = 0;
+  int64_t gradients = 0;
+  int64_t optimizer = 0;
+  int64_t activations = 0;
+  // Host memory to build the model before it is converted or moved: every
+  // LibTorch module starts as fp32 tensors on the CPU.
+  int64_t host_build = 0;
+  int64_t Total() const { return weights + gradients + optimizer + activations; }
+};
+
+// What a benchmark will do per step, known before it is built.
+struct Plan {
+  int64_t params = 0;
+  double flops_per_step = 0;  // analytic; 0 when not meaningful
+  double bytes_per_step = 0;  // memory traffic, for bandwidth-bound ops
+  // bytes_per_step crosses the host <-> device link (transfers): no mbu
+  // against the device memory's bandwidth.
+  bool bytes_cross_host_link = false;
+  int64_t tokens_per_step = 0;
+  int64_t samples_per_step = 0;
+  double audio_seconds_per_step = 0;  // speech: audio_s/s and rtf
+  // The workload reports weight_GB/s (decoding), so mbu needs the device's
+  // bandwidth peak.
+  bool reports_weight_bandwidth = false;
+  // flops_per_step is 0 but the workload counts them when built
+  // (Workload::FlopsPerStep): mfu needs the device's FLOP/s peak.
+  bool counts_flops_when_built = false;
+  MemoryEstimate memory;
+};
+
+// Which settings a case's benchmark names and sweeps carry.
+enum class Shape {
+  kNone,      // Ops: no batch or sequence
+  kBatch,     // batch only (images, a fixed audio window)
+  kSequence,  // batch and seq
+  kGenerate,  // batch, prompt and new tokens
+};
+
+// A phase: its name, whether it is inference or training (which decides
+// grad mode, eval or train mode, and whether weights are converted to the
+// dtype or kept in fp32 under autocast), the settings its names carry, and
+// its iteration policy. workloads/phases.h has the phases families share.
+struct Phase {
+  std::string name;
+  PhaseKind kind = PhaseKind::kInference;
+  Shape shape = Shape::kSequence;
+  Iterations iterations = Iterations::kTimed;
+  // Under torchrun every rank takes this phase's steps together: fixed step
+  // counts (--steps), one memory verdict for all ranks, throughput summed
+  // over ranks, and a failure stops the run.
+  bool data_parallel = false;
+};
+
+// One (size, phase) pair a family registers.
+struct Case {
+  Case() = default;
+  Case(std::string size_, Phase phase_)
+      : size(std::move(size_)), phase(std::move(phase_)) {}
+
+  std::string size;
+  Phase phase;
+  bool sweeps_dtype = true;  // false: fp32 only
+  // Registered only on devices whose backend has host transfers (GPUs).
+  bool needs_host_transfers = false;
+  int64_t fixed_prompt = 0;   // kGenerate: a prompt the model fixes (not --prompt)
+  int64_t default_batch = 0;  // without --batch; 0: the family's
+  std::optional<c10::ScalarType> dtype;  // the one dtype its model runs in
+  std::string backend;                   // a compiled model's: "aoti", "torchscript"
+  benchmark::TimeUnit unit = benchmark::kMillisecond;
+};
+
+// Matmul shapes (m, k, n).
+using MatmulShape = std::array<int64_t, 3>;
+
+struct Family {
+  std::string name;
+  std::vector<std::string> sizes;
+  std::vector<Phase> phases;
+  // When set, registered instead of every size x phase.
+  std::vector<Case> cases;
+  // What the default suite runs: regular expressions for the part of the
+  // name after "Family/" ("small/", "matmul/2048x2048/").
+  std::vector<std::string> suite;
+  // When registered, its suite is the whole default run (Model: the files
+  // --model names are what the user asked to measure).
+  bool replaces_default_suite = false;
+  int64_t default_batch = 0;          // 0: no batch setting
+  std::vector<int64_t> default_seqs;  // without --seq; empty: no sequence setting
+  // The CPU's own defaults (0 or empty: the above): smaller, so that the
+  // default suite measures several steps of each benchmark on a few cores.
+  int64_t cpu_default_batch = 0;
+  std::vector<int64_t> cpu_default_seqs;
+  int64_t cpu_default_new_tokens = 0;  // generation, without --new_tokens
+  bool sweeps_memory_format = false;   // convolution models: --memory_format
+  // Its models build their linear layers as PackableLinear: CPU inference
+  // phases sweep --cpu_linear.
+  bool packs_cpu_linears = false;
+  // Matmuls whose fastest step the measured FLOP/s peak of a device is at
+  // least (Ops: every matmul it registers, so none of them exceeds the peak).
+  std::vector<MatmulShape> peak_matmul_shapes;
+  // Names read Family/size/phase/device/... (Ops/matmul/2048x2048/cpu/...).
+  bool phase_before_device = false;
+  // Validates the spec and says what it will cost. flops_per_step 0 with
+  // the workload's FlopsPerStep() > 0: counted when built.
+  std::function<absl::StatusOr<Plan>(const BenchSpec&)> plan;
+  // Builds the model and inputs on spec.device; may throw c10::Error.
+  std::function<std::unique_ptr<Workload>(const BenchSpec&)> build;
+
+  // `cases` if set, else every size with every phase.
+  std::vector<Case> Cases() const;
+  // The case of a size and phase; an error naming the valid ones.
+  absl::StatusOr<Case> FindCase(const std::string& size, const std::string& phase) const;
+  // `plan` for a spec of one of the family's cases; an error naming the
+  // valid cases for any other.
+  absl::StatusOr<Plan> PlanFor(const BenchSpec& spec) const;
+};
+
+// Copies what a phase decides (name, kind, iterations) into a spec.
+void SetPhase(const Phase& phase, BenchSpec* spec);
+
+}  // namespace ltb

@@ -1,0 +1,66 @@
+#include "family/registry.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ltb {
+namespace {
+
+std::vector<FamilyRegistration>& Registrations() {
+  static auto* registrations = new std::vector<FamilyRegistration>;
+  return *registrations;
+}
+
+bool SelftestRequested() {
+  const char* env = std::getenv("LTB_SELFTEST");
+  return env != nullptr && std::string(env) == "1";
+}
+
+}  // namespace
+
+bool RegisterFamily(FamilyRegistration registration) {
+  Registrations().push_back(std::move(registration));
+  return true;
+}
+
+absl::StatusOr<std::vector<Family>> RegisteredFamilies(bool include_test_only) {
+  std::vector<FamilyRegistration> ordered = Registrations();
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const FamilyRegistration& a, const FamilyRegistration& b) {
+                     return a.position < b.position;
+                   });
+  const bool test_only = include_test_only || SelftestRequested();
+  std::vector<Family> families;
+  std::set<std::string> names;
+  for (const FamilyRegistration& r : ordered) {
+    if (r.test_only && !test_only) continue;
+    absl::StatusOr<Family> family = r.make();
+    if (!family.ok()) return family.status();
+    if (!names.insert(family->name).second) {
+      return absl::InternalError(
+          absl::StrCat("two families are called '", family->name, "' (", r.name, ")"));
+    }
+    // A family with nothing to offer in this run (Model without --model)
+    // is left out.
+    if (family->Cases().empty()) continue;
+    families.push_back(*std::move(family));
+  }
+  return families;
+}
+
+absl::StatusOr<const Family*> FindFamily(const std::vector<Family>& families,
+                                         const std::string& name) {
+  std::vector<std::string> valid;
+  for (const Family& f : families) {
+    if (f.name == name) return &f;
+    valid.push_back(f.name);
+  }
+  return absl::NotFoundError(
+      absl::StrCat("unknown family '", name, "'; valid: ", absl::StrJoin(valid, ", ")));
+}
+
+}  // namespace ltb

@@ -1,0 +1,27 @@
+#include "family/spec.h"
+
+#include "absl/strings/str_cat.h"
+#include "device/device.h"
+
+namespace ltb {
+
+std::string BenchSpec::Name() const {
+  std::string name;
+  if (phase_before_device) {
+    name = absl::StrCat(family, "/", size, "/", phase, "/", DeviceName(device), "/",
+                        DtypeName(dtype));
+  } else {
+    name = absl::StrCat(family, "/", size, "/", DeviceName(device), "/", phase);
+    if (batch > 0) absl::StrAppend(&name, "/batch:", batch);
+    if (seq > 0) absl::StrAppend(&name, "/seq:", seq);
+    if (prompt > 0) absl::StrAppend(&name, "/prompt:", prompt, "/new:", new_tokens);
+    absl::StrAppend(&name, "/", DtypeName(dtype));
+  }
+  if (channels_last) absl::StrAppend(&name, "/channels_last");
+  if (pack_cpu_linears) absl::StrAppend(&name, "/onednn");
+  if (!backend.empty()) absl::StrAppend(&name, "/", backend);
+  if (!sync) absl::StrAppend(&name, "/nosync");
+  return name;
+}
+
+}  // namespace ltb

@@ -1,0 +1,64 @@
+// What one benchmark measures (family, size, device, phase and settings) and
+// the stable name tools and compare.py match results by.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "base/dtype.h"
+
+namespace ltb {
+
+// Inference phases run in eval mode without autograd, with weights, inputs
+// and caches in the benchmark's dtype; training phases keep fp32 weights and
+// run under autocast to the dtype.
+enum class PhaseKind { kInference, kTraining };
+
+// How Google Benchmark decides a benchmark's iterations.
+enum class Iterations {
+  kTimed,   // as many steps as --benchmark_min_time needs
+  kEpochs,  // --epochs, one epoch an iteration (warm-up: --warmup_epochs)
+};
+
+struct BenchSpec {
+  std::string family;                          // "Transformer"
+  std::string size;                            // "small"; for Ops, the operation
+  std::string phase;                           // "forward"; for Ops, the shape
+  PhaseKind kind = PhaseKind::kInference;      // the phase's, from its Case
+  bool data_parallel = false;                  // the phase's, from its Case
+  Iterations iterations = Iterations::kTimed;  // the phase's, from its Case
+  bool phase_before_device = false;            // the family's naming
+  // A compiled model runs instead of the eager one: "aoti" or "torchscript",
+  // appended to the name; model_file is the file (suite families under
+  // --compiled; the Model family knows its own files).
+  std::string backend;
+  std::string model_file;
+  c10::Device device = c10::Device(c10::kCPU);
+  c10::ScalarType dtype = c10::kFloat;
+  int64_t batch = 0;       // 0: the family has no batch setting
+  int64_t seq = 0;         // 0: the family has no sequence setting
+  int64_t prompt = 0;      // generate: prompt tokens per sequence
+  int64_t new_tokens = 0;  // generate: tokens generated per sequence
+  bool sync = true;
+  bool channels_last = false;  // convolution models' input and weights
+  // CPU inference phases run linear layers through oneDNN with packed
+  // weights (families that support it); false: LibTorch's default path.
+  bool pack_cpu_linears = false;
+
+  // Model families: Family/size/device/phase/batch:B/seq:T/dtype[/nosync];
+  // generation: .../batch:B/prompt:P/new:N/dtype[/nosync];
+  // convolution models in channels_last: .../dtype/channels_last[/nosync];
+  // packed oneDNN linears (--cpu_linear=onednn): .../dtype[/channels_last]/onednn;
+  // compiled models: .../dtype/aoti or .../dtype/torchscript.
+  // Families that name the phase first (Ops, whose phase is the shape):
+  // Ops/op/shape/device/dtype[/nosync].
+  std::string Name() const;
+  bool training() const { return kind == PhaseKind::kTraining; }
+};
+
+}  // namespace ltb

@@ -1,0 +1,27 @@
+// How far a reduced-precision benchmark's result drifts from fp32's, on the
+// same weights and inputs: rel_err for values, token_match_% for tokens.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "family/family.h"
+
+namespace ltb {
+
+// For token ids, the share of tokens equal to the fp32 run's (token_match_%);
+// for values, the largest absolute difference over the largest absolute
+// fp32 value (rel_err).
+std::pair<std::string, double> Drift(const at::Tensor& out, const at::Tensor& ref);
+
+// Runs the benchmark's model once in fp32, with `seed` (so the same weights
+// and inputs), and measures how far `workload` drifts from it. Empty for
+// fp32, training, or workloads without a single output.
+std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
+                                                     const BenchSpec& spec, uint64_t seed,
+                                                     Workload& workload);
+
+}  // namespace ltb

@@ -1,0 +1,119 @@
+#include "measure/counters.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "device/device.h"
+#include "distributed/distributed.h"
+#include "measure/memory.h"
+#include "measure/warmup.h"
+
+namespace ltb {
+
+std::vector<std::pair<std::string, double>> StepSpread(std::vector<double> seconds) {
+  if (seconds.empty()) return {};
+  std::sort(seconds.begin(), seconds.end());
+  // Nearest rank: the smallest step time at or above p% of the steps.
+  const auto percentile = [&](double p) {
+    const size_t rank = static_cast<size_t>(std::ceil(p / 100 * seconds.size()));
+    return seconds[std::max<size_t>(rank, 1) - 1] * 1e3;
+  };
+  double mean = 0;
+  for (const double s : seconds) mean += s;
+  mean /= seconds.size();
+  std::vector<std::pair<std::string, double>> out = {{"step_p50_ms", percentile(50)},
+                                                     {"step_p90_ms", percentile(90)},
+                                                     {"step_p99_ms", percentile(99)}};
+  // One step has no spread to measure: a 0 would read as a perfectly steady run.
+  if (seconds.size() > 1 && mean > 0) {
+    double var = 0;
+    for (const double s : seconds) var += (s - mean) * (s - mean);
+    out.emplace_back("step_cv_%", 100 * std::sqrt(var / (seconds.size() - 1)) / mean);
+  }
+  return out;
+}
+
+void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
+                 const RunOptions& options, const Measured& m) {
+  const double measured = std::accumulate(m.steps.begin(), m.steps.end(), 0.0);
+  // A model file's FLOPs are known once it is built (LibTorch's profiler).
+  if (plan.flops_per_step <= 0 && CurrentPrepared().workload) {
+    plan.flops_per_step = CurrentPrepared().workload->FlopsPerStep();
+  }
+  using benchmark::Counter;
+  auto& c = state.counters;
+  if (plan.tokens_per_step > 0) {
+    c["tokens/s"] = Counter(static_cast<double>(plan.tokens_per_step),
+                            Counter::kIsIterationInvariantRate);
+  }
+  if (plan.samples_per_step > 0) {
+    c["samples/s"] = Counter(static_cast<double>(plan.samples_per_step),
+                             Counter::kIsIterationInvariantRate);
+  }
+  if (plan.flops_per_step > 0) {
+    c["FLOP/s"] = Counter(plan.flops_per_step, Counter::kIsIterationInvariantRate);
+  }
+  if (plan.bytes_per_step > 0) {
+    c["bytes/s"] = Counter(plan.bytes_per_step, Counter::kIsIterationInvariantRate);
+  }
+  if (plan.audio_seconds_per_step > 0) {
+    c["audio_s/s"] =
+        Counter(plan.audio_seconds_per_step, Counter::kIsIterationInvariantRate);
+    if (state.iterations() > 0) {
+      // Real-time factor: wall time per second of audio.
+      c["rtf"] = measured / static_cast<double>(state.iterations()) /
+                 plan.audio_seconds_per_step;
+    }
+  }
+  if (CurrentPrepared().workload) {
+    for (const auto& [name, value] : CurrentPrepared().workload->Counters())
+      c[name] = value;
+  }
+  for (const auto& [name, value] : CurrentPrepared().accuracy) c[name] = value;
+  for (const auto& [name, value] : StepSpread(m.steps)) c[name] = value;
+  // Utilisation against the run's peaks: achieved FLOP/s over the matmul
+  // peak of the dtype; bandwidth (decode's weight reads, an op's bytes)
+  // over the device's peak bandwidth.
+  const double steps_per_s =
+      measured > 0 ? static_cast<double>(state.iterations()) / measured : 0;
+  if (options.peaks != nullptr && steps_per_s > 0) {
+    const Peak* flops = options.peaks->Flops(spec.device, spec.dtype);
+    if (flops != nullptr && plan.flops_per_step > 0) {
+      // Throughput counts every rank; the peak is one device's.
+      const int devices = CurrentProcessGroup() && spec.data_parallel
+                              ? CurrentProcessGroup()->world_size()
+                              : 1;
+      c["mfu"] = plan.flops_per_step * steps_per_s / flops->value / devices;
+    }
+    const Peak* bandwidth = options.peaks->Bandwidth(spec.device);
+    if (bandwidth != nullptr && c.find("weight_GB/s") != c.end()) {
+      c["mbu"] = c["weight_GB/s"].value * 1e9 / bandwidth->value;
+    } else if (bandwidth != nullptr && plan.bytes_per_step > 0 &&
+               !plan.bytes_cross_host_link) {
+      c["mbu"] = plan.bytes_per_step * steps_per_s / bandwidth->value;
+    }
+  }
+  if (CurrentPrepared().gpu_busy >= 0) c["gpu_busy_%"] = 100 * CurrentPrepared().gpu_busy;
+  if (plan.params > 0) c["params"] = Counter(static_cast<double>(plan.params));
+  int64_t peak = BackendOf(spec.device).PeakMemory(spec.device);
+  if (peak >= 0 && CurrentPrepared().workload)
+    peak += CurrentPrepared().workload->UntrackedBytes();
+  if (DataParallel* group = CurrentProcessGroup();
+      group != nullptr && spec.data_parallel) {
+    at::Tensor t = at::full({1}, static_cast<double>(peak),
+                            at::TensorOptions(at::kDouble).device(group->device()));
+    group->MaxInPlace(t);  // the largest rank's
+    peak = static_cast<int64_t>(t.item<double>());
+  }
+  if (peak >= 0) {
+    c["peak_mem"] =
+        Counter(static_cast<double>(peak), Counter::kDefaults, Counter::kIs1024);
+  }
+  if (const int64_t peak_rss = m.rss_reset ? PeakRssBytes() : -1; peak_rss >= 0) {
+    c["peak_rss"] =
+        Counter(static_cast<double>(peak_rss), Counter::kDefaults, Counter::kIs1024);
+  }
+}
+
+}  // namespace ltb

@@ -1,0 +1,26 @@
+// A benchmark's counters from its plan and its measured steps: throughput
+// (tokens/s, samples/s, FLOP/s, bytes/s), utilisation against the run's
+// peaks (mfu, mbu), the steps' spread, accuracy, and peak memory.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "family/family.h"
+#include "measure/run_options.h"
+#include "measure/timed_loop.h"
+
+namespace ltb {
+
+// The spread of a benchmark's measured step times: step_p50_ms,
+// step_p90_ms, step_p99_ms (nearest-rank percentiles) and, from two steps
+// on, step_cv_% (sample standard deviation over the mean).
+std::vector<std::pair<std::string, double>> StepSpread(std::vector<double> seconds);
+
+void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
+                 const RunOptions& options, const Measured& measured);
+
+}  // namespace ltb

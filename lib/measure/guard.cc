@@ -1,0 +1,55 @@
+#include "measure/guard.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "base/format.h"
+#include "device/device.h"
+#include "distributed/distributed.h"
+
+namespace ltb {
+
+absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device) {
+  const int64_t host_available = DeviceAvailableBytes(HostDevice());
+  const bool on_cpu = BackendOf(device).Caps().host;
+  // Built on the host first; on the CPU the build and the run share memory.
+  const int64_t host_need =
+      on_cpu ? std::max(need.Total(), need.host_build) : need.host_build;
+  if (host_available >= 0 && host_need > host_available) {
+    std::string what =
+        on_cpu && need.Total() >= need.host_build
+            ? absl::StrCat(FormatBytes(need.Total()), " (weights ",
+                           FormatBytes(need.weights), ", gradients ",
+                           FormatBytes(need.gradients), ", optimizer state ",
+                           FormatBytes(need.optimizer), ", activations ",
+                           FormatBytes(need.activations), ")")
+            : absl::StrCat(FormatBytes(need.host_build),
+                           " to build the fp32 model on the host");
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "does not fit: needs about ", what, " but cpu has ", FormatBytes(host_available),
+        " available; try a smaller size, --batch or --seq"));
+  }
+  if (on_cpu) return absl::OkStatus();
+  const int64_t available = DeviceAvailableBytes(device);
+  if (available < 0 || need.Total() <= available) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "does not fit: needs about ", FormatBytes(need.Total()), " (weights ",
+      FormatBytes(need.weights), ", gradients ", FormatBytes(need.gradients),
+      ", optimizer state ", FormatBytes(need.optimizer), ", activations ",
+      FormatBytes(need.activations), ") but ", DeviceName(device), " has ",
+      FormatBytes(available), " available; try a smaller size, --batch or --seq"));
+}
+
+absl::Status AgreeOnFit(absl::Status fits, DataParallel* group) {
+  if (group == nullptr) return fits;
+  at::Tensor refused = at::full({1}, fits.ok() ? 0.0 : 1.0,
+                                at::TensorOptions(at::kDouble).device(group->device()));
+  group->MaxInPlace(refused);
+  if (fits.ok() && refused.item<double>() > 0) {
+    return absl::ResourceExhaustedError("does not fit on another rank (see its message)");
+  }
+  return fits;
+}
+
+}  // namespace ltb

@@ -1,0 +1,24 @@
+// The memory guard: a benchmark that cannot fit on its device (or in the
+// host memory its model is built in) is refused with the numbers, before it
+// runs, rather than failing half-way or swapping.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include "absl/status/status.h"
+#include "family/family.h"
+
+namespace ltb {
+
+class DataParallel;
+
+// OK when `need` fits in what `device` has available; otherwise an error
+// that names both numbers and what the estimate is made of.
+absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device);
+
+// Data-parallel ranks run a benchmark all or none, or the others would wait
+// for collectives that never come: `fits` unless another rank of `group`
+// (may be null) refuses. The vote is a collective on the group's device.
+absl::Status AgreeOnFit(absl::Status fits, DataParallel* group);
+
+}  // namespace ltb

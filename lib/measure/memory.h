@@ -1,0 +1,32 @@
+// The process's memory around the benchmarks: its peak resident set, cached
+// memory given back between benchmarks, and the malloc settings the suite
+// runs with.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "base/format.h"
+
+namespace ltb {
+
+// The process's peak resident set (Linux's VmHWM), which ResetPeakRss()
+// brings down to the current resident set (through /proc/self/clear_refs).
+// Both say false / -1 where the system cannot.
+bool ResetPeakRss();
+int64_t PeakRssBytes();
+
+// Returns cached device memory to the driver between benchmarks (on the
+// CPU, the memory malloc keeps, so the next memory check sees it free).
+void ReleaseCachedMemory(const c10::Device& device);
+
+// glibc malloc: "tuned" keeps freed memory in the process (no mmap for large
+// blocks, no trimming) so a step does not pay page faults for memory the
+// previous step returned; "system" leaves glibc's defaults. Returns a
+// description for the run context.
+absl::Status ConfigureMalloc(const std::string& mode, std::string* description);
+
+}  // namespace ltb

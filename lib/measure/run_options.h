@@ -1,0 +1,23 @@
+// How every benchmark of a run is measured: warm-up, seed, peaks, profiling.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "peaks/peaks.h"
+
+namespace ltb {
+
+struct RunOptions {
+  double warmup_seconds = 0.5;  // warm up at least this long ...
+  int warmup_steps = 1;         // ... and at least this many steps
+  int warmup_epochs = 1;        // train_epoch: whole epochs instead
+  uint64_t seed = 0;
+  // Peaks for the mfu and mbu counters; prepared before the run.
+  const Peaks* peaks = nullptr;
+  // --profile: profile this many steps apart from the timed ones, into dir.
+  std::string profile_dir;
+  int profile_steps = 5;
+};
+
+}  // namespace ltb

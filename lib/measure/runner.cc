@@ -1,0 +1,131 @@
+#include "measure/runner.h"
+
+#include <c10/util/Exception.h>
+
+#include <iostream>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/format.h"
+#include "base/interrupt.h"
+#include "device/device.h"
+#include "distributed/distributed.h"
+#include "measure/counters.h"
+#include "measure/guard.h"
+#include "measure/timed_loop.h"
+#include "measure/warmup.h"
+
+namespace ltb {
+namespace {
+
+void Fail(benchmark::State& state, const std::string& message) {
+  ReleaseCachedWorkload();
+  state.SkipWithError(message.c_str());
+}
+
+// A failure inside a data-parallel benchmark leaves the other ranks waiting
+// in a collective: nothing can continue. The failure is recorded, the rest
+// of the run is skipped, the results so far are written, and bench exits 1.
+void FailRun(benchmark::State& state, const BenchSpec& spec, const std::string& message) {
+  if (CurrentProcessGroup() != nullptr && spec.data_parallel) {
+    std::cerr << "bench: rank " << CurrentProcessGroup()->rank() << ": " << spec.Name()
+              << ": " << message
+              << "\nbench: stopping after writing the results so far, since the other "
+                 "ranks cannot go on without this one\n";
+    RequestStop(
+        1, absl::StrCat("not run: data-parallel rank ", CurrentProcessGroup()->rank(),
+                        " failed in ", spec.Name()));
+  }
+  Fail(state, message);
+}
+
+// Whether the benchmark can run here at all, and what it will cost: its
+// device, its dtype there, and the family's plan.
+absl::StatusOr<Plan> PlanRun(const Family& family, const BenchSpec& spec) {
+  std::string why;
+  if (!DeviceAvailable(spec.device, &why)) return absl::UnavailableError(why);
+  if (!DtypeRuns(spec.device, spec.dtype, &why)) return absl::UnimplementedError(why);
+  absl::StatusOr<Plan> plan = family.PlanFor(spec);
+  if (!plan.ok()) return plan.status();
+  plan->memory.host_build = plan->params * 4;
+  // Packed linears keep a second copy of the weights in oneDNN's layout.
+  if (spec.pack_cpu_linears) plan->memory.weights *= 2;
+  if (DataParallel* group = CurrentProcessGroup();
+      group && spec.data_parallel && spec.iterations == Iterations::kTimed) {
+    // Throughput of a data-parallel step is every rank's.
+    plan->tokens_per_step *= group->world_size();
+    plan->samples_per_step *= group->world_size();
+    plan->flops_per_step *= group->world_size();
+  }
+  return plan;
+}
+
+// The memory guard, once a benchmark (not at each of Google Benchmark's
+// calls), on the device as the previous benchmark left it.
+absl::Status Guard(const BenchSpec& spec, const Plan& plan) {
+  if (CurrentPrepared().name == spec.Name()) return absl::OkStatus();
+  ReleaseCachedWorkload();
+  DataParallel* group = CurrentProcessGroup();
+  return AgreeOnFit(CheckFits(plan.memory, spec.device),
+                    spec.data_parallel ? group : nullptr);
+}
+
+// Builds and warms up the workload, then runs the timed steps; every failure
+// becomes the benchmark's error.
+bool Measure(benchmark::State& state, const Family& family, const BenchSpec& spec,
+             const RunOptions& options, const Plan& plan, Measured* measured) {
+  const std::string estimate = FormatBytes(plan.memory.Total());
+  try {
+    Workload& workload = PrepareWorkload(family, spec, options);
+    if (std::optional<std::string> stopped =
+            RunTimedSteps(state, workload, spec, measured)) {
+      Fail(state, *stopped);
+      return false;
+    }
+    return true;
+  } catch (const Stopped& e) {
+    Fail(state, absl::StrCat(StopReason(), " ", e.what()));
+  } catch (const c10::OutOfMemoryError& e) {
+    FailRun(state, spec,
+            absl::StrCat("out of memory on ", DeviceName(spec.device), " (estimate was ",
+                         estimate, "): ", e.what_without_backtrace()));
+  } catch (const std::bad_alloc&) {
+    FailRun(state, spec,
+            absl::StrCat("out of host memory (estimate was ", estimate, ")"));
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    if (absl::StrContains(what, "can't allocate memory")) {  // the CPU allocator's
+      FailRun(state, spec,
+              absl::StrCat("out of host memory (estimate was ", estimate, "): ", what));
+    } else {
+      FailRun(state, spec, absl::StrCat("LibTorch error: ", what));
+    }
+  } catch (const std::exception& e) {
+    FailRun(state, spec, absl::StrCat("error: ", e.what()));
+  }
+  return false;
+}
+
+}  // namespace
+
+void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec& spec,
+                  const RunOptions& options) {
+  if (StopRequested()) return state.SkipWithError(kNotRunMessage);
+  absl::StatusOr<Plan> plan = PlanRun(family, spec);
+  if (!plan.ok()) return Fail(state, std::string(plan.status().message()));
+  try {
+    if (absl::Status fits = Guard(spec, *plan); !fits.ok()) {
+      return Fail(state, std::string(fits.message()));
+    }
+  } catch (const std::exception& e) {  // a collective of the vote failed
+    return FailRun(state, spec, absl::StrCat("memory guard: ", e.what()));
+  }
+  Measured measured;
+  if (!Measure(state, family, spec, options, *plan, &measured)) return;
+  SetCounters(state, spec, *std::move(plan), options, measured);
+}
+
+}  // namespace ltb

@@ -1,0 +1,88 @@
+#include "measure/warmup.h"
+
+#include <ATen/Context.h>
+
+#include <chrono>
+#include <iostream>
+
+#include "base/interrupt.h"
+#include "device/device.h"
+#include "device/timer.h"
+#include "distributed/distributed.h"
+#include "measure/accuracy.h"
+#include "measure/memory.h"
+#include "measure/profiling.h"
+#include "workloads/model_file.h"
+
+namespace ltb {
+
+Prepared& CurrentPrepared() {
+  static Prepared* prepared = new Prepared;
+  return *prepared;
+}
+
+void ReleaseCachedWorkload() {
+  Prepared& p = CurrentPrepared();
+  if (!p.workload) return;
+  p.workload.reset();
+  p.name.clear();
+  p.gpu_busy = -1;
+  p.accuracy.clear();
+  Synchronize(p.device);
+  ReleaseCachedMemory(p.device);
+}
+
+Workload& PrepareWorkload(const Family& family, const BenchSpec& spec,
+                          const RunOptions& options) {
+  Prepared& p = CurrentPrepared();
+  const std::string name = spec.Name();
+  if (p.workload && p.name == name) return *p.workload;
+  ReleaseCachedWorkload();
+
+  at::manual_seed(options.seed);
+  // A compiled suite model runs from its file; anything else is the family's.
+  std::unique_ptr<Workload> workload =
+      spec.model_file.empty() ? family.build(spec) : BuildCompiledBenchmark(spec);
+  StepTimer timer(spec.device, /*sync=*/true);
+  double warm = 0;
+  const bool epochs = spec.iterations == Iterations::kEpochs;
+  const int warmup_steps = epochs ? options.warmup_epochs : options.warmup_steps;
+  // Data-parallel ranks must take the same number of steps: count, not time.
+  const bool lockstep = CurrentProcessGroup() != nullptr && spec.data_parallel;
+  const double warmup_seconds = epochs || lockstep ? 0 : options.warmup_seconds;
+  // Warm-up by time counts the steps' measured time, and stops as well when
+  // twice as much wall time has passed: steps measured in microseconds on a
+  // GPU spend most of their wall time launching.
+  const auto start = std::chrono::steady_clock::now();
+  const auto wall = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  for (int i = 0;
+       i < warmup_steps || (warm < warmup_seconds && wall() < 2 * warmup_seconds); ++i) {
+    if (StopRequested()) throw Stopped("during warm-up");
+    timer.Start();
+    workload->Step();
+    warm += timer.Stop();
+  }
+  p.accuracy = Accuracy(family, spec, options.seed, *workload);
+  if (!options.profile_dir.empty()) {
+    absl::StatusOr<ProfileResult> profile =
+        ProfileSteps(*workload, spec, options.profile_steps, options.profile_dir);
+    if (!profile.ok()) throw std::runtime_error(std::string(profile.status().message()));
+    if (profile->trace_path.empty()) {
+      std::cerr << "profile: " << profile->table_path
+                << " (no trace: " << profile->no_trace << ")\n";
+    } else {
+      std::cerr << "profile: " << profile->trace_path << ", " << profile->table_path
+                << "\n";
+    }
+    p.gpu_busy = profile->gpu_busy;
+  }
+  p.name = name;
+  p.device = spec.device;
+  p.workload = std::move(workload);
+  return *p.workload;
+}
+
+}  // namespace ltb

@@ -1,0 +1,45 @@
+// A benchmark's workload before its timed steps: built, warmed up (by step
+// count and by time, with a wall-clock cap), checked against fp32 and
+// profiled once, then kept across the calls Google Benchmark makes to one
+// benchmark while it settles on an iteration count.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "device/device.h"
+#include "family/family.h"
+#include "measure/run_options.h"
+
+namespace ltb {
+
+// Thrown when a stop is requested during the warm-up.
+class Stopped : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The workload of the benchmark being run, and what was learnt preparing it.
+struct Prepared {
+  std::string name;
+  c10::Device device = HostDevice();
+  std::unique_ptr<Workload> workload;
+  double gpu_busy = -1;  // from --profile, where the backend profiles kernels
+  // rel_err or token_match_% against fp32, for reduced-precision inference.
+  std::vector<std::pair<std::string, double>> accuracy;
+};
+
+// The kept workload (its `workload` null when there is none).
+Prepared& CurrentPrepared();
+
+// Drops the kept workload and gives its memory back.
+void ReleaseCachedWorkload();
+
+// `spec`'s workload, built and warmed up unless it is the one kept; may
+// throw (c10::Error, Stopped, ...).
+Workload& PrepareWorkload(const Family& family, const BenchSpec& spec,
+                          const RunOptions& options);
+
+}  // namespace ltb

@@ -1,0 +1,277 @@
+#include "peaks/peaks.h"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mkldnn_linear.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/mv.h>
+#include <ATen/ops/randn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "device/device.h"
+#include "device/timer.h"
+#include "family/spec.h"
+#include "peaks/cpu_peak.h"
+
+namespace ltb {
+namespace {
+
+std::string Key(const c10::Device& device) { return DeviceName(device); }
+
+double DatasheetFlops(const DatasheetPeaks& p, c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::kFloat:
+      return p.fp32;
+    case c10::kBFloat16:
+      return p.bf16;
+    case c10::kHalf:
+      return p.fp16;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<c10::ScalarType, double>> ParsePeakFlops(
+    const std::string& text) {
+  std::map<c10::ScalarType, double> out;
+  const auto bad = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat("valid: FLOP/s for every dtype (1.2e14) or dtype=FLOP/s pairs "
+                     "(fp32=6.7e13,bf16=9.9e14) with dtypes fp32, bf16, fp16"));
+  };
+  double v = 0;
+  if (absl::SimpleAtod(text, &v)) {
+    if (!std::isfinite(v) || v <= 0) return bad();
+    for (c10::ScalarType t : {c10::kFloat, c10::kBFloat16, c10::kHalf}) out[t] = v;
+    return out;
+  }
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    std::pair<std::string, std::string> kv =
+        absl::StrSplit(item, absl::MaxSplits('=', 1));
+    absl::StatusOr<c10::ScalarType> dtype = ParseDtype(kv.first);
+    if (!dtype.ok() || !absl::SimpleAtod(kv.second, &v) || !std::isfinite(v) || v <= 0) {
+      return bad();
+    }
+    out[*dtype] = v;
+  }
+  return out;
+}
+
+absl::StatusOr<double> ParsePeakBandwidth(const std::string& text) {
+  double v = 0;
+  if (!absl::SimpleAtod(text, &v) || !std::isfinite(v) || v <= 0) {
+    return absl::InvalidArgumentError("valid: bytes per second, e.g. 3.35e12");
+  }
+  return v;
+}
+
+double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
+                         const std::vector<MatmulShape>& shapes, GemmPath path) {
+  std::vector<MatmulShape> ordered = shapes;
+  const auto flops = [](const MatmulShape& s) { return 2.0 * s[0] * s[1] * s[2]; };
+  std::sort(
+      ordered.begin(), ordered.end(),
+      [&](const MatmulShape& a, const MatmulShape& b) { return flops(a) < flops(b); });
+  const auto opts = at::TensorOptions().dtype(dtype).device(device);
+  StepTimer timer(device, /*sync=*/true);
+  struct Candidate {
+    double flops;
+    at::Tensor a, b, c;
+    double fastest = 1e30;
+    // LibTorch's matmul into a preallocated output, or oneDNN's linear over
+    // operands reordered into its layout once (b holds the (n, k) weight).
+    void Run(GemmPath path) {
+      if (path == GemmPath::kDefault) {
+        at::mm_out(c, a, b);
+      } else {
+        c = at::mkldnn_linear(a, b);
+      }
+    }
+  };
+  // Warm each shape up (threads, caches, clocks) for a tenth of a second. The
+  // warm-up rate also tells which shapes would take over a second a step;
+  // those are left out.
+  std::vector<Candidate> candidates;
+  double rough = 0;
+  for (const MatmulShape& s : ordered) {
+    if (rough > 0 && flops(s) / rough > 1.0) continue;
+    Candidate c{flops(s), at::randn({s[0], s[1]}, opts), at::randn({s[1], s[2]}, opts),
+                at::empty({s[0], s[2]}, opts)};
+    if (path == GemmPath::kOnednn) {
+      c.a = c.a.to_mkldnn();
+      c.b = c.b.t().contiguous().to_mkldnn();
+    }
+    for (double warm = 0; warm < 0.1;) {
+      timer.Start();
+      c.Run(path);
+      const double t = timer.Stop();
+      warm += t;
+      rough = std::max(rough, c.flops / t);
+    }
+    candidates.push_back(std::move(c));
+  }
+  // Three rounds over the shapes, each timing every shape for at least 3
+  // steps and 0.1 s (small shapes take thousands of steps). A shape's best
+  // step is the fastest of samples spread over the whole measurement, so a
+  // passing burst of load on a shared machine cannot lower it.
+  for (int round = 0; round < 3; ++round) {
+    for (Candidate& c : candidates) {
+      double spent = 0;
+      for (int i = 0; i < 3 || (spent < 0.1 && i < 10000); ++i) {
+        timer.Start();
+        c.Run(path);
+        const double t = timer.Stop();
+        spent += t;
+        c.fastest = std::min(c.fastest, t);
+      }
+    }
+  }
+  double best = 0;
+  for (const Candidate& c : candidates) best = std::max(best, c.flops / c.fastest);
+  return best;
+}
+
+double MeasureCopyPeak(const c10::Device& device) {
+  const int64_t n = (int64_t{256} << 20) / 4;
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
+  at::Tensor src = at::randn({n}, opts), dst = at::empty({n}, opts);
+  dst.copy_(src);
+  StepTimer timer(device, /*sync=*/true);
+  // The fastest of `op` over 0.3 s or 30 steps.
+  const auto fastest = [&](const std::function<void()>& op) {
+    double best = 1e30, spent = 0;
+    for (int i = 0; i < 30 && spent < 0.3; ++i) {
+      timer.Start();
+      op();
+      const double t = timer.Stop();
+      spent += t;
+      best = std::min(best, t);
+    }
+    return best;
+  };
+  const double copy = 2.0 * n * 4 / fastest([&] { dst.copy_(src); });
+  // Reading alone (what decoding does with its weights) outruns a copy, whose
+  // writes also read each line before they write it: a matrix-vector product
+  // over the same 256 MiB, read once.
+  const int64_t side = 8192;  // 8192^2 fp32 = 256 MiB
+  const at::Tensor matrix = src.view({side, side});
+  const at::Tensor vector = at::randn({side}, opts);
+  at::Tensor product = at::empty({side}, opts);
+  const double read = 1.0 * n * 4 / fastest([&] { at::mv_out(product, matrix, vector); });
+  return std::max(copy, read);
+}
+
+Peaks::Peaks(std::map<c10::ScalarType, double> flops_override, double bandwidth_override,
+             std::vector<MatmulShape> matmul_shapes)
+    : flops_override_(std::move(flops_override)),
+      bandwidth_override_(bandwidth_override),
+      shapes_(std::move(matmul_shapes)) {}
+
+void Peaks::Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandwidth) {
+  const auto key = std::make_pair(Key(device), dtype);
+  const DatasheetPeaks* sheet = BackendOf(device).Datasheet(device);
+  if (!flops_.count(key)) {
+    Peak p;
+    if (flops_override_.count(dtype)) {
+      p = {flops_override_.at(dtype), "--peak_flops"};
+    } else if (sheet != nullptr && DatasheetFlops(*sheet, dtype) > 0) {
+      p = {DatasheetFlops(*sheet, dtype),
+           absl::StrCat("datasheet: ", sheet->model, " (", sheet->source, ")")};
+    } else if (BackendOf(device).FlopsPeakMethod() == PeakMethod::kCpuLimit) {
+      p = MeasureCpuFlops(dtype);
+    } else {
+      p = {MeasureMatmulPeak(device, dtype, shapes_),
+           "measured: fastest step of the Ops matmul shapes"};
+    }
+    flops_[key] = p;
+  }
+  if (bandwidth && !bandwidth_.count(Key(device))) {
+    Peak p;
+    if (bandwidth_override_ > 0) {
+      p = {bandwidth_override_, "--peak_bandwidth"};
+    } else if (sheet != nullptr) {
+      p = {sheet->bandwidth,
+           absl::StrCat("datasheet: ", sheet->model, " (", sheet->source, ")")};
+    } else {
+      p = {MeasureCopyPeak(device),
+           "measured: the faster of a 256MiB copy (bytes read + written) and a "
+           "matrix-vector product reading 256MiB"};
+    }
+    bandwidth_[Key(device)] = p;
+  }
+}
+
+Peak Peaks::MeasureCpuFlops(c10::ScalarType dtype) {
+  const c10::Device cpu = HostDevice();
+  const LoopPeak loop = MeasureLoopPeak(dtype);
+  if (loop.flops <= 0) {
+    return {0, absl::StrCat("none: this CPU has no native ", DtypeName(dtype),
+                            " arithmetic (LibTorch converts it to fp32), so no mfu is "
+                            "reported for it")};
+  }
+  // A GEMM path this LibTorch lacks for the dtype reaches nothing.
+  const auto gemm = [&](GemmPath path) {
+    try {
+      return MeasureMatmulPeak(cpu, dtype, shapes_, path);
+    } catch (const c10::Error&) {
+      return 0.0;
+    }
+  };
+  const double stock = gemm(GemmPath::kDefault);
+  if (stock > 0) default_gemm_[{Key(cpu), dtype}] = stock;
+  double onednn = 0;
+  if (at::hasMKLDNN() && (dtype == c10::kFloat || dtype == c10::kBFloat16)) {
+    onednn = gemm(GemmPath::kOnednn);
+  }
+  const double best = std::max({loop.flops, stock, onednn});
+  return {best,
+          absl::StrFormat("measured: the highest of a register-resident %s loop on %d "
+                          "threads %.4g, LibTorch's matmul %.4g and oneDNN's linear %.4g "
+                          "over the Ops matmul shapes",
+                          loop.isa, at::get_num_threads(), loop.flops, stock, onednn)};
+}
+
+const Peak* Peaks::Flops(const c10::Device& device, c10::ScalarType dtype) const {
+  auto it = flops_.find({Key(device), dtype});
+  return it == flops_.end() || it->second.value <= 0 ? nullptr : &it->second;
+}
+
+const Peak* Peaks::Bandwidth(const c10::Device& device) const {
+  auto it = bandwidth_.find(Key(device));
+  return it == bandwidth_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::pair<std::string, std::string>> Peaks::Context() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [key, p] : flops_) {
+    out.emplace_back(
+        absl::StrCat("peak_flops_", key.first, "_", DtypeName(key.second)),
+        p.value > 0 ? absl::StrFormat("%.4g FLOP/s (%s)", p.value, p.source) : p.source);
+  }
+  for (const auto& [key, value] : default_gemm_) {
+    out.emplace_back(
+        absl::StrCat("gemm_flops_", key.first, "_", DtypeName(key.second)),
+        absl::StrFormat("%.4g FLOP/s (LibTorch's default matmul, fastest step "
+                        "of the Ops matmul shapes)",
+                        value));
+  }
+  for (const auto& [device, p] : bandwidth_) {
+    out.emplace_back(absl::StrCat("peak_bandwidth_", device),
+                     absl::StrFormat("%.4g bytes/s (%s)", p.value, p.source));
+  }
+  return out;
+}
+
+}  // namespace ltb

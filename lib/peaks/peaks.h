@@ -1,0 +1,77 @@
+// The hardware limits model benchmarks are compared with: matmul FLOP/s per
+// dtype and memory bandwidth per device, each with where it came from —
+// measured on this machine, given on the command line, or a datasheet.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <array>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "device/datasheets.h"
+#include "family/family.h"
+
+namespace ltb {
+
+struct Peak {
+  double value = 0;    // FLOP/s, or bytes/s
+  std::string source;  // "measured: ...", "--peak_flops", "datasheet: ..."
+};
+
+// --peak_flops: a number for every dtype ("1.2e14") or dtype=number pairs
+// ("fp32=6.7e13,bf16=9.9e14").
+absl::StatusOr<std::map<c10::ScalarType, double>> ParsePeakFlops(const std::string& text);
+// --peak_bandwidth: bytes/s, a positive number.
+absl::StatusOr<double> ParsePeakBandwidth(const std::string& text);
+
+class Peaks {
+ public:
+  Peaks(std::map<c10::ScalarType, double> flops_override, double bandwidth_override,
+        std::vector<MatmulShape> matmul_shapes);
+
+  // Determines the peaks of a device and dtype (measuring once); call before
+  // any benchmark runs, so that no measurement lands in a timed region.
+  void Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandwidth);
+
+  // Peaks prepared above; nullptr when there is none.
+  const Peak* Flops(const c10::Device& device, c10::ScalarType dtype) const;
+  const Peak* Bandwidth(const c10::Device& device) const;
+
+  // Context entries: peak_flops_<device>_<dtype> (or why there is none),
+  // gemm_flops_<device>_<dtype> (what LibTorch's default matmul reached),
+  // peak_bandwidth_<device>.
+  std::vector<std::pair<std::string, std::string>> Context() const;
+
+ private:
+  // A CPU's measured peak: the highest of the arithmetic loop and the GEMM
+  // paths; value 0 when the CPU has no native arithmetic for the dtype.
+  Peak MeasureCpuFlops(c10::ScalarType dtype);
+
+  std::map<c10::ScalarType, double> flops_override_;
+  double bandwidth_override_;
+  std::vector<MatmulShape> shapes_;
+  std::map<std::pair<std::string, c10::ScalarType>, Peak> flops_;  // value 0: none
+  std::map<std::pair<std::string, c10::ScalarType>, double> default_gemm_;
+  std::map<std::string, Peak> bandwidth_;
+};
+
+// How a GEMM is run: LibTorch's default matmul (MKL or OpenBLAS on CPUs), or
+// oneDNN's linear with both operands reordered into its layout once (CPU).
+enum class GemmPath { kDefault, kOnednn };
+
+// Best matmul FLOP/s over `shapes` on `device` in `dtype`: each shape timed
+// for a fraction of a second, its fastest step kept; shapes whose step would
+// take more than a second are skipped.
+double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
+                         const std::vector<MatmulShape>& shapes,
+                         GemmPath path = GemmPath::kDefault);
+// Best bytes/s of `device`: the faster of a 256 MiB copy (bytes read +
+// written) and a matrix-vector product reading a 256 MiB matrix.
+double MeasureCopyPeak(const c10::Device& device);
+
+}  // namespace ltb

@@ -1,0 +1,76 @@
+#include "report/context.h"
+
+#include <ATen/Context.h>
+#include <ATen/Version.h>
+#include <torch/version.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "base/threads.h"
+#include "base/torch_compat.h"
+#include "device/device.h"
+
+namespace ltb {
+namespace {
+
+// The vector instruction set LibTorch's CPU kernels dispatch to: "AVX512",
+// "AVX2", "DEFAULT", ...
+std::string CpuCapability() {
+#if LTB_TORCH_AT_LEAST(2, 0)
+  return at::get_cpu_capability();
+#else
+  // Older LibTorch exports no getter; its build summary names it.
+  const std::string key = "CPU capability usage: ";
+  const std::string config = at::show_config();
+  const size_t pos = config.find(key);
+  if (pos == std::string::npos) return "unknown";
+  const size_t begin = pos + key.size();
+  return std::string(absl::StripAsciiWhitespace(
+      absl::string_view(config).substr(begin, config.find('\n', begin) - begin)));
+#endif
+}
+
+}  // namespace
+
+bool BuiltOptimized() {
+#if defined(__OPTIMIZE__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+Context CollectContext(const Context& extra) {
+  Context ctx;
+  ctx.emplace_back("libtorch_version", TORCH_VERSION);
+  ctx.emplace_back("blas", BlasLibrary());
+  ctx.emplace_back("cpu_capability", CpuCapability());
+  // Settings that simulate an older CPU: each changes what runs.
+  for (const char* var :
+       {"ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "LTB_MAX_CPU_ISA"}) {
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') {
+      ctx.emplace_back(absl::AsciiStrToLower(var), v);
+    }
+  }
+  ctx.emplace_back("intra_op_threads", absl::StrCat(IntraOpThreads()));
+  ctx.emplace_back("inter_op_threads", absl::StrCat(InterOpThreads()));
+  ctx.emplace_back("blas_threads", absl::StrCat(BlasThreads()));
+  // Each device kind's own entries: the CPU's model and allocator, the
+  // CUDA runtime and GPUs, ...
+  for (const DeviceBackend* backend : Backends()) {
+    for (auto& entry : backend->Context()) ctx.push_back(std::move(entry));
+  }
+  ctx.emplace_back("build_type", BuiltOptimized()
+                                     ? kBuildType
+                                     : absl::StrCat(kBuildType, " (unoptimized)"));
+  ctx.emplace_back("suite_commit", kGitCommit);
+  for (const auto& kv : extra) ctx.push_back(kv);
+  return ctx;
+}
+
+}  // namespace ltb

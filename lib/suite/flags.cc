@@ -1,0 +1,549 @@
+#include "suite/flags.h"
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "device/device.h"
+#include "family/spec.h"
+#include "peaks/peaks.h"
+
+// The suite's own flags. Families may define more in their model files
+// (EncDec's architecture overrides); SuiteFlags() finds them all.
+ABSL_FLAG(ltb::DeviceList, devices, {},
+          "Devices to benchmark, e.g. cpu,cuda,cuda:1,mps. Default: every available "
+          "device.");
+ABSL_FLAG(ltb::PositiveInts, batch, {},
+          "Batch sizes to sweep, e.g. 1,8,32. Default: per family.");
+ABSL_FLAG(ltb::PositiveInts, seq, {},
+          "Sequence lengths to sweep, e.g. 128,512. Default: per family.");
+ABSL_FLAG(ltb::PositiveInts, prompt, ltb::PositiveInts{{32}},
+          "Prompt tokens per sequence for generate, e.g. 32,128.");
+ABSL_FLAG(ltb::PositiveInts, new_tokens, ltb::PositiveInts{{ltb::kDefaultNewTokens}},
+          "Tokens generated per sequence for generate, e.g. 100.");
+ABSL_FLAG(ltb::MemoryFormats, memory_format, ltb::MemoryFormats{{false}},
+          "Convolution models' memory format: contiguous, channels_last, or both.");
+ABSL_FLAG(ltb::DtypeList, dtype, ltb::DtypeList{{c10::kFloat}},
+          "Precisions to sweep: fp32, bf16, fp16.");
+ABSL_FLAG(ltb::Count, threads, {},
+          "Intra-op (and BLAS) threads. 0: OMP_NUM_THREADS if set, else one per "
+          "physical core.");
+ABSL_FLAG(ltb::PositiveCount, interop_threads, ltb::PositiveCount{1},
+          "Inter-op threads.");
+ABSL_FLAG(ltb::Switch, sync, ltb::Switch{true},
+          "Synchronise the device before reading the clock. false reproduces the "
+          "classic timing mistake; such runs carry /nosync in their names.");
+ABSL_FLAG(ltb::Seconds, warmup_s, ltb::Seconds{0.5},
+          "Minimum warm-up time per benchmark, seconds.");
+ABSL_FLAG(ltb::Count, warmup_steps, ltb::Count{1},
+          "Minimum warm-up steps per benchmark.");
+ABSL_FLAG(ltb::MallocMode, malloc, ltb::MallocMode::kTuned,
+          "glibc malloc settings: tuned (keep freed memory, no trimming) or system.");
+ABSL_FLAG(ltb::CpuLinearList, cpu_linear, ltb::CpuLinearList{{false}},
+          "Linear layers of CPU inference: aten (LibTorch's default path), onednn "
+          "(weights packed once for oneDNN; names end in /onednn), or both.");
+ABSL_FLAG(ltb::PeakFlopsValue, peak_flops, {},
+          "Peak FLOP/s for mfu: one number for every dtype, or dtype=number pairs "
+          "(fp32=6.7e13,bf16=9.9e14). Default: a known GPU's datasheet, else measured.");
+ABSL_FLAG(ltb::PeakBandwidthValue, peak_bandwidth, {},
+          "Peak memory bandwidth in bytes/s for mbu. Default: a known GPU's datasheet, "
+          "else a measured copy.");
+ABSL_FLAG(std::string, profile, "",
+          "Directory: profile each benchmark's steps (apart from the timed ones) into a "
+          "Chrome trace and a table of the top operators.");
+ABSL_FLAG(ltb::PositiveCount, profile_steps, ltb::PositiveCount{5},
+          "Steps to profile with --profile.");
+ABSL_FLAG(ltb::PositiveCount, epochs, ltb::PositiveCount{2},
+          "train_epoch: measured epochs per benchmark.");
+ABSL_FLAG(ltb::Count, warmup_epochs, ltb::Count{1},
+          "train_epoch: epochs before the measured ones.");
+ABSL_FLAG(ltb::PositiveCount, dataset_samples, ltb::PositiveCount{128},
+          "train_epoch: samples in the synthetic dataset.");
+ABSL_FLAG(
+    ltb::DataSource, data, ltb::DataSource::kMemory,
+    "train_epoch data: memory (generated in RAM) or disk (shards under --data_dir).");
+ABSL_FLAG(std::string, data_dir, "",
+          "train_epoch: directory of the dataset shards; implies --data=disk. Default "
+          "with --data=disk: ~/.cache/libtorch-bench/data.");
+ABSL_FLAG(ltb::PositiveCount, shard_mb, ltb::PositiveCount{128},
+          "train_epoch: size of a shard file, MB.");
+ABSL_FLAG(ltb::Switch, regenerate, ltb::Switch{false},
+          "train_epoch: rewrite the dataset on disk.");
+ABSL_FLAG(ltb::OptionalPositive, steps, {},
+          "Measure exactly this many steps in every benchmark (train_epoch: see "
+          "--epochs). Default: as many as --benchmark_min_time needs; data-parallel "
+          "training phases, whose ranks must take the same number, 10.");
+ABSL_FLAG(ltb::Count, seed, {}, "Random seed for weights and inputs.");
+ABSL_FLAG(std::string, compiled, "",
+          "Directory of compiled models tools/export wrote: each runs beside the eager "
+          "benchmark it compiles, named like it with /aoti or /torchscript appended.");
+
+namespace ltb {
+namespace {
+
+std::vector<std::string> SplitList(absl::string_view text) {
+  std::vector<std::string> items;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    items.emplace_back(absl::StripAsciiWhitespace(item));
+  }
+  return items;
+}
+
+// Parses every comma-separated item with `one`, keeping the first of
+// duplicates; false with `error` set at the first bad item.
+template <typename T, typename ParseOne>
+bool ParseList(absl::string_view text, std::vector<T>* out, std::string* error,
+               ParseOne one, T blank = T{}) {
+  std::vector<T> values;
+  for (const std::string& item : SplitList(text)) {
+    T value = blank;
+    if (!one(item, &value, error)) return false;
+    if (std::find(values.begin(), values.end(), value) == values.end())
+      values.push_back(value);
+  }
+  *out = std::move(values);
+  return true;
+}
+
+// A scalar flag given a list would silently keep one item: say so instead.
+bool NotAList(absl::string_view text, std::string* error) {
+  if (!absl::StrContains(text, ',')) return true;
+  *error = "takes one value, not a list";
+  return false;
+}
+
+bool ParseWhole(absl::string_view text, int64_t minimum, int64_t* out,
+                std::string* error) {
+  if (!NotAList(text, error)) return false;
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(text, &v) || v < minimum) {
+    *error = absl::StrCat("valid: a whole number >= ", minimum);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+template <typename Enum>
+bool ParseChoice(absl::string_view text,
+                 const std::vector<std::pair<std::string, Enum>>& choices, Enum* out,
+                 std::string* error) {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : choices) {
+    if (text == name) {
+      *out = value;
+      return true;
+    }
+    names.push_back(name);
+  }
+  *error = absl::StrCat("valid: ", absl::StrJoin(names, ", "));
+  return false;
+}
+
+template <typename Enum>
+std::string UnparseChoice(const std::vector<std::pair<std::string, Enum>>& choices,
+                          Enum value) {
+  for (const auto& [name, v] : choices) {
+    if (v == value) return name;
+  }
+  return "";
+}
+
+const std::vector<std::pair<std::string, MallocMode>>& MallocChoices() {
+  static const auto* c = new std::vector<std::pair<std::string, MallocMode>>{
+      {"tuned", MallocMode::kTuned}, {"system", MallocMode::kSystem}};
+  return *c;
+}
+const std::vector<std::pair<std::string, DataSource>>& DataChoices() {
+  static const auto* c = new std::vector<std::pair<std::string, DataSource>>{
+      {"memory", DataSource::kMemory}, {"disk", DataSource::kDisk}};
+  return *c;
+}
+
+const std::vector<std::pair<std::string, bool>>& SwitchChoices() {
+  static const auto* c = new std::vector<std::pair<std::string, bool>>{
+      {"true", true}, {"false", false}, {"1", true},
+      {"0", false},   {"yes", true},    {"no", false}};
+  return *c;
+}
+
+// Flags Abseil itself defines (--flagfile, --fromenv, ...) are not the suite's.
+bool DefinedByAbseil(const absl::CommandLineFlag& flag) {
+  return absl::StrContains(flag.Filename(), "absl/");
+}
+
+}  // namespace
+
+bool AbslParseFlag(absl::string_view text, PositiveInts* out, std::string* error) {
+  if (text.empty()) {  // not given: each family's default
+    out->values.clear();
+    return true;
+  }
+  return ParseList(text, &out->values, error,
+                   [&](const std::string& item, int64_t* v, std::string* e) {
+                     if (absl::SimpleAtoi(item, v) && *v > 0) return true;
+                     *e = absl::StrCat("'", item,
+                                       "' is not a positive integer; valid: positive "
+                                       "integers separated by commas, e.g. 1,8,32");
+                     return false;
+                   });
+}
+std::string AbslUnparseFlag(const PositiveInts& v) {
+  return absl::StrJoin(v.values, ",");
+}
+
+bool AbslParseFlag(absl::string_view text, DeviceList* out, std::string* error) {
+  if (text.empty()) {
+    out->values.clear();
+    return true;
+  }
+  return ParseList(
+      text, &out->values, error,
+      [](const std::string& item, c10::Device* d, std::string* e) {
+        absl::StatusOr<c10::Device> device = ParseDevice(item);
+        if (device.ok()) {
+          *d = *device;
+          return true;
+        }
+        *e = std::string(device.status().message());
+        return false;
+      },
+      c10::Device(c10::kCPU));
+}
+std::string AbslUnparseFlag(const DeviceList& v) {
+  std::vector<std::string> names;
+  for (const c10::Device& d : v.values) names.push_back(DeviceName(d));
+  return absl::StrJoin(names, ",");
+}
+
+bool AbslParseFlag(absl::string_view text, DtypeList* out, std::string* error) {
+  if (text.empty()) {  // OptionsFromFlags says a list is needed
+    out->values.clear();
+    return true;
+  }
+  return ParseList(text, &out->values, error,
+                   [](const std::string& item, c10::ScalarType* t, std::string* e) {
+                     absl::StatusOr<c10::ScalarType> dtype = ParseDtype(item);
+                     if (dtype.ok()) {
+                       *t = *dtype;
+                       return true;
+                     }
+                     *e = std::string(dtype.status().message());
+                     return false;
+                   });
+}
+std::string AbslUnparseFlag(const DtypeList& v) {
+  std::vector<std::string> names;
+  for (const c10::ScalarType t : v.values) names.push_back(DtypeName(t));
+  return absl::StrJoin(names, ",");
+}
+
+bool AbslParseFlag(absl::string_view text, MemoryFormats* out, std::string* error) {
+  return ParseList(text, &out->channels_last, error,
+                   [](const std::string& item, bool* channels_last, std::string* e) {
+                     if (item == "contiguous" || item == "channels_last") {
+                       *channels_last = item == "channels_last";
+                       return true;
+                     }
+                     *e = absl::StrCat("unknown memory format '", item,
+                                       "'; valid: contiguous, channels_last");
+                     return false;
+                   });
+}
+std::string AbslUnparseFlag(const MemoryFormats& v) {
+  std::vector<std::string> names;
+  for (const bool cl : v.channels_last)
+    names.push_back(cl ? "channels_last" : "contiguous");
+  return absl::StrJoin(names, ",");
+}
+
+bool AbslParseFlag(absl::string_view text, Switch* out, std::string* error) {
+  return ParseChoice(text, SwitchChoices(), &out->value, error);
+}
+std::string AbslUnparseFlag(const Switch& v) { return v.value ? "true" : "false"; }
+
+bool AbslParseFlag(absl::string_view text, Count* out, std::string* error) {
+  int64_t v = 0;
+  if (!ParseWhole(text, 0, &v, error)) return false;
+  out->value = static_cast<int>(v);
+  return true;
+}
+std::string AbslUnparseFlag(const Count& v) { return absl::StrCat(v.value); }
+
+bool AbslParseFlag(absl::string_view text, PositiveCount* out, std::string* error) {
+  int64_t v = 0;
+  if (!ParseWhole(text, 1, &v, error)) return false;
+  out->value = static_cast<int>(v);
+  return true;
+}
+std::string AbslUnparseFlag(const PositiveCount& v) { return absl::StrCat(v.value); }
+
+bool AbslParseFlag(absl::string_view text, Seconds* out, std::string* error) {
+  if (!NotAList(text, error)) return false;
+  double v = 0;
+  if (!absl::SimpleAtod(text, &v) || !std::isfinite(v) || v < 0) {
+    *error = "valid: a number of seconds >= 0";
+    return false;
+  }
+  out->value = v;
+  return true;
+}
+std::string AbslUnparseFlag(const Seconds& v) { return absl::StrCat(v.value); }
+
+bool AbslParseFlag(absl::string_view text, PeakFlopsValue* out, std::string* error) {
+  if (text.empty()) {
+    out->per_dtype.clear();
+    return true;
+  }
+  absl::StatusOr<std::map<c10::ScalarType, double>> v = ParsePeakFlops(std::string(text));
+  if (!v.ok()) {
+    *error = std::string(v.status().message());
+    return false;
+  }
+  out->per_dtype = *std::move(v);
+  return true;
+}
+std::string AbslUnparseFlag(const PeakFlopsValue& v) {
+  std::vector<std::string> pairs;
+  for (const auto& [dtype, value] : v.per_dtype) {
+    pairs.push_back(absl::StrCat(DtypeName(dtype), "=", value));
+  }
+  return absl::StrJoin(pairs, ",");
+}
+
+bool AbslParseFlag(absl::string_view text, PeakBandwidthValue* out, std::string* error) {
+  if (text.empty()) {
+    out->value = 0;
+    return true;
+  }
+  absl::StatusOr<double> v = ParsePeakBandwidth(std::string(text));
+  if (!v.ok()) {
+    *error = std::string(v.status().message());
+    return false;
+  }
+  out->value = *v;
+  return true;
+}
+std::string AbslUnparseFlag(const PeakBandwidthValue& v) {
+  return v.value > 0 ? absl::StrCat(v.value) : "";
+}
+
+bool AbslParseFlag(absl::string_view text, OptionalPositive* out, std::string* error) {
+  if (text.empty()) {
+    out->value = 0;
+    return true;
+  }
+  return ParseWhole(text, 1, &out->value, error);
+}
+std::string AbslUnparseFlag(const OptionalPositive& v) {
+  return v.value > 0 ? absl::StrCat(v.value) : "";
+}
+
+bool AbslParseFlag(absl::string_view text, MallocMode* out, std::string* error) {
+  return ParseChoice(text, MallocChoices(), out, error);
+}
+std::string AbslUnparseFlag(const MallocMode& v) {
+  return UnparseChoice(MallocChoices(), v);
+}
+
+bool AbslParseFlag(absl::string_view text, DataSource* out, std::string* error) {
+  return ParseChoice(text, DataChoices(), out, error);
+}
+std::string AbslUnparseFlag(const DataSource& v) {
+  return UnparseChoice(DataChoices(), v);
+}
+
+bool AbslParseFlag(absl::string_view text, CpuLinearList* out, std::string* error) {
+  return ParseList(text, &out->packed, error,
+                   [](const std::string& item, bool* packed, std::string* e) {
+                     if (item == "aten" || item == "onednn") {
+                       *packed = item == "onednn";
+                       return true;
+                     }
+                     *e = absl::StrCat("unknown linear path '", item,
+                                       "'; valid: aten, onednn");
+                     return false;
+                   });
+}
+std::string AbslUnparseFlag(const CpuLinearList& v) {
+  std::vector<std::string> names;
+  for (const bool packed : v.packed) names.push_back(packed ? "onednn" : "aten");
+  return absl::StrJoin(names, ",");
+}
+
+std::vector<const absl::CommandLineFlag*> SuiteFlags() {
+  std::vector<const absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (!DefinedByAbseil(*flag)) flags.push_back(flag);
+  }
+  std::sort(flags.begin(), flags.end(),
+            [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) {
+              return std::make_pair(a->Filename(), a->Name()) <
+                     std::make_pair(b->Filename(), b->Name());
+            });
+  return flags;
+}
+
+namespace {
+
+std::string ValidFlags() {
+  std::vector<std::string> names;
+  for (const absl::CommandLineFlag* flag : SuiteFlags()) {
+    names.push_back(absl::StrCat("--", flag->Name()));
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+absl::CommandLineFlag* FindSuiteFlag(absl::string_view name) {
+  absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  if (flag == nullptr || DefinedByAbseil(*flag)) return nullptr;
+  return flag;
+}
+
+}  // namespace
+
+absl::Status SetSuiteFlag(absl::string_view name, absl::string_view value) {
+  absl::CommandLineFlag* flag = FindSuiteFlag(name);
+  if (flag == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown flag '--", name, "'; bench flags: ", ValidFlags(),
+                     "; Google Benchmark flags start with --benchmark_ (see --help)"));
+  }
+  std::string error;
+  if (!flag->ParseFrom(value, &error)) {
+    // Abseil prefixes the type's own message with what this one says already.
+    if (absl::StartsWith(error, "Illegal value")) {
+      const size_t end = error.find("; ");
+      if (end != std::string::npos) error.erase(0, end + 2);
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad --", name, " value '", value, "': ", error));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+std::set<std::string>& GivenFlags() {
+  static auto* given = new std::set<std::string>;
+  return *given;
+}
+}  // namespace
+
+bool SuiteFlagGiven(absl::string_view name) {
+  return GivenFlags().count(std::string(name)) > 0;
+}
+
+absl::Status ParseSuiteFlags(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", argv[i],
+                                                     "'; bench flags: ", ValidFlags()));
+    }
+    const size_t eq = arg.find('=');
+    const absl::string_view name = arg.substr(0, eq);
+    if (eq == absl::string_view::npos) {
+      const absl::CommandLineFlag* flag = FindSuiteFlag(name);
+      if (flag != nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, " needs a value, as --", name, "=VALUE (default '",
+                         flag->DefaultValue(), "'): ", flag->Help()));
+      }
+    }
+    const absl::Status set =
+        SetSuiteFlag(name, eq == absl::string_view::npos ? "" : arg.substr(eq + 1));
+    if (!set.ok()) return set;
+    GivenFlags().insert(std::string(name));
+  }
+  return absl::OkStatus();
+}
+
+void PrintSuiteHelp() {
+  benchmark::PrintDefaultHelp();
+  std::fprintf(stdout,
+               "\nbench flags (lists are comma-separated and expand into a sweep):\n");
+  for (const absl::CommandLineFlag* flag : SuiteFlags()) {
+    std::fprintf(stdout, "  --%s=%s\n      %s\n", std::string(flag->Name()).c_str(),
+                 flag->DefaultValue().c_str(), flag->Help().c_str());
+  }
+  std::fprintf(stdout,
+               "\nWith no --benchmark_filter the default suite runs; "
+               "--benchmark_filter=all runs everything.\n");
+}
+
+absl::StatusOr<SuiteOptions> OptionsFromFlags() {
+  SuiteOptions o;
+  Sweep& sweep = o.sweep;
+  sweep.devices = absl::GetFlag(FLAGS_devices).values;
+  sweep.batches = absl::GetFlag(FLAGS_batch).values;
+  sweep.seqs = absl::GetFlag(FLAGS_seq).values;
+  sweep.prompts = absl::GetFlag(FLAGS_prompt).values;
+  const std::vector<int64_t> new_tokens = absl::GetFlag(FLAGS_new_tokens).values;
+  // Not given: each device's default (the CPU generates fewer).
+  if (SuiteFlagGiven("new_tokens")) sweep.new_tokens = new_tokens;
+  sweep.channels_last = absl::GetFlag(FLAGS_memory_format).channels_last;
+  sweep.dtypes = absl::GetFlag(FLAGS_dtype).values;
+  sweep.sync = absl::GetFlag(FLAGS_sync).value;
+  sweep.pack_cpu_linears = absl::GetFlag(FLAGS_cpu_linear).packed;
+  sweep.compiled_dir = absl::GetFlag(FLAGS_compiled);
+  // Lists that default to a value must not be emptied ("--dtype=").
+  for (const auto& [name, empty] :
+       {std::pair<const char*, bool>{"prompt", sweep.prompts.empty()},
+        {"new_tokens", new_tokens.empty()},
+        {"memory_format", sweep.channels_last.empty()},
+        {"cpu_linear", sweep.pack_cpu_linears.empty()},
+        {"dtype", sweep.dtypes.empty()}}) {
+    if (empty) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " needs at least one value"));
+    }
+  }
+
+  o.threads.intra_op = absl::GetFlag(FLAGS_threads).value;
+  o.threads.inter_op = absl::GetFlag(FLAGS_interop_threads).value;
+  o.malloc = absl::GetFlag(FLAGS_malloc);
+  o.peak_flops = absl::GetFlag(FLAGS_peak_flops).per_dtype;
+  o.peak_bandwidth = absl::GetFlag(FLAGS_peak_bandwidth).value;
+
+  RunOptions& run = o.run;
+  run.warmup_seconds = absl::GetFlag(FLAGS_warmup_s).value;
+  run.warmup_steps = absl::GetFlag(FLAGS_warmup_steps).value;
+  run.warmup_epochs = absl::GetFlag(FLAGS_warmup_epochs).value;
+  run.profile_dir = absl::GetFlag(FLAGS_profile);
+  run.profile_steps = absl::GetFlag(FLAGS_profile_steps).value;
+  run.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed).value);
+
+  EpochSettings& epochs = o.epochs;
+  epochs.dataset_samples = absl::GetFlag(FLAGS_dataset_samples).value;
+  epochs.shard_mb = absl::GetFlag(FLAGS_shard_mb).value;
+  epochs.regenerate = absl::GetFlag(FLAGS_regenerate).value;
+  epochs.data_dir = absl::GetFlag(FLAGS_data_dir);
+  const bool disk =
+      absl::GetFlag(FLAGS_data) == DataSource::kDisk || !epochs.data_dir.empty();
+  epochs.data = disk ? "disk" : "memory";
+  if (disk && epochs.data_dir.empty()) {
+    const char* cache = std::getenv("XDG_CACHE_HOME");
+    const char* home = std::getenv("HOME");
+    epochs.data_dir = cache != nullptr ? absl::StrCat(cache, "/libtorch-bench/data")
+                                       : absl::StrCat(home ? home : "/tmp",
+                                                      "/.cache/libtorch-bench/data");
+  }
+  epochs.seed = run.seed;
+  o.measured_epochs = absl::GetFlag(FLAGS_epochs).value;
+  o.steps = static_cast<int>(absl::GetFlag(FLAGS_steps).value);
+  return o;
+}
+
+}  // namespace ltb

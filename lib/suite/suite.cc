@@ -1,0 +1,409 @@
+#include "suite/suite.h"
+
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <regex>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "base/interrupt.h"
+#include "base/threads.h"
+#include "device/cpu_isa.h"
+#include "device/device.h"
+#include "distributed/distributed.h"
+#include "family/registry.h"
+#include "measure/memory.h"
+#include "measure/runner.h"
+#include "peaks/peaks.h"
+#include "report/context.h"
+#include "report/reporters.h"
+#include "report/summary.h"
+#include "suite/compiled.h"
+#include "suite/sweep.h"
+#include "workloads/model_file.h"
+
+namespace ltb {
+namespace {
+
+constexpr int kUsageError = 2;
+
+// What registration leaves for the run: the benchmarks' families and run
+// options must outlive Google Benchmark's registry, which holds lambdas
+// pointing at them.
+struct SuiteState {
+  CommandLine command_line;
+  std::string filter;  // the user's, or the default suite's
+  std::vector<c10::Device> devices;
+  std::vector<Family> families;
+  std::unique_ptr<Peaks> peaks;
+  RunOptions run;
+};
+SuiteState& State() {
+  static auto* state = new SuiteState;
+  return *state;
+}
+
+// Whether `path` can be written: the file if it exists, else its directory.
+absl::Status CheckWritableFile(const std::string& flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  const char* reason = nullptr;
+  if (fs::is_directory(p, ec)) {
+    reason = "it is a directory";
+  } else if (fs::exists(p, ec)) {
+    if (::access(path.c_str(), W_OK) != 0) reason = std::strerror(errno);
+  } else if (!fs::is_directory(dir, ec)) {
+    reason = "its directory does not exist";
+  } else if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    reason = std::strerror(errno);
+  }
+  if (reason == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("cannot write --", flag, "=", path, ": ", reason));
+}
+
+absl::Status CheckWritableDirectory(const std::string& flag, const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create --", flag, "=", path, ": ", ec.message()));
+  }
+  if (::access(path.c_str(), W_OK | X_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write in --", flag, "=", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFilter(const std::string& filter) {
+  if (filter == "all") return absl::OkStatus();
+  // Google Benchmark compiles the filter as an extended regex, less a leading
+  // '-' that negates it; a bad one would run nothing, silently.
+  try {
+    std::regex(filter[0] == '-' ? filter.substr(1) : filter, std::regex::extended);
+  } catch (const std::regex_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--benchmark_filter='", filter,
+                     "' is not a valid regular expression: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+void Warn(const CommandLine& command_line) {
+  if (!command_line.quiet_rank) std::cerr << DeviceSummary();
+  if (!BuiltOptimized()) {
+    std::cerr << "***WARNING*** bench was built without optimisation; timings are not "
+                 "representative. Build with -DCMAKE_BUILD_TYPE=Release.\n";
+  }
+  if (!command_line.quiet_rank && ReferenceBlasLoaded()) {
+    std::cerr << "***WARNING*** LibTorch's matmuls run on the reference BLAS ("
+              << BlasLibrary()
+              << "), single-threaded and unvectorised: they are tens of times slower "
+                 "than on an optimised BLAS. On Debian, install libopenblas0-pthread "
+                 "and its libblas.so.3 replaces this one.\n";
+  }
+}
+
+// Data-parallel training steps each rank measures when --steps is not given.
+constexpr int kDataParallelSteps = 10;
+
+// The fixed iteration count of a benchmark; 0 when timed. An epoch is one
+// iteration; data-parallel ranks must all take the same number of steps, so
+// those counts are fixed rather than timed.
+int64_t FixedIterations(const BenchSpec& spec, const SuiteOptions& o, int world_size) {
+  if (spec.iterations == Iterations::kEpochs) return o.measured_epochs;
+  if (o.steps > 0) return o.steps;
+  if (world_size > 1 && spec.data_parallel) return kDataParallelSteps;
+  return 0;
+}
+
+// The name Google Benchmark gives a registered benchmark, which the filter sees.
+std::string FullName(const BenchSpec& spec, int64_t iterations) {
+  std::string name = spec.Name();
+  if (iterations > 0) absl::StrAppend(&name, "/iterations:", iterations);
+  return name + "/manual_time";
+}
+
+// Peaks for mfu/mbu, determined before anything is timed, for the devices
+// and dtypes of the benchmarks the filter selects. Other ranks do not
+// report, and measuring on every rank at once would split the cores.
+void PreparePeaks(const std::vector<Registration>& registrations,
+                  const std::string& filter, const SuiteOptions& o, int world_size,
+                  Peaks* peaks) {
+  for (const Registration& r : registrations) {
+    std::string why;
+    if (!FilterSelects(filter,
+                       FullName(r.spec, FixedIterations(r.spec, o, world_size))) ||
+        !DeviceAvailable(r.spec.device, &why) ||
+        !DtypeRuns(r.spec.device, r.spec.dtype, &why)) {
+      continue;
+    }
+    absl::StatusOr<Plan> plan = r.family->PlanFor(r.spec);
+    if (!plan.ok()) continue;
+    const bool bandwidth = plan->bytes_per_step > 0 || plan->reports_weight_bandwidth;
+    if (plan->flops_per_step <= 0 && !plan->counts_flops_when_built && !bandwidth)
+      continue;
+    peaks->Prepare(r.spec.device, r.spec.dtype, bandwidth);
+  }
+}
+
+void Register(const std::vector<Registration>& registrations, const SuiteOptions& o,
+              int world_size) {
+  const RunOptions* run = &State().run;
+  for (const Registration& r : registrations) {
+    const Family* family = r.family;
+    const BenchSpec spec = r.spec;
+    benchmark::internal::Benchmark* b =
+        benchmark::RegisterBenchmark(spec.Name().c_str(),
+                                     [family, spec, run](benchmark::State& state) {
+                                       RunBenchmark(state, *family, spec, *run);
+                                     })
+            ->UseManualTime()
+            ->Unit(r.unit);
+    if (const int64_t n = FixedIterations(spec, o, world_size); n > 0) b->Iterations(n);
+  }
+}
+
+void AddContext(const SuiteOptions& o, const std::string& malloc_description,
+                int world_size) {
+  Context extra = {
+      {"malloc", malloc_description},
+      {"sync", o.sweep.sync ? "true" : "false (clock read without device sync)"},
+      {"min_time",
+       DefaultSuiteMinTime(State().command_line)
+           ? absl::StrCat(kDefaultSuiteMinTime, " s (the default suite's)")
+           : "as given (--benchmark_min_time, else Google Benchmark's 0.5 s)"},
+      {"warmup", absl::StrCat(">= ", o.run.warmup_steps,
+                              " steps and >= ", o.run.warmup_seconds, " s")},
+      {"seed", absl::StrCat(o.run.seed)},
+      {"world_size", absl::StrCat(world_size)},
+      {"cpu_linear",
+       "aten: LibTorch's default linear path; names ending in /onednn: linear weights "
+       "packed once for oneDNN (CPU inference)"},
+  };
+  for (const auto& kv : State().peaks->Context()) extra.push_back(kv);
+  for (const auto& [key, value] : CollectContext(extra)) {
+    benchmark::AddCustomContext(key, value);
+  }
+}
+
+}  // namespace
+
+absl::Status CheckWritablePaths(const SuiteOptions& options,
+                                const CommandLine& command_line) {
+  if (command_line.list_only) return absl::OkStatus();
+  if (!command_line.out.empty() && !command_line.quiet_rank) {
+    if (absl::Status s = CheckWritableFile("benchmark_out", command_line.out); !s.ok()) {
+      return s;
+    }
+  }
+  if (!options.run.profile_dir.empty()) {
+    if (absl::Status s = CheckWritableDirectory("profile", options.run.profile_dir);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (options.epochs.data == "disk") {
+    return CheckWritableDirectory("data_dir", options.epochs.data_dir);
+  }
+  return absl::OkStatus();
+}
+
+void ExitWithUsageError(const absl::Status& status) {
+  std::fprintf(stderr, "bench: %s\n", std::string(status.message()).c_str());
+  std::exit(kUsageError);
+}
+
+CommandLine ReadCommandLine(int* argc, char** argv) {
+  CommandLine c;
+  const char* rank = std::getenv("RANK");
+  c.quiet_rank = rank != nullptr && std::string(rank) != "0";
+  int kept = 1;
+  for (int i = 1; i < *argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (c.quiet_rank && (absl::StartsWith(arg, "--benchmark_out") ||
+                         absl::StartsWith(arg, "--benchmark_format"))) {
+      continue;
+    }
+    argv[kept++] = argv[i];
+    if (arg == "--benchmark_list_tests" || arg == "--benchmark_list_tests=true" ||
+        arg == "--benchmark_list_tests=1") {
+      c.list_only = true;
+    }
+    if (absl::ConsumePrefix(&arg, "--benchmark_filter=")) c.filter = std::string(arg);
+    if (absl::StartsWith(arg, "--benchmark_min_time")) c.min_time_given = true;
+    if (absl::ConsumePrefix(&arg, "--benchmark_out=")) c.out = std::string(arg);
+    if (absl::ConsumePrefix(&arg, "--benchmark_out_format=")) {
+      c.out_format = std::string(arg);
+    }
+  }
+  *argc = kept;
+  return c;
+}
+
+bool DefaultSuiteMinTime(const CommandLine& command_line) {
+  return command_line.filter.empty() && !command_line.min_time_given;
+}
+
+std::vector<char*> BenchmarkArguments(const CommandLine& command_line, int argc,
+                                      char** argv) {
+  std::vector<char*> args(argv, argv + argc);
+  if (DefaultSuiteMinTime(command_line)) {
+    static std::string min_time =
+        absl::StrCat("--benchmark_min_time=", kDefaultSuiteMinTime);
+    args.push_back(min_time.data());
+  }
+  args.push_back(nullptr);
+  return args;
+}
+
+absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& command_line) {
+  SuiteState& state = State();
+  state.command_line = command_line;
+  absl::StatusOr<DistEnv> dist = ReadDistEnv();
+  if (!dist.ok()) return dist.status();
+  absl::StatusOr<std::vector<Family>> families = RegisteredFamilies();
+  if (!families.ok()) return families.status();
+  state.families = *std::move(families);
+  state.filter = command_line.filter.empty() ? DefaultSuiteFilter(state.families)
+                                             : command_line.filter;
+  if (absl::Status s = CheckFilter(state.filter); !s.ok()) return s;
+  if (absl::Status s = CheckCpuIsaLimit(); !s.ok()) return s;
+  if (absl::Status s = CheckWritablePaths(options, command_line); !s.ok()) return s;
+
+  SetEpochSettings(options.epochs);
+  std::string malloc_description;
+  if (absl::Status s =
+          ConfigureMalloc(AbslUnparseFlag(options.malloc), &malloc_description);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ConfigureThreads(options.threads); !s.ok()) return s;
+
+  Sweep sweep = options.sweep;
+  // Default: every available device, plus any the filter names explicitly
+  // so that they report why they cannot run instead of vanishing.
+  if (sweep.devices.empty()) {
+    sweep.devices = AvailableDevices();
+    for (const c10::Device& d : DevicesNamedIn(command_line.filter)) {
+      if (std::find(sweep.devices.begin(), sweep.devices.end(), d) == sweep.devices.end())
+        sweep.devices.push_back(d);
+    }
+  }
+  if (dist->world_size > 1) {
+    // Data-parallel: one device a rank, bound by the backend of the first
+    // accelerator asked for (cuda:LOCAL_RANK, or the one GPU a rank sees),
+    // else the CPU.
+    c10::Device asked = HostDevice();
+    for (const c10::Device& d : sweep.devices) {
+      if (!BackendOf(d).Caps().host) {
+        asked = d;
+        break;
+      }
+    }
+    absl::StatusOr<c10::Device> device = BackendOf(asked).BindRank(dist->local_rank);
+    if (!device.ok()) return device.status();
+    sweep.devices = {*device};
+    absl::StatusOr<std::unique_ptr<DataParallel>> group =
+        JoinProcessGroup(*dist, *device);
+    if (!group.ok()) return group.status();
+    SetCurrentProcessGroup(*std::move(group));
+  }
+  state.devices = sweep.devices;
+  sweep.cpu_shapes_everywhere = command_line.filter.empty();
+  Warn(command_line);
+
+  std::vector<MatmulShape> matmuls;
+  for (const Family& f : state.families) {
+    matmuls.insert(matmuls.end(), f.peak_matmul_shapes.begin(),
+                   f.peak_matmul_shapes.end());
+  }
+  state.peaks =
+      std::make_unique<Peaks>(options.peak_flops, options.peak_bandwidth, matmuls);
+  std::vector<Registration> registrations = ExpandSweep(state.families, sweep);
+  if (!sweep.compiled_dir.empty()) {
+    std::vector<std::string> unreadable;
+    const auto compiled = CompiledBenchmarks(sweep.compiled_dir, &unreadable);
+    for (const std::string& why : unreadable) {
+      std::cerr << "bench: --compiled: skipping " << why << "\n";
+    }
+    if (compiled.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--compiled=", sweep.compiled_dir, " holds no model file tools/export wrote"));
+    }
+    registrations = WithCompiled(registrations, compiled);
+  }
+  if (!command_line.list_only && !command_line.quiet_rank) {
+    PreparePeaks(registrations, state.filter, options, dist->world_size,
+                 state.peaks.get());
+  }
+  state.run = options.run;
+  state.run.peaks = state.peaks.get();
+  Register(registrations, options, dist->world_size);
+  AddContext(options, malloc_description, dist->world_size);
+  return absl::OkStatus();
+}
+
+int RunSuite() {
+  SuiteState& state = State();
+  NullReporter null_reporter;
+  benchmark::BenchmarkReporter* display = state.command_line.quiet_rank
+                                              ? &null_reporter
+                                              : benchmark::CreateDefaultDisplayReporter();
+  RecordingReporter recorder(display);
+  StoppedRunsFilter shown(&recorder, /*pass_streams=*/false);
+  std::unique_ptr<benchmark::BenchmarkReporter> file_format;
+  std::unique_ptr<StoppedRunsFilter> file;
+  if (!state.command_line.out.empty()) {
+    file_format = FileReporter(state.command_line.out_format);
+    file = std::make_unique<StoppedRunsFilter>(file_format.get(), /*pass_streams=*/true);
+  }
+  InstallInterruptHandlers();
+  const size_t matched =
+      benchmark::RunSpecifiedBenchmarks(&shown, file.get(), state.filter);
+  ReleaseCachedWorkload();
+  if (StopRequested()) {
+    // The reporters have written what was measured; the process group (if
+    // any) cannot be torn down while other ranks may wait on this one.
+    std::cerr << "bench: " << StopReason()
+              << "; the results measured before it are written\n";
+    std::cout.flush();
+    std::cerr.flush();
+    benchmark::Shutdown();
+    std::fflush(nullptr);
+    std::_Exit(StopExitCode());
+  }
+  if (matched == 0) {
+    std::vector<std::string> devices;
+    for (const c10::Device& d : state.devices) devices.push_back(DeviceName(d));
+    ExitWithUsageError(absl::InvalidArgumentError(
+        absl::StrCat("no benchmark matches --benchmark_filter='", state.filter,
+                     "' on devices ", absl::StrJoin(devices, ","),
+                     "; list them with --benchmark_filter=all --benchmark_list_tests")));
+  }
+  const std::string summary = SpeedupSummary(recorder.runs());
+  // Console output ends with the summary; JSON or CSV on stdout stays clean.
+  if (!summary.empty() && !state.command_line.quiet_rank) {
+    (dynamic_cast<benchmark::ConsoleReporter*>(display) ? std::cout : std::cerr)
+        << summary;
+  }
+  benchmark::Shutdown();
+  return 0;
+}
+
+}  // namespace ltb

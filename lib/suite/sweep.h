@@ -1,0 +1,54 @@
+// Expands the families and the sweep flags into the list of benchmarks to
+// register, in an order that keeps one model's cases together, and builds
+// the filter of the default suite.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "family/family.h"
+
+namespace ltb {
+
+// Tokens generated per sequence without --new_tokens (and no CPU default).
+constexpr int64_t kDefaultNewTokens = 100;
+
+struct Sweep {
+  std::vector<c10::Device> devices;
+  std::vector<int64_t> batches;  // empty: each family's default
+  std::vector<int64_t> seqs;     // empty: each family's default
+  std::vector<int64_t> prompts = {32};
+  std::vector<int64_t> new_tokens;  // empty: kDefaultNewTokens, or the CPU's own
+  std::vector<c10::ScalarType> dtypes = {c10::kFloat};
+  bool sync = true;
+  std::vector<bool> pack_cpu_linears = {false};  // --cpu_linear: aten, onednn
+  std::vector<bool> channels_last = {false};     // --memory_format
+  std::string compiled_dir;                      // --compiled: tools/export's files
+  // The default suite: devices other than the CPU also measure the CPU's
+  // default shapes (when the run includes the CPU), so that the speedup
+  // summary compares the same work.
+  bool cpu_shapes_everywhere = false;
+};
+
+struct Registration {
+  const Family* family;
+  BenchSpec spec;
+  benchmark::TimeUnit unit = benchmark::kMillisecond;  // the case's
+};
+
+std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
+                                      const Sweep& sweep);
+
+// Regex selecting each family's suite: what runs with no filter.
+std::string DefaultSuiteFilter(const std::vector<Family>& families);
+
+// Whether Google Benchmark's --benchmark_filter selects a benchmark's full
+// name: "all" or "." select everything, a leading '-' negates, otherwise an
+// extended regular expression searched in the name.
+bool FilterSelects(const std::string& filter, const std::string& full_name);
+
+// Devices a --benchmark_filter names explicitly ("cuda", "cuda:1", "mps"),
+// so that benchmarks on them are registered and report why they cannot run.
+std::vector<c10::Device> DevicesNamedIn(const std::string& filter);
+
+}  // namespace ltb

@@ -1,0 +1,26 @@
+// The train_epoch phase of the families that train on token batches
+// (EncDec, Transformer): epochs of Trainer steps over a dataset in memory or
+// in shards on disk (prepared once, by one process a machine), with GPU
+// utilisation sampled between the measured epochs.
+#pragma once
+
+#include <memory>
+
+#include "family/family.h"
+#include "workloads/loader.h"
+#include "workloads/trainer.h"
+
+namespace ltb {
+
+struct DatasetShape {
+  int64_t sample_tokens = 0;  // tokens per sample
+  int64_t vocab = 0;
+};
+
+std::unique_ptr<Workload> MakeEpochWorkload(const BenchSpec& spec, TrainFns fns,
+                                            const DatasetShape& shape);
+
+// Samples per epoch on this rank and in total, for the plan.
+int64_t EpochSamples(const BenchSpec& spec);
+
+}  // namespace ltb

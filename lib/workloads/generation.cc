@@ -1,0 +1,112 @@
+#include "workloads/generation.h"
+
+#include <ATen/ops/cat.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/nn/module.h>
+
+#include <algorithm>
+#include <string>
+
+#include "device/timer.h"
+
+namespace ltb {
+
+namespace {
+
+constexpr int64_t kGrowthWindow = 10;
+
+class GenerateWorkload final : public Workload {
+ public:
+  GenerateWorkload(const BenchSpec& spec, GenerateFns fns, double weight_bytes)
+      : fns_(std::move(fns)),
+        timeline_(spec.device, spec.sync),
+        batch_(spec.batch),
+        prompt_(spec.prompt),
+        new_tokens_(spec.new_tokens),
+        weight_bytes_(weight_bytes) {}
+
+  void Step() override {
+    c10::InferenceMode guard;
+    timeline_.Clear();
+    timeline_.Mark();
+    at::Tensor token = fns_.prefill();
+    timeline_.Mark();
+    for (int64_t i = 1; i < new_tokens_; ++i) {
+      token = fns_.decode(token, prompt_ + i - 1);
+      timeline_.Mark();
+    }
+    const std::vector<double> t = timeline_.Intervals();
+    prefill_s_ += t.front();
+    const int64_t decodes = static_cast<int64_t>(t.size()) - 1;
+    const int64_t window = std::min(kGrowthWindow, decodes / 2);
+    for (int64_t i = 0; i < decodes; ++i) {
+      const double s = t[1 + i];
+      decode_s_ += s;
+      if (i < window) early_s_ += s;
+      if (i >= decodes - window) late_s_ += s;
+    }
+    ++steps_;
+  }
+
+  at::Tensor Evaluate() override {
+    c10::InferenceMode guard;
+    std::vector<at::Tensor> tokens = {fns_.prefill()};
+    for (int64_t i = 1; i < new_tokens_; ++i) {
+      tokens.push_back(fns_.decode(tokens.back(), prompt_ + i - 1));
+    }
+    return at::cat(tokens, 1);  // (B, N)
+  }
+
+  std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
+    std::vector<std::pair<std::string, at::Tensor>> out = ModuleTensors(*fns_.module);
+    if (fns_.cache) {
+      const std::vector<at::Tensor> cache = fns_.cache();
+      for (size_t i = 0; i < cache.size(); ++i) {
+        out.emplace_back("cache:" + std::to_string(i), cache[i]);
+      }
+    }
+    return out;
+  }
+
+  void ResetStats() override {
+    prefill_s_ = decode_s_ = early_s_ = late_s_ = 0;
+    steps_ = 0;
+  }
+
+  std::vector<std::pair<std::string, double>> Counters() const override {
+    if (steps_ == 0) return {};
+    const double prefill = prefill_s_ / steps_;
+    std::vector<std::pair<std::string, double>> c = {
+        {"ttft_ms", prefill * 1e3},
+        {"prefill_tokens/s", batch_ * prompt_ / prefill},
+    };
+    if (new_tokens_ > 1) {
+      const double decode = decode_s_ / steps_;
+      const double decodes = static_cast<double>(new_tokens_ - 1);
+      c.emplace_back("tpot_ms", decode / decodes * 1e3);
+      c.emplace_back("decode_tokens/s", batch_ * decodes / decode);
+      c.emplace_back("weight_GB/s", weight_bytes_ * decodes / decode / 1e9);
+      if (early_s_ > 0 && late_s_ > 0) {
+        c.emplace_back("tpot_growth_%", (late_s_ / early_s_ - 1) * 100);
+      }
+    }
+    return c;
+  }
+
+ private:
+  GenerateFns fns_;
+  Timeline timeline_;
+  int64_t batch_, prompt_, new_tokens_;
+  double weight_bytes_;
+  double prefill_s_ = 0, decode_s_ = 0, early_s_ = 0, late_s_ = 0;
+  int64_t steps_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Workload> MakeGenerateWorkload(const BenchSpec& spec, GenerateFns fns,
+                                               double weight_bytes) {
+  return std::make_unique<GenerateWorkload>(spec, std::move(fns), weight_bytes);
+}
+
+}  // namespace ltb

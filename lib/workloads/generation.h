@@ -1,0 +1,38 @@
+// The generate phase shared by text-generation families: greedy decoding
+// timed as prefill (the prompt, up to the first new token) and decode (one
+// token per step), with the counters that describe it.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <functional>
+#include <memory>
+
+#include "family/family.h"
+#include "workloads/phases.h"
+
+namespace ltb {
+
+struct GenerateFns {
+  std::shared_ptr<torch::nn::Module> module;  // kept alive with the workload
+  // Runs the prompt from an empty cache; returns the first new token (B, 1).
+  std::function<at::Tensor()> prefill;
+  // Feeds one token per sequence at `position`; returns the next (B, 1).
+  std::function<at::Tensor(const at::Tensor& token, int64_t position)> decode;
+  // The cache's tensors (keys and values), for checking their dtype.
+  std::function<std::vector<at::Tensor>()> cache;
+};
+
+// Counters, averaged over the measured steps (N = spec.new_tokens):
+//   ttft_ms           prefill time, prompt to first new token
+//   tpot_ms           decode time / (N - 1): time per output token after the first
+//   prefill_tokens/s  batch * prompt / prefill time
+//   decode_tokens/s   batch * (N - 1) / decode time
+//   weight_GB/s       weight_bytes * (N - 1) / decode time / 1e9
+//   tpot_growth_%     mean of the last 10 decode steps over the first 10, minus 1
+// so that ttft + (N - 1) * tpot is the step time. Evaluate() returns the
+// generated token ids (B, N).
+std::unique_ptr<Workload> MakeGenerateWorkload(const BenchSpec& spec, GenerateFns fns,
+                                               double weight_bytes);
+
+}  // namespace ltb

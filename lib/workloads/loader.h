@@ -1,0 +1,87 @@
+// The data of train_epoch: a synthetic token dataset, this rank's share of
+// it, and the background loader that produces its batches from memory or
+// from checked shards on disk.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "family/spec.h"
+#include "workloads/shards.h"
+
+namespace ltb {
+
+// How epochs get their data (--data, --data_dir, --dataset_samples, ...).
+struct EpochSettings {
+  std::string data = "memory";  // memory or disk
+  std::string data_dir;         // disk: where the shards live
+  int64_t dataset_samples = 128;
+  int64_t shard_mb = 128;
+  bool regenerate = false;
+  bool drop_page_cache = true;  // read shards from storage every epoch
+  int prefetch_batches = 4;
+  uint64_t seed = 0;
+};
+void SetEpochSettings(const EpochSettings& settings);
+const EpochSettings& GetEpochSettings();
+
+// This rank's samples: a contiguous share of the dataset, whole batches only
+// so that every rank takes the same number of steps.
+struct Share {
+  int64_t first = 0, count = 0;
+};
+Share RankShare(int64_t samples, int64_t batch);
+
+// Batches of one epoch, produced by a background thread into a bounded
+// queue: generated in memory, or read from shards (checked, then dropped
+// from the page cache so the next epoch reads storage again). `shards`
+// empty: memory.
+class Loader {
+ public:
+  Loader(const BenchSpec& spec, DatasetSpec data, std::vector<std::string> shards);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  int64_t batches() const { return share_.count / batch_; }
+
+  // Starts producing this epoch's batches in the background.
+  void StartEpoch();
+  // The next batch on the device, or nullopt at the end of the epoch.
+  std::optional<at::Tensor> Next();
+
+ private:
+  void Stop();
+  bool Push(at::Tensor batch);
+  void Produce();
+  void ProduceFromShards();
+
+  DatasetSpec data_;
+  std::vector<std::string> shards_;
+  int64_t batch_;
+  c10::Device device_;
+  bool pin_;
+  Share share_;
+  int capacity_;
+  bool drop_cache_;
+  at::Tensor memory_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<at::Tensor> queue_;
+  std::exception_ptr error_;
+  bool done_ = false, stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ltb

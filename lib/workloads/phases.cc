@@ -1,0 +1,126 @@
+#include "workloads/phases.h"
+
+#include <ATen/ops/randn.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "base/torch_compat.h"
+#include "device/autocast.h"
+#include "workloads/packed_linear.h"
+
+namespace ltb {
+
+const char kForward[] = "forward";
+const char kForwardBackward[] = "forward_backward";
+const char kTrainStep[] = "train_step";
+const char kTrainEpoch[] = "train_epoch";
+const char kGenerate[] = "generate";
+
+Phase ForwardPhase(Shape shape) { return {kForward, PhaseKind::kInference, shape}; }
+Phase ForwardBackwardPhase(Shape shape) {
+  return {kForwardBackward, PhaseKind::kTraining, shape};
+}
+Phase TrainStepPhase(Shape shape) {
+  return {kTrainStep, PhaseKind::kTraining, shape, Iterations::kTimed, true};
+}
+Phase TrainEpochPhase() {
+  return {kTrainEpoch, PhaseKind::kTraining, Shape::kSequence, Iterations::kEpochs, true};
+}
+Phase GeneratePhase() { return {kGenerate, PhaseKind::kInference, Shape::kGenerate}; }
+
+void PrepareModel(torch::nn::Module& module, const BenchSpec& spec) {
+  if (!spec.training()) {
+    module.to(spec.device, spec.dtype);
+    module.eval();
+    if (spec.pack_cpu_linears) {
+      absl::StatusOr<int> packed = PackLinears(module, spec.device, spec.dtype);
+      if (!packed.ok()) throw std::runtime_error(std::string(packed.status().message()));
+    }
+  } else {
+    module.to(spec.device, c10::kFloat);
+    module.train();
+  }
+}
+
+c10::ScalarType InputDtype(const BenchSpec& spec) {
+  return spec.training() ? c10::kFloat : spec.dtype;
+}
+
+at::Tensor RandomInput(at::IntArrayRef shape, const BenchSpec& spec) {
+  return at::randn(shape, at::TensorOptions().dtype(c10::kFloat).device(spec.device))
+      .to(InputDtype(spec));
+}
+
+namespace {
+
+class ForwardWorkload final : public Workload {
+ public:
+  explicit ForwardWorkload(ModelFns fns) : fns_(std::move(fns)) {}
+  void Step() override {
+    c10::InferenceMode guard;
+    fns_.forward();
+  }
+  at::Tensor Evaluate() override {
+    c10::InferenceMode guard;
+    return fns_.forward();
+  }
+  std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
+    return ModuleTensors(*fns_.module);
+  }
+
+ private:
+  ModelFns fns_;
+};
+
+class TrainWorkload final : public Workload {
+ public:
+  TrainWorkload(const BenchSpec& spec, ModelFns fns, bool step_optimizer)
+      : fns_(std::move(fns)), device_(spec.device), dtype_(spec.dtype) {
+    if (step_optimizer) optimizer_ = fns_.make_optimizer();
+  }
+
+  void Step() override {
+    c10::AutoGradMode grad(true);
+    if (optimizer_) {
+      optimizer_->zero_grad();
+    } else {
+      fns_.module->zero_grad();
+    }
+    at::Tensor loss;
+    {
+      AutocastGuard autocast(device_, dtype_);
+      loss = fns_.loss(fns_.forward());
+    }
+    loss.backward();
+    if (optimizer_) optimizer_->step();
+  }
+  std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
+    return ModuleTensors(*fns_.module);
+  }
+
+ private:
+  ModelFns fns_;
+  c10::Device device_;
+  c10::ScalarType dtype_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+};
+
+}  // namespace
+
+std::unique_ptr<Workload> MakePhaseWorkload(const BenchSpec& spec, ModelFns fns) {
+  if (!spec.training()) return std::make_unique<ForwardWorkload>(std::move(fns));
+  if (spec.phase == kForwardBackward) {
+    return std::make_unique<TrainWorkload>(spec, std::move(fns), false);
+  }
+  if (spec.phase == kTrainStep) {
+    return std::make_unique<TrainWorkload>(spec, std::move(fns), true);
+  }
+  TORCH_CHECK(false, "no shared workload for training phase '", spec.phase,
+              "'; valid: forward_backward, train_step");
+}
+
+}  // namespace ltb

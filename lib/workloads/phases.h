@@ -1,0 +1,66 @@
+// The phases every model family shares — forward, forward_backward and
+// train_step — as one Workload over a model's forward and loss functions.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <functional>
+#include <memory>
+
+#include "family/family.h"
+
+namespace ltb {
+
+// The phases families share, by name and as descriptors. A family may
+// define its own (Whisper's encode and transcribe) as a Phase of its file.
+extern const char kForward[];
+extern const char kForwardBackward[];
+extern const char kTrainStep[];
+extern const char kTrainEpoch[];
+extern const char kGenerate[];
+
+// Inference.
+Phase ForwardPhase(Shape shape = Shape::kSequence);
+// Training: forward, loss and backward, without an optimizer step.
+Phase ForwardBackwardPhase(Shape shape = Shape::kSequence);
+// Training: a whole optimizer step.
+Phase TrainStepPhase(Shape shape = Shape::kSequence);
+// Training over a dataset, one epoch an iteration (--epochs).
+Phase TrainEpochPhase();
+// Inference: greedy decoding after a prompt.
+Phase GeneratePhase();
+
+struct ModelFns {
+  std::shared_ptr<torch::nn::Module> module;
+  // Runs the model on its stored inputs.
+  std::function<at::Tensor()> forward;
+  // Turns the model's output into the scalar training loss.
+  std::function<at::Tensor(const at::Tensor&)> loss;
+  // The family's optimizer over module->parameters(); train_step only.
+  std::function<std::unique_ptr<torch::optim::Optimizer>()> make_optimizer;
+};
+
+// Precision policy: inference phases run a model whose weights and buffers
+// were converted to spec.dtype, in eval mode; training phases keep fp32
+// weights, in train mode, and run forward and loss under autocast to
+// spec.dtype (mixed precision), as training does in practice. PrepareModel
+// applies the device, weight dtype and mode by the phase's kind, and for
+// inference with spec.pack_cpu_linears packs the model's linear layers for
+// oneDNN (throwing, with the reason, where that cannot run).
+void PrepareModel(torch::nn::Module& module, const BenchSpec& spec);
+
+// The dtype a phase's floating-point inputs take: the spec's for inference,
+// fp32 for training (autocast converts inside the model).
+c10::ScalarType InputDtype(const BenchSpec& spec);
+
+// Standard-normal inputs of `shape` on the spec's device in InputDtype(spec),
+// drawn in fp32 whatever the dtype, so that runs of one seed in different
+// precisions see the same numbers (rounded).
+at::Tensor RandomInput(at::IntArrayRef shape, const BenchSpec& spec);
+
+// Inference phases: one forward in inference mode. forward_backward: forward,
+// loss, backward. train_step: with an optimizer step.
+std::unique_ptr<Workload> MakePhaseWorkload(const BenchSpec& spec, ModelFns fns);
+
+}  // namespace ltb

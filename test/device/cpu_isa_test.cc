@@ -1,0 +1,93 @@
+#include "device/cpu_isa.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "scoped_env.h"
+
+namespace ltb {
+namespace {
+
+// /proc/cpuinfo read here independently of the library.
+bool ProcHas(const std::string& flag) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) == 0)
+      return (line + " ").find(" " + flag + " ") != std::string::npos;
+  }
+  return false;
+}
+
+TEST(CpuIsa, WithoutALimitFollowsTheCpuFlags) {
+  ScopedEnv unset({{"LTB_MAX_CPU_ISA", nullptr}});
+  for (const char* flag : {"sse4_2", "avx2", "fma", "avx512f", "avx512bw", "avx512_bf16",
+                           "avx512_fp16", "amx_bf16", "amx_tile", "no_such_flag"}) {
+    EXPECT_EQ(CpuHas(flag), ProcHas(flag)) << flag;
+    EXPECT_EQ(CpuHardwareHas(flag), ProcHas(flag)) << flag;
+  }
+  EXPECT_EQ(CpuIsaLimit(), "");
+  EXPECT_TRUE(CheckCpuIsaLimit().ok());
+}
+
+TEST(CpuIsa, ALimitHidesNewerInstructionsButNotTheHardware) {
+  {
+    ScopedEnv avx2({{"LTB_MAX_CPU_ISA", "avx2"}});
+    EXPECT_EQ(CpuIsaLimit(), "avx2");
+    EXPECT_EQ(CpuHas("avx2"), ProcHas("avx2"));
+    EXPECT_EQ(CpuHas("sse4_2"), ProcHas("sse4_2"));
+    for (const char* flag : {"avx512f", "avx512bw", "avx512_bf16", "amx_bf16"}) {
+      EXPECT_FALSE(CpuHas(flag)) << flag;
+      EXPECT_EQ(CpuHardwareHas(flag), ProcHas(flag)) << flag;
+    }
+  }
+  {
+    ScopedEnv avx512({{"LTB_MAX_CPU_ISA", "AVX512"}});
+    EXPECT_EQ(CpuHas("avx512f"), ProcHas("avx512f"));
+    EXPECT_FALSE(CpuHas("avx512_bf16"));
+    EXPECT_FALSE(CpuHas("avx512_fp16"));
+    EXPECT_FALSE(CpuHas("amx_tile"));
+  }
+  {
+    ScopedEnv none({{"LTB_MAX_CPU_ISA", "default"}});
+    EXPECT_FALSE(CpuHas("avx2"));
+    EXPECT_FALSE(CpuHas("fma"));
+    EXPECT_FALSE(CpuHas("avx"));
+    EXPECT_EQ(CpuHas("sse4_2"), ProcHas("sse4_2"));
+  }
+}
+
+TEST(CpuIsa, AnUnknownLimitIsAnErrorNamingTheValidOnes) {
+  ScopedEnv bad({{"LTB_MAX_CPU_ISA", "avx9000"}});
+  const absl::Status s = CheckCpuIsaLimit();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("avx9000"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("default, avx2, avx512"), std::string::npos) << s;
+}
+
+TEST(OneDnnRunsBf16, AsksTheHardwareAsATenDoesAndHonoursOneDnnsLimit) {
+  ScopedEnv unset({{"ONEDNN_MAX_CPU_ISA", nullptr}});
+  const bool hardware =
+      (ProcHas("avx512bw") && ProcHas("avx512vl") && ProcHas("avx512dq")) ||
+      ProcHas("avx_ne_convert");
+  std::string why;
+  EXPECT_EQ(OneDnnRunsBf16(&why), hardware);
+  if (hardware) {
+    EXPECT_EQ(why, "");
+    ScopedEnv limited({{"ONEDNN_MAX_CPU_ISA", "AVX2"}});
+    EXPECT_FALSE(OneDnnRunsBf16(&why));
+    EXPECT_NE(why.find("ONEDNN_MAX_CPU_ISA=AVX2"), std::string::npos) << why;
+  } else {
+    EXPECT_NE(why.find("this CPU has no AVX-512 BW/VL/DQ or AVX-NE-CONVERT"),
+              std::string::npos)
+        << why;
+  }
+  // LTB_MAX_CPU_ISA limits the suite's loops, not ATen's hardware check.
+  ScopedEnv ours({{"LTB_MAX_CPU_ISA", "default"}});
+  EXPECT_EQ(OneDnnRunsBf16(), hardware);
+}
+
+}  // namespace
+}  // namespace ltb

@@ -1,0 +1,188 @@
+#include "family/spec.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <regex>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "family/registry.h"
+#include "models/ops.h"
+#include "models/transformer.h"
+#include "spec_for.h"
+#include "suite/sweep.h"
+
+namespace ltb {
+namespace {
+
+BenchSpec TransformerSpec() { return SpecFor("Transformer", "small", "forward", 4, 512); }
+
+TEST(BenchSpecName, FollowsFamilySizeDevicePhaseSettings) {
+  BenchSpec s = TransformerSpec();
+  EXPECT_EQ(s.Name(), "Transformer/small/cpu/forward/batch:4/seq:512/fp32");
+  s.device = c10::Device(c10::kCUDA, 1);
+  s.dtype = c10::kBFloat16;
+  s.sync = false;
+  EXPECT_EQ(s.Name(), "Transformer/small/cuda:1/forward/batch:4/seq:512/bf16/nosync");
+}
+
+TEST(BenchSpecName, OpsPutTheShapeBeforeTheDevice) {
+  EXPECT_EQ(SpecFor("Ops", "matmul", "2048x2048").Name(),
+            "Ops/matmul/2048x2048/cpu/fp32");
+}
+
+TEST(ParseDtype, KnowsThreePrecisions) {
+  for (c10::ScalarType t : {c10::kFloat, c10::kBFloat16, c10::kHalf}) {
+    EXPECT_EQ(ParseDtype(DtypeName(t)).value(), t);
+  }
+  const auto bad = ParseDtype("fp64");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("valid: fp32, bf16, fp16"), std::string::npos);
+}
+
+// How many benchmarks a case gives under `sweep`, counted from its case and
+// phase alone: the independent count ExpandSweep must agree with.
+size_t CaseCount(const Family& f, const Case& c, const Sweep& sweep) {
+  size_t count = 0;
+  for (const c10::Device& d : sweep.devices) {
+    if (c.needs_host_transfers && !d.is_cuda()) continue;
+    const size_t dtypes = c.sweeps_dtype ? sweep.dtypes.size() : 1;
+    const size_t batches = c.phase.shape == Shape::kNone ? 1 : sweep.batches.size();
+    const std::vector<int64_t>& seqs =
+        d.is_cpu() && !f.cpu_default_seqs.empty() ? f.cpu_default_seqs : f.default_seqs;
+    size_t lengths = 1;
+    if (c.phase.shape == Shape::kSequence) {
+      lengths = sweep.seqs.empty() ? seqs.size() : sweep.seqs.size();
+    } else if (c.phase.shape == Shape::kGenerate) {
+      lengths = (c.fixed_prompt > 0 ? 1 : sweep.prompts.size()) *
+                std::max<size_t>(sweep.new_tokens.size(), 1);
+    }
+    const size_t formats = f.sweeps_memory_format ? sweep.channels_last.size() : 1;
+    count += dtypes * batches * lengths * formats;
+  }
+  return count;
+}
+
+TEST(ExpandSweep, CrossesEveryListForEveryRegisteredFamily) {
+  const std::vector<Family> families = RegisteredFamilies(true).value();
+  Sweep sweep;
+  sweep.devices = {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 0)};
+  sweep.batches = {1, 8};
+  sweep.prompts = {16, 32};
+  sweep.dtypes = {c10::kFloat, c10::kBFloat16};
+  sweep.channels_last = {false, true};
+  const std::vector<Registration> regs = ExpandSweep(families, sweep);
+  size_t expected = 0;
+  for (const Family& f : families) {
+    size_t family_count = 0;
+    for (const Case& c : f.Cases()) family_count += CaseCount(f, c, sweep);
+    EXPECT_GT(family_count, 0u) << f.name;
+    const size_t registered = std::count_if(
+        regs.begin(), regs.end(), [&](const Registration& r) { return r.family == &f; });
+    EXPECT_EQ(registered, family_count) << f.name;
+    expected += family_count;
+  }
+  EXPECT_EQ(regs.size(), expected);
+  std::set<std::string> names;
+  for (const Registration& r : regs) names.insert(r.spec.Name());
+  EXPECT_EQ(names.size(), regs.size()) << "names must be unique";
+  EXPECT_TRUE(names.count("Transformer/2.7B/cuda/train_step/batch:8/seq:512/bf16"));
+  EXPECT_TRUE(names.count("Ops/matmul/2048x2048/cuda/bf16"));
+  EXPECT_TRUE(names.count("ResNet/nano/cpu/forward/batch:1/bf16/channels_last"));
+  EXPECT_TRUE(names.count("GPT2/nano/cuda/generate/batch:8/prompt:16/new:100/fp32"));
+  // Without --new_tokens the CPU generates its own default's worth.
+  EXPECT_TRUE(names.count("GPT2/nano/cpu/generate/batch:8/prompt:16/new:32/fp32"));
+  EXPECT_FALSE(names.count("Ops/noop/empty/cpu/bf16"));
+  EXPECT_FALSE(names.count("Ops/h2d_pinned/256MiB/cpu/fp32"));
+}
+
+TEST(ExpandSweep, TheCpuHasItsOwnDefaultShapesWhichTheDefaultSuiteRunsEverywhere) {
+  const std::vector<Family> families = {TransformerFamily()};
+  const Family& f = families[0];
+  ASSERT_GT(f.cpu_default_batch, 0);
+  ASSERT_FALSE(f.cpu_default_seqs.empty());
+  const std::string cpu_shape =
+      absl::StrCat("batch:", f.cpu_default_batch, "/seq:", f.cpu_default_seqs[0]);
+  const std::string usual_shape =
+      absl::StrCat("batch:", f.default_batch, "/seq:", f.default_seqs[0]);
+  ASSERT_NE(cpu_shape, usual_shape);
+  const auto names = [&](bool everywhere) {
+    Sweep sweep;
+    sweep.devices = {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 0)};
+    sweep.cpu_shapes_everywhere = everywhere;
+    std::set<std::string> out;
+    for (const Registration& r : ExpandSweep(families, sweep)) {
+      if (r.spec.size == "small" && r.spec.phase == "forward") out.insert(r.spec.Name());
+    }
+    return out;
+  };
+  const std::set<std::string> cpu = {"Transformer/small/cpu/forward/" + cpu_shape +
+                                     "/fp32"};
+  const std::string cuda_usual =
+      "Transformer/small/cuda/forward/" + usual_shape + "/fp32";
+  const std::string cuda_cpu = "Transformer/small/cuda/forward/" + cpu_shape + "/fp32";
+  std::set<std::string> expected = cpu;
+  expected.insert(cuda_usual);
+  EXPECT_EQ(names(false), expected);
+  expected.insert(cuda_cpu);  // the default suite: the CPU's work on the GPU too
+  EXPECT_EQ(names(true), expected);
+  // Without the CPU in the run, or with shapes given, no twins.
+  Sweep gpu_only;
+  gpu_only.devices = {c10::Device(c10::kCUDA, 0)};
+  gpu_only.cpu_shapes_everywhere = true;
+  size_t forward = 0;
+  for (const Registration& r : ExpandSweep(families, gpu_only)) {
+    forward += r.spec.size == "small" && r.spec.phase == "forward";
+  }
+  EXPECT_EQ(forward, f.default_seqs.size());
+  Sweep given;
+  given.devices = {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 0)};
+  given.cpu_shapes_everywhere = true;
+  given.batches = {2};
+  given.seqs = {64};
+  std::set<std::string> both;
+  for (const Registration& r : ExpandSweep(families, given)) {
+    if (r.spec.size == "small" && r.spec.phase == "forward") both.insert(r.spec.Name());
+  }
+  EXPECT_EQ(both, (std::set<std::string>{
+                      "Transformer/small/cpu/forward/batch:2/seq:64/fp32",
+                      "Transformer/small/cuda/forward/batch:2/seq:64/fp32"}));
+}
+
+TEST(ExpandSweep, SpecsCarryTheirPhasesKindAndIterations) {
+  const std::vector<Family> families = RegisteredFamilies(true).value();
+  Sweep sweep;
+  sweep.devices = {c10::Device(c10::kCPU)};
+  for (const Registration& r : ExpandSweep(families, sweep)) {
+    const Case c = r.family->FindCase(r.spec.size, r.spec.phase).value();
+    EXPECT_EQ(r.spec.kind, c.phase.kind) << r.spec.Name();
+    EXPECT_EQ(r.spec.iterations, c.phase.iterations) << r.spec.Name();
+    EXPECT_EQ(r.spec.data_parallel, c.phase.data_parallel) << r.spec.Name();
+    EXPECT_EQ(r.unit, c.unit) << r.spec.Name();
+  }
+}
+
+TEST(DefaultSuiteFilter, SelectsEachFamilysSuiteSizes) {
+  const std::vector<Family> families = {OpsFamily(), TransformerFamily()};
+  const std::regex suite(DefaultSuiteFilter(families));
+  const auto selected = [&](const std::string& name) {
+    return std::regex_search(name, suite);
+  };
+  EXPECT_TRUE(selected("Transformer/small/cpu/forward/batch:4/seq:512/fp32/manual_time"));
+  EXPECT_TRUE(
+      selected("Transformer/small/cuda/train_step/batch:4/seq:512/fp32/manual_time"));
+  EXPECT_TRUE(selected("Ops/matmul/2048x2048/cpu/fp32/manual_time"));
+  EXPECT_TRUE(selected("Ops/noop/empty/cpu/fp32/manual_time"));
+  EXPECT_FALSE(selected("Transformer/nano/cpu/forward/batch:4/seq:512/fp32/manual_time"));
+  EXPECT_FALSE(selected("Transformer/xl/cpu/forward/batch:4/seq:512/fp32/manual_time"));
+}
+
+TEST(DevicesNamedIn, FindsDevicesInAFilter) {
+  const auto devices = DevicesNamedIn("Transformer/small/(cuda|mps)|Ops/.*/cuda:2/");
+  EXPECT_EQ(devices.size(), 3u);
+  EXPECT_TRUE(DevicesNamedIn("Transformer/small/cpu").empty());
+}
+
+}  // namespace
+}  // namespace ltb

@@ -1,0 +1,47 @@
+#include "measure/profiling.h"
+
+#include <gtest/gtest.h>
+
+namespace ltb {
+namespace {
+
+TEST(SelfTimes, SubtractsNestedOpsPerThread) {
+  // Thread 1: linear [0, 100) holding matmul [10, 70) holding copy [20, 30);
+  // then add [100, 120). Thread 2: matmul [5, 55), overlapping in time only.
+  const std::vector<OpTime> t = SelfTimes({{"aten::linear", 1, 0, 100},
+                                           {"aten::matmul", 1, 10, 70},
+                                           {"aten::copy_", 1, 20, 30},
+                                           {"aten::add", 1, 100, 120},
+                                           {"aten::matmul", 2, 5, 55}});
+  std::map<std::string, OpTime> by;
+  for (const OpTime& o : t) by[o.name] = o;
+  EXPECT_DOUBLE_EQ(by["aten::linear"].self_ns, 40);
+  EXPECT_DOUBLE_EQ(by["aten::matmul"].self_ns, 50 + 50);
+  EXPECT_EQ(by["aten::matmul"].calls, 2);
+  EXPECT_DOUBLE_EQ(by["aten::copy_"].self_ns, 10);
+  EXPECT_DOUBLE_EQ(by["aten::add"].self_ns, 20);
+  EXPECT_EQ(t.front().name, "aten::matmul");  // most self time first
+}
+
+TEST(BusyFraction, CountsOverlapsOnceAndClipsToTheWindow) {
+  EXPECT_DOUBLE_EQ(BusyFraction({{0, 10}, {5, 20}, {30, 40}}, {0, 100}), 0.3);
+  EXPECT_DOUBLE_EQ(BusyFraction({{0, 50}}, {25, 75}), 0.5);
+  EXPECT_DOUBLE_EQ(BusyFraction({}, {0, 10}), 0);
+  EXPECT_DOUBLE_EQ(BusyFraction({{0, 10}}, {10, 10}), 0);
+}
+
+TEST(FormatTopOperators, ShowsSharesOfTheTotal) {
+  const std::string table =
+      FormatTopOperators({{"aten::mm", 3, 3e6}, {"aten::add", 1, 1e6}}, 10);
+  EXPECT_NE(table.find("aten::mm"), std::string::npos);
+  EXPECT_NE(table.find("75.0%"), std::string::npos) << table;
+  EXPECT_NE(table.find("25.0%"), std::string::npos) << table;
+}
+
+TEST(FileStem, IsAPlainFileName) {
+  EXPECT_EQ(FileStem("GPT2/small/cuda:1/generate/batch:1/prompt:32/new:100/fp32"),
+            "GPT2_small_cuda-1_generate_batch-1_prompt-32_new-100_fp32");
+}
+
+}  // namespace
+}  // namespace ltb

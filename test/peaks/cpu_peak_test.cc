@@ -1,0 +1,38 @@
+#include "peaks/cpu_peak.h"
+
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "device/cpu_isa.h"
+
+namespace ltb {
+namespace {
+
+// The CPU's flags less those LTB_MAX_CPU_ISA hides (cpu_isa_test checks
+// that view against /proc/cpuinfo).
+bool CpuHasFlag(const std::string& flag) { return CpuHas(flag); }
+
+TEST(NativeArithmetic, FollowsTheCpuFlags) {
+  EXPECT_EQ(!NativeArithmetic(c10::kFloat).empty(),
+            CpuHasFlag("avx2") || CpuHasFlag("avx512f"));
+  EXPECT_EQ(!NativeArithmetic(c10::kHalf).empty(), CpuHasFlag("avx512_fp16"));
+  EXPECT_EQ(!NativeArithmetic(c10::kBFloat16).empty(),
+            CpuHasFlag("avx512_bf16") || CpuHasFlag("amx_bf16"));
+  EXPECT_TRUE(NativeArithmetic(c10::kDouble).empty());
+}
+
+TEST(MeasureLoopPeak, MeasuresTheWidestArithmeticAndNothingWithoutIt) {
+  if (NativeArithmetic(c10::kFloat).empty()) GTEST_SKIP() << "no FMA on this CPU";
+  const LoopPeak one = MeasureLoopPeak(c10::kFloat, 1);
+  EXPECT_GT(one.flops, 1e9);
+  EXPECT_EQ(one.isa, NativeArithmetic(c10::kFloat).front());
+  EXPECT_EQ(MeasureLoopPeak(c10::kDouble).flops, 0);
+  EXPECT_TRUE(MeasureLoopPeak(c10::kDouble).isa.empty());
+  // That the peak bounds every GEMM is checked where it matters, by bench
+  // measuring itself (test/e2e: PeaksTest), not by timing here.
+}
+
+}  // namespace
+}  // namespace ltb

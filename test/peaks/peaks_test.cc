@@ -1,0 +1,89 @@
+#include "peaks/peaks.h"
+
+#include <gtest/gtest.h>
+
+namespace ltb {
+namespace {
+
+TEST(LookupDatasheet, MatchesNvidiaDeviceNames) {
+  const auto model = [](const std::string& name) {
+    const DatasheetPeaks* p = LookupDatasheet(name);
+    return p == nullptr ? std::string("none") : p->model;
+  };
+  EXPECT_EQ(model("NVIDIA H100 80GB HBM3"), "NVIDIA H100 SXM5");
+  EXPECT_EQ(model("NVIDIA H100 PCIe"), "NVIDIA H100 PCIe");
+  EXPECT_EQ(model("NVIDIA H100 NVL"), "NVIDIA H100 NVL");
+  EXPECT_EQ(model("NVIDIA H200"), "NVIDIA H200 SXM");
+  // The NVL cards run at lower clocks and power than the SXM ones.
+  EXPECT_EQ(model("NVIDIA H200 NVL"), "NVIDIA H200 NVL");
+  EXPECT_LT(LookupDatasheet("NVIDIA H200 NVL")->bf16,
+            LookupDatasheet("NVIDIA H200")->bf16);
+  EXPECT_EQ(model("NVIDIA GH200 480GB"), "none");  // a superchip, not an H200
+  EXPECT_EQ(model("NVIDIA A100-SXM4-80GB"), "NVIDIA A100 80GB SXM");
+  EXPECT_EQ(model("NVIDIA A100-PCIE-40GB"), "NVIDIA A100 40GB");
+  EXPECT_EQ(model("NVIDIA L4"), "NVIDIA L4");
+  EXPECT_EQ(model("Tesla T4"), "NVIDIA T4");
+  EXPECT_EQ(model("NVIDIA GeForce RTX 4090"), "NVIDIA GeForce RTX 4090");
+  EXPECT_EQ(model("NVIDIA RTX A4000"), "none");
+  EXPECT_EQ(model("NVIDIA GeForce RTX 3090"), "none");
+}
+
+TEST(LookupDatasheet, GivesDensePeaksWithTheirSource) {
+  const DatasheetPeaks* h100 = LookupDatasheet("NVIDIA H100 80GB HBM3");
+  ASSERT_NE(h100, nullptr);
+  EXPECT_DOUBLE_EQ(h100->bf16, 989.4e12);
+  EXPECT_DOUBLE_EQ(h100->bandwidth, 3.35e12);
+  EXPECT_NE(h100->source.find("datasheet"), std::string::npos);
+  EXPECT_EQ(LookupDatasheet("Tesla T4")->bf16, 0);  // no bf16 tensor cores
+}
+
+TEST(ParsePeakFlops, OneNumberOrPerDtype) {
+  const auto all = ParsePeakFlops("1.5e14").value();
+  EXPECT_EQ(all.size(), 3u);
+  EXPECT_DOUBLE_EQ(all.at(c10::kBFloat16), 1.5e14);
+  const auto some = ParsePeakFlops("fp32=6.7e13,bf16=9.9e14").value();
+  EXPECT_EQ(some.size(), 2u);
+  EXPECT_DOUBLE_EQ(some.at(c10::kFloat), 6.7e13);
+  for (const char* bad :
+       {"", "x", "-1", "0", "fp64=1e12", "fp32=", "fp32=inf", "fp32:1e12"}) {
+    const auto r = ParsePeakFlops(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("valid: FLOP/s for every dtype"),
+              std::string::npos);
+  }
+}
+
+TEST(ParsePeakBandwidth, PositiveNumbersOnly) {
+  EXPECT_DOUBLE_EQ(ParsePeakBandwidth("3.35e12").value(), 3.35e12);
+  EXPECT_FALSE(ParsePeakBandwidth("0").ok());
+  EXPECT_FALSE(ParsePeakBandwidth("fast").ok());
+}
+
+TEST(Peaks, OverridesWinAndAreRecordedAsSuch) {
+  Peaks peaks({{c10::kFloat, 1e12}}, 5e10, {{64, 64, 64}});
+  const c10::Device cpu(c10::kCPU);
+  peaks.Prepare(cpu, c10::kFloat, /*bandwidth=*/true);
+  ASSERT_NE(peaks.Flops(cpu, c10::kFloat), nullptr);
+  EXPECT_DOUBLE_EQ(peaks.Flops(cpu, c10::kFloat)->value, 1e12);
+  EXPECT_EQ(peaks.Flops(cpu, c10::kFloat)->source, "--peak_flops");
+  EXPECT_DOUBLE_EQ(peaks.Bandwidth(cpu)->value, 5e10);
+  EXPECT_EQ(peaks.Flops(cpu, c10::kBFloat16), nullptr);  // not prepared
+  const auto ctx = peaks.Context();
+  ASSERT_EQ(ctx.size(), 2u);
+  EXPECT_EQ(ctx[0].first, "peak_flops_cpu_fp32");
+  EXPECT_NE(ctx[0].second.find("--peak_flops"), std::string::npos);
+}
+
+TEST(Peaks, MeasuresWhatIsNotGiven) {
+  Peaks peaks({}, 0, {{128, 128, 128}, {256, 256, 256}});
+  const c10::Device cpu(c10::kCPU);
+  peaks.Prepare(cpu, c10::kFloat, /*bandwidth=*/false);
+  const Peak* p = peaks.Flops(cpu, c10::kFloat);
+  ASSERT_NE(p, nullptr);
+  EXPECT_GT(p->value, 0);
+  EXPECT_NE(p->source.find("measured"), std::string::npos);
+  EXPECT_EQ(peaks.Bandwidth(cpu), nullptr);
+}
+
+}  // namespace
+}  // namespace ltb

@@ -1,0 +1,185 @@
+#include "suite/flags.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/marshalling.h"
+#include "absl/flags/reflection.h"
+
+namespace ltb {
+namespace {
+
+template <typename T>
+T Parsed(absl::string_view text) {
+  T value{};
+  std::string error;
+  EXPECT_TRUE(absl::ParseFlag(text, &value, &error)) << text << ": " << error;
+  return value;
+}
+
+// The parse error of `text`, which must not parse.
+template <typename T>
+std::string ErrorOf(absl::string_view text) {
+  T value{};
+  std::string error;
+  EXPECT_FALSE(absl::ParseFlag(text, &value, &error)) << text;
+  return error;
+}
+
+TEST(PositiveInts, ExpandsAndDeduplicates) {
+  EXPECT_EQ(Parsed<PositiveInts>("1,8,32").values, (std::vector<int64_t>{1, 8, 32}));
+  EXPECT_EQ(Parsed<PositiveInts>("4, 4,2").values, (std::vector<int64_t>{4, 2}));
+}
+
+TEST(PositiveInts, RejectsWithTheValidForm) {
+  for (const char* bad : {"0", "-1", "1,,2", "x", "1.5", "8,"}) {
+    EXPECT_NE(ErrorOf<PositiveInts>(bad).find("valid: positive integers"),
+              std::string::npos)
+        << bad;
+  }
+}
+
+TEST(DtypeList, KnowsThreePrecisions) {
+  EXPECT_EQ(Parsed<DtypeList>("fp32,bf16,fp16").values,
+            (std::vector<c10::ScalarType>{c10::kFloat, c10::kBFloat16, c10::kHalf}));
+  EXPECT_NE(ErrorOf<DtypeList>("fp32,fp64").find("valid: fp32, bf16, fp16"),
+            std::string::npos);
+}
+
+TEST(DeviceList, ParsesAndNamesTheBadDevice) {
+  EXPECT_EQ(Parsed<DeviceList>("cpu,cuda:1,cpu").values.size(), 2u);
+  EXPECT_TRUE(Parsed<DeviceList>("").values.empty());
+  const std::string error = ErrorOf<DeviceList>("cpu,tpu");
+  EXPECT_NE(error.find("'tpu'"), std::string::npos);
+  EXPECT_NE(error.find("valid: cpu, cuda, cuda:N"), std::string::npos);
+}
+
+TEST(MemoryFormats, ContiguousAndChannelsLast) {
+  EXPECT_EQ(Parsed<MemoryFormats>("contiguous,channels_last").channels_last,
+            (std::vector<bool>{false, true}));
+  EXPECT_NE(ErrorOf<MemoryFormats>("nhwc").find("valid: contiguous, channels_last"),
+            std::string::npos);
+}
+
+TEST(Switch, AcceptsTheUsualSpellingsOnly) {
+  EXPECT_TRUE(Parsed<Switch>("true").value);
+  EXPECT_FALSE(Parsed<Switch>("false").value);
+  EXPECT_FALSE(Parsed<Switch>("0").value);
+  EXPECT_TRUE(Parsed<Switch>("yes").value);
+  EXPECT_NE(ErrorOf<Switch>("maybe").find("valid: true, false"), std::string::npos);
+}
+
+TEST(ScalarFlags, RefuseAListInsteadOfKeepingItsFirstItem) {
+  EXPECT_NE(ErrorOf<PositiveCount>("2,5").find("one value, not a list"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf<Count>("1,2").find("one value, not a list"), std::string::npos);
+  EXPECT_NE(ErrorOf<Seconds>("0.5,1").find("one value, not a list"), std::string::npos);
+  EXPECT_NE(ErrorOf<OptionalPositive>("64,96").find("one value, not a list"),
+            std::string::npos);
+}
+
+TEST(ScalarFlags, Bounds) {
+  EXPECT_EQ(Parsed<Count>("0").value, 0);
+  EXPECT_NE(ErrorOf<Count>("-2").find(">= 0"), std::string::npos);
+  EXPECT_EQ(Parsed<PositiveCount>("3").value, 3);
+  EXPECT_NE(ErrorOf<PositiveCount>("0").find(">= 1"), std::string::npos);
+  EXPECT_DOUBLE_EQ(Parsed<Seconds>("0.25").value, 0.25);
+  for (const char* bad : {"inf", "nan", "-1", "soon"}) ErrorOf<Seconds>(bad);
+  EXPECT_EQ(Parsed<OptionalPositive>("").value, 0);
+  EXPECT_EQ(Parsed<OptionalPositive>("96").value, 96);
+}
+
+TEST(Choices, NameTheValidOnes) {
+  EXPECT_EQ(Parsed<MallocMode>("system"), MallocMode::kSystem);
+  EXPECT_NE(ErrorOf<MallocMode>("jemalloc").find("valid: tuned, system"),
+            std::string::npos);
+  EXPECT_EQ(Parsed<DataSource>("disk"), DataSource::kDisk);
+  EXPECT_NE(ErrorOf<DataSource>("tape").find("valid: memory, disk"), std::string::npos);
+  EXPECT_EQ(Parsed<CpuLinearList>("aten,onednn,aten").packed,
+            (std::vector<bool>{false, true}));
+  EXPECT_NE(ErrorOf<CpuLinearList>("blas").find("valid: aten, onednn"),
+            std::string::npos);
+}
+
+TEST(PeakFlagValues, OneNumberOrPerDtype) {
+  EXPECT_EQ(Parsed<PeakFlopsValue>("1.5e14").per_dtype.size(), 3u);
+  EXPECT_DOUBLE_EQ(Parsed<PeakFlopsValue>("fp32=6.7e13").per_dtype.at(c10::kFloat),
+                   6.7e13);
+  ErrorOf<PeakFlopsValue>("fp64=1");
+  EXPECT_DOUBLE_EQ(Parsed<PeakBandwidthValue>("3.35e12").value, 3.35e12);
+  ErrorOf<PeakBandwidthValue>("0");
+}
+
+TEST(SuiteFlags, OneListHoldsEveryFlagOfTheSuiteAndNoneOfAbseils) {
+  std::set<std::string> names;
+  for (const absl::CommandLineFlag* flag : SuiteFlags()) {
+    names.insert(std::string(flag->Name()));
+    EXPECT_FALSE(flag->Help().empty()) << flag->Name();
+  }
+  // The harness's own, and one a family defines in its model file.
+  for (const char* name :
+       {"devices", "batch", "dtype", "cpu_linear", "epochs", "d_model"}) {
+    EXPECT_TRUE(names.count(name)) << name;
+  }
+  EXPECT_FALSE(names.count("flagfile"));
+  EXPECT_FALSE(names.count("fromenv"));
+}
+
+TEST(SuiteFlags, EveryDefaultParsesBackToItself) {
+  for (const absl::CommandLineFlag* flag : SuiteFlags()) {
+    absl::CommandLineFlag* f = absl::FindCommandLineFlag(flag->Name());
+    const std::string before = f->CurrentValue();
+    std::string error;
+    EXPECT_TRUE(f->ParseFrom(f->DefaultValue(), &error)) << flag->Name() << ": " << error;
+    EXPECT_EQ(f->CurrentValue(), f->DefaultValue()) << flag->Name();
+    ASSERT_TRUE(f->ParseFrom(before, &error));
+  }
+}
+
+TEST(SetSuiteFlag, ErrorsNameTheFlagValueAndValidChoices) {
+  absl::FlagSaver saver;
+  const absl::Status bad = SetSuiteFlag("dtype", "fp64");
+  EXPECT_NE(bad.message().find("bad --dtype value 'fp64'"), std::string::npos);
+  EXPECT_NE(bad.message().find("valid: fp32, bf16, fp16"), std::string::npos);
+  const absl::Status unknown = SetSuiteFlag("no_such_flag", "1");
+  EXPECT_NE(unknown.message().find("unknown flag '--no_such_flag'"), std::string::npos);
+  EXPECT_NE(unknown.message().find("--devices"), std::string::npos);
+  EXPECT_FALSE(SetSuiteFlag("flagfile", "x").ok()) << "Abseil's flags are not bench's";
+}
+
+TEST(OptionsFromFlags, DefaultsAndDerivedSettings) {
+  absl::FlagSaver saver;
+  SuiteOptions o = OptionsFromFlags().value();
+  EXPECT_EQ(o.sweep.dtypes, (std::vector<c10::ScalarType>{c10::kFloat}));
+  EXPECT_EQ(o.sweep.prompts, (std::vector<int64_t>{32}));
+  EXPECT_TRUE(o.sweep.batches.empty());
+  EXPECT_EQ(o.epochs.data, "memory");
+  EXPECT_EQ(o.measured_epochs, 2);
+  ASSERT_TRUE(SetSuiteFlag("data_dir", "/tmp/shards").ok());
+  ASSERT_TRUE(SetSuiteFlag("seed", "7").ok());
+  o = OptionsFromFlags().value();
+  EXPECT_EQ(o.epochs.data, "disk") << "--data_dir implies disk";
+  EXPECT_EQ(o.epochs.seed, 7u);
+  EXPECT_EQ(o.run.seed, 7u);
+  ASSERT_TRUE(SetSuiteFlag("dtype", "").ok());
+  EXPECT_FALSE(OptionsFromFlags().ok()) << "an empty --dtype would run nothing";
+}
+
+TEST(ParseSuiteFlags, NeedsNameEqualsValue) {
+  absl::FlagSaver saver;
+  char prog[] = "bench", batch[] = "--batch", ok[] = "--batch=2,4", stray[] = "stray";
+  char* no_value[] = {prog, batch};
+  const absl::Status s = ParseSuiteFlags(2, no_value);
+  EXPECT_NE(s.message().find("--batch needs a value"), std::string::npos);
+  char* good[] = {prog, ok};
+  ASSERT_TRUE(ParseSuiteFlags(2, good).ok());
+  EXPECT_EQ(OptionsFromFlags()->sweep.batches, (std::vector<int64_t>{2, 4}));
+  char* positional[] = {prog, stray};
+  EXPECT_NE(ParseSuiteFlags(2, positional).message().find("unexpected argument 'stray'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace ltb

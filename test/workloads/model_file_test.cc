@@ -1,0 +1,145 @@
+#include "workloads/model_file.h"
+
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "spec_for.h"
+#include "suite/compiled.h"
+
+namespace ltb {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ModelFileTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ltb_model_file_" + std::to_string(::getpid()) + "_" +
+            testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // A TorchScript module made in C++: forward(x) = 2 x + 1.
+  std::string TorchScriptFile(const std::string& name) {
+    torch::jit::Module m("Doubler");
+    m.define("def forward(self, x):\n  return x * 2 + 1\n");
+    const std::string path = Path(name);
+    m.save(path);
+    return path;
+  }
+
+  fs::path dir_;
+};
+
+TEST(ParseInputSpecs, ShapesDtypesAndRanges) {
+  const auto specs = ParseInputSpecs("8x3x224x224:fp32; 4x128:int64[0,50257)").value();
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].shape, (std::vector<int64_t>{8, 3, 224, 224}));
+  EXPECT_EQ(specs[0].dtype, c10::kFloat);
+  EXPECT_EQ(specs[1].dtype, c10::kLong);
+  EXPECT_EQ(specs[1].low, 0);
+  EXPECT_EQ(specs[1].high, 50257);
+  EXPECT_EQ(FormatInputSpec(specs[1]), "4x128:int64[0,50257)");
+  EXPECT_EQ(FormatInputSpec(specs[0]), "8x3x224x224:fp32");
+}
+
+TEST(ParseInputSpecs, BadItemsSayWhatIsValid) {
+  for (const char* bad : {"8x3", "8x0:fp32", "8:fp64x", "8:int64[5,2)", "8:fp32[0,1)",
+                          "8:int64[0,", "axb:fp32", ""}) {
+    const auto r = ParseInputSpecs(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("--inputs"), std::string::npos) << bad;
+  }
+  EXPECT_NE(ParseInputSpecs("8:half").status().message().find("valid: fp32, bf16, fp16"),
+            std::string::npos);
+}
+
+TEST(MakeInputs, ReplacesTheBatchAndKeepsIntegersInRange) {
+  const auto specs = ParseInputSpecs("2x5:fp32;2x7:int64[3,9)").value();
+  const std::vector<at::Tensor> t = MakeInputs(specs, 6, c10::Device(c10::kCPU));
+  EXPECT_EQ(t[0].sizes(), (std::vector<int64_t>{6, 5}));
+  EXPECT_EQ(t[1].sizes(), (std::vector<int64_t>{6, 7}));
+  EXPECT_GE(t[1].min().item<int64_t>(), 3);
+  EXPECT_LT(t[1].max().item<int64_t>(), 9);
+}
+
+TEST_F(ModelFileTest, ATorchScriptModuleRunsWithItsSavedInputsAndIsComparedWithThem) {
+  const std::string path = TorchScriptFile("double.pt");
+  const ModelFile file = InspectModelFile(path).value();
+  EXPECT_EQ(file.format, ModelFormat::kTorchScript);
+  EXPECT_EQ(file.Stem(), "double");
+  // The inputs and "eager" outputs tools/export saves beside a file; the
+  // expected output is off by 0.5 somewhere, a relative error of 0.5 / 9.
+  const at::Tensor x = torch::tensor({1.0f, 2.0f, 4.0f});
+  c10::impl::GenericDict io(c10::StringType::get(), c10::AnyType::get());
+  io.insert("inputs", c10::List<at::Tensor>({x}));
+  io.insert("expected", c10::List<at::Tensor>({torch::tensor({3.0f, 5.0f, 8.5f})}));
+  io.insert("compile_s", 1.5);
+  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(io));
+  std::ofstream(Path("double.io.pt"), std::ios::binary).write(bytes.data(), bytes.size());
+  const std::optional<SavedIO> saved = LoadSavedIO(file).value();
+  ASSERT_TRUE(saved.has_value());
+  EXPECT_DOUBLE_EQ(saved->compile_s, 1.5);
+  std::unique_ptr<Workload> w = MakeModelFileWorkload(
+      file, SpecFor("Model", "double", "forward", 3), saved->inputs, &*saved);
+  w->Step();
+  EXPECT_TRUE(torch::equal(w->Evaluate(), 2 * x + 1));
+  std::map<std::string, double> counters;
+  for (const auto& [k, v] : w->Counters()) counters[k] = v;
+  EXPECT_DOUBLE_EQ(counters.at("compile_s"), 1.5);
+  EXPECT_NEAR(counters.at("rel_err"), 0.5 / 8.5, 1e-6);
+}
+
+TEST_F(ModelFileTest, FilesThatAreNotModelsSayWhatTheyAre) {
+  EXPECT_NE(InspectModelFile(Path("missing.pt2")).status().message().find("no such file"),
+            std::string::npos);
+  std::ofstream(Path("text.pt")) << "not a model";
+  const auto text = InspectModelFile(Path("text.pt"));
+  ASSERT_FALSE(text.ok());
+  EXPECT_NE(text.status().message().find(Path("text.pt") + ": not a model file"),
+            std::string::npos)
+      << text.status();
+  const std::vector<char> tensors =
+      torch::jit::pickle_save(c10::IValue(c10::List<at::Tensor>({torch::ones(3)})));
+  std::ofstream(Path("weights.pt"), std::ios::binary)
+      .write(tensors.data(), tensors.size());
+  const auto weights = InspectModelFile(Path("weights.pt"));
+  ASSERT_FALSE(weights.ok());
+  EXPECT_NE(weights.status().message().find("not a TorchScript module but saved tensors"),
+            std::string::npos)
+      << weights.status();
+}
+
+TEST_F(ModelFileTest, InputsTheModelRejectsNameTheFileAndTheInputs) {
+  const ModelFile file = InspectModelFile(TorchScriptFile("double.pt")).value();
+  try {
+    MakeModelFileWorkload(file, SpecFor("Model", "double", "forward", 1),
+                          {torch::ones({2}), torch::ones({2})});
+    FAIL() << "two inputs for a forward of one";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find(file.path + ": cannot run on the inputs ([2]:Float, "
+                                               "[2]:Float)"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(ModelFileTest, CompiledBenchmarksNeedTheNameTheyCompile) {
+  TorchScriptFile("mine.pt");  // no ltb_benchmark: a file of the user's own
+  std::vector<std::string> errors;
+  EXPECT_TRUE(CompiledBenchmarks(dir_.string(), &errors).empty());
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("no ltb_benchmark in its metadata"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ltb
