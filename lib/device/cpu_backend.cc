@@ -3,7 +3,6 @@
 // collectives; peaks measured by the arithmetic loop and the GEMM paths.
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
-#include <malloc.h>
 
 #include <atomic>
 #include <cstring>
@@ -160,8 +159,6 @@ class CpuBackend final : public DeviceBackend {
   }
   void ResetPeakMemory(const c10::Device&) const override { ResetCpuPeak(); }
   int64_t PeakMemory(const c10::Device&) const override { return CpuPeakBytes(); }
-  // The memory malloc keeps, so the next memory check sees it free.
-  void ReleaseCache(const c10::Device&) const override { malloc_trim(0); }
 
   PeakMethod FlopsPeakMethod() const override { return PeakMethod::kCpuLimit; }
 

@@ -37,7 +37,9 @@ int64_t PeakRssBytes() {
 
 void ReleaseCachedMemory(const c10::Device& device) {
   BackendOf(device).ReleaseCache(device);
-  malloc_trim(0);  // the model was built on the host whatever the device
+  // The memory malloc keeps, so the next memory check sees it free: the
+  // model was built on the host whatever the device.
+  malloc_trim(0);
 }
 
 absl::Status ConfigureMalloc(const std::string& mode, std::string* description) {
