@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <numeric>
 
 #include "device/device.h"
@@ -78,20 +79,30 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
   const double steps_per_s =
       measured > 0 ? static_cast<double>(state.iterations()) / measured : 0;
   if (options.peaks != nullptr && steps_per_s > 0) {
-    const Peak* flops = options.peaks->Flops(spec.device, spec.dtype);
-    if (flops != nullptr && plan.flops_per_step > 0) {
+    const double fastest = *std::min_element(m.steps.begin(), m.steps.end());
+    const auto report = [&](const char* name, const Utilisation& u) {
+      if (!u.note.empty()) std::cerr << "bench: " << name << ": " << u.note << "\n";
+      if (u.value >= 0) c[name] = u.value;
+    };
+    if (plan.flops_per_step > 0) {
       // Throughput counts every rank; the peak is one device's.
       const int devices = CurrentProcessGroup() && spec.data_parallel
                               ? CurrentProcessGroup()->world_size()
                               : 1;
-      c["mfu"] = plan.flops_per_step * steps_per_s / flops->value / devices;
+      const double per_device = plan.flops_per_step / devices;
+      report("mfu", options.peaks->FlopsUtilisation(spec.device, spec.dtype,
+                                                    per_device * steps_per_s,
+                                                    per_device / fastest, spec.Name()));
     }
-    const Peak* bandwidth = options.peaks->Bandwidth(spec.device);
-    if (bandwidth != nullptr && c.find("weight_GB/s") != c.end()) {
-      c["mbu"] = c["weight_GB/s"].value * 1e9 / bandwidth->value;
-    } else if (bandwidth != nullptr && plan.bytes_per_step > 0 &&
-               !plan.bytes_cross_host_link) {
-      c["mbu"] = plan.bytes_per_step * steps_per_s / bandwidth->value;
+    if (c.find("weight_GB/s") != c.end()) {
+      // Decoding's weight reads, averaged over its decode steps.
+      const double rate = c["weight_GB/s"].value * 1e9;
+      report("mbu",
+             options.peaks->BandwidthUtilisation(spec.device, rate, rate, spec.Name()));
+    } else if (plan.bytes_per_step > 0 && !plan.bytes_cross_host_link) {
+      report("mbu", options.peaks->BandwidthUtilisation(
+                        spec.device, plan.bytes_per_step * steps_per_s,
+                        plan.bytes_per_step / fastest, spec.Name()));
     }
   }
   if (CurrentPrepared().gpu_busy >= 0) c["gpu_busy_%"] = 100 * CurrentPrepared().gpu_busy;

@@ -148,20 +148,6 @@ double MeasureCopyPeak(const c10::Device& device) {
   const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
   at::Tensor src = at::randn({n}, opts), dst = at::empty({n}, opts);
   dst.copy_(src);
-  StepTimer timer(device, /*sync=*/true);
-  // The fastest of `op` over 0.3 s or 30 steps.
-  const auto fastest = [&](const std::function<void()>& op) {
-    double best = 1e30, spent = 0;
-    for (int i = 0; i < 30 && spent < 0.3; ++i) {
-      timer.Start();
-      op();
-      const double t = timer.Stop();
-      spent += t;
-      best = std::min(best, t);
-    }
-    return best;
-  };
-  const double copy = 2.0 * n * 4 / fastest([&] { dst.copy_(src); });
   // Reading alone (what decoding does with its weights) outruns a copy, whose
   // writes also read each line before they write it: a matrix-vector product
   // over the same 256 MiB, read once.
@@ -169,8 +155,26 @@ double MeasureCopyPeak(const c10::Device& device) {
   const at::Tensor matrix = src.view({side, side});
   const at::Tensor vector = at::randn({side}, opts);
   at::Tensor product = at::empty({side}, opts);
-  const double read = 1.0 * n * 4 / fastest([&] { at::mv_out(product, matrix, vector); });
-  return std::max(copy, read);
+  StepTimer timer(device, /*sync=*/true);
+  // The fastest step of `op` so far, each call timing it for 0.1 s or 10 steps.
+  const auto time = [&](const std::function<void()>& op, double* best) {
+    double spent = 0;
+    for (int i = 0; i < 10 && spent < 0.1; ++i) {
+      timer.Start();
+      op();
+      const double t = timer.Stop();
+      spent += t;
+      *best = std::min(*best, t);
+    }
+  };
+  // Three rounds alternating the two, so that a passing burst of load on a
+  // shared machine lowers neither.
+  double copy = 1e30, read = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    time([&] { dst.copy_(src); }, &copy);
+    time([&] { at::mv_out(product, matrix, vector); }, &read);
+  }
+  return std::max(2.0 * n * 4 / copy, 1.0 * n * 4 / read);
 }
 
 Peaks::Peaks(std::map<c10::ScalarType, double> flops_override, double bandwidth_override,
@@ -193,7 +197,7 @@ void Peaks::Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandw
       p = MeasureCpuFlops(dtype);
     } else {
       p = {MeasureMatmulPeak(device, dtype, shapes_),
-           "measured: fastest step of the Ops matmul shapes"};
+           "measured: fastest step of the Ops matmul shapes", true};
     }
     flops_[key] = p;
   }
@@ -207,7 +211,8 @@ void Peaks::Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandw
     } else {
       p = {MeasureCopyPeak(device),
            "measured: the faster of a 256MiB copy (bytes read + written) and a "
-           "matrix-vector product reading 256MiB"};
+           "matrix-vector product reading 256MiB",
+           true};
     }
     bandwidth_[Key(device)] = p;
   }
@@ -240,7 +245,51 @@ Peak Peaks::MeasureCpuFlops(c10::ScalarType dtype) {
           absl::StrFormat("measured: the highest of a register-resident %s loop on %d "
                           "threads %.4g, LibTorch's matmul %.4g and oneDNN's linear %.4g "
                           "over the Ops matmul shapes",
-                          loop.isa, at::get_num_threads(), loop.flops, stock, onednn)};
+                          loop.isa, at::get_num_threads(), loop.flops, stock, onednn),
+          true};
+}
+
+Utilisation UtilisationOf(Peak& peak, double mean_rate, double best_rate,
+                          const std::string& benchmark, const std::string& what) {
+  Utilisation u;
+  if (peak.value <= 0 || mean_rate <= 0) return u;
+  best_rate = std::max(best_rate, mean_rate);
+  if (peak.measured && best_rate > peak.value) {
+    u.note = absl::StrFormat(
+        "%s's fastest step reached %.4g, above the measured %s %.4g: that peak was "
+        "measured too low and is raised to %.4g for it and every later benchmark",
+        benchmark, best_rate, what, peak.value, best_rate);
+    peak.source = absl::StrFormat("%s; raised to %.4g by %s (from %.4g)", peak.source,
+                                  best_rate, benchmark, peak.value);
+    peak.value = best_rate;
+  }
+  const double value = mean_rate / peak.value;
+  if (value > 1) {
+    u.note = absl::StrFormat(
+        "%s reached %.4g, above the %s %.4g (%s): a wrong peak or a wrong count, so "
+        "no utilisation is reported",
+        benchmark, mean_rate, what, peak.value, peak.source);
+    return u;
+  }
+  u.value = value;
+  return u;
+}
+
+Utilisation Peaks::FlopsUtilisation(const c10::Device& device, c10::ScalarType dtype,
+                                    double mean_rate, double best_rate,
+                                    const std::string& benchmark) {
+  auto it = flops_.find({Key(device), dtype});
+  if (it == flops_.end()) return {};
+  return UtilisationOf(it->second, mean_rate, best_rate, benchmark,
+                       absl::StrCat(DtypeName(dtype), " FLOP/s peak"));
+}
+
+Utilisation Peaks::BandwidthUtilisation(const c10::Device& device, double mean_rate,
+                                        double best_rate, const std::string& benchmark) {
+  auto it = bandwidth_.find(Key(device));
+  if (it == bandwidth_.end()) return {};
+  return UtilisationOf(it->second, mean_rate, best_rate, benchmark,
+                       "bandwidth peak (bytes/s)");
 }
 
 const Peak* Peaks::Flops(const c10::Device& device, c10::ScalarType dtype) const {

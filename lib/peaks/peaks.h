@@ -21,6 +21,15 @@ namespace ltb {
 struct Peak {
   double value = 0;    // FLOP/s, or bytes/s
   std::string source;  // "measured: ...", "--peak_flops", "datasheet: ..."
+  // Measured on this machine: a lower bound of what it can do, which a
+  // benchmark's faster rate raises (see Peaks::Utilisation).
+  bool measured = false;
+};
+
+// A utilisation (mfu, mbu) against a peak, or why there is none.
+struct Utilisation {
+  double value = -1;  // in [0, 1]; -1: none
+  std::string note;   // a raised peak, or why a value is left out
 };
 
 // --peak_flops: a number for every dtype ("1.2e14") or dtype=number pairs
@@ -42,6 +51,20 @@ class Peaks {
   const Peak* Flops(const c10::Device& device, c10::ScalarType dtype) const;
   const Peak* Bandwidth(const c10::Device& device) const;
 
+  // The utilisation of `mean_rate` (the benchmark's achieved FLOP/s or
+  // bytes/s) against the flops peak of (device, dtype) or the bandwidth peak
+  // of device; `best_rate` is its fastest step's rate (>= mean_rate). A
+  // measured peak that `best_rate` beats was measured too low (a shared
+  // machine's passing load): it is raised to `best_rate` for this benchmark
+  // and every later one, and the note says so. A datasheet or command-line
+  // peak that the mean beats is a wrong peak or a wrong count: no value, and
+  // the note says why. Never above 1.
+  Utilisation FlopsUtilisation(const c10::Device& device, c10::ScalarType dtype,
+                               double mean_rate, double best_rate,
+                               const std::string& benchmark);
+  Utilisation BandwidthUtilisation(const c10::Device& device, double mean_rate,
+                                   double best_rate, const std::string& benchmark);
+
   // Context entries: peak_flops_<device>_<dtype> (or why there is none),
   // gemm_flops_<device>_<dtype> (what LibTorch's default matmul reached),
   // peak_bandwidth_<device>.
@@ -60,6 +83,11 @@ class Peaks {
   std::map<std::string, Peak> bandwidth_;
 };
 
+// The utilisation against `peak` as Peaks::FlopsUtilisation says, raising a
+// measured peak in place; `what` names the peak in the note.
+Utilisation UtilisationOf(Peak& peak, double mean_rate, double best_rate,
+                          const std::string& benchmark, const std::string& what);
+
 // How a GEMM is run: LibTorch's default matmul (MKL or OpenBLAS on CPUs), or
 // oneDNN's linear with both operands reordered into its layout once (CPU).
 enum class GemmPath { kDefault, kOnednn };
@@ -70,8 +98,9 @@ enum class GemmPath { kDefault, kOnednn };
 double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
                          const std::vector<MatmulShape>& shapes,
                          GemmPath path = GemmPath::kDefault);
-// Best bytes/s of `device`: the faster of a 256 MiB copy (bytes read +
-// written) and a matrix-vector product reading a 256 MiB matrix.
+// Best bytes/s of `device`: the fastest step of a 256 MiB copy (bytes read +
+// written) and of a matrix-vector product reading a 256 MiB matrix, over
+// three rounds that alternate the two.
 double MeasureCopyPeak(const c10::Device& device);
 
 }  // namespace ltb

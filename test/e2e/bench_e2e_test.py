@@ -5,6 +5,7 @@ LTB_TORCH_VERSION is the version of the LibTorch it was built against.
 """
 import importlib.metadata
 import json
+import re
 import os
 import subprocess
 import sys
@@ -355,11 +356,17 @@ def peak_of(context, key):
 @unittest.skipUnless(BENCH, "LTB_BENCH is not set")
 class PeaksTest(unittest.TestCase):
     def test_measured_peak_bounds_every_matmul_and_gives_mfu(self):
-        doc = run_json("--benchmark_filter=Ops/matmul/(256x256|512x512|1024x1024|2048x2048|"
-                       "2048x768x768)/|Transformer/nano/cpu/forward/", "--devices=cpu",
-                       "--seq=64", "--dtype=fp32,bf16", "--benchmark_min_time=0.1",
-                       "--warmup_s=0")
+        proc = run_bench("--benchmark_format=json",
+                         "--benchmark_filter=Ops/matmul/(256x256|512x512|1024x1024|2048x2048|"
+                         "2048x768x768)/|Transformer/nano/cpu/forward/", "--devices=cpu",
+                         "--seq=64", "--dtype=fp32,bf16", "--benchmark_min_time=0.1",
+                         "--warmup_s=0")
+        doc = json.loads(proc.stdout)
         ctx = doc["context"]
+        # A measured peak that a benchmark's fastest step beats (a shared
+        # machine's load while it was measured) is raised, and stderr says so.
+        raised = re.findall(r"bench: mfu: (\S+)'s fastest step reached (\S+), above the "
+                            r"measured (\w+) FLOP/s peak (\S+):", proc.stderr)
         for dtype in ("fp32", "bf16"):
             if f"peak_flops_cpu_{dtype}" not in ctx or "none" in ctx[f"peak_flops_cpu_{dtype}"]:
                 self.assertEqual(dtype, "bf16", "every x86-64 CPU this runs on has fp32 FMA")
@@ -372,13 +379,18 @@ class PeaksTest(unittest.TestCase):
             matmuls = [b for b in doc["benchmarks"]
                        if b["name"].startswith("Ops/matmul/") and f"/{dtype}/" in b["name"]]
             self.assertEqual(len(matmuls), 5)
-            for b in matmuls:
-                # The peak is the highest of an FMA loop and the fastest GEMM
-                # step of these very shapes: no matmul beats it.
-                self.assertLessEqual(b["mfu"], 1.0, b["name"])
             for b in doc["benchmarks"]:
-                if f"/{dtype}/" in b["name"]:
-                    self.assertAlmostEqual(b["mfu"], b["FLOP/s"] / peak, delta=1e-3 * b["mfu"])
+                if f"/{dtype}/" not in b["name"]:
+                    continue
+                for name, best, peak_dtype, old in raised:
+                    if name == b["name"]:
+                        self.assertEqual(peak_dtype, dtype)
+                        self.assertAlmostEqual(float(old), peak, delta=1e-3 * peak)
+                        self.assertGreater(float(best), peak)
+                        peak = float(best)
+                # Never above 1, and against the peak in force when it ran.
+                self.assertLessEqual(b["mfu"], 1.0, b["name"])
+                self.assertAlmostEqual(b["mfu"], b["FLOP/s"] / peak, delta=1e-3 * b["mfu"])
 
     def test_given_peaks_are_used_and_recorded(self):
         doc = run_json(*FAST, "--devices=cpu", "--new_tokens=8",

@@ -83,6 +83,53 @@ TEST(Peaks, MeasuresWhatIsNotGiven) {
   EXPECT_GT(p->value, 0);
   EXPECT_NE(p->source.find("measured"), std::string::npos);
   EXPECT_EQ(peaks.Bandwidth(cpu), nullptr);
+  EXPECT_TRUE(p->measured);
+  // A benchmark whose fastest step beats the measured peak raises it.
+  const double before = p->value;
+  const Utilisation u =
+      peaks.FlopsUtilisation(cpu, c10::kFloat, 1.5 * before, 2 * before, "Ops/matmul/x");
+  EXPECT_DOUBLE_EQ(u.value, 0.75);
+  EXPECT_DOUBLE_EQ(peaks.Flops(cpu, c10::kFloat)->value, 2 * before);
+  EXPECT_NE(u.note.find("raised"), std::string::npos) << u.note;
+  EXPECT_NE(peaks.Context()[0].second.find("raised to"), std::string::npos);
+}
+
+TEST(UtilisationOf, BelowThePeakIsTheRatio) {
+  Peak peak{100, "measured: x", true};
+  const Utilisation u = UtilisationOf(peak, 40, 50, "B", "bandwidth peak");
+  EXPECT_DOUBLE_EQ(u.value, 0.4);
+  EXPECT_EQ(u.note, "");
+  EXPECT_DOUBLE_EQ(peak.value, 100);
+}
+
+TEST(UtilisationOf, AMeasuredPeakBeatenIsRaisedNeverAboveOne) {
+  // Ops/copy on a shared machine: its fastest step beat the start-up peak.
+  Peak peak{2.207e10, "measured: copy", true};
+  const Utilisation u = UtilisationOf(peak, 2.337e10, 2.5e10, "Ops/copy", "bandwidth");
+  EXPECT_DOUBLE_EQ(peak.value, 2.5e10);
+  EXPECT_DOUBLE_EQ(u.value, 2.337e10 / 2.5e10);
+  EXPECT_LE(u.value, 1.0);
+  EXPECT_NE(u.note.find("Ops/copy"), std::string::npos);
+  EXPECT_NE(peak.source.find("raised to 2.5e+10 by Ops/copy"), std::string::npos)
+      << peak.source;
+  // A later benchmark is measured against the raised peak.
+  EXPECT_DOUBLE_EQ(UtilisationOf(peak, 1.25e10, 1.3e10, "Next", "bw").value, 0.5);
+  // A best rate below the mean (an averaged rate only) is raised to the mean.
+  Peak low{10, "measured: y", true};
+  EXPECT_DOUBLE_EQ(UtilisationOf(low, 12, 0, "Decode", "bw").value, 1.0);
+  EXPECT_DOUBLE_EQ(low.value, 12);
+}
+
+TEST(UtilisationOf, AGivenPeakBeatenGivesNoValueAndSaysWhy) {
+  Peak sheet{1e12, "datasheet: H100", false};
+  const Utilisation u = UtilisationOf(sheet, 1.2e12, 1.3e12, "Ops/matmul", "peak");
+  EXPECT_LT(u.value, 0);
+  EXPECT_NE(u.note.find("wrong peak or a wrong count"), std::string::npos);
+  EXPECT_DOUBLE_EQ(sheet.value, 1e12);  // never raised
+  // No peak, or nothing achieved: no value and nothing to say.
+  Peak none{0, "none: no native bf16", false};
+  EXPECT_LT(UtilisationOf(none, 5, 5, "x", "p").value, 0);
+  EXPECT_EQ(UtilisationOf(none, 5, 5, "x", "p").note, "");
 }
 
 }  // namespace
