@@ -43,6 +43,9 @@ struct Capabilities {
   bool pinned_host_memory = false;
   // LibTorch's profiler records this device's kernels and copies.
   bool profiled_kernels = false;
+  // Python PyTorch's optimizers default to multi-tensor (foreach) kernels
+  // on this device (its _get_foreach_kernels_supported_devices).
+  bool foreach_optimizers = false;
 };
 
 // How the matmul peak of a device without a datasheet row is measured.

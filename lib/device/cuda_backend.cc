@@ -127,6 +127,7 @@ class CudaBackend final : public DeviceBackend {
     c.graphs = true;
     c.pinned_host_memory = true;
     c.profiled_kernels = true;
+    c.foreach_optimizers = true;
     return c;
   }
 

@@ -14,6 +14,7 @@
 #include "models/size_table.h"
 #include "suite/flags.h"
 #include "workloads/epoch.h"
+#include "workloads/optimizers.h"
 #include "workloads/phases.h"
 
 ABSL_FLAG(ltb::OptionalPositive, d_model, {}, "EncDec: override every size's d_model.");
@@ -234,9 +235,8 @@ std::unique_ptr<Workload> BuildEncDec(const BenchSpec& s) {
   train.loss = [model, src_len](const at::Tensor& pairs) mutable {
     return EncDecLoss(model, pairs, src_len);
   };
-  train.make_optimizer = [model]() {
-    return std::make_unique<torch::optim::AdamW>(model->parameters(),
-                                                 torch::optim::AdamWOptions(1e-4));
+  train.make_optimizer = [model, device = s.device]() {
+    return MakeAdamW(device, model->parameters(), torch::optim::AdamWOptions(1e-4));
   };
   DatasetShape data{s.seq + s.seq, o.vocab()};  // source then target tokens
   if (s.iterations == Iterations::kEpochs) {

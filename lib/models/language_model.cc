@@ -4,6 +4,7 @@
 #include <torch/optim/adamw.h>
 
 #include "workloads/epoch.h"
+#include "workloads/optimizers.h"
 #include "workloads/phases.h"
 
 namespace ltb {
@@ -19,9 +20,8 @@ std::unique_ptr<Workload> BuildLanguageModel(
     return torch::nn::functional::cross_entropy(
         logits.reshape({-1, vocab}).to(at::kFloat), batch.narrow(1, 1, t).reshape({-1}));
   };
-  const auto adamw = [module]() {
-    return std::make_unique<torch::optim::AdamW>(module->parameters(),
-                                                 torch::optim::AdamWOptions(1e-4));
+  const auto adamw = [module, device = s.device]() {
+    return MakeAdamW(device, module->parameters(), torch::optim::AdamWOptions(1e-4));
   };
   const at::Tensor ids = torch::randint(0, vocab, {s.batch, s.seq + 1},
                                         torch::dtype(torch::kLong).device(s.device));

@@ -4,6 +4,7 @@
 #include <torch/optim/sgd.h>
 
 #include "absl/strings/str_cat.h"
+#include "workloads/optimizers.h"
 #include "workloads/phases.h"
 
 namespace ltb {
@@ -32,9 +33,9 @@ std::unique_ptr<Workload> BuildClassifier(
   fns.loss = [labels](const at::Tensor& logits) {
     return torch::nn::functional::cross_entropy(logits.to(at::kFloat), labels);
   };
-  fns.make_optimizer = [module, lr]() {
-    return std::make_unique<torch::optim::SGD>(
-        module->parameters(), torch::optim::SGDOptions(lr).momentum(0.9));
+  fns.make_optimizer = [module, lr, device = spec.device]() {
+    return MakeSGD(device, module->parameters(),
+                   torch::optim::SGDOptions(lr).momentum(0.9));
   };
   return MakePhaseWorkload(spec, std::move(fns));
 }

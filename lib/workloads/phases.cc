@@ -11,6 +11,7 @@
 #include "base/torch_compat.h"
 #include "device/autocast.h"
 #include "workloads/packed_linear.h"
+#include "workloads/trainer.h"
 
 namespace ltb {
 
@@ -76,27 +77,21 @@ class ForwardWorkload final : public Workload {
   ModelFns fns_;
 };
 
+// forward_backward: forward, loss and backward, no optimizer step.
 class TrainWorkload final : public Workload {
  public:
-  TrainWorkload(const BenchSpec& spec, ModelFns fns, bool step_optimizer)
-      : fns_(std::move(fns)), device_(spec.device), dtype_(spec.dtype) {
-    if (step_optimizer) optimizer_ = fns_.make_optimizer();
-  }
+  TrainWorkload(const BenchSpec& spec, ModelFns fns)
+      : fns_(std::move(fns)), device_(spec.device), dtype_(spec.dtype) {}
 
   void Step() override {
     c10::AutoGradMode grad(true);
-    if (optimizer_) {
-      optimizer_->zero_grad();
-    } else {
-      fns_.module->zero_grad();
-    }
+    fns_.module->zero_grad();
     at::Tensor loss;
     {
       AutocastGuard autocast(device_, dtype_);
       loss = fns_.loss(fns_.forward());
     }
     loss.backward();
-    if (optimizer_) optimizer_->step();
   }
   std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
     return ModuleTensors(*fns_.module);
@@ -106,7 +101,6 @@ class TrainWorkload final : public Workload {
   ModelFns fns_;
   c10::Device device_;
   c10::ScalarType dtype_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
 
 }  // namespace
@@ -114,10 +108,18 @@ class TrainWorkload final : public Workload {
 std::unique_ptr<Workload> MakePhaseWorkload(const BenchSpec& spec, ModelFns fns) {
   if (!spec.training()) return std::make_unique<ForwardWorkload>(std::move(fns));
   if (spec.phase == kForwardBackward) {
-    return std::make_unique<TrainWorkload>(spec, std::move(fns), false);
+    return std::make_unique<TrainWorkload>(spec, std::move(fns));
   }
   if (spec.phase == kTrainStep) {
-    return std::make_unique<TrainWorkload>(spec, std::move(fns), true);
+    // The Trainer of the token-batch families: loss scaling in fp16, and
+    // gradients averaged over data-parallel ranks.
+    TrainFns train;
+    train.module = fns.module;
+    train.loss = [forward = fns.forward, loss = fns.loss](const at::Tensor&) {
+      return loss(forward());
+    };
+    train.make_optimizer = fns.make_optimizer;
+    return MakeTrainStepWorkload(spec, std::move(train), at::Tensor());
   }
   TORCH_CHECK(false, "no shared workload for training phase '", spec.phase,
               "'; valid: forward_backward, train_step");

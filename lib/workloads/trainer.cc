@@ -1,6 +1,12 @@
 #include "workloads/trainer.h"
 
+#include <ATen/ops/_amp_foreach_non_finite_check_and_unscale.h>
+#include <ATen/ops/_amp_update_scale.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
+
+#include <map>
 
 #include "device/autocast.h"
 #include "distributed/distributed.h"
@@ -11,7 +17,7 @@ namespace ltb {
 Trainer::Trainer(const BenchSpec& spec, TrainFns fns)
     : fns_(std::move(fns)), device_(spec.device), dtype_(spec.dtype) {
   optimizer_ = fns_.make_optimizer();
-  if (dtype_ == c10::kHalf) scaler_.emplace();
+  if (dtype_ == c10::kHalf) scaler_.emplace(device_);
   if (DataParallel* group = CurrentProcessGroup()) {
     // Every rank starts from rank 0's weights.
     torch::NoGradGuard no_grad;
@@ -34,27 +40,31 @@ void Trainer::Step(const at::Tensor& batch) {
   optimizer_->step();
 }
 
+LossScaler::LossScaler(const c10::Device& device, double scale, int growth_interval)
+    : scale_(at::full({}, scale, at::TensorOptions(at::kFloat).device(device))),
+      growth_tracker_(at::zeros({}, at::TensorOptions(at::kInt).device(device))),
+      found_inf_(at::zeros({}, at::TensorOptions(at::kFloat).device(device))),
+      growth_interval_(growth_interval) {}
+
+double LossScaler::scale() const { return scale_.item<double>(); }
+
 bool LossScaler::UnscaleAndCheck(const std::vector<at::Tensor>& params) {
-  torch::NoGradGuard no_grad;
-  std::vector<at::Tensor> checks;
+  c10::NoGradGuard no_grad;
+  found_inf_.zero_();
+  const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
+  // One fused kernel per gradient dtype, as GradScaler groups them.
+  std::map<c10::ScalarType, std::vector<at::Tensor>> grads;
   for (const at::Tensor& p : params) {
-    if (!p.grad().defined()) continue;
-    p.grad().mul_(1.0 / scale_);
-    checks.push_back(p.grad().isfinite().all());
+    if (p.grad().defined()) grads[p.grad().scalar_type()].push_back(p.grad());
   }
-  // One device sync for the whole check, not one per parameter.
-  const bool finite = checks.empty() || at::stack(checks).all().item<bool>();
-  if (!finite) {
-    scale_ *= 0.5;
-    good_steps_ = 0;
-    ++skipped_;
-    return false;
+  for (auto& [dtype, group] : grads) {
+    at::_amp_foreach_non_finite_check_and_unscale_(group, found_inf_, inv_scale);
   }
-  if (++good_steps_ >= growth_interval_) {
-    scale_ *= 2.0;
-    good_steps_ = 0;
-  }
-  return true;
+  const bool finite = found_inf_.item<float>() == 0;  // the step's one host wait
+  at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, /*growth_factor=*/2.0,
+                         /*backoff_factor=*/0.5, growth_interval_);
+  if (!finite) ++skipped_;
+  return finite;
 }
 
 namespace {

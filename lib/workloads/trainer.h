@@ -23,32 +23,40 @@ struct TrainFns {
   std::function<std::unique_ptr<torch::optim::Optimizer>()> make_optimizer;
 };
 
-// GradScaler's dynamic loss scaling: multiply the loss by `scale`; when a
-// gradient is inf or nan, skip the step and halve the scale; after
-// `growth_interval` good steps in a row, double it.
+// GradScaler's dynamic loss scaling, with its fused kernels: multiply the
+// loss by `scale`; unscale every gradient and look for inf or nan in one
+// kernel (_amp_foreach_non_finite_check_and_unscale_); when one is found,
+// skip the step and halve the scale; after `growth_interval` good steps in
+// a row, double it (_amp_update_scale_, on the device). One host wait a
+// step, for whether to skip, as GradScaler.step has.
 class LossScaler {
  public:
-  explicit LossScaler(double scale = 65536.0, int growth_interval = 2000)
-      : scale_(scale), growth_interval_(growth_interval) {}
+  explicit LossScaler(const c10::Device& device = c10::Device(c10::kCPU),
+                      double scale = 65536.0, int growth_interval = 2000);
   at::Tensor Scale(const at::Tensor& loss) const { return loss * scale_; }
   // Unscales the gradients; returns false (and backs off) when any is not
   // finite, in which case the caller skips the optimizer step.
   bool UnscaleAndCheck(const std::vector<at::Tensor>& params);
-  double scale() const { return scale_; }
+  double scale() const;  // reads the device: for tests and reports
   int64_t skipped() const { return skipped_; }
 
  private:
-  double scale_;
+  at::Tensor scale_;           // 0-dim fp32 on the device
+  at::Tensor growth_tracker_;  // 0-dim int32: good steps in a row
+  at::Tensor found_inf_;       // 0-dim fp32
   int growth_interval_;
-  int good_steps_ = 0;
   int64_t skipped_ = 0;
 };
 
-// Every rank starts from rank 0's weights; fp16 gets a LossScaler.
+// Every rank starts from rank 0's weights, and gradients are averaged over
+// the ranks before the optimizer steps; fp16 gets a LossScaler.
 class Trainer {
  public:
   Trainer(const BenchSpec& spec, TrainFns fns);
+  // One optimizer step over `batch` (passed to fns.loss as it is).
   void Step(const at::Tensor& batch);
+  // Steps the scaler skipped (inf or nan in fp16); 0 without one.
+  int64_t skipped() const { return scaler_ ? scaler_->skipped() : 0; }
   const torch::nn::Module& module() const { return *fns_.module; }
 
  private:

@@ -26,6 +26,7 @@
 #include "free_port.h"
 #include "measure/runner.h"
 #include "spec_for.h"
+#include "workloads/optimizers.h"
 
 namespace ltb {
 namespace {
@@ -106,6 +107,7 @@ class FakeGpuBackend final : public DeviceBackend {
   Capabilities Caps() const override {
     Capabilities c;
     c.profiled_kernels = false;
+    c.foreach_optimizers = true;
     return c;  // not the host: GPU shapes, no packed linears
   }
   void Synchronize(const c10::Device&) const override { log_->push_back("sync"); }
@@ -298,6 +300,15 @@ TEST_F(FakeGpuTest, DataParallelCollectivesGoThroughTheBackendAroundTheMeasuredS
   EXPECT_EQ(run.counters.at("peak_mem").value, kPeakBytes);
 }
 #endif
+
+TEST_F(FakeGpuTest, OptimizersStepWithForeachKernelsWhereTheBackendSaysPythonDoes) {
+  at::Tensor w = at::ones({3}, at::TensorOptions().device(kFake).requires_grad(true));
+  EXPECT_TRUE(DefaultsToForeach(kFake));
+  auto adamw = MakeAdamW(kFake, {w}, torch::optim::AdamWOptions(1e-3));
+  EXPECT_NE(dynamic_cast<ForeachAdamW*>(adamw.get()), nullptr);
+  auto sgd = MakeSGD(kFake, {w}, torch::optim::SGDOptions(0.1));
+  EXPECT_NE(dynamic_cast<ForeachSGD*>(sgd.get()), nullptr);
+}
 
 }  // namespace
 }  // namespace ltb

@@ -30,8 +30,10 @@ namespace {
 constexpr int64_t kBatch = 4, kSeq = 16;
 
 // One train step of Transformer/nano on `rows` of a fixed batch; returns the
-// parameters afterwards, flattened.
-at::Tensor StepOn(int64_t first_row, int64_t rows) {
+// parameters afterwards, flattened. Through the token-batch families'
+// Trainer, or (`shared`) through the shared phase workload the vision,
+// encoder and Whisper families use.
+at::Tensor StepOn(int64_t first_row, int64_t rows, bool shared = false) {
   at::manual_seed(0);
   TransformerOptions o = TransformerSizeOptions("nano").value();
   o.context_length(kSeq);
@@ -52,7 +54,17 @@ at::Tensor StepOn(int64_t first_row, int64_t rows) {
   BenchSpec spec;
   spec.family = "Transformer";
   SetPhase(TrainStepPhase(), &spec);
-  MakeTrainStepWorkload(spec, fns, batch.narrow(0, first_row, rows))->Step();
+  const at::Tensor mine = batch.narrow(0, first_row, rows);
+  if (shared) {
+    ModelFns phase;
+    phase.module = fns.module;
+    phase.forward = [mine] { return mine; };
+    phase.loss = fns.loss;
+    phase.make_optimizer = fns.make_optimizer;
+    MakePhaseWorkload(spec, phase)->Step();
+  } else {
+    MakeTrainStepWorkload(spec, fns, mine)->Step();
+  }
   std::vector<at::Tensor> flat;
   for (const at::Tensor& p : model->parameters())
     flat.push_back(p.detach().reshape({-1}));
@@ -75,18 +87,23 @@ at::Tensor Load(const std::string& path, int64_t n) {
 // The rank's side, run in a child process the test below starts.
 TEST(DataParallelRank, StepAndSave) {
   const char* out = std::getenv("LTB_DDP_OUT");
-  if (out == nullptr) GTEST_SKIP() << "run by DataParallel.OneStepMatchesASingleProcess";
+  if (out == nullptr)
+    GTEST_SKIP()
+        << "run by Workloads/DataParallel.OneStepMatchesASingleProcessOnTheWholeBatch";
   const DistEnv env = ReadDistEnv().value();
   auto group = JoinProcessGroup(env, c10::Device(c10::kCPU));
   ASSERT_TRUE(group.ok()) << group.status();
   SetCurrentProcessGroup(std::move(*group));
   const int64_t rows = kBatch / env.world_size;
-  Save(StepOn(env.rank * rows, rows), out);
+  Save(StepOn(env.rank * rows, rows, std::getenv("LTB_DDP_SHARED") != nullptr), out);
   CurrentProcessGroup()->Barrier();
   SetCurrentProcessGroup(nullptr);
 }
 
-TEST(DataParallel, OneStepMatchesASingleProcessOnTheWholeBatch) {
+class DataParallel : public testing::TestWithParam<bool> {};
+
+TEST_P(DataParallel, OneStepMatchesASingleProcessOnTheWholeBatch) {
+  const bool shared = GetParam();
   const std::string dir = testing::TempDir() + "/ltb_ddp_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   const int port = FreePort();
@@ -99,6 +116,7 @@ TEST(DataParallel, OneStepMatchesASingleProcessOnTheWholeBatch) {
                                     "MASTER_PORT=" + std::to_string(port),
                                     "LTB_DDP_OUT=" + dir + "/rank" + std::to_string(rank),
                                     "OMP_NUM_THREADS=1"};
+    if (shared) env.emplace_back("LTB_DDP_SHARED=1");
     for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
     std::vector<char*> envp;
     for (std::string& s : env) envp.push_back(s.data());
@@ -115,7 +133,7 @@ TEST(DataParallel, OneStepMatchesASingleProcessOnTheWholeBatch) {
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a rank failed";
   }
-  const at::Tensor single = StepOn(0, kBatch);
+  const at::Tensor single = StepOn(0, kBatch, shared);
   const at::Tensor r0 = Load(dir + "/rank0", single.numel());
   const at::Tensor r1 = Load(dir + "/rank1", single.numel());
   EXPECT_TRUE(torch::equal(r0, r1)) << "ranks disagree after the step";
@@ -136,6 +154,13 @@ TEST(DataParallel, OneStepMatchesASingleProcessOnTheWholeBatch) {
   EXPECT_LE(diff, 0.01 * largest) << "largest update " << largest;
   std::filesystem::remove_all(dir);
 }
+
+// The Trainer of the token-batch families, and the shared train_step of the
+// others: both average gradients over the ranks.
+INSTANTIATE_TEST_SUITE_P(Workloads, DataParallel, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& info) {
+                           return info.param ? "SharedPhase" : "Trainer";
+                         });
 
 TEST(ReadDistEnv, TorchrunsAgentStoreMakesEveryRankAClient) {
   {

@@ -71,7 +71,7 @@ TEST(EncDec, LossIsNextTokenCrossEntropyOverTheTarget) {
 
 TEST(LossScaler, AnInfiniteGradientSkipsTheStepAndLowersTheScale) {
   at::Tensor w = torch::ones({3}, torch::requires_grad());
-  LossScaler scaler(1024.0, /*growth_interval=*/2);
+  LossScaler scaler(c10::Device(c10::kCPU), 1024.0, /*growth_interval=*/2);
   (scaler.Scale(w.sum())).backward();
   EXPECT_TRUE(scaler.UnscaleAndCheck({w}));
   EXPECT_TRUE(torch::allclose(w.grad(), torch::ones({3})));  // unscaled
@@ -88,6 +88,19 @@ TEST(LossScaler, AnInfiniteGradientSkipsTheStepAndLowersTheScale) {
   w.mutable_grad() = torch::ones({3});
   EXPECT_TRUE(scaler.UnscaleAndCheck({w}));
   EXPECT_DOUBLE_EQ(scaler.scale(), 1024.0);
+
+  // Gradients of two dtypes are unscaled by dtype, and a nan in either one
+  // skips the step.
+  at::Tensor h = torch::ones({2}, torch::dtype(torch::kHalf).requires_grad(true));
+  w.mutable_grad() = torch::full({3}, 2048.0f);
+  h.mutable_grad() = torch::full({2}, 1024.0, torch::kHalf);
+  EXPECT_TRUE(scaler.UnscaleAndCheck({w, h}));
+  EXPECT_TRUE(torch::equal(w.grad(), torch::full({3}, 2.0f)));
+  EXPECT_TRUE(torch::equal(h.grad(), torch::ones({2}, torch::kHalf)));
+  h.mutable_grad() = torch::full({2}, std::nan(""), torch::kHalf);
+  EXPECT_FALSE(scaler.UnscaleAndCheck({w, h}));
+  EXPECT_DOUBLE_EQ(scaler.scale(), 512.0);
+  EXPECT_EQ(scaler.skipped(), 2);
 }
 
 TEST(EncDecFamily, EveryPhaseRunsIncludingAnEpochFromDisk) {

@@ -1,0 +1,139 @@
+#include "workloads/optimizers.h"
+
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_foreach_addcdiv.h>
+#include <ATen/ops/_foreach_addcmul.h>
+#include <ATen/ops/_foreach_div.h>
+#include <ATen/ops/_foreach_lerp.h>
+#include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_sqrt.h>
+#include <ATen/ops/zeros_like.h>
+#include <c10/core/GradMode.h>
+
+#include <cmath>
+
+#include "device/backend.h"
+
+namespace ltb {
+
+ForeachAdamW::ForeachAdamW(const std::vector<at::Tensor>& params,
+                           torch::optim::AdamWOptions options)
+    : torch::optim::AdamW(params, std::move(options)) {}
+
+at::Tensor ForeachAdamW::step(LossClosure closure) {
+  c10::NoGradGuard no_grad;
+  at::Tensor loss;
+  if (closure != nullptr) {
+    c10::AutoGradMode grad(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups_) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    TORCH_CHECK(!o.amsgrad(), "ForeachAdamW: amsgrad is not supported");
+    const double lr = o.lr(), eps = o.eps(), wd = o.weight_decay();
+    const auto [beta1, beta2] = o.betas();
+    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+    std::vector<at::Scalar> step_sizes, bias_correction2_sqrt;
+    for (const at::Tensor& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      auto it = state_.find(p.unsafeGetTensorImpl());
+      if (it == state_.end()) {
+        auto s = std::make_unique<torch::optim::AdamWParamState>();
+        s->step(0);
+        s->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
+        s->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+        it = state_.emplace(p.unsafeGetTensorImpl(), std::move(s)).first;
+      }
+      auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
+      s.step(s.step() + 1);
+      params.push_back(p);
+      grads.push_back(p.grad());
+      exp_avgs.push_back(s.exp_avg());
+      exp_avg_sqs.push_back(s.exp_avg_sq());
+      const double step = static_cast<double>(s.step());
+      step_sizes.emplace_back(-lr / (1 - std::pow(beta1, step)));
+      bias_correction2_sqrt.emplace_back(std::sqrt(1 - std::pow(beta2, step)));
+    }
+    if (params.empty()) continue;
+    if (wd != 0) at::_foreach_mul_(params, 1 - lr * wd);
+    at::_foreach_lerp_(exp_avgs, grads, 1 - beta1);
+    at::_foreach_mul_(exp_avg_sqs, beta2);
+    at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2);
+    std::vector<at::Tensor> denom = at::_foreach_sqrt(exp_avg_sqs);
+    at::_foreach_div_(denom, bias_correction2_sqrt);
+    at::_foreach_add_(denom, eps);
+    at::_foreach_addcdiv_(params, exp_avgs, denom, step_sizes);
+  }
+  return loss;
+}
+
+ForeachSGD::ForeachSGD(const std::vector<at::Tensor>& params,
+                       torch::optim::SGDOptions options)
+    : torch::optim::SGD(params, std::move(options)) {}
+
+at::Tensor ForeachSGD::step(LossClosure closure) {
+  c10::NoGradGuard no_grad;
+  at::Tensor loss;
+  if (closure != nullptr) {
+    c10::AutoGradMode grad(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups_) {
+    const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+    TORCH_CHECK(!o.nesterov(), "ForeachSGD: nesterov is not supported");
+    std::vector<at::Tensor> params, grads;
+    for (const at::Tensor& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      params.push_back(p);
+      grads.push_back(p.grad());
+    }
+    if (params.empty()) continue;
+    if (o.weight_decay() != 0) grads = at::_foreach_add(grads, params, o.weight_decay());
+    if (o.momentum() != 0) {
+      // The first step's buffers are the gradients themselves; later steps
+      // update every buffer in one go.
+      std::vector<at::Tensor> buffers;
+      bool all_exist = true;
+      for (size_t i = 0; i < params.size(); ++i) {
+        auto it = state_.find(params[i].unsafeGetTensorImpl());
+        if (it == state_.end()) {
+          all_exist = false;
+          auto s = std::make_unique<torch::optim::SGDParamState>();
+          s->momentum_buffer(grads[i].clone().detach());
+          buffers.push_back(s->momentum_buffer());
+          state_.emplace(params[i].unsafeGetTensorImpl(), std::move(s));
+        } else {
+          buffers.push_back(
+              static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer());
+        }
+      }
+      if (all_exist) {
+        at::_foreach_mul_(buffers, o.momentum());
+        at::_foreach_add_(buffers, grads, 1 - o.dampening());
+      }
+      grads = std::move(buffers);
+    }
+    at::_foreach_add_(params, grads, -o.lr());
+  }
+  return loss;
+}
+
+bool DefaultsToForeach(const c10::Device& device) {
+  return BackendOf(device).Caps().foreach_optimizers;
+}
+
+std::unique_ptr<torch::optim::Optimizer> MakeAdamW(
+    const c10::Device& device, const std::vector<at::Tensor>& params,
+    const torch::optim::AdamWOptions& options) {
+  if (DefaultsToForeach(device)) return std::make_unique<ForeachAdamW>(params, options);
+  return std::make_unique<torch::optim::AdamW>(params, options);
+}
+
+std::unique_ptr<torch::optim::Optimizer> MakeSGD(
+    const c10::Device& device, const std::vector<at::Tensor>& params,
+    const torch::optim::SGDOptions& options) {
+  if (DefaultsToForeach(device)) return std::make_unique<ForeachSGD>(params, options);
+  return std::make_unique<torch::optim::SGD>(params, options);
+}
+
+}  // namespace ltb

@@ -1,0 +1,98 @@
+// The foreach optimizers against LibTorch's own, step for step, and the
+// choice between them by device.
+#include "workloads/optimizers.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <vector>
+
+namespace ltb {
+namespace {
+
+// Two parameter lists with equal starting values, of a few shapes.
+std::vector<at::Tensor> Params(int seed) {
+  at::manual_seed(seed);
+  std::vector<at::Tensor> p = {torch::randn({4, 3}), torch::randn({5}),
+                               torch::randn({2, 2, 2})};
+  for (at::Tensor& t : p) t.requires_grad_(true);
+  return p;
+}
+
+// Steps both optimizers three times over the same random gradients (the
+// last parameter without one on the second step) and expects the same
+// parameters after each step.
+void ExpectSameSteps(torch::optim::Optimizer& reference, std::vector<at::Tensor>& a,
+                     torch::optim::Optimizer& foreach, std::vector<at::Tensor>& b) {
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (step == 1 && i + 1 == a.size()) {
+        a[i].mutable_grad() = at::Tensor();
+        b[i].mutable_grad() = at::Tensor();
+        continue;
+      }
+      const at::Tensor g = torch::randn(a[i].sizes());
+      a[i].mutable_grad() = g.clone();
+      b[i].mutable_grad() = g.clone();
+    }
+    reference.step();
+    foreach
+      .step();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-6))
+          << "step " << step << " parameter " << i << "\n"
+          << a[i] << "\n"
+          << b[i];
+    }
+  }
+  // The steps moved the parameters.
+  EXPECT_FALSE(torch::allclose(a[0], Params(1)[0]));
+}
+
+TEST(ForeachAdamW, StepsAsLibTorchsAdamW) {
+  auto a = Params(1), b = Params(1);
+  const auto options = torch::optim::AdamWOptions(1e-2).weight_decay(0.1);
+  torch::optim::AdamW reference(a, options);
+  ForeachAdamW foreach (b, options);
+  ExpectSameSteps(reference, a, foreach, b);
+  // The same state, so memory and checkpoints match too.
+  EXPECT_EQ(foreach.state().size(), reference.state().size());
+}
+
+TEST(ForeachAdamW, RefusesAmsgrad) {
+  auto p = Params(1);
+  for (at::Tensor& t : p) t.mutable_grad() = torch::ones_like(t);
+  ForeachAdamW foreach (p, torch::optim::AdamWOptions(1e-2).amsgrad(true));
+  EXPECT_THROW(foreach.step(), c10::Error);
+}
+
+TEST(ForeachSGD, StepsAsLibTorchsSGDWithMomentum) {
+  for (const double decay : {0.0, 0.01}) {
+    auto a = Params(1), b = Params(1);
+    const auto options = torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(decay);
+    torch::optim::SGD reference(a, options);
+    ForeachSGD foreach (b, options);
+    ExpectSameSteps(reference, a, foreach, b);
+  }
+}
+
+TEST(ForeachSGD, StepsAsLibTorchsPlainSGD) {
+  auto a = Params(1), b = Params(1);
+  torch::optim::SGD reference(a, torch::optim::SGDOptions(0.1));
+  ForeachSGD foreach (b, torch::optim::SGDOptions(0.1));
+  ExpectSameSteps(reference, a, foreach, b);
+}
+
+TEST(MakeOptimizer, TheCpuStepsParameterByParameterAsPythonsDefault) {
+  auto p = Params(1);
+  const c10::Device cpu(c10::kCPU);
+  EXPECT_FALSE(DefaultsToForeach(cpu));
+  auto adamw = MakeAdamW(cpu, p, torch::optim::AdamWOptions(1e-3));
+  EXPECT_NE(dynamic_cast<torch::optim::AdamW*>(adamw.get()), nullptr);
+  EXPECT_EQ(dynamic_cast<ForeachAdamW*>(adamw.get()), nullptr);
+  auto sgd = MakeSGD(cpu, p, torch::optim::SGDOptions(0.1));
+  EXPECT_EQ(dynamic_cast<ForeachSGD*>(sgd.get()), nullptr);
+}
+
+}  // namespace
+}  // namespace ltb
