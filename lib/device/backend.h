@@ -10,6 +10,7 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/intrusive_ptr.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -139,9 +140,10 @@ class DeviceBackend {
   // the collective backend of the ranks' process group, or an error saying
   // why there is none.
   virtual absl::StatusOr<c10::Device> BindRank(int local_rank) const = 0;
+  // `timeout`: how long a collective waits for the other ranks.
   virtual absl::StatusOr<c10::intrusive_ptr<CommBackend>> MakeCollectives(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-      const std::string& host) const = 0;
+      const std::string& host, std::chrono::milliseconds timeout) const = 0;
   // The collective backend's name for the context ("gloo", "nccl").
   virtual std::string CollectivesName() const = 0;
 

@@ -167,8 +167,8 @@ class CpuBackend final : public DeviceBackend {
   }
   absl::StatusOr<c10::intrusive_ptr<CommBackend>> MakeCollectives(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-      const std::string& host) const override {
-    auto gloo = c10d::ProcessGroupGloo::Options::create();
+      const std::string& host, std::chrono::milliseconds timeout) const override {
+    auto gloo = c10d::ProcessGroupGloo::Options::create(timeout);
     gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
     return c10::intrusive_ptr<CommBackend>(
         c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, gloo));

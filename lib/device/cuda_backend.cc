@@ -185,8 +185,9 @@ class CudaBackend final : public DeviceBackend {
   }
   absl::StatusOr<c10::intrusive_ptr<CommBackend>> MakeCollectives(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-      const std::string&) const override {
-    c10::intrusive_ptr<CommBackend> nccl = cuda::MakeNcclBackend(store, rank, world_size);
+      const std::string&, std::chrono::milliseconds timeout) const override {
+    c10::intrusive_ptr<CommBackend> nccl =
+        cuda::MakeNcclBackend(store, rank, world_size, timeout);
     if (!nccl) {
       return absl::UnavailableError("this LibTorch has no NCCL backend for CUDA ranks");
     }

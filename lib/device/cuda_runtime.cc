@@ -148,8 +148,14 @@ class CudaEventTimeline : public StepClock {
 }  // namespace
 
 c10::intrusive_ptr<CommBackend> MakeNcclBackend(
-    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size) {
-  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size);
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+    std::chrono::milliseconds timeout) {
+  // Built by the wheel's own nccl.h (the build puts it first): Options
+  // holds an ncclConfig_t whose layout must be that LibTorch's.
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL::Options> options =
+      c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options);
 }
 
 std::unique_ptr<StepClock> MakeEventClock(int index) {

@@ -5,6 +5,7 @@
 
 #include <c10/util/intrusive_ptr.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -58,6 +59,7 @@ int64_t TotalBytes(int index);
 
 // NCCL process group for data-parallel CUDA ranks; null when unavailable.
 c10::intrusive_ptr<CommBackend> MakeNcclBackend(
-    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size);
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+    std::chrono::milliseconds timeout);
 
 }  // namespace ltb::cuda

@@ -29,7 +29,7 @@ std::unique_ptr<StepClock> MakeEventClock(int) { return nullptr; }
 void SetDevice(int) {}
 int64_t TotalBytes(int) { return -1; }
 c10::intrusive_ptr<CommBackend> MakeNcclBackend(const c10::intrusive_ptr<c10d::Store>&,
-                                                int, int) {
+                                                int, int, std::chrono::milliseconds) {
   return {};
 }
 

@@ -71,8 +71,8 @@ class MpsBackend final : public DeviceBackend {
         "collective backend for MPS: pass --devices=cpu");
   }
   absl::StatusOr<c10::intrusive_ptr<CommBackend>> MakeCollectives(
-      const c10::intrusive_ptr<c10d::Store>&, int, int,
-      const std::string&) const override {
+      const c10::intrusive_ptr<c10d::Store>&, int, int, const std::string&,
+      std::chrono::milliseconds) const override {
     return absl::UnimplementedError("LibTorch has no collective backend for MPS");
   }
   std::string CollectivesName() const override { return "none"; }

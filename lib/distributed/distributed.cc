@@ -21,6 +21,15 @@ namespace {
 
 constexpr int64_t kBucketBytes = 25 << 20;  // as PyTorch's DDP
 
+// The backend's shutdown() where this LibTorch has one (2.3 and later);
+// older ones close their connections when destroyed.
+template <typename B>
+auto ShutDown(B& backend, int) -> decltype(backend.shutdown(), void()) {
+  backend.shutdown();
+}
+template <typename B>
+void ShutDown(B&, long) {}
+
 std::unique_ptr<DataParallel>& Current() {
   static auto* group = new std::unique_ptr<DataParallel>();
   return *group;
@@ -73,6 +82,19 @@ class BackendGroup final : public DataParallel {
 
   void Barrier() override { backend_->barrier()->wait(); }
 
+  void Shutdown() override {
+    if (shut_) return;
+    shut_ = true;
+    ShutDown(*backend_, 0);
+  }
+  ~BackendGroup() override {
+    try {
+      Shutdown();
+    } catch (...) {
+      // Exiting: nothing is left to tell.
+    }
+  }
+
  private:
   void Reduce(at::Tensor& t, c10d::ReduceOp::RedOpType op) {
     std::vector<at::Tensor> one = {t};
@@ -85,6 +107,7 @@ class BackendGroup final : public DataParallel {
   c10::intrusive_ptr<CommBackend> backend_;
   int rank_, world_;
   c10::Device device_;
+  bool shut_ = false;
 };
 
 absl::StatusOr<int> EnvInt(const char* name, int fallback) {
@@ -130,13 +153,14 @@ absl::StatusOr<DistEnv> ReadDistEnv() {
 }
 
 absl::StatusOr<std::unique_ptr<DataParallel>> JoinProcessGroup(
-    const DistEnv& env, const c10::Device& device) {
+    const DistEnv& env, const c10::Device& device, std::chrono::milliseconds timeout) {
   try {
     c10d::TCPStoreOptions opts;
     opts.port = static_cast<uint16_t>(env.master_port);
     opts.isServer = env.rank == 0 && !env.agent_store;
     opts.numWorkers = env.world_size;
     opts.waitWorkers = !env.agent_store;
+    opts.timeout = timeout;
     c10::intrusive_ptr<c10d::Store> store =
         c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
     if (env.agent_store) {
@@ -145,7 +169,7 @@ absl::StatusOr<std::unique_ptr<DataParallel>> JoinProcessGroup(
     }
     absl::StatusOr<c10::intrusive_ptr<CommBackend>> backend =
         BackendOf(device).MakeCollectives(store, env.rank, env.world_size,
-                                          env.master_addr);
+                                          env.master_addr, timeout);
     if (!backend.ok()) return backend.status();
     std::unique_ptr<DataParallel> group = std::make_unique<BackendGroup>(
         store, *std::move(backend), env.rank, env.world_size, device);

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,12 +46,20 @@ class DataParallel {
   virtual void MaxInPlace(at::Tensor& t) = 0;
   virtual void Broadcast(const std::vector<at::Tensor>& tensors) = 0;
   virtual void Barrier() = 0;
+  // Shuts the collectives down (NCCL aborts its communicators), so that a
+  // rank that failed leaves no work queued on them; later collectives fail.
+  // Also done when the group is destroyed.
+  virtual void Shutdown() = 0;
 };
 
 // Joins the process group of `env` with the collectives of `device`'s
-// backend (Gloo for the CPU, NCCL for CUDA). Call once per process.
-absl::StatusOr<std::unique_ptr<DataParallel>> JoinProcessGroup(const DistEnv& env,
-                                                               const c10::Device& device);
+// backend (Gloo for the CPU, NCCL for CUDA). Call once per process. A rank
+// waits at most `timeout` for the others, to join and in every collective,
+// then the collective throws: a rank that failed or hangs stops the others
+// with an error instead of holding them forever.
+absl::StatusOr<std::unique_ptr<DataParallel>> JoinProcessGroup(
+    const DistEnv& env, const c10::Device& device,
+    std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
 // The process group bench joined at start-up, or nullptr when single-process.
 DataParallel* CurrentProcessGroup();

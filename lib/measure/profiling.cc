@@ -35,6 +35,35 @@ uint64_t EndNs(const Event& e, long) {
   return (e.startUs() + e.durationUs()) * 1000;
 }
 
+// The profiler on from construction until Stop(), or until the scope ends:
+// a step that throws must not leave it recording every later benchmark.
+class ProfilerSession {
+ public:
+  ProfilerSession(const torch::profiler::impl::ProfilerConfig& config,
+                  const std::set<torch::profiler::impl::ActivityType>& activities) {
+    torch::autograd::profiler::prepareProfiler(config, activities);
+    torch::autograd::profiler::enableProfiler(config, activities);
+    on_ = true;
+  }
+  ProfilerSession(const ProfilerSession&) = delete;
+  ProfilerSession& operator=(const ProfilerSession&) = delete;
+  std::unique_ptr<torch::autograd::profiler::ProfilerResult> Stop() {
+    on_ = false;
+    return torch::autograd::profiler::disableProfiler();
+  }
+  ~ProfilerSession() {
+    if (!on_) return;
+    try {
+      torch::autograd::profiler::disableProfiler();
+    } catch (...) {
+      // Unwinding already: the step's error is the one to report.
+    }
+  }
+
+ private:
+  bool on_ = false;
+};
+
 }  // namespace
 
 std::vector<OpTime> SelfTimes(std::vector<OpEvent> events) {
@@ -121,12 +150,10 @@ absl::StatusOr<ProfileResult> ProfileSteps(Workload& workload, const BenchSpec& 
   if (backend.Caps().profiled_kernels) activities.insert(prof::ActivityType::CUDA);
   const prof::ProfilerConfig config(prof::ProfilerState::KINETO,
                                     /*report_input_shapes=*/true);
-  torch::autograd::profiler::prepareProfiler(config, activities);
-  torch::autograd::profiler::enableProfiler(config, activities);
+  ProfilerSession session(config, activities);
   for (int i = 0; i < steps; ++i) workload.Step();
   Synchronize(spec.device);
-  std::unique_ptr<torch::autograd::profiler::ProfilerResult> result =
-      torch::autograd::profiler::disableProfiler();
+  std::unique_ptr<torch::autograd::profiler::ProfilerResult> result = session.Stop();
 
   ProfileResult out;
   std::string stem = absl::StrCat(dir, "/", FileStem(spec.Name()));

@@ -86,6 +86,10 @@ ABSL_FLAG(ltb::OptionalPositive, steps, {},
           "--epochs). Default: as many as --benchmark_min_time needs; data-parallel "
           "training phases, whose ranks must take the same number, 10.");
 ABSL_FLAG(ltb::Count, seed, {}, "Random seed for weights and inputs.");
+ABSL_FLAG(ltb::PositiveCount, dist_timeout_s, ltb::PositiveCount{300},
+          "Data-parallel runs: seconds a rank waits in a collective (or for the "
+          "others to join) before it gives up, stops the run and writes its "
+          "results, rather than hang on a rank that failed.");
 ABSL_FLAG(std::string, compiled, "",
           "Directory of compiled models tools/export wrote: each runs beside the eager "
           "benchmark it compiles, named like it with /aoti or /torchscript appended.");
@@ -543,6 +547,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   epochs.seed = run.seed;
   o.measured_epochs = absl::GetFlag(FLAGS_epochs).value;
   o.steps = static_cast<int>(absl::GetFlag(FLAGS_steps).value);
+  o.dist_timeout_s = absl::GetFlag(FLAGS_dist_timeout_s).value;
   return o;
 }
 

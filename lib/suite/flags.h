@@ -120,6 +120,7 @@ struct SuiteOptions {
   double peak_bandwidth = 0;                     // 0: datasheet or measured
   int measured_epochs = 2;                       // --epochs
   int steps = 0;                                 // --steps; 0: timed
+  int dist_timeout_s = 300;                      // --dist_timeout_s
 };
 
 // The options the current flag values give; an error for combinations

@@ -320,7 +320,7 @@ absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& comma
     if (!device.ok()) return device.status();
     sweep.devices = {*device};
     absl::StatusOr<std::unique_ptr<DataParallel>> group =
-        JoinProcessGroup(*dist, *device);
+        JoinProcessGroup(*dist, *device, std::chrono::seconds(options.dist_timeout_s));
     if (!group.ok()) return group.status();
     SetCurrentProcessGroup(*std::move(group));
   }

@@ -10,7 +10,6 @@
 
 #include "device/autocast.h"
 #include "distributed/distributed.h"
-#include "workloads/phases.h"
 
 namespace ltb {
 

@@ -123,9 +123,9 @@ class FakeGpuBackend final : public DeviceBackend {
   absl::StatusOr<c10::Device> BindRank(int) const override { return kFake; }
   absl::StatusOr<c10::intrusive_ptr<CommBackend>> MakeCollectives(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-      const std::string& host) const override {
+      const std::string& host, std::chrono::milliseconds timeout) const override {
     absl::StatusOr<c10::intrusive_ptr<CommBackend>> gloo =
-        BackendOf(HostDevice()).MakeCollectives(store, rank, world_size, host);
+        BackendOf(HostDevice()).MakeCollectives(store, rank, world_size, host, timeout);
 #if LTB_HAS_C10D_BACKEND
     if (!gloo.ok()) return gloo.status();
     return c10::intrusive_ptr<CommBackend>(

@@ -15,7 +15,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
+#include "absl/strings/ascii.h"
 #include "free_port.h"
 #include "models/transformer.h"
 #include "scoped_env.h"
@@ -161,6 +163,80 @@ INSTANTIATE_TEST_SUITE_P(Workloads, DataParallel, testing::Bool(),
                          [](const testing::TestParamInfo<bool>& info) {
                            return info.param ? "SharedPhase" : "Trainer";
                          });
+
+// The ranks' side of the test below: rank 1 joins, then stalls (as a rank
+// stuck in a failed step would) until rank 0 has written its result; rank 0
+// all-reduces and writes how long it waited and what it was told.
+TEST(DataParallelRank, StallOrGiveUp) {
+  const char* out = std::getenv("LTB_DDP_TIMEOUT_OUT");
+  if (out == nullptr)
+    GTEST_SKIP() << "run by DataParallel.ACollectiveGivesUpAfterTheTimeout";
+  const DistEnv env = ReadDistEnv().value();
+  auto group = JoinProcessGroup(env, c10::Device(c10::kCPU), std::chrono::seconds(2));
+  ASSERT_TRUE(group.ok()) << group.status();
+  if (env.rank == 1) {
+    for (int i = 0; i < 600 && !std::filesystem::exists(out); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::string what = "no error";
+  try {
+    at::Tensor t = at::ones({1});
+    (*group)->SumInPlace(t);
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  (*group)->Shutdown();
+  std::ofstream(std::string(out) + ".tmp") << waited << "\n" << what;
+  std::filesystem::rename(std::string(out) + ".tmp", out);
+}
+
+TEST(DataParallel, ACollectiveGivesUpAfterTheTimeout) {
+  const std::string out =
+      testing::TempDir() + "/ltb_ddp_timeout_" + std::to_string(::getpid());
+  std::filesystem::remove(out);
+  const int port = FreePort();
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::string> env = {"RANK=" + std::to_string(rank),
+                                    "WORLD_SIZE=2",
+                                    "LOCAL_RANK=" + std::to_string(rank),
+                                    "MASTER_ADDR=127.0.0.1",
+                                    "MASTER_PORT=" + std::to_string(port),
+                                    "LTB_DDP_TIMEOUT_OUT=" + out,
+                                    "OMP_NUM_THREADS=1"};
+    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    std::vector<char*> envp;
+    for (std::string& s : env) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+    std::string filter = "--gtest_filter=DataParallelRank.StallOrGiveUp";
+    char* argv[] = {exe.data(), filter.data(), nullptr};
+    pid_t pid = 0;
+    ASSERT_EQ(::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()), 0);
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a rank failed";
+  }
+  std::ifstream in(out);
+  double waited = 0;
+  std::string what;
+  in >> waited;
+  std::getline(in >> std::ws, what, '\0');
+  // Rank 0 was told, after the 2 s timeout and long before rank 1 (which
+  // waits up to 60 s for this result) would have come.
+  EXPECT_NE(what, "no error");
+  EXPECT_NE(absl::AsciiStrToLower(what).find("timed out"), std::string::npos) << what;
+  EXPECT_GE(waited, 1.5) << what;
+  EXPECT_LT(waited, 30) << what;
+  std::filesystem::remove(out);
+}
 
 TEST(ReadDistEnv, TorchrunsAgentStoreMakesEveryRankAClient) {
   {

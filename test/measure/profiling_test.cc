@@ -1,6 +1,13 @@
 #include "measure/profiling.h"
 
+#include <ATen/ops/ones.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
+
+#include <filesystem>
+#include <stdexcept>
+
+#include "spec_for.h"
 
 namespace ltb {
 namespace {
@@ -41,6 +48,43 @@ TEST(FormatTopOperators, ShowsSharesOfTheTotal) {
 TEST(FileStem, IsAPlainFileName) {
   EXPECT_EQ(FileStem("GPT2/small/cuda:1/generate/batch:1/prompt:32/new:100/fp32"),
             "GPT2_small_cuda-1_generate_batch-1_prompt-32_new-100_fp32");
+}
+
+// A few operators a step; the step numbered `throw_at` (from 1) throws.
+class Steps final : public Workload {
+ public:
+  explicit Steps(int throw_at = 0) : throw_at_(throw_at) {}
+  void Step() override {
+    (at::ones({8, 8}) * 2).sum();
+    if (++steps_ == throw_at_) throw std::runtime_error("step failed");
+  }
+
+ private:
+  int throw_at_, steps_ = 0;
+};
+
+TEST(ProfileSteps, AStepThatThrowsLeavesTheProfilerOffForTheNextBenchmark) {
+  const std::string dir =
+      testing::TempDir() + "/ltb_profile_" + std::to_string(::getpid());
+  BenchSpec spec = SpecFor("Transformer", "nano", "forward", 2, 16);
+  spec.device = c10::Device(c10::kCPU);
+  Steps failing(/*throw_at=*/2);
+  EXPECT_THROW((void)ProfileSteps(failing, spec, 3, dir), std::runtime_error);
+  EXPECT_FALSE(torch::autograd::profiler::isProfilerEnabledInMainThread());
+  // The next benchmark profiles as usual (enabling a profiler that is still
+  // on would throw).
+  Steps fine;
+  const absl::StatusOr<ProfileResult> result = ProfileSteps(fine, spec, 2, dir);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_FALSE(torch::autograd::profiler::isProfilerEnabledInMainThread());
+  bool ones = false;  // one a step (mul and sum call an overload of themselves)
+  for (const OpTime& op : result->ops)
+    ones = ones || (op.name == "aten::ones" && op.calls == 2);
+  std::string seen;
+  for (const OpTime& op : result->ops)
+    seen += op.name + " x" + std::to_string(op.calls) + "\n";
+  EXPECT_TRUE(ones) << "two profiled steps, one aten::ones each; seen:\n" << seen;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
