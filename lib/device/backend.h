@@ -111,6 +111,10 @@ class DeviceBackend {
 
   // Blocks until the work queued on `device` has finished.
   virtual void Synchronize(const c10::Device& device) const = 0;
+  // Whether `device` still runs work after a benchmark on it failed, or the
+  // error that will fail everything on it from now on (a CUDA device-side
+  // fault is sticky: the process cannot use the GPU again).
+  virtual bool Usable(const c10::Device& device, std::string* why) const { return true; }
   // A clock for steps: with sync on, marks that measure the device's work
   // (events on a GPU, the host clock after a synchronisation elsewhere);
   // with sync off, the host clock as soon as the work is queued.

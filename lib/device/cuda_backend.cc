@@ -131,6 +131,13 @@ class CudaBackend final : public DeviceBackend {
     return c;
   }
 
+  bool Usable(const c10::Device& device, std::string* why) const override {
+    const std::string error = cuda::StickyError(Index(device));
+    if (error.empty()) return true;
+    if (why != nullptr) *why = error;
+    return false;
+  }
+
   void Synchronize(const c10::Device& device) const override {
     torch::cuda::synchronize(Index(device));
   }

@@ -158,6 +158,21 @@ c10::intrusive_ptr<CommBackend> MakeNcclBackend(
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options);
 }
 
+std::string StickyError(int index) {
+  // A sticky error is returned by every later call, synchronisation
+  // included; an ordinary one (a bad launch) is cleared by reading it.
+  int current = 0;
+  if (cudaGetDevice(&current) != cudaSuccess) current = index;
+  cudaError_t error = cudaSetDevice(index);
+  if (error == cudaSuccess) error = cudaDeviceSynchronize();
+  if (error == cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaSetDevice(current);
+    return "";
+  }
+  return absl::StrCat(cudaGetErrorName(error), ": ", cudaGetErrorString(error));
+}
+
 std::unique_ptr<StepClock> MakeEventClock(int index) {
   return std::make_unique<CudaEventTimeline>(index);
 }

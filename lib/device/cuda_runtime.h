@@ -53,6 +53,9 @@ void EmptyCache();
 // seconds between consecutive marks.
 std::unique_ptr<StepClock> MakeEventClock(int index);
 
+// The sticky error that leaves device `index` unusable for the rest of the
+// process (a device-side fault), or "" when it still works.
+std::string StickyError(int index);
 // Makes `index` the calling thread's current device.
 void SetDevice(int index);
 int64_t TotalBytes(int index);

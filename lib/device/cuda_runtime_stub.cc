@@ -27,6 +27,7 @@ int64_t PeakAllocated(int) { return -1; }
 void EmptyCache() {}
 std::unique_ptr<StepClock> MakeEventClock(int) { return nullptr; }
 void SetDevice(int) {}
+std::string StickyError(int) { return ""; }
 int64_t TotalBytes(int) { return -1; }
 c10::intrusive_ptr<CommBackend> MakeNcclBackend(const c10::intrusive_ptr<c10d::Store>&,
                                                 int, int, std::chrono::milliseconds) {

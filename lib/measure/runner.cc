@@ -15,6 +15,7 @@
 #include "distributed/distributed.h"
 #include "measure/counters.h"
 #include "measure/guard.h"
+#include "measure/health.h"
 #include "measure/timed_loop.h"
 #include "measure/warmup.h"
 
@@ -29,7 +30,11 @@ void Fail(benchmark::State& state, const std::string& message) {
 // A failure inside a data-parallel benchmark leaves the other ranks waiting
 // in a collective: nothing can continue. The failure is recorded, the rest
 // of the run is skipped, the results so far are written, and bench exits 1.
-void FailRun(benchmark::State& state, const BenchSpec& spec, const std::string& message) {
+void FailRun(benchmark::State& state, const BenchSpec& spec, std::string message) {
+  if (std::optional<std::string> note =
+          CheckDeviceAfterFailure(spec.device, spec.Name())) {
+    message += *note;
+  }
   if (CurrentProcessGroup() != nullptr && spec.data_parallel) {
     std::cerr << "bench: rank " << CurrentProcessGroup()->rank() << ": " << spec.Name()
               << ": " << message
@@ -114,6 +119,10 @@ bool Measure(benchmark::State& state, const Family& family, const BenchSpec& spe
 void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec& spec,
                   const RunOptions& options) {
   if (StopRequested()) return state.SkipWithError(kNotRunMessage);
+  if (std::optional<std::string> why = WhyDeviceUnusable(spec.device)) {
+    return Fail(state, absl::StrCat("not run: ", DeviceName(spec.device),
+                                    " is unusable: ", *why));
+  }
   absl::StatusOr<Plan> plan = PlanRun(family, spec);
   if (!plan.ok()) return Fail(state, std::string(plan.status().message()));
   try {

@@ -5,11 +5,13 @@
 #include <chrono>
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
 #include "base/interrupt.h"
 #include "device/device.h"
 #include "device/timer.h"
 #include "distributed/distributed.h"
 #include "measure/accuracy.h"
+#include "measure/health.h"
 #include "measure/memory.h"
 #include "measure/profiling.h"
 #include "workloads/model_file.h"
@@ -24,12 +26,22 @@ Prepared& CurrentPrepared() {
 void ReleaseCachedWorkload() {
   Prepared& p = CurrentPrepared();
   if (!p.workload) return;
+  const std::string name = p.name;
   p.workload.reset();
   p.name.clear();
   p.gpu_busy = -1;
   p.accuracy.clear();
-  Synchronize(p.device);
-  ReleaseCachedMemory(p.device);
+  // After a fault the device's synchronisation throws: the device is
+  // marked unusable, and the run goes on with the others.
+  try {
+    Synchronize(p.device);
+    ReleaseCachedMemory(p.device);
+  } catch (const std::exception& e) {
+    MarkDeviceUnusable(p.device,
+                       absl::StrCat("releasing ", name, " failed (", ErrorText(e),
+                                    "), so it is left unusable for the rest "
+                                    "of this run"));
+  }
 }
 
 Workload& PrepareWorkload(const Family& family, const BenchSpec& spec,

@@ -24,6 +24,7 @@
 #include "distributed/distributed.h"
 #include "family/registry.h"
 #include "free_port.h"
+#include "measure/health.h"
 #include "measure/runner.h"
 #include "spec_for.h"
 #include "workloads/optimizers.h"
@@ -36,6 +37,12 @@ constexpr int64_t kPeakBytes = 12345;   // what the fake device says its peak wa
 
 using Log = std::vector<std::string>;
 
+// The fake device's sticky fault: "" while it works.
+std::string& Fault() {
+  static std::string fault;
+  return fault;
+}
+
 class FakeClock final : public StepClock {
  public:
   FakeClock(Log* log, bool sync) : log_(log), sync_(sync) {}
@@ -45,6 +52,8 @@ class FakeClock final : public StepClock {
     ++marks_;
   }
   std::vector<double> Intervals() override {
+    // After a fault, waiting on the device fails, as CUDA's sticky errors do.
+    TORCH_CHECK(Fault().empty(), Fault());
     if (sync_) log_->push_back("wait");  // an event clock waits for its last mark
     return std::vector<double>(marks_ > 1 ? marks_ - 1 : 0, kStepSeconds);
   }
@@ -110,7 +119,14 @@ class FakeGpuBackend final : public DeviceBackend {
     c.foreach_optimizers = true;
     return c;  // not the host: GPU shapes, no packed linears
   }
-  void Synchronize(const c10::Device&) const override { log_->push_back("sync"); }
+  void Synchronize(const c10::Device&) const override {
+    TORCH_CHECK(Fault().empty(), Fault());
+    log_->push_back("sync");
+  }
+  bool Usable(const c10::Device&, std::string* why) const override {
+    *why = Fault();
+    return Fault().empty();
+  }
   std::unique_ptr<StepClock> MakeClock(const c10::Device&, bool sync) const override {
     return std::make_unique<FakeClock>(log_, sync);
   }
@@ -163,7 +179,11 @@ size_t First(const Log& log, const std::string& what, size_t from = 0) {
 class FakeGpuTest : public ::testing::Test {
  protected:
   FakeGpuTest() : registration_(std::make_unique<FakeGpuBackend>(&log_)) {}
-  ~FakeGpuTest() override { ReleaseCachedWorkload(); }
+  ~FakeGpuTest() override {
+    ReleaseCachedWorkload();
+    Fault().clear();
+    ClearUnusableDevices();
+  }
 
   // Runs `spec` for `iterations` measured steps through RunBenchmark, as a
   // registered benchmark of the suite would.
@@ -308,6 +328,38 @@ TEST_F(FakeGpuTest, OptimizersStepWithForeachKernelsWhereTheBackendSaysPythonDoe
   EXPECT_NE(dynamic_cast<ForeachAdamW*>(adamw.get()), nullptr);
   auto sgd = MakeSGD(kFake, {w}, torch::optim::SGDOptions(0.1));
   EXPECT_NE(dynamic_cast<ForeachSGD*>(sgd.get()), nullptr);
+}
+
+TEST_F(FakeGpuTest, AFaultLeavesTheDeviceUnusableWhileTheCpuGoesOn) {
+  const benchmark::BenchmarkReporter::Run before = Run(TransformerOn("forward"), 2);
+  EXPECT_FALSE(before.error_occurred) << before.error_message;
+  ReleaseCachedWorkload();
+  // A device-side fault during the next benchmark's steps.
+  Fault() = "CUDA error: an illegal memory access was encountered";
+  const BenchSpec faulting = TransformerOn("forward_backward");
+  const benchmark::BenchmarkReporter::Run failed = Run(faulting, 2);
+  EXPECT_TRUE(failed.error_occurred);
+  EXPECT_NE(failed.error_message.find("illegal memory access"), std::string::npos)
+      << failed.error_message;
+  EXPECT_NE(failed.error_message.find("fakegpu is unusable after this fault"),
+            std::string::npos)
+      << failed.error_message;
+  // Later benchmarks on the device fail at once, naming the fault; releasing
+  // the faulted workload (which synchronises) did not end the process.
+  const std::string log_before = std::to_string(log_.size());
+  const benchmark::BenchmarkReporter::Run later = Run(TransformerOn("train_step"), 2);
+  EXPECT_TRUE(later.error_occurred);
+  EXPECT_NE(later.error_message.find("not run: fakegpu is unusable: a fault in " +
+                                     faulting.Name()),
+            std::string::npos)
+      << later.error_message;
+  EXPECT_EQ(std::to_string(log_.size()), log_before) << "nothing ran on the device";
+  // The CPU goes on.
+  BenchSpec cpu = TransformerOn("forward");
+  cpu.device = c10::Device(c10::kCPU);
+  const benchmark::BenchmarkReporter::Run on_cpu = Run(cpu, 2);
+  EXPECT_FALSE(on_cpu.error_occurred) << on_cpu.error_message;
+  EXPECT_GT(on_cpu.counters.at("tokens/s").value, 0);
 }
 
 }  // namespace
