@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +48,8 @@ struct Capabilities {
   // Python PyTorch's optimizers default to multi-tensor (foreach) kernels
   // on this device (its _get_foreach_kernels_supported_devices).
   bool foreach_optimizers = false;
+  // fp32 matmuls and convolutions can run as TF32 (SetTf32).
+  bool tf32 = false;
 };
 
 // How the matmul peak of a device without a datasheet row is measured.
@@ -77,6 +80,38 @@ class UtilSampler {
   virtual double Mean() const = 0;
   // Samples taken since Reset().
   virtual long Samples() const = 0;
+};
+
+// A device's cumulative energy counter (NVML's total energy on a GPU, RAPL's
+// package counters on a CPU).
+class EnergyMeter {
+ public:
+  virtual ~EnergyMeter() = default;
+  // Joules counted since the meter was made (wrap-arounds handled), or a
+  // negative number when the counter could not be read.
+  virtual double Joules() = 0;
+  // Measurements shorter than this are too coarse for the counter's
+  // update interval: no energy is reported for them.
+  virtual double MinSeconds() const = 0;
+  // Longer ones may have wrapped the counter more than once between two
+  // readings: no energy either.
+  virtual double MaxSeconds() const = 0;
+  // What the counter covers, for the run's context.
+  virtual std::string Covers() const = 0;
+};
+
+// Steps captured as graphs on one device, sharing one memory pool, and
+// replayed on the device's current stream: a whole step queued at the cost
+// of one launch.
+class StepGraphs {
+ public:
+  virtual ~StepGraphs() = default;
+  // Captures what `step` queues as a new graph and returns its index. The
+  // step must have run eagerly before (lazy initialisation cannot be
+  // captured), must not wait on the device, and reads and writes the same
+  // tensors at every replay.
+  virtual size_t Capture(const std::function<void()>& step) = 0;
+  virtual void Replay(size_t graph) = 0;
 };
 
 class DeviceBackend {
@@ -111,6 +146,9 @@ class DeviceBackend {
 
   // Blocks until the work queued on `device` has finished.
   virtual void Synchronize(const c10::Device& device) const = 0;
+  // Lets fp32 matmuls and convolutions run as TF32, or not (the default:
+  // fp32 is fp32). Devices without TF32 ignore it.
+  virtual void SetTf32(bool on) const {}
   // Whether `device` still runs work after a benchmark on it failed, or the
   // error that will fail everything on it from now on (a CUDA device-side
   // fault is sticky: the process cannot use the GPU again).
@@ -154,6 +192,16 @@ class DeviceBackend {
   // The device type autocast is switched on for.
   virtual c10::DeviceType AutocastType(const c10::Device& device) const {
     return device.type();
+  }
+
+  // An empty set of step graphs on `device` (Caps().graphs); throws where
+  // the device has none.
+  virtual std::unique_ptr<StepGraphs> MakeGraphs(const c10::Device& device) const;
+
+  // The energy counter of `device`, or why there is none (a sentence).
+  virtual absl::StatusOr<std::unique_ptr<EnergyMeter>> MakeEnergyMeter(
+      const c10::Device& device) const {
+    return absl::UnimplementedError("this device reports no energy");
   }
 
   // Utilisation sampler for `device`; nullptr when the device reports none.

@@ -16,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "device/backend.h"
 #include "device/cpu_memory.h"
+#include "device/rapl.h"
 
 namespace ltb {
 
@@ -136,12 +137,20 @@ class CpuBackend final : public DeviceBackend {
                         std::thread::hardware_concurrency(), " logical cores\n");
   }
   std::vector<std::pair<std::string, std::string>> Context() const override {
+    absl::StatusOr<std::unique_ptr<EnergyMeter>> meter = RaplMeter::Create();
     return {
         {"cpu_model", CpuModelName()},
+        {"cpu_energy", meter.ok()
+                           ? (*meter)->Covers()
+                           : absl::StrCat("none (", meter.status().message(), ")")},
         {"cpu_logical_cores", absl::StrCat(std::thread::hardware_concurrency())},
         {"cpu_tensor_allocator",
          CpuTrackingInstalled() ? "LibTorch default CPU allocator, wrapped to count bytes"
                                 : "LibTorch default CPU allocator"}};
+  }
+  absl::StatusOr<std::unique_ptr<EnergyMeter>> MakeEnergyMeter(
+      const c10::Device&) const override {
+    return RaplMeter::Create();
   }
   Capabilities Caps() const override {
     Capabilities c;

@@ -111,7 +111,15 @@ class CudaBackend final : public DeviceBackend {
     std::vector<std::string> gpus;
     for (int i = 0; i < count; ++i) gpus.push_back(cuda::DeviceName(i));
     const at::Context& ctx = at::globalContext();
+    std::string energy = "none (no GPU)";
+    if (count > 0) {
+      absl::StatusOr<std::unique_ptr<EnergyMeter>> meter =
+          GpuEnergyMeter::Create(cuda::PciBusId(0));
+      energy = meter.ok() ? (*meter)->Covers()
+                          : absl::StrCat("none (", meter.status().message(), ")");
+    }
     return {{"cuda_runtime", cuda::RuntimeVersion()},
+            {"gpu_energy", energy},
             {"cudnn", cuda::CudnnVersion()},
             {"cuda_tf32",
              absl::StrCat("matmul ", ctx.allowTF32CuBLAS() ? "on" : "off",
@@ -128,7 +136,17 @@ class CudaBackend final : public DeviceBackend {
     c.pinned_host_memory = true;
     c.profiled_kernels = true;
     c.foreach_optimizers = true;
+    c.tf32 = true;
     return c;
+  }
+
+  void SetTf32(bool on) const override {
+    at::globalContext().setAllowTF32CuBLAS(on);
+    at::globalContext().setAllowTF32CuDNN(on);
+  }
+
+  std::unique_ptr<StepGraphs> MakeGraphs(const c10::Device& device) const override {
+    return cuda::MakeGraphs(Index(device));
   }
 
   bool Usable(const c10::Device& device, std::string* why) const override {
@@ -201,6 +219,11 @@ class CudaBackend final : public DeviceBackend {
     return nccl;
   }
   std::string CollectivesName() const override { return "nccl"; }
+
+  absl::StatusOr<std::unique_ptr<EnergyMeter>> MakeEnergyMeter(
+      const c10::Device& device) const override {
+    return GpuEnergyMeter::Create(cuda::PciBusId(Index(device)));
+  }
 
   std::unique_ptr<UtilSampler> MakeUtilSampler(const c10::Device& device) const override {
     return GpuUtilSampler::Create(cuda::PciBusId(Index(device)));

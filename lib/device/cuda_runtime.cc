@@ -1,6 +1,7 @@
 // CUDA runtime queries for the harness; compiled only when LibTorch has CUDA.
 #include "device/cuda_runtime.h"
 
+#include <ATen/cuda/CUDAGraph.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 
 // The wheel's LibTorch is built with NCCL; its header declares the process
@@ -175,6 +176,56 @@ std::string StickyError(int index) {
 
 std::unique_ptr<StepClock> MakeEventClock(int index) {
   return std::make_unique<CudaEventTimeline>(index);
+}
+
+namespace {
+
+class CudaGraphs final : public StepGraphs {
+ public:
+  explicit CudaGraphs(int index)
+      : index_(static_cast<c10::DeviceIndex>(index)),
+        stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index_)) {}
+
+  size_t Capture(const std::function<void()>& step) override {
+    c10::cuda::CUDAGuard device(index_);
+    // Capture needs a stream other than the default one, idle, and whatever
+    // the step initialises lazily (cuBLAS workspaces are per stream) done
+    // there first.
+    c10::cuda::device_synchronize();
+    {
+      c10::cuda::CUDAStreamGuard on_side(stream_);
+      if (graphs_.empty()) {
+        for (int i = 0; i < 2; ++i) step();
+        stream_.synchronize();
+      }
+      auto graph = std::make_unique<at::cuda::CUDAGraph>();
+      if (graphs_.empty()) {
+        graph->capture_begin();
+        pool_ = graph->pool();
+      } else {
+        graph->capture_begin(pool_);
+      }
+      step();
+      graph->capture_end();
+      graphs_.push_back(std::move(graph));
+    }
+    c10::cuda::device_synchronize();
+    return graphs_.size() - 1;
+  }
+
+  void Replay(size_t graph) override { graphs_.at(graph)->replay(); }
+
+ private:
+  c10::DeviceIndex index_;
+  c10::cuda::CUDAStream stream_;
+  at::cuda::MempoolId_t pool_{0, 0};
+  std::vector<std::unique_ptr<at::cuda::CUDAGraph>> graphs_;
+};
+
+}  // namespace
+
+std::unique_ptr<StepGraphs> MakeGraphs(int index) {
+  return std::make_unique<CudaGraphs>(index);
 }
 
 }  // namespace ltb::cuda

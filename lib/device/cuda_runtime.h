@@ -53,6 +53,11 @@ void EmptyCache();
 // seconds between consecutive marks.
 std::unique_ptr<StepClock> MakeEventClock(int index);
 
+// CUDA graphs on device `index` (at::cuda::CUDAGraph), captured on a side
+// stream after two eager warm-up runs of the first step there, sharing one
+// memory pool, replayed on the current stream.
+std::unique_ptr<StepGraphs> MakeGraphs(int index);
+
 // The sticky error that leaves device `index` unusable for the rest of the
 // process (a device-side fault), or "" when it still works.
 std::string StickyError(int index);

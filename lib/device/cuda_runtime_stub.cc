@@ -8,6 +8,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #endif
 
+#include <stdexcept>
+
 #include "device/cuda_runtime.h"
 
 namespace ltb::cuda {
@@ -26,6 +28,9 @@ void ResetPeakAllocated(int) {}
 int64_t PeakAllocated(int) { return -1; }
 void EmptyCache() {}
 std::unique_ptr<StepClock> MakeEventClock(int) { return nullptr; }
+std::unique_ptr<StepGraphs> MakeGraphs(int) {
+  throw std::runtime_error("this build's LibTorch has no CUDA graphs");
+}
 void SetDevice(int) {}
 std::string StickyError(int) { return ""; }
 int64_t TotalBytes(int) { return -1; }

@@ -8,7 +8,8 @@
 namespace ltb {
 namespace {
 
-// Dense (non-sparse) peaks from NVIDIA's datasheets. More specific names
+// Dense (non-sparse) peaks from NVIDIA's datasheets: fp32, bf16, fp16, TF32
+// (half the "with sparsity" figure the datasheets print), bandwidth. More specific names
 // come first: the first entry whose every word is in the device name wins.
 struct Entry {
   std::vector<const char*> words;
@@ -18,36 +19,36 @@ struct Entry {
 const std::vector<Entry>& Table() {
   static const auto* table = new std::vector<Entry>{
       {{"H100", "NVL"},
-       {60e12, 835e12, 835e12, 3.9e12, "NVIDIA H100 NVL",
+       {60e12, 835e12, 835e12, 417.5e12, 3.9e12, "NVIDIA H100 NVL",
         "NVIDIA H100 Tensor Core GPU datasheet"}},
       {{"H100", "PCIe"},
-       {51.2e12, 756e12, 756e12, 2.0e12, "NVIDIA H100 PCIe",
+       {51.2e12, 756e12, 756e12, 378e12, 2.0e12, "NVIDIA H100 PCIe",
         "NVIDIA H100 Tensor Core GPU datasheet"}},
       {{"H100"},
-       {67e12, 989.4e12, 989.4e12, 3.35e12, "NVIDIA H100 SXM5",
+       {67e12, 989.4e12, 989.4e12, 494.7e12, 3.35e12, "NVIDIA H100 SXM5",
         "NVIDIA H100 Tensor Core GPU datasheet"}},
       {{"H200", "NVL"},
-       {60e12, 835e12, 835e12, 4.8e12, "NVIDIA H200 NVL",
+       {60e12, 835e12, 835e12, 417.5e12, 4.8e12, "NVIDIA H200 NVL",
         "NVIDIA H200 Tensor Core GPU datasheet"}},
       {{"H200"},
-       {67e12, 989.4e12, 989.4e12, 4.8e12, "NVIDIA H200 SXM",
+       {67e12, 989.4e12, 989.4e12, 494.7e12, 4.8e12, "NVIDIA H200 SXM",
         "NVIDIA H200 Tensor Core GPU datasheet"}},
       {{"A100", "80GB", "PCIE"},
-       {19.5e12, 312e12, 312e12, 1.935e12, "NVIDIA A100 80GB PCIe",
+       {19.5e12, 312e12, 312e12, 156e12, 1.935e12, "NVIDIA A100 80GB PCIe",
         "NVIDIA A100 Tensor Core GPU datasheet"}},
       {{"A100", "80GB"},
-       {19.5e12, 312e12, 312e12, 2.039e12, "NVIDIA A100 80GB SXM",
+       {19.5e12, 312e12, 312e12, 156e12, 2.039e12, "NVIDIA A100 80GB SXM",
         "NVIDIA A100 Tensor Core GPU datasheet"}},
       {{"A100"},
-       {19.5e12, 312e12, 312e12, 1.555e12, "NVIDIA A100 40GB",
+       {19.5e12, 312e12, 312e12, 156e12, 1.555e12, "NVIDIA A100 40GB",
         "NVIDIA A100 Tensor Core GPU datasheet"}},
       {{"L4"},
-       {30.3e12, 121e12, 121e12, 300e9, "NVIDIA L4",
+       {30.3e12, 121e12, 121e12, 60e12, 300e9, "NVIDIA L4",
         "NVIDIA L4 Tensor Core GPU datasheet"}},
       {{"T4"},
-       {8.1e12, 0, 65e12, 320e9, "NVIDIA T4", "NVIDIA T4 Tensor Core GPU datasheet"}},
+       {8.1e12, 0, 65e12, 0, 320e9, "NVIDIA T4", "NVIDIA T4 Tensor Core GPU datasheet"}},
       {{"RTX", "4090"},
-       {82.6e12, 165.2e12, 165.2e12, 1008e9, "NVIDIA GeForce RTX 4090",
+       {82.6e12, 165.2e12, 165.2e12, 82.6e12, 1008e9, "NVIDIA GeForce RTX 4090",
         "NVIDIA Ada Lovelace GPU architecture whitepaper"}},
   };
   return *table;

@@ -9,6 +9,7 @@ namespace ltb {
 // A GPU's datasheet peaks (dense tensor-core rates, no sparsity).
 struct DatasheetPeaks {
   double fp32 = 0, bf16 = 0, fp16 = 0;  // FLOP/s; 0: not supported
+  double tf32 = 0;                      // fp32 matmuls as TF32; 0: none
   double bandwidth = 0;                 // bytes/s
   std::string model;                    // "NVIDIA H100 SXM5"
   std::string source;                   // the datasheet it comes from

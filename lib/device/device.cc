@@ -74,6 +74,11 @@ std::unique_ptr<StepClock> DeviceBackend::MakeClock(const c10::Device& device,
   return HostClock(*this, device, sync);
 }
 
+std::unique_ptr<StepGraphs> DeviceBackend::MakeGraphs(const c10::Device& device) const {
+  throw std::runtime_error(
+      absl::StrCat(Name(device), " has no step graphs (--cuda_graphs is for CUDA)"));
+}
+
 std::vector<const DeviceBackend*> Backends() {
   Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);

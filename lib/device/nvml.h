@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/status/statusor.h"
 #include "device/backend.h"
 
 namespace ltb {
@@ -38,6 +39,27 @@ class GpuUtilSampler final : public UtilSampler {
   std::atomic<bool> running_{false};
   std::atomic<double> sum_{0};
   std::atomic<long> samples_{0};
+};
+
+// The GPU's total energy since the driver loaded
+// (nvmlDeviceGetTotalEnergyConsumption, millijoules, Volta and later).
+class GpuEnergyMeter final : public EnergyMeter {
+ public:
+  // The GPU with this PCI bus id, or why there is no counter.
+  static absl::StatusOr<std::unique_ptr<EnergyMeter>> Create(
+      const std::string& pci_bus_id);
+
+  double Joules() override;
+  // NVML refreshes the counter every few tens of milliseconds.
+  double MinSeconds() const override { return 0.5; }
+  double MaxSeconds() const override { return 1e12; }  // 64 bits of millijoules
+  std::string Covers() const override { return "NVML total energy (the whole board)"; }
+
+ private:
+  GpuEnergyMeter(void* device, unsigned long long start_mj)
+      : device_(device), start_mj_(start_mj) {}
+  void* device_;
+  unsigned long long start_mj_;
 };
 
 }  // namespace ltb

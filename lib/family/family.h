@@ -52,6 +52,9 @@ class Workload {
   // Bytes the workload holds outside LibTorch's allocators, which peak_mem
   // adds: an AOTInductor package's weights live in the package's own memory.
   virtual int64_t UntrackedBytes() const { return 0; }
+  // Whether the workload replays graphs itself under spec.graph (generation
+  // graphs its decode steps); otherwise the harness captures whole steps.
+  virtual bool GraphsItself() const { return false; }
 };
 
 // How far `out` is from `ref` (same shape, any devices): the largest absolute
@@ -126,6 +129,12 @@ struct Case {
   std::string size;
   Phase phase;
   bool sweeps_dtype = true;  // false: fp32 only
+  // Runs fp32 matmuls or convolutions, which TF32 changes: swept over --tf32
+  // on devices with TF32 (copies, transfers and elementwise ops are not).
+  bool tf32 = true;
+  // Inference whose step (or, in generation, whose decode step) can be
+  // captured as a graph: swept over --cuda_graphs on devices with graphs.
+  bool graphs = true;
   // Registered only on devices whose backend has host transfers (GPUs).
   bool needs_host_transfers = false;
   int64_t fixed_prompt = 0;   // kGenerate: a prompt the model fixes (not --prompt)

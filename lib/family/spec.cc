@@ -17,9 +17,11 @@ std::string BenchSpec::Name() const {
     if (prompt > 0) absl::StrAppend(&name, "/prompt:", prompt, "/new:", new_tokens);
     absl::StrAppend(&name, "/", DtypeName(dtype));
   }
+  if (tf32) absl::StrAppend(&name, "/tf32");
   if (channels_last) absl::StrAppend(&name, "/channels_last");
   if (pack_cpu_linears) absl::StrAppend(&name, "/onednn");
   if (!backend.empty()) absl::StrAppend(&name, "/", backend);
+  if (graph) absl::StrAppend(&name, "/graph");
   if (!sync) absl::StrAppend(&name, "/nosync");
   return name;
 }

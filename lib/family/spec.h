@@ -49,8 +49,15 @@ struct BenchSpec {
   // CPU inference phases run linear layers through oneDNN with packed
   // weights (families that support it); false: LibTorch's default path.
   bool pack_cpu_linears = false;
+  // fp32 matmuls and convolutions run as TF32 (devices with TF32 only).
+  bool tf32 = false;
+  // Steps replayed from CUDA graphs captured once (--cuda_graphs): a forward
+  // phase's whole step, generation's decode steps.
+  bool graph = false;
 
   // Model families: Family/size/device/phase/batch:B/seq:T/dtype[/nosync];
+  // TF32 (fp32 as TF32): .../fp32/tf32[...];
+  // replayed graphs (--cuda_graphs): ...[/backend]/graph[/nosync];
   // generation: .../batch:B/prompt:P/new:N/dtype[/nosync];
   // convolution models in channels_last: .../dtype/channels_last[/nosync];
   // packed oneDNN linears (--cpu_linear=onednn): .../dtype[/channels_last]/onednn;

@@ -37,7 +37,7 @@ std::vector<std::pair<std::string, double>> StepSpread(std::vector<double> secon
 
 void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
                  const RunOptions& options, const Measured& m) {
-  const double measured = std::accumulate(m.steps.begin(), m.steps.end(), 0.0);
+  const double measured = m.TotalSeconds();
   // A model file's FLOPs are known once it is built (LibTorch's profiler).
   if (plan.flops_per_step <= 0 && CurrentPrepared().workload) {
     plan.flops_per_step = CurrentPrepared().workload->FlopsPerStep();
@@ -90,7 +90,7 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
                               ? CurrentProcessGroup()->world_size()
                               : 1;
       const double per_device = plan.flops_per_step / devices;
-      report("mfu", options.peaks->FlopsUtilisation(spec.device, spec.dtype,
+      report("mfu", options.peaks->FlopsUtilisation(spec.device, spec.dtype, spec.tf32,
                                                     per_device * steps_per_s,
                                                     per_device / fastest, spec.Name()));
     }
@@ -104,6 +104,27 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
                         spec.device, plan.bytes_per_step * steps_per_s,
                         plan.bytes_per_step / fastest, spec.Name()));
     }
+  }
+  // Energy per step, token and sample, summed over data-parallel ranks.
+  double joules = m.joules;
+  if (DataParallel* group = CurrentProcessGroup();
+      group != nullptr && spec.data_parallel) {
+    at::Tensor t = at::tensor({joules >= 0 ? joules : 0.0, joules >= 0 ? 0.0 : 1.0},
+                              at::TensorOptions(at::kDouble))
+                       .to(group->device());
+    group->SumInPlace(t);
+    t = t.cpu();
+    joules = t[1].item<double>() > 0 ? -1 : t[0].item<double>();
+  }
+  if (joules >= 0 && state.iterations() > 0) {
+    const double per_step = joules / static_cast<double>(state.iterations());
+    c["energy_J"] = per_step;
+    if (plan.tokens_per_step > 0) c["J/token"] = per_step / plan.tokens_per_step;
+    if (plan.samples_per_step > 0) c["J/sample"] = per_step / plan.samples_per_step;
+  }
+  // Where steps are launched asynchronously: how many were timed a sample.
+  if (!BackendOf(spec.device).Caps().host) {
+    c["launches_per_sample"] = static_cast<double>(m.launches_per_sample);
   }
   if (CurrentPrepared().gpu_busy >= 0) c["gpu_busy_%"] = 100 * CurrentPrepared().gpu_busy;
   if (plan.params > 0) c["params"] = Counter(static_cast<double>(plan.params));

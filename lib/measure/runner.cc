@@ -47,6 +47,21 @@ void FailRun(benchmark::State& state, const BenchSpec& spec, std::string message
   Fail(state, message);
 }
 
+// TF32 on the benchmark's device for its lifetime when its spec asks, and
+// off (fp32 is fp32) after it, whatever happens in between.
+class Tf32Scope {
+ public:
+  explicit Tf32Scope(const BenchSpec& spec) : backend_(BackendOf(spec.device)) {
+    backend_.SetTf32(spec.tf32);
+  }
+  ~Tf32Scope() { backend_.SetTf32(false); }
+  Tf32Scope(const Tf32Scope&) = delete;
+  Tf32Scope& operator=(const Tf32Scope&) = delete;
+
+ private:
+  const DeviceBackend& backend_;
+};
+
 // Whether the benchmark can run here at all, and what it will cost: its
 // device, its dtype there, and the family's plan.
 absl::StatusOr<Plan> PlanRun(const Family& family, const BenchSpec& spec) {
@@ -85,8 +100,8 @@ bool Measure(benchmark::State& state, const Family& family, const BenchSpec& spe
   const std::string estimate = FormatBytes(plan.memory.Total());
   try {
     Workload& workload = PrepareWorkload(family, spec, options);
-    if (std::optional<std::string> stopped =
-            RunTimedSteps(state, workload, spec, measured)) {
+    if (std::optional<std::string> stopped = RunTimedSteps(
+            state, workload, spec, CurrentPrepared().launches_per_sample, measured)) {
       Fail(state, *stopped);
       return false;
     }
@@ -133,8 +148,13 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
     return FailRun(state, spec, absl::StrCat("memory guard: ", e.what()));
   }
   Measured measured;
+  Tf32Scope tf32(spec);
   if (!Measure(state, family, spec, options, *plan, &measured)) return;
-  SetCounters(state, spec, *std::move(plan), options, measured);
+  try {  // data-parallel counters are all-reduced over the ranks
+    SetCounters(state, spec, *std::move(plan), options, measured);
+  } catch (const std::exception& e) {
+    FailRun(state, spec, absl::StrCat("counters: ", e.what()));
+  }
 }
 
 }  // namespace ltb

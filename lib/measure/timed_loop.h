@@ -14,13 +14,41 @@
 namespace ltb {
 
 struct Measured {
-  std::vector<double> steps;  // each timed step's seconds
-  bool rss_reset = false;     // whether the peak resident set was reset
+  // Each timed sample's seconds per step: a sample is `launches_per_sample`
+  // steps queued back to back between two clock marks.
+  std::vector<double> steps;
+  int64_t launches_per_sample = 1;
+  bool rss_reset = false;  // whether the peak resident set was reset
+  // Energy the device's counter saw over the measured steps, or -1: no
+  // counter (energy_note says why), or a measurement too short or too long
+  // for it.
+  double joules = -1;
+  std::string energy_note;
+
+  double TotalSeconds() const;
 };
 
-// Runs the steps Google Benchmark asks for. Returns why it stopped early
-// (a signal, a time limit) or nullopt; exceptions from the workload pass.
+// A sample lasts at least this long on a device whose steps are launched
+// asynchronously: shorter, and the clock's own marks and the host's launch
+// latency are what gets timed.
+constexpr double kMinSampleSeconds = 1e-3;
+constexpr int64_t kMaxLaunchesPerSample = 1000;
+
+// Steps per sample for a step of `step_seconds` (its warm-up median): 1
+// where the device runs steps synchronously (the host) or when they are
+// not to be batched, else enough for kMinSampleSeconds.
+int64_t LaunchesPerSample(double step_seconds, bool asynchronous);
+
+// `launches` per sample, evened out so that `iterations` steps (Google
+// Benchmark's count) take as few extra steps as possible.
+int64_t EvenLaunches(int64_t launches, int64_t iterations);
+
+// Runs the steps Google Benchmark asks for, `launches` of them per sample
+// (Google Benchmark counts each step as an iteration). Returns why it
+// stopped early (a signal, a time limit) or nullopt; exceptions from the
+// workload pass.
 std::optional<std::string> RunTimedSteps(benchmark::State& state, Workload& workload,
-                                         const BenchSpec& spec, Measured* out);
+                                         const BenchSpec& spec, int64_t launches,
+                                         Measured* out);
 
 }  // namespace ltb

@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 
@@ -14,6 +15,8 @@
 #include "measure/health.h"
 #include "measure/memory.h"
 #include "measure/profiling.h"
+#include "measure/timed_loop.h"
+#include "workloads/graphed.h"
 #include "workloads/model_file.h"
 
 namespace ltb {
@@ -30,6 +33,7 @@ void ReleaseCachedWorkload() {
   p.workload.reset();
   p.name.clear();
   p.gpu_busy = -1;
+  p.launches_per_sample = 1;
   p.accuracy.clear();
   // After a fault the device's synchronisation throws: the device is
   // marked unusable, and the run goes on with the others.
@@ -55,6 +59,7 @@ Workload& PrepareWorkload(const Family& family, const BenchSpec& spec,
   // A compiled suite model runs from its file; anything else is the family's.
   std::unique_ptr<Workload> workload =
       spec.model_file.empty() ? family.build(spec) : BuildCompiledBenchmark(spec);
+  if (spec.graph) workload = GraphedSteps(std::move(workload), spec.device);
   StepTimer timer(spec.device, /*sync=*/true);
   double warm = 0;
   const bool epochs = spec.iterations == Iterations::kEpochs;
@@ -70,12 +75,25 @@ Workload& PrepareWorkload(const Family& family, const BenchSpec& spec,
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
         .count();
   };
+  std::vector<double> steps;
   for (int i = 0;
        i < warmup_steps || (warm < warmup_seconds && wall() < 2 * warmup_seconds); ++i) {
     if (StopRequested()) throw Stopped("during warm-up");
     timer.Start();
     workload->Step();
-    warm += timer.Stop();
+    steps.push_back(timer.Stop());
+    warm += steps.back();
+  }
+  // Sub-millisecond steps on an asynchronous device are timed several to a
+  // sample; the first warm-up step (lazy initialisation) does not count.
+  // Data-parallel ranks keep one step a sample, all in lockstep.
+  const bool batchable = !BackendOf(spec.device).Caps().host && spec.sync && !epochs &&
+                         !lockstep && !steps.empty();
+  int64_t launches = 1;
+  if (batchable) {
+    if (steps.size() > 1) steps.erase(steps.begin());
+    std::nth_element(steps.begin(), steps.begin() + steps.size() / 2, steps.end());
+    launches = LaunchesPerSample(steps[steps.size() / 2], true);
   }
   p.accuracy = Accuracy(family, spec, options.seed, *workload);
   if (!options.profile_dir.empty()) {
@@ -93,6 +111,7 @@ Workload& PrepareWorkload(const Family& family, const BenchSpec& spec,
   }
   p.name = name;
   p.device = spec.device;
+  p.launches_per_sample = launches;
   p.workload = std::move(workload);
   return *p.workload;
 }

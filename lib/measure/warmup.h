@@ -27,6 +27,9 @@ struct Prepared {
   c10::Device device = HostDevice();
   std::unique_ptr<Workload> workload;
   double gpu_busy = -1;  // from --profile, where the backend profiles kernels
+  // Steps queued back to back per timed sample (LaunchesPerSample of the
+  // warm-up's median step).
+  int64_t launches_per_sample = 1;
   // rel_err or token_match_% against fp32, for reduced-precision inference.
   std::vector<std::pair<std::string, double>> accuracy;
 };

@@ -298,6 +298,9 @@ Family OpsFamily() {
     // An op's shape stands where a model's phase does: Ops/op/shape/...
     Case c{d.op, Phase{d.shape, PhaseKind::kInference, Shape::kNone}};
     c.sweeps_dtype = d.op != "noop";
+    // Transfers wait for the host, and a graph of nothing is no graph.
+    c.graphs = !d.transfer && d.op != "noop";
+    c.tf32 = d.op == "matmul" || d.op == "bmm" || d.op == "conv2d" || d.op == "sdpa";
     c.needs_host_transfers = d.transfer;
     c.unit = d.op == "noop" ? benchmark::kNanosecond : benchmark::kMicrosecond;
     f.cases.push_back(c);

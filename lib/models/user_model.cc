@@ -118,6 +118,9 @@ absl::StatusOr<Family> ModelFamilyFromFlags() {
     c.backend = m.file.ok()                    ? BackendName(m.file->format)
                 : absl::EndsWith(path, ".pt2") ? "aoti"
                                                : "torchscript";
+    // An AOTInductor package fixes TF32 when it is compiled, not when it runs.
+    c.tf32 = c.backend != "aoti";
+    c.graphs = false;  // a model file runs as its format decides
     // Names end in the backend: one stem may be a package and a TorchScript
     // file (the same model both ways); two of one backend would collide.
     const std::string key = CaseKey(stem, c.backend);

@@ -265,12 +265,22 @@ WhisperState WhisperImpl::Start(const at::Tensor& xa, int64_t positions) {
 }
 
 void WhisperImpl::ComputeCross(const at::Tensor& xa, WhisperState& state) {
-  state.cross_k.clear();
-  state.cross_v.clear();
+  // Once allocated, the keys and values are written in place: a decode step
+  // captured as a graph reads the same tensors at every replay.
+  state.cross_k.resize(decoder->blocks->size());
+  state.cross_v.resize(decoder->blocks->size());
   for (size_t i = 0; i < decoder->blocks->size(); ++i) {
     auto [k, v] = Block(decoder->blocks, i)->cross_attn->KeysValues(xa);
-    state.cross_k.push_back(k);
-    state.cross_v.push_back(v);
+    const bool same = state.cross_k[i].defined() &&
+                      state.cross_k[i].sizes() == k.sizes() &&
+                      state.cross_k[i].dtype() == k.dtype();
+    if (same) {
+      state.cross_k[i].copy_(k);
+      state.cross_v[i].copy_(v);
+    } else {
+      state.cross_k[i] = k;
+      state.cross_v[i] = v;
+    }
   }
 }
 
@@ -443,6 +453,9 @@ Family WhisperFamily() {
       Case c{s.name, phase};
       // The prompt is the start-of-transcript tokens, not --prompt.
       if (phase.shape == Shape::kGenerate) c.fixed_prompt = kStartTokens;
+      // Transcription stops when every sequence has ended, which the host
+      // must read.
+      c.graphs = phase.name != kTranscribe;
       f.cases.push_back(c);
     }
   }

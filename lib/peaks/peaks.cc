@@ -28,10 +28,15 @@ namespace {
 
 std::string Key(const c10::Device& device) { return DeviceName(device); }
 
-double DatasheetFlops(const DatasheetPeaks& p, c10::ScalarType dtype) {
+// The name a peak is kept under: the dtype's, or "tf32" for fp32 as TF32.
+std::string PrecisionName(c10::ScalarType dtype, bool tf32) {
+  return tf32 && dtype == c10::kFloat ? "tf32" : DtypeName(dtype);
+}
+
+double DatasheetFlops(const DatasheetPeaks& p, c10::ScalarType dtype, bool tf32) {
   switch (dtype) {
     case c10::kFloat:
-      return p.fp32;
+      return tf32 ? p.tf32 : p.fp32;
     case c10::kBFloat16:
       return p.bf16;
     case c10::kHalf:
@@ -183,21 +188,31 @@ Peaks::Peaks(std::map<c10::ScalarType, double> flops_override, double bandwidth_
       bandwidth_override_(bandwidth_override),
       shapes_(std::move(matmul_shapes)) {}
 
-void Peaks::Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandwidth) {
-  const auto key = std::make_pair(Key(device), dtype);
+void Peaks::Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandwidth,
+                    bool tf32) {
+  tf32 = tf32 && dtype == c10::kFloat;
+  const auto key = std::make_pair(Key(device), PrecisionName(dtype, tf32));
   const DatasheetPeaks* sheet = BackendOf(device).Datasheet(device);
   if (!flops_.count(key)) {
     Peak p;
-    if (flops_override_.count(dtype)) {
+    if (flops_override_.count(dtype) && !tf32) {
       p = {flops_override_.at(dtype), "--peak_flops"};
-    } else if (sheet != nullptr && DatasheetFlops(*sheet, dtype) > 0) {
-      p = {DatasheetFlops(*sheet, dtype),
+    } else if (sheet != nullptr && DatasheetFlops(*sheet, dtype, tf32) > 0) {
+      p = {DatasheetFlops(*sheet, dtype, tf32),
            absl::StrCat("datasheet: ", sheet->model, " (", sheet->source, ")")};
     } else if (BackendOf(device).FlopsPeakMethod() == PeakMethod::kCpuLimit) {
       p = MeasureCpuFlops(dtype);
     } else {
-      p = {MeasureMatmulPeak(device, dtype, shapes_),
-           "measured: fastest step of the Ops matmul shapes", true};
+      // TF32 measured with TF32 on, and off again after.
+      BackendOf(device).SetTf32(tf32);
+      try {
+        p = {MeasureMatmulPeak(device, dtype, shapes_),
+             "measured: fastest step of the Ops matmul shapes", true};
+      } catch (...) {
+        BackendOf(device).SetTf32(false);
+        throw;
+      }
+      BackendOf(device).SetTf32(false);
     }
     flops_[key] = p;
   }
@@ -235,7 +250,7 @@ Peak Peaks::MeasureCpuFlops(c10::ScalarType dtype) {
     }
   };
   const double stock = gemm(GemmPath::kDefault);
-  if (stock > 0) default_gemm_[{Key(cpu), dtype}] = stock;
+  if (stock > 0) default_gemm_[{Key(cpu), DtypeName(dtype)}] = stock;
   double onednn = 0;
   if (at::hasMKLDNN() && (dtype == c10::kFloat || dtype == c10::kBFloat16)) {
     onednn = gemm(GemmPath::kOnednn);
@@ -276,12 +291,13 @@ Utilisation UtilisationOf(Peak& peak, double mean_rate, double best_rate,
 }
 
 Utilisation Peaks::FlopsUtilisation(const c10::Device& device, c10::ScalarType dtype,
-                                    double mean_rate, double best_rate,
+                                    bool tf32, double mean_rate, double best_rate,
                                     const std::string& benchmark) {
-  auto it = flops_.find({Key(device), dtype});
+  const std::string precision = PrecisionName(dtype, tf32);
+  auto it = flops_.find({Key(device), precision});
   if (it == flops_.end()) return {};
   return UtilisationOf(it->second, mean_rate, best_rate, benchmark,
-                       absl::StrCat(DtypeName(dtype), " FLOP/s peak"));
+                       absl::StrCat(precision, " FLOP/s peak"));
 }
 
 Utilisation Peaks::BandwidthUtilisation(const c10::Device& device, double mean_rate,
@@ -292,8 +308,9 @@ Utilisation Peaks::BandwidthUtilisation(const c10::Device& device, double mean_r
                        "bandwidth peak (bytes/s)");
 }
 
-const Peak* Peaks::Flops(const c10::Device& device, c10::ScalarType dtype) const {
-  auto it = flops_.find({Key(device), dtype});
+const Peak* Peaks::Flops(const c10::Device& device, c10::ScalarType dtype,
+                         bool tf32) const {
+  auto it = flops_.find({Key(device), PrecisionName(dtype, tf32)});
   return it == flops_.end() || it->second.value <= 0 ? nullptr : &it->second;
 }
 
@@ -306,12 +323,12 @@ std::vector<std::pair<std::string, std::string>> Peaks::Context() const {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [key, p] : flops_) {
     out.emplace_back(
-        absl::StrCat("peak_flops_", key.first, "_", DtypeName(key.second)),
+        absl::StrCat("peak_flops_", key.first, "_", key.second),
         p.value > 0 ? absl::StrFormat("%.4g FLOP/s (%s)", p.value, p.source) : p.source);
   }
   for (const auto& [key, value] : default_gemm_) {
     out.emplace_back(
-        absl::StrCat("gemm_flops_", key.first, "_", DtypeName(key.second)),
+        absl::StrCat("gemm_flops_", key.first, "_", key.second),
         absl::StrFormat("%.4g FLOP/s (LibTorch's default matmul, fastest step "
                         "of the Ops matmul shapes)",
                         value));

@@ -45,10 +45,14 @@ class Peaks {
 
   // Determines the peaks of a device and dtype (measuring once); call before
   // any benchmark runs, so that no measurement lands in a timed region.
-  void Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandwidth);
+  // `tf32`: the peak of fp32 run as TF32, apart from fp32's (a datasheet's
+  // TF32 row, or measured with TF32 on; --peak_flops does not set it).
+  void Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandwidth,
+               bool tf32 = false);
 
   // Peaks prepared above; nullptr when there is none.
-  const Peak* Flops(const c10::Device& device, c10::ScalarType dtype) const;
+  const Peak* Flops(const c10::Device& device, c10::ScalarType dtype,
+                    bool tf32 = false) const;
   const Peak* Bandwidth(const c10::Device& device) const;
 
   // The utilisation of `mean_rate` (the benchmark's achieved FLOP/s or
@@ -60,7 +64,7 @@ class Peaks {
   // peak that the mean beats is a wrong peak or a wrong count: no value, and
   // the note says why. Never above 1.
   Utilisation FlopsUtilisation(const c10::Device& device, c10::ScalarType dtype,
-                               double mean_rate, double best_rate,
+                               bool tf32, double mean_rate, double best_rate,
                                const std::string& benchmark);
   Utilisation BandwidthUtilisation(const c10::Device& device, double mean_rate,
                                    double best_rate, const std::string& benchmark);
@@ -78,8 +82,9 @@ class Peaks {
   std::map<c10::ScalarType, double> flops_override_;
   double bandwidth_override_;
   std::vector<MatmulShape> shapes_;
-  std::map<std::pair<std::string, c10::ScalarType>, Peak> flops_;  // value 0: none
-  std::map<std::pair<std::string, c10::ScalarType>, double> default_gemm_;
+  // Keyed by device and precision (a dtype's name, or "tf32").
+  std::map<std::pair<std::string, std::string>, Peak> flops_;  // value 0: none
+  std::map<std::pair<std::string, std::string>, double> default_gemm_;
   std::map<std::string, Peak> bandwidth_;
 };
 

@@ -49,7 +49,9 @@ std::vector<Registration> WithCompiled(
   std::vector<Registration> out;
   for (const Registration& r : eager) {
     out.push_back(r);
-    if (r.spec.training() || !r.spec.backend.empty()) continue;
+    // An AOTInductor package fixes TF32 when it is compiled, not when it runs.
+    if (r.spec.training() || !r.spec.backend.empty() || r.spec.tf32 || r.spec.graph)
+      continue;
     const auto [begin, end] = compiled.equal_range(r.spec.Name());
     for (auto it = begin; it != end; ++it) {
       Registration c = r;

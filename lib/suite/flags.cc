@@ -42,6 +42,14 @@ ABSL_FLAG(ltb::Count, threads, {},
           "physical core.");
 ABSL_FLAG(ltb::PositiveCount, interop_threads, ltb::PositiveCount{1},
           "Inter-op threads.");
+ABSL_FLAG(ltb::SwitchList, tf32, ltb::SwitchList{{false}},
+          "fp32 matmuls and convolutions as TF32 on devices that have it (CUDA): "
+          "false (fp32 is fp32), true, or both. TF32 runs end in /tf32 and are "
+          "compared with the device's TF32 peak.");
+ABSL_FLAG(ltb::SwitchList, cuda_graphs, ltb::SwitchList{{false}},
+          "Inference steps (generation: its decode steps) replayed from CUDA graphs "
+          "captured once, on devices that have them: false, true, or both. Graph "
+          "runs end in /graph.");
 ABSL_FLAG(ltb::Switch, sync, ltb::Switch{true},
           "Synchronise the device before reading the clock. false reproduces the "
           "classic timing mistake; such runs carry /nosync in their names.");
@@ -273,6 +281,25 @@ std::string AbslUnparseFlag(const MemoryFormats& v) {
   return absl::StrJoin(names, ",");
 }
 
+bool AbslParseFlag(absl::string_view text, SwitchList* out, std::string* error) {
+  return ParseList(text, &out->values, error,
+                   [](const std::string& item, bool* value, std::string* e) {
+                     for (const auto& [name, v] : SwitchChoices()) {
+                       if (item == name) {
+                         *value = v;
+                         return true;
+                       }
+                     }
+                     *e = absl::StrCat("unknown value '", item, "'; valid: false, true");
+                     return false;
+                   });
+}
+std::string AbslUnparseFlag(const SwitchList& v) {
+  std::vector<std::string> names;
+  for (const bool b : v.values) names.push_back(b ? "true" : "false");
+  return absl::StrJoin(names, ",");
+}
+
 bool AbslParseFlag(absl::string_view text, Switch* out, std::string* error) {
   return ParseChoice(text, SwitchChoices(), &out->value, error);
 }
@@ -498,6 +525,8 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   // Not given: each device's default (the CPU generates fewer).
   if (SuiteFlagGiven("new_tokens")) sweep.new_tokens = new_tokens;
   sweep.channels_last = absl::GetFlag(FLAGS_memory_format).channels_last;
+  sweep.tf32 = absl::GetFlag(FLAGS_tf32).values;
+  sweep.graphs = absl::GetFlag(FLAGS_cuda_graphs).values;
   sweep.dtypes = absl::GetFlag(FLAGS_dtype).values;
   sweep.sync = absl::GetFlag(FLAGS_sync).value;
   sweep.pack_cpu_linears = absl::GetFlag(FLAGS_cpu_linear).packed;
@@ -507,6 +536,8 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
        {std::pair<const char*, bool>{"prompt", sweep.prompts.empty()},
         {"new_tokens", new_tokens.empty()},
         {"memory_format", sweep.channels_last.empty()},
+        {"tf32", sweep.tf32.empty()},
+        {"cuda_graphs", sweep.graphs.empty()},
         {"cpu_linear", sweep.pack_cpu_linears.empty()},
         {"dtype", sweep.dtypes.empty()}}) {
     if (empty) {

@@ -49,6 +49,9 @@ struct MemoryFormats {  // contiguous,channels_last
 struct Switch {  // true/false (also 1/0, yes/no)
   bool value = false;
 };
+struct SwitchList {  // false,true
+  std::vector<bool> values;
+};
 struct Count {  // a whole number >= 0
   int value = 0;
 };
@@ -77,6 +80,7 @@ LTB_FLAG_TYPE(PositiveInts);
 LTB_FLAG_TYPE(DeviceList);
 LTB_FLAG_TYPE(DtypeList);
 LTB_FLAG_TYPE(MemoryFormats);
+LTB_FLAG_TYPE(SwitchList);
 LTB_FLAG_TYPE(Switch);
 LTB_FLAG_TYPE(Count);
 LTB_FLAG_TYPE(PositiveCount);

@@ -107,23 +107,41 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
                                  c.phase.kind == PhaseKind::kInference;
             const std::vector<bool> packs =
                 linears ? sweep.pack_cpu_linears : std::vector<bool>{false};
+            // TF32: fp32 matmuls and convolutions on devices that have it.
+            const std::vector<bool> tf32s = dtype == c10::kFloat && c.tf32 &&
+                                                    !c.dtype.has_value() &&
+                                                    BackendOf(device).Caps().tf32
+                                                ? sweep.tf32
+                                                : std::vector<bool>{false};
+            // Graphs: inference steps captured once on devices that have them.
+            const std::vector<bool> graphs = c.phase.kind == PhaseKind::kInference &&
+                                                     c.graphs && c.backend.empty() &&
+                                                     BackendOf(device).Caps().graphs
+                                                 ? sweep.graphs
+                                                 : std::vector<bool>{false};
             for (const bool channels_last : formats) {
               for (const bool pack : packs) {
-                for (const int64_t batch : case_batches) {
-                  for (const auto& [first, second] : lengths) {
-                    BenchSpec spec = base;
-                    spec.device = device;
-                    spec.dtype = dtype;
-                    spec.batch = batch;
-                    if (c.phase.shape == Shape::kGenerate) {
-                      spec.prompt = first;
-                      spec.new_tokens = second;
-                    } else {
-                      spec.seq = first;
+                for (const bool tf32 : tf32s) {
+                  for (const bool graph : graphs) {
+                    for (const int64_t batch : case_batches) {
+                      for (const auto& [first, second] : lengths) {
+                        BenchSpec spec = base;
+                        spec.device = device;
+                        spec.dtype = dtype;
+                        spec.batch = batch;
+                        if (c.phase.shape == Shape::kGenerate) {
+                          spec.prompt = first;
+                          spec.new_tokens = second;
+                        } else {
+                          spec.seq = first;
+                        }
+                        spec.channels_last = channels_last;
+                        spec.pack_cpu_linears = pack;
+                        spec.tf32 = tf32;
+                        spec.graph = graph;
+                        out.push_back({&family, spec, c.unit});
+                      }
                     }
-                    spec.channels_last = channels_last;
-                    spec.pack_cpu_linears = pack;
-                    out.push_back({&family, spec, c.unit});
                   }
                 }
               }

@@ -23,6 +23,8 @@ struct Sweep {
   bool sync = true;
   std::vector<bool> pack_cpu_linears = {false};  // --cpu_linear: aten, onednn
   std::vector<bool> channels_last = {false};     // --memory_format
+  std::vector<bool> tf32 = {false};              // --tf32: fp32 on devices with TF32
+  std::vector<bool> graphs = {false};            // --cuda_graphs: devices with graphs
   std::string compiled_dir;                      // --compiled: tools/export's files
   // The default suite: devices other than the CPU also measure the CPU's
   // default shapes (when the run includes the CPU), so that the speedup

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <string>
 
+#include "device/device.h"
 #include "device/timer.h"
 
 namespace ltb {
@@ -20,19 +21,29 @@ class GenerateWorkload final : public Workload {
   GenerateWorkload(const BenchSpec& spec, GenerateFns fns, double weight_bytes)
       : fns_(std::move(fns)),
         timeline_(spec.device, spec.sync),
+        device_(spec.device),
+        graphed_(spec.graph),
         batch_(spec.batch),
         prompt_(spec.prompt),
         new_tokens_(spec.new_tokens),
         weight_bytes_(weight_bytes) {}
 
+  bool GraphsItself() const override { return true; }
+
   void Step() override {
     c10::InferenceMode guard;
+    if (graphed_ && !graphs_) CaptureDecodes();
     timeline_.Clear();
     timeline_.Mark();
     at::Tensor token = fns_.prefill();
+    if (graphed_) token_.copy_(token);
     timeline_.Mark();
     for (int64_t i = 1; i < new_tokens_; ++i) {
-      token = fns_.decode(token, prompt_ + i - 1);
+      if (graphed_) {
+        graphs_->Replay(static_cast<size_t>(i - 1));
+      } else {
+        token = fns_.decode(token, prompt_ + i - 1);
+      }
       timeline_.Mark();
     }
     const std::vector<double> t = timeline_.Intervals();
@@ -50,9 +61,16 @@ class GenerateWorkload final : public Workload {
 
   at::Tensor Evaluate() override {
     c10::InferenceMode guard;
+    if (graphed_ && !graphs_) CaptureDecodes();
     std::vector<at::Tensor> tokens = {fns_.prefill()};
+    if (graphed_) token_.copy_(tokens.back());
     for (int64_t i = 1; i < new_tokens_; ++i) {
-      tokens.push_back(fns_.decode(tokens.back(), prompt_ + i - 1));
+      if (graphed_) {
+        graphs_->Replay(static_cast<size_t>(i - 1));
+        tokens.push_back(token_.clone());
+      } else {
+        tokens.push_back(fns_.decode(tokens.back(), prompt_ + i - 1));
+      }
     }
     return at::cat(tokens, 1);  // (B, N)
   }
@@ -94,8 +112,24 @@ class GenerateWorkload final : public Workload {
   }
 
  private:
+  // --cuda_graphs: one graph per decode position (each attends over its own
+  // number of cached positions), all reading and writing token_. A prefill
+  // runs first so that every cache the decode steps read exists.
+  void CaptureDecodes() {
+    graphs_ = BackendOf(device_).MakeGraphs(device_);
+    token_ = fns_.prefill().clone();
+    for (int64_t i = 1; i < new_tokens_; ++i) {
+      const int64_t position = prompt_ + i - 1;
+      graphs_->Capture([this, position] { token_.copy_(fns_.decode(token_, position)); });
+    }
+  }
+
   GenerateFns fns_;
   Timeline timeline_;
+  c10::Device device_;
+  bool graphed_;
+  std::unique_ptr<StepGraphs> graphs_;
+  at::Tensor token_;  // graphs: the token each decode graph reads and replaces
   int64_t batch_, prompt_, new_tokens_;
   double weight_bytes_;
   double prefill_s_ = 0, decode_s_ = 0, early_s_ = 0, late_s_ = 0;

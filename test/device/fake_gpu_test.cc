@@ -10,11 +10,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "base/torch_compat.h"
 #if LTB_HAS_C10D_BACKEND
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -26,7 +28,9 @@
 #include "free_port.h"
 #include "measure/health.h"
 #include "measure/runner.h"
+#include "measure/timed_loop.h"
 #include "spec_for.h"
+#include "workloads/graphed.h"
 #include "workloads/optimizers.h"
 
 namespace ltb {
@@ -36,6 +40,13 @@ constexpr double kStepSeconds = 0.004;  // what the fake clock says each step to
 constexpr int64_t kPeakBytes = 12345;   // what the fake device says its peak was
 
 using Log = std::vector<std::string>;
+
+// What the fake clock says each sample (the time between two marks) took;
+// kStepSeconds unless a test says otherwise.
+double& SampleSeconds() {
+  static double seconds = kStepSeconds;
+  return seconds;
+}
 
 // The fake device's sticky fault: "" while it works.
 std::string& Fault() {
@@ -55,7 +66,7 @@ class FakeClock final : public StepClock {
     // After a fault, waiting on the device fails, as CUDA's sticky errors do.
     TORCH_CHECK(Fault().empty(), Fault());
     if (sync_) log_->push_back("wait");  // an event clock waits for its last mark
-    return std::vector<double>(marks_ > 1 ? marks_ - 1 : 0, kStepSeconds);
+    return std::vector<double>(marks_ > 1 ? marks_ - 1 : 0, SampleSeconds());
   }
 
  private:
@@ -98,6 +109,39 @@ class LoggingCollectives final : public CommBackend {
 // fake can own it while its tensors stay CPU tensors.
 const c10::Device kFake(c10::kCPU, 0);
 
+// Graphs that record their step's function at capture, without running it
+// (as CUDA's capture records kernels without running them), and run it at
+// each replay.
+class FakeGraphs final : public StepGraphs {
+ public:
+  explicit FakeGraphs(Log* log) : log_(log) {}
+  size_t Capture(const std::function<void()>& step) override {
+    log_->push_back("capture");
+    steps_.push_back(step);
+    return steps_.size() - 1;
+  }
+  void Replay(size_t graph) override {
+    log_->push_back("replay");
+    steps_.at(graph)();
+  }
+
+ private:
+  Log* log_;
+  std::vector<std::function<void()>> steps_;
+};
+
+// An energy counter that counts 2 J between any two readings.
+class FakeEnergy final : public EnergyMeter {
+ public:
+  double Joules() override { return 2.0 * readings_++; }
+  double MinSeconds() const override { return 0; }
+  double MaxSeconds() const override { return 1e9; }
+  std::string Covers() const override { return "fake"; }
+
+ private:
+  int readings_ = 0;
+};
+
 class FakeGpuBackend final : public DeviceBackend {
  public:
   explicit FakeGpuBackend(Log* log) : log_(log) {}
@@ -117,11 +161,25 @@ class FakeGpuBackend final : public DeviceBackend {
     Capabilities c;
     c.profiled_kernels = false;
     c.foreach_optimizers = true;
+    c.tf32 = true;
+    c.graphs = true;
     return c;  // not the host: GPU shapes, no packed linears
   }
   void Synchronize(const c10::Device&) const override {
     TORCH_CHECK(Fault().empty(), Fault());
     log_->push_back("sync");
+  }
+  absl::StatusOr<std::unique_ptr<EnergyMeter>> MakeEnergyMeter(
+      const c10::Device&) const override {
+    return std::unique_ptr<EnergyMeter>(std::make_unique<FakeEnergy>());
+  }
+  std::unique_ptr<StepGraphs> MakeGraphs(const c10::Device&) const override {
+    return std::make_unique<FakeGraphs>(log_);
+  }
+  // Logs each change of the device's TF32 state, as a GPU's global flag.
+  void SetTf32(bool on) const override {
+    if (on != tf32_) log_->push_back(on ? "tf32_on" : "tf32_off");
+    tf32_ = on;
   }
   bool Usable(const c10::Device&, std::string* why) const override {
     *why = Fault();
@@ -154,6 +212,7 @@ class FakeGpuBackend final : public DeviceBackend {
 
  private:
   Log* log_;
+  mutable bool tf32_ = false;
 };
 
 class CaptureReporter final : public benchmark::BenchmarkReporter {
@@ -182,6 +241,7 @@ class FakeGpuTest : public ::testing::Test {
   ~FakeGpuTest() override {
     ReleaseCachedWorkload();
     Fault().clear();
+    SampleSeconds() = kStepSeconds;
     ClearUnusableDevices();
   }
 
@@ -315,7 +375,8 @@ TEST_F(FakeGpuTest, DataParallelCollectivesGoThroughTheBackendAroundTheMeasuredS
   for (size_t i = first_mark; i < last_wait; ++i) {
     if (log_[i] == "allreduce") EXPECT_EQ(log_[i - 1], "mark") << i;
   }
-  EXPECT_EQ(Count(log_, "allreduce", last_wait), 1u);
+  // After the steps: the peak memory's maximum and the energy's sum.
+  EXPECT_EQ(Count(log_, "allreduce", last_wait), 2u);
   EXPECT_EQ(Count(log_, "barrier"), 0u);
   EXPECT_EQ(run.counters.at("peak_mem").value, kPeakBytes);
 }
@@ -360,6 +421,120 @@ TEST_F(FakeGpuTest, AFaultLeavesTheDeviceUnusableWhileTheCpuGoesOn) {
   const benchmark::BenchmarkReporter::Run on_cpu = Run(cpu, 2);
   EXPECT_FALSE(on_cpu.error_occurred) << on_cpu.error_message;
   EXPECT_GT(on_cpu.counters.at("tokens/s").value, 0);
+}
+
+TEST_F(FakeGpuTest, SubMillisecondStepsAreTimedSeveralToASample) {
+  // Warm-up steps of 100 us: ten steps a sample make a millisecond.
+  SampleSeconds() = 100e-6;
+  const auto run = Run(TransformerOn("forward"), 30);
+  ASSERT_FALSE(run.error_occurred) << run.error_message;
+  EXPECT_EQ(run.counters.at("launches_per_sample").value, 10);
+  EXPECT_EQ(run.iterations, 30);  // Google Benchmark counts steps
+  // Three samples of ten steps, each timed once: the fake clock says each
+  // sample took 100 us, so a step took 10 us.
+  const size_t reset = First(log_, "reset_peak");
+  EXPECT_EQ(Count(log_, "mark", reset), 6u);
+  EXPECT_EQ(Count(log_, "wait", reset), 3u);
+  EXPECT_NEAR(run.real_accumulated_time, 3 * 100e-6, 1e-12);
+  EXPECT_NEAR(run.counters.at("step_p50_ms").value, 10e-3, 1e-9);
+  // tokens/s counts every step: 2 x 16 tokens in 10 us.
+  EXPECT_NEAR(run.counters.at("tokens/s").value, 32 / 10e-6, 1);
+
+  // Millisecond steps keep one step a sample.
+  SampleSeconds() = kStepSeconds;
+  const auto slow = Run(TransformerOn("forward_backward"), 3);
+  EXPECT_EQ(slow.counters.at("launches_per_sample").value, 1);
+  EXPECT_EQ(slow.iterations, 3);
+}
+
+TEST(LaunchesPerSample, EnoughForAMillisecondOnAsynchronousDevicesOnly) {
+  EXPECT_EQ(LaunchesPerSample(100e-6, true), 10);
+  EXPECT_EQ(LaunchesPerSample(300e-6, true), 4);  // ceil(3.33)
+  EXPECT_EQ(LaunchesPerSample(1e-3, true), 1);
+  EXPECT_EQ(LaunchesPerSample(50e-3, true), 1);
+  EXPECT_EQ(LaunchesPerSample(1e-9, true), kMaxLaunchesPerSample);
+  EXPECT_EQ(LaunchesPerSample(0, true), 1);  // no measurement: no batching
+  EXPECT_EQ(LaunchesPerSample(100e-6, false), 1);
+  // Evened out over Google Benchmark's iterations: 25 steps in 3 samples of
+  // 9, not 3 of 10; never more than the iterations.
+  EXPECT_EQ(EvenLaunches(10, 30), 10);
+  EXPECT_EQ(EvenLaunches(10, 25), 9);
+  EXPECT_EQ(EvenLaunches(10, 4), 4);
+  EXPECT_EQ(EvenLaunches(10, 1), 1);
+  EXPECT_EQ(EvenLaunches(1, 1000), 1);
+}
+
+TEST_F(FakeGpuTest, EnergyIsTheCountersDifferenceOverTheMeasuredSteps) {
+  const auto run = Run(TransformerOn("forward"), 4);
+  ASSERT_FALSE(run.error_occurred) << run.error_message;
+  // 2 J over 4 steps of 2 x 16 tokens; a language model counts no samples.
+  EXPECT_DOUBLE_EQ(run.counters.at("energy_J").value, 0.5);
+  EXPECT_DOUBLE_EQ(run.counters.at("J/token").value, 0.5 / 32);
+  EXPECT_EQ(run.counters.count("J/sample"), 0u);
+}
+
+TEST_F(FakeGpuTest, AGraphBenchmarkCapturesItsStepOnceAndReplaysIt) {
+  BenchSpec spec = TransformerOn("forward");
+  spec.graph = true;
+  const auto run = Run(spec, 3);
+  ASSERT_FALSE(run.error_occurred) << run.error_message;
+  EXPECT_TRUE(
+      absl::EndsWith(run.benchmark_name(), "/fp32/graph/iterations:3/manual_time"))
+      << run.benchmark_name();
+  EXPECT_EQ(Count(log_, "capture"), 1u);
+  const size_t reset = First(log_, "reset_peak");
+  EXPECT_LT(First(log_, "capture"), reset);
+  EXPECT_EQ(Count(log_, "replay", 0, reset), 2u);  // the warm-up replays too
+  EXPECT_EQ(Count(log_, "replay", reset), 3u);
+  EXPECT_GT(run.counters.at("tokens/s").value, 0);
+}
+
+TEST_F(FakeGpuTest, GraphedDecodingCapturesEachPositionAndGeneratesTheSameTokens) {
+  BenchSpec spec = SpecFor("GPT2", "nano", "generate", 2, 0);
+  spec.device = kFake;
+  spec.prompt = 8;
+  spec.new_tokens = 6;
+  const std::vector<Family> families = RegisteredFamilies(true).value();
+  const Family* gpt2 = FindFamily(families, "GPT2").value();
+  at::manual_seed(7);
+  const at::Tensor eager = gpt2->build(spec)->Evaluate();
+  spec.graph = true;
+  at::manual_seed(7);
+  std::unique_ptr<Workload> graphed = GraphedSteps(gpt2->build(spec), kFake);
+  EXPECT_EQ(Count(log_, "capture"), 0u) << "captured on first use, after a prefill";
+  const at::Tensor tokens = graphed->Evaluate();
+  // One graph per decode position, then each decode step a replay.
+  EXPECT_EQ(Count(log_, "capture"), 5u);
+  EXPECT_EQ(Count(log_, "replay"), 5u);
+  ASSERT_EQ(tokens.sizes(), eager.sizes());
+  EXPECT_TRUE(at::equal(tokens, eager));
+  graphed->ResetStats();
+  graphed->Step();
+  EXPECT_EQ(Count(log_, "capture"), 5u);
+  EXPECT_EQ(Count(log_, "replay"), 10u);
+  bool tpot = false;
+  for (const auto& [name, value] : graphed->Counters())
+    tpot |= name == "tpot_ms" && value > 0;
+  EXPECT_TRUE(tpot);
+}
+
+TEST_F(FakeGpuTest, ATf32BenchmarkRunsWithTf32OnAndLeavesItOff) {
+  BenchSpec spec = TransformerOn("forward");
+  spec.tf32 = true;
+  const benchmark::BenchmarkReporter::Run run = Run(spec, 3);
+  EXPECT_FALSE(run.error_occurred) << run.error_message;
+  EXPECT_NE(run.benchmark_name().find("/fp32/tf32"), std::string::npos);
+  const size_t on = First(log_, "tf32_on");
+  ASSERT_LT(on, log_.size());
+  EXPECT_LT(on, First(log_, "mark")) << "on before the first step";
+  EXPECT_EQ(log_.back(), "tf32_off") << "off after the benchmark";
+  EXPECT_EQ(Count(log_, "tf32_on"), 1u);
+  // A plain fp32 benchmark after it runs with TF32 off throughout.
+  log_.clear();
+  const auto plain = Run(TransformerOn("forward_backward"), 2);
+  EXPECT_FALSE(plain.error_occurred) << plain.error_message;
+  EXPECT_EQ(Count(log_, "tf32_on"), 0u);
+  EXPECT_EQ(Count(log_, "tf32_off"), 0u);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <regex>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "family/registry.h"
 #include "models/ops.h"
@@ -25,6 +26,95 @@ TEST(BenchSpecName, FollowsFamilySizeDevicePhaseSettings) {
   s.dtype = c10::kBFloat16;
   s.sync = false;
   EXPECT_EQ(s.Name(), "Transformer/small/cuda:1/forward/batch:4/seq:512/bf16/nosync");
+}
+
+TEST(BenchSpecName, Tf32FollowsTheDtype) {
+  BenchSpec s = TransformerSpec();
+  s.device = c10::Device(c10::kCUDA, 0);
+  s.tf32 = true;
+  s.sync = false;
+  EXPECT_EQ(s.Name(), "Transformer/small/cuda/forward/batch:4/seq:512/fp32/tf32/nosync");
+}
+
+TEST(ExpandSweep, Tf32IsAnAxisOfFp32OnDevicesThatHaveIt) {
+  const std::vector<Family> families = RegisteredFamilies(true).value();
+  Sweep sweep;
+  sweep.devices = {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 0)};
+  sweep.dtypes = {c10::kFloat, c10::kBFloat16};
+  sweep.tf32 = {false, true};
+  std::set<std::string> names, plain_twins;
+  size_t tf32 = 0;
+  for (const Registration& r : ExpandSweep(families, sweep)) {
+    names.insert(r.spec.Name());
+    if (!r.spec.tf32) continue;
+    ++tf32;
+    EXPECT_TRUE(r.spec.device.is_cuda()) << r.spec.Name();
+    EXPECT_EQ(r.spec.dtype, c10::kFloat) << r.spec.Name();
+    BenchSpec plain = r.spec;
+    plain.tf32 = false;
+    plain_twins.insert(plain.Name());
+  }
+  EXPECT_GT(tf32, 0u);
+  for (const std::string& twin : plain_twins) EXPECT_TRUE(names.count(twin)) << twin;
+  EXPECT_TRUE(names.count("Ops/matmul/2048x2048/cuda/fp32/tf32"));
+  EXPECT_TRUE(names.count("Ops/matmul/2048x2048/cuda/fp32"));
+  EXPECT_TRUE(names.count("ResNet/resnet18/cuda/train_step/batch:32/fp32/tf32"));
+  EXPECT_FALSE(
+      names.count("Ops/copy/256MiB/cuda/fp32/tf32"));  // no matmul to run as TF32
+  EXPECT_FALSE(names.count("Ops/matmul/2048x2048/cpu/fp32/tf32"));
+  EXPECT_FALSE(names.count("Ops/matmul/2048x2048/cuda/bf16/tf32"));
+}
+
+TEST(BenchSpecName, GraphEndsTheNameBeforeNosync) {
+  BenchSpec s = TransformerSpec();
+  s.device = c10::Device(c10::kCUDA, 0);
+  s.graph = true;
+  EXPECT_EQ(s.Name(), "Transformer/small/cuda/forward/batch:4/seq:512/fp32/graph");
+  s.sync = false;
+  s.dtype = c10::kBFloat16;
+  EXPECT_EQ(s.Name(), "Transformer/small/cuda/forward/batch:4/seq:512/bf16/graph/nosync");
+}
+
+TEST(ExpandSweep, GraphsAreAnAxisOfInferenceOnDevicesThatHaveThem) {
+  const std::vector<Family> families = RegisteredFamilies(true).value();
+  Sweep sweep;
+  sweep.devices = {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 0)};
+  sweep.dtypes = {c10::kFloat, c10::kBFloat16};
+  sweep.graphs = {false, true};
+  std::set<std::string> names, plain_twins;
+  size_t graphs = 0;
+  for (const Registration& r : ExpandSweep(families, sweep)) {
+    names.insert(r.spec.Name());
+    if (!r.spec.graph) continue;
+    ++graphs;
+    EXPECT_TRUE(r.spec.device.is_cuda()) << r.spec.Name();
+    EXPECT_FALSE(r.spec.training()) << r.spec.Name();
+    BenchSpec plain = r.spec;
+    plain.graph = false;
+    plain_twins.insert(plain.Name());
+  }
+  EXPECT_GT(graphs, 0u);
+  for (const std::string& twin : plain_twins) EXPECT_TRUE(names.count(twin)) << twin;
+  EXPECT_TRUE(names.count("Transformer/small/cuda/forward/batch:4/seq:512/bf16/graph"));
+  EXPECT_TRUE(names.count("Ops/matmul/2048x2048/cuda/bf16/graph"));
+  EXPECT_TRUE(names.count("Ops/copy/256MiB/cuda/fp32/graph"));  // a device-side copy
+  for (const std::string& name : names) {
+    if (!absl::EndsWith(name, "/graph")) continue;
+    // Not training, not transfers that wait for the host, not an empty step,
+    // not Whisper's transcription (the host reads when it ends).
+    EXPECT_FALSE(absl::StrContains(name, "train")) << name;
+    EXPECT_FALSE(absl::StrContains(name, "h2d") || absl::StrContains(name, "d2h"))
+        << name;
+    EXPECT_FALSE(absl::StrContains(name, "noop")) << name;
+    EXPECT_FALSE(absl::StrContains(name, "transcribe")) << name;
+  }
+  // Generation: its decode steps are graphed.
+  bool generate = false;
+  for (const std::string& name : names) {
+    generate |= absl::StartsWith(name, "GPT2/") &&
+                absl::StrContains(name, "/generate/") && absl::EndsWith(name, "/graph");
+  }
+  EXPECT_TRUE(generate);
 }
 
 TEST(BenchSpecName, OpsPutTheShapeBeforeTheDevice) {

@@ -67,6 +67,28 @@ TEST(WhisperGenerate, CachesGiveExactlyTheTokensOfRecomputation) {
   }
 }
 
+TEST(WhisperGenerate, ANewWindowsCrossKeysAndValuesGoIntoTheSameTensors) {
+  // A decode step captured as a CUDA graph reads the tensors it was
+  // captured with: each window's cross-attention keys and values must land
+  // in them, not in new ones.
+  torch::manual_seed(9);
+  Whisper model(Nano());
+  torch::NoGradGuard no_grad;
+  const at::Tensor first = model->Encode(torch::randn({2, 80, 3000}));
+  const at::Tensor second = model->Encode(torch::randn({2, 80, 3000}));
+  WhisperState state = model->Start(first, 8);
+  std::vector<const void*> where;
+  for (const at::Tensor& k : state.cross_k) where.push_back(k.data_ptr());
+  model->ComputeCross(second, state);
+  WhisperState fresh = model->Start(second, 8);
+  ASSERT_EQ(state.cross_k.size(), where.size());
+  for (size_t i = 0; i < where.size(); ++i) {
+    EXPECT_EQ(state.cross_k[i].data_ptr(), where[i]) << i;
+    EXPECT_TRUE(at::equal(state.cross_k[i], fresh.cross_k[i])) << i;
+    EXPECT_TRUE(at::equal(state.cross_v[i], fresh.cross_v[i])) << i;
+  }
+}
+
 TEST(WhisperFlops, GenerationCountEqualsTheProfilers) {
   WhisperOptions o = Nano();
   o.fused_attention(false);  // attention as matmuls the profiler counts

@@ -35,6 +35,20 @@ TEST(LookupDatasheet, GivesDensePeaksWithTheirSource) {
   EXPECT_DOUBLE_EQ(h100->bandwidth, 3.35e12);
   EXPECT_NE(h100->source.find("datasheet"), std::string::npos);
   EXPECT_EQ(LookupDatasheet("Tesla T4")->bf16, 0);  // no bf16 tensor cores
+  // TF32: the dense rate, half the "with sparsity" figure datasheets print;
+  // half the fp16 tensor rate, and never below plain fp32 (the RTX 4090's
+  // equals it).
+  EXPECT_DOUBLE_EQ(h100->tf32, 494.7e12);
+  EXPECT_DOUBLE_EQ(LookupDatasheet("NVIDIA A100-SXM4-80GB")->tf32, 156e12);
+  EXPECT_EQ(LookupDatasheet("Tesla T4")->tf32, 0);  // Turing has no TF32
+  for (const char* gpu :
+       {"NVIDIA H100 NVL", "NVIDIA H100 PCIe", "NVIDIA H200", "NVIDIA H200 NVL",
+        "NVIDIA A100 80GB PCIe", "NVIDIA L4", "NVIDIA GeForce RTX 4090"}) {
+    const DatasheetPeaks* p = LookupDatasheet(gpu);
+    ASSERT_NE(p, nullptr) << gpu;
+    EXPECT_GE(p->tf32, p->fp32) << gpu;
+    EXPECT_NEAR(p->tf32, p->fp16 / 2, 0.01 * p->fp16) << gpu;  // L4: 60 of 121
+  }
 }
 
 TEST(ParsePeakFlops, OneNumberOrPerDtype) {
@@ -86,8 +100,8 @@ TEST(Peaks, MeasuresWhatIsNotGiven) {
   EXPECT_TRUE(p->measured);
   // A benchmark whose fastest step beats the measured peak raises it.
   const double before = p->value;
-  const Utilisation u =
-      peaks.FlopsUtilisation(cpu, c10::kFloat, 1.5 * before, 2 * before, "Ops/matmul/x");
+  const Utilisation u = peaks.FlopsUtilisation(cpu, c10::kFloat, false, 1.5 * before,
+                                               2 * before, "Ops/matmul/x");
   EXPECT_DOUBLE_EQ(u.value, 0.75);
   EXPECT_DOUBLE_EQ(peaks.Flops(cpu, c10::kFloat)->value, 2 * before);
   EXPECT_NE(u.note.find("raised"), std::string::npos) << u.note;
