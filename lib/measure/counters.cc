@@ -79,7 +79,7 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
   const double steps_per_s =
       measured > 0 ? static_cast<double>(state.iterations()) / measured : 0;
   if (options.peaks != nullptr && steps_per_s > 0) {
-    const double fastest = *std::min_element(m.steps.begin(), m.steps.end());
+    const double fastest = m.fastest;
     const auto report = [&](const char* name, const Utilisation& u) {
       if (!u.note.empty()) std::cerr << "bench: " << name << ": " << u.note << "\n";
       if (u.value >= 0) c[name] = u.value;

@@ -12,10 +12,24 @@
 
 namespace ltb {
 
+void Measured::Add(double seconds_per_step) {
+  fastest = samples == 0 ? seconds_per_step : std::min(fastest, seconds_per_step);
+  sum += seconds_per_step;
+  ++samples;
+  if (steps.size() < kKeptSamples) {
+    steps.push_back(seconds_per_step);
+    return;
+  }
+  // Algorithm R: the n-th sample replaces a kept one with probability k/n.
+  rng ^= rng << 13;  // xorshift64
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  const uint64_t slot = rng % static_cast<uint64_t>(samples);
+  if (slot < kKeptSamples) steps[slot] = seconds_per_step;
+}
+
 double Measured::TotalSeconds() const {
-  double total = 0;
-  for (const double s : steps) total += s;
-  return total * static_cast<double>(launches_per_sample);
+  return sum * static_cast<double>(launches_per_sample);
 }
 
 int64_t LaunchesPerSample(double step_seconds, bool asynchronous) {
@@ -38,8 +52,9 @@ std::optional<std::string> RunTimedSteps(benchmark::State& state, Workload& work
   StepTimer timer(spec.device, spec.sync);
   launches = EvenLaunches(launches, state.max_iterations);
   out->launches_per_sample = launches;
-  out->steps.reserve(
-      static_cast<size_t>(std::max<int64_t>(state.max_iterations / launches + 1, 0)));
+  out->steps.reserve(std::min<size_t>(
+      Measured::kKeptSamples,
+      static_cast<size_t>(std::max<int64_t>(state.max_iterations / launches + 1, 0))));
   BackendOf(spec.device).ResetPeakMemory(spec.device);
   out->rss_reset = ResetPeakRss();
   workload.ResetStats();
@@ -55,11 +70,11 @@ std::optional<std::string> RunTimedSteps(benchmark::State& state, Workload& work
     timer.Start();
     for (int64_t i = 0; i < launches; ++i) workload.Step();
     const double seconds = timer.Stop();
-    out->steps.push_back(seconds / static_cast<double>(launches));
+    out->Add(seconds / static_cast<double>(launches));
     state.SetIterationTime(seconds);
     if (StopRequested()) {
       workload.EndMeasurement();
-      return absl::StrCat(StopReason(), " after ", out->steps.size() * launches,
+      return absl::StrCat(StopReason(), " after ", out->samples * launches,
                           " measured steps");
     }
   }

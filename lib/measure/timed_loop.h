@@ -5,6 +5,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,9 +15,18 @@
 namespace ltb {
 
 struct Measured {
-  // Each timed sample's seconds per step: a sample is `launches_per_sample`
-  // steps queued back to back between two clock marks.
+  // Timed samples' seconds per step (a sample is `launches_per_sample` steps
+  // queued back to back between two clock marks): every sample up to
+  // kKeptSamples, then a uniform random sample of them (reservoir
+  // sampling), so that nanosecond steps measured for seconds keep 8 MB, not
+  // gigabytes. The sum, count and fastest are exact.
+  static constexpr size_t kKeptSamples = size_t{1} << 20;
+  void Add(double seconds_per_step);
   std::vector<double> steps;
+  int64_t samples = 0;
+  double sum = 0;  // over every sample
+  double fastest = 0;
+  uint64_t rng = 0x9E3779B97F4A7C15ull;  // the reservoir's (fixed: runs repeat)
   int64_t launches_per_sample = 1;
   bool rss_reset = false;  // whether the peak resident set was reset
   // Energy the device's counter saw over the measured steps, or -1: no

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -24,6 +25,32 @@ TEST(StepSpread, NearestRankPercentilesAndTheCoefficientOfVariation) {
   EXPECT_DOUBLE_EQ(s.at("step_p90_ms"), 9);
   EXPECT_DOUBLE_EQ(s.at("step_p99_ms"), 10);
   EXPECT_NEAR(s.at("step_cv_%"), 100 * std::sqrt(82.5 / 9) / 5.5, 1e-9);
+}
+
+TEST(Measured, KeepsEverySampleUpToItsLimitThenAUniformShareOfThem) {
+  Measured few;
+  for (const double s : {3.0, 1.0, 2.0}) few.Add(s);
+  EXPECT_EQ(few.steps, (std::vector<double>{3.0, 1.0, 2.0}));
+  EXPECT_DOUBLE_EQ(few.fastest, 1.0);
+  few.launches_per_sample = 10;
+  EXPECT_DOUBLE_EQ(few.TotalSeconds(), 60.0);
+
+  // Four times the limit, rising from 1 to n: what is kept stays at the
+  // limit, and is spread over the whole run (its mean is the run's, n / 2),
+  // while the sum and the fastest stay exact.
+  Measured many;
+  const int64_t n = 4 * static_cast<int64_t>(Measured::kKeptSamples);
+  for (int64_t i = 1; i <= n; ++i) many.Add(static_cast<double>(i));
+  EXPECT_EQ(many.steps.size(), Measured::kKeptSamples);
+  EXPECT_EQ(many.samples, n);
+  EXPECT_DOUBLE_EQ(many.sum, static_cast<double>(n) * (n + 1) / 2);
+  EXPECT_DOUBLE_EQ(many.fastest, 1.0);
+  double mean = 0;
+  for (const double s : many.steps) mean += s / many.steps.size();
+  EXPECT_NEAR(mean / (n / 2.0), 1.0, 0.01);
+  const auto late = std::count_if(many.steps.begin(), many.steps.end(),
+                                  [&](double s) { return s > 3.0 * n / 4; });
+  EXPECT_NEAR(static_cast<double>(late) / many.steps.size(), 0.25, 0.01);
 }
 
 TEST(StepSpread, OneStepHasNoSpreadAndNoStepsNothing) {
