@@ -12,8 +12,10 @@
 #include <iostream>
 #include <memory>
 #include <regex>
+#include <tuple>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -336,6 +338,22 @@ absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& comma
   state.peaks =
       std::make_unique<Peaks>(options.peak_flops, options.peak_bandwidth, matmuls);
   std::vector<Registration> registrations = ExpandSweep(state.families, sweep);
+  // An axis that no selected device offers adds nothing: say so.
+  for (const auto& [flag, asked, offered, devices] :
+       {std::tuple<const char*, bool, bool, const char*>{
+            "tf32", absl::c_linear_search(sweep.tf32, true),
+            absl::c_any_of(registrations,
+                           [](const Registration& r) { return r.spec.tf32; }),
+            "CUDA GPUs, in fp32"},
+        {"cuda_graphs", absl::c_linear_search(sweep.graphs, true),
+         absl::c_any_of(registrations,
+                        [](const Registration& r) { return r.spec.graph; }),
+         "CUDA GPUs, in inference phases"}}) {
+    if (asked && !offered && !command_line.quiet_rank) {
+      std::cerr << "bench: --" << flag << "=true adds no benchmark here: it applies to "
+                << devices << ", and no selected device is one\n";
+    }
+  }
   if (!sweep.compiled_dir.empty()) {
     std::vector<std::string> unreadable;
     const auto compiled = CompiledBenchmarks(sweep.compiled_dir, &unreadable);

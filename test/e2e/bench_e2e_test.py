@@ -474,6 +474,19 @@ class SuiteTest(unittest.TestCase):
         # GPT2: 5 sizes x (3 sequence phases + generate) x 2 batches x 2 dtypes.
         self.assertEqual(len([n for n in names if n.startswith("GPT2/")]), 5 * 4 * 2 * 2)
 
+    def test_gpu_axes_say_when_they_add_nothing(self):
+        # --tf32 and --cuda_graphs are CUDA axes: on the CPU they add no
+        # benchmark, and bench says so rather than ignoring them.
+        proc = run_bench("--benchmark_list_tests", "--benchmark_filter=Ops/matmul/2048x2048",
+                         "--devices=cpu", "--tf32=false,true", "--cuda_graphs=true")
+        self.assertEqual(proc.stdout.split(), ["Ops/matmul/2048x2048/cpu/fp32/manual_time"])
+        self.assertIn("--tf32=true adds no benchmark here: it applies to CUDA GPUs",
+                      proc.stderr)
+        self.assertIn("--cuda_graphs=true adds no benchmark here", proc.stderr)
+        bad = run_bench("--benchmark_list_tests", "--tf32=maybe", check=False)
+        self.assertEqual(bad.returncode, 2, bad.stderr)
+        self.assertIn("--tf32", bad.stderr)
+
     def test_nosync_runs_are_marked(self):
         names = run_bench("--benchmark_list_tests", "--benchmark_filter=Transformer/nano",
                           "--devices=cpu", "--sync=false").stdout.split()
