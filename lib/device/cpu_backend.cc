@@ -16,7 +16,7 @@
 #include "absl/strings/strip.h"
 #include "device/backend.h"
 #include "device/cpu_memory.h"
-#include "device/rapl.h"
+#include "device/telemetry.h"
 
 namespace ltb {
 

@@ -20,7 +20,7 @@
 #endif
 #include "device/cuda_runtime.h"
 #include "device/datasheets.h"
-#include "device/nvml.h"
+#include "device/telemetry.h"
 
 namespace ltb {
 namespace {

@@ -16,8 +16,8 @@
 #include "measure/memory.h"
 #include "measure/profiling.h"
 #include "measure/timed_loop.h"
-#include "workloads/graphed.h"
 #include "workloads/model_file.h"
+#include "workloads/phases.h"
 
 namespace ltb {
 

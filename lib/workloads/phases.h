@@ -63,4 +63,12 @@ at::Tensor RandomInput(at::IntArrayRef shape, const BenchSpec& spec);
 // loss, backward. train_step: with an optimizer step.
 std::unique_ptr<Workload> MakePhaseWorkload(const BenchSpec& spec, ModelFns fns);
 
+// --cuda_graphs for a whole step: `inner`, each Step() replaying one capture
+// of inner's step (which runs eagerly first, as capture needs); Counters(),
+// Evaluate() and the rest are inner's. `inner` itself where it graphs its
+// own steps (generation). Throws where the device has no graphs or the step
+// cannot be captured.
+std::unique_ptr<Workload> GraphedSteps(std::unique_ptr<Workload> inner,
+                                       const c10::Device& device);
+
 }  // namespace ltb

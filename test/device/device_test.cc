@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "device/cuda_runtime.h"
-#include "device/nvml.h"
+#include "device/telemetry.h"
 
 namespace ltb {
 namespace {

@@ -30,8 +30,8 @@
 #include "measure/runner.h"
 #include "measure/timed_loop.h"
 #include "spec_for.h"
-#include "workloads/graphed.h"
 #include "workloads/optimizers.h"
+#include "workloads/phases.h"
 
 namespace ltb {
 namespace {

@@ -1,4 +1,4 @@
-#include "device/rapl.h"
+#include "device/telemetry.h"
 
 #include <gtest/gtest.h>
 
