@@ -9,8 +9,8 @@ namespace (unshare -m, root only) that hides what the machine has:
   an installed Python, fetches nothing, and bench runs with the kit's
   libraries.
 
-Each test configures a fresh build directory and builds only `bench`, with
-LTB_JOBS (default 2) jobs: minutes each. LTB_SKIP_SETUP_TESTS=1 skips them.
+One test does both, building `bench` once in a fresh build directory with
+LTB_JOBS (default 2) jobs: minutes. LTB_SKIP_SETUP_TESTS=1 skips them.
 LTB_BUILD_LOCK=FILE runs each build under `flock FILE` (for machines whose
 builds take turns). The tests reuse the set-up virtual environment (LTB_VENV,
 or the Python running them when it is one); they never install torch."""
@@ -122,36 +122,6 @@ def _torch_has_cuda(python):
     return bool(out.stdout.strip())
 
 
-@unittest.skipIf(WHY_NOT, WHY_NOT)
-class SetupWithoutCudaToolkitTest(unittest.TestCase):
-
-    def test_builds_bench_without_nvcc(self):
-        venv = _venv()
-        with tempfile.TemporaryDirectory(prefix="ltb-nocuda-") as tmp:
-            build = os.path.join(tmp, "build")
-            env = (f"LTB_VENV={shlex.quote(venv)} LTB_BUILD_DIR={shlex.quote(build)} "
-                   f"LTB_TARGETS=bench LTB_JOBS={os.environ.get('LTB_JOBS', '2')}")
-            script = (_hide_cuda_toolkit(tmp)
-                      + f"env {env} {_lock()}{shlex.quote(SETUP)}\n")
-            run = _in_namespace(["-m"], script)
-            log = run.stdout + run.stderr
-            self.assertEqual(run.returncode, 0, log[-6000:])
-            with open(os.path.join(build, "configure.log")) as f:
-                configure = f.read()
-            if _torch_has_cuda(os.path.join(venv, "bin", "python")):
-                self.assertIn("CUDA runtime and headers from the torch wheel", configure)
-                # The CUDA code path was compiled, not the stub.
-                objects = glob.glob(os.path.join(build, "lib", "**", "cuda_runtime.cc.o"),
-                                    recursive=True)
-                self.assertTrue(objects, "cuda_runtime.cc was not compiled")
-            # bench runs on the CPU (here, outside the namespace, as built).
-            listed = subprocess.run([os.path.join(build, "bench", "bench"),
-                                     "--benchmark_list_tests", "--benchmark_filter=Ops/.*/cpu"],
-                                    capture_output=True, text=True, timeout=300)
-            self.assertEqual(listed.returncode, 0, listed.stdout + listed.stderr)
-            self.assertIn("Ops/", listed.stdout)
-
-
 def _kit(tmp):
     """A kit made by tools/offline-kit: LTB_OFFLINE_KIT, the checkout's .kit,
     or a fresh one in tmp; None when none exists and none can be made."""
@@ -164,22 +134,45 @@ def _kit(tmp):
 
 
 @unittest.skipIf(WHY_NOT, WHY_NOT)
-class SetupOfflineTest(unittest.TestCase):
+class SetupElsewhereTest(unittest.TestCase):
+    """Both machines in one build of bench: first tools/setup online with
+    the toolkit hidden, which installs the CUDA headers the wheel lacks and
+    configures (building one small target); then, with the toolkit still
+    hidden, the network cut and the -dev packages hidden, `tools/setup
+    --offline KIT` builds bench from the kit, compiling the CUDA code path
+    from the wheel's headers."""
 
-    def test_builds_bench_offline_from_kit(self):
-        python = os.path.join(_venv(), "bin", "python")
-        with tempfile.TemporaryDirectory(prefix="ltb-offline-") as tmp:
+    def test_builds_bench_without_nvcc_and_offline_from_kit(self):
+        venv = _venv()
+        python = os.path.join(venv, "bin", "python")
+        jobs = os.environ.get("LTB_JOBS", "2")
+        with tempfile.TemporaryDirectory(prefix="ltb-elsewhere-") as tmp:
             kit = _kit(tmp)
             if kit is None:
                 self.skipTest("no kit (LTB_OFFLINE_KIT or .kit/) and tools/offline-kit "
                               "could not make one (no network or no apt-get)")
+            cuda = _torch_has_cuda(python)
+
+            # 1. Online, no CUDA toolkit: the wheel's CUDA runtime and headers.
+            online = os.path.join(tmp, "online")
+            env = (f"LTB_VENV={shlex.quote(venv)} LTB_BUILD_DIR={shlex.quote(online)} "
+                   f"LTB_TARGETS=ltb_build_info LTB_JOBS={jobs}")
+            run = _in_namespace(["-m"], _hide_cuda_toolkit(tmp)
+                                + f"env {env} {_lock()}{shlex.quote(SETUP)}\n")
+            self.assertEqual(run.returncode, 0, (run.stdout + run.stderr)[-6000:])
+            with open(os.path.join(online, "configure.log")) as f:
+                configure = f.read()
+            if cuda:
+                self.assertIn("CUDA runtime and headers from the torch wheel", configure)
+
+            # 2. Offline as well: bench from the kit, nothing fetched.
             build = os.path.join(tmp, "build")
             bench = os.path.join(build, "bench", "bench")
             # A venv that tools/setup would use if it went online: absent.
             env = (f"LTB_VENV={shlex.quote(os.path.join(tmp, 'no-venv'))} "
                    f"LTB_PYTHON={shlex.quote(python)} LTB_BUILD_DIR={shlex.quote(build)} "
-                   f"LTB_TARGETS=bench LTB_JOBS={os.environ.get('LTB_JOBS', '2')}")
-            script = (_hide_dev_packages(tmp)
+                   f"LTB_TARGETS=bench LTB_JOBS={jobs}")
+            script = (_hide_cuda_toolkit(tmp) + _hide_dev_packages(tmp)
                       + "! python3 -c 'import socket; socket.create_connection((\"pypi.org\", 443), 3)' "
                         "2>/dev/null || { echo 'the network is reachable'; exit 98; }\n"
                       + f"env {env} {_lock()}{shlex.quote(SETUP)} --offline {shlex.quote(kit)}\n"
@@ -192,11 +185,23 @@ class SetupOfflineTest(unittest.TestCase):
             with open(os.path.join(build, "configure.log")) as f:
                 configure = f.read()
             self.assertNotIn("fetching", configure)
+            if cuda:
+                self.assertIn("CUDA runtime and headers from the torch wheel", configure)
+                # The CUDA code path was compiled, not the stub.
+                objects = glob.glob(os.path.join(build, "lib", "**", "cuda_runtime.cc.o"),
+                                    recursive=True)
+                self.assertTrue(objects, "cuda_runtime.cc was not compiled")
             with open(os.path.join(build, "CMakeCache.txt")) as f:
                 cache = f.read()
             for package in ("absl_DIR", "benchmark_DIR", "GTest_DIR"):
                 line = next(l for l in cache.splitlines() if l.startswith(package + ":"))
                 self.assertIn(os.path.realpath(kit), os.path.realpath(line.split("=", 1)[1]))
+            # bench runs outside the namespace too, as built.
+            listed = subprocess.run([bench, "--benchmark_list_tests",
+                                     "--benchmark_filter=Ops/.*/cpu"],
+                                    capture_output=True, text=True, timeout=300)
+            self.assertEqual(listed.returncode, 0, listed.stdout + listed.stderr)
+            self.assertIn("Ops/", listed.stdout)
 
 
 if __name__ == "__main__":
