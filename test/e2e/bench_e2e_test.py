@@ -55,6 +55,11 @@ def onednn_runs_bf16():
     return has and not below
 
 
+# Peaks given rather than measured (seconds of loops and GEMMs), for tests
+# that do not look at mfu or mbu.
+GIVEN_PEAKS = ("--peak_flops=1e12", "--peak_bandwidth=1e11")
+
+
 def run_bench(*args, check=True):
     proc = subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=600)
     if check and proc.returncode != 0:
@@ -175,7 +180,7 @@ class BadInputTest(unittest.TestCase):
     def test_memory_guard_skips_what_cannot_fit_and_the_run_goes_on(self):
         doc = run_json("--benchmark_filter=Transformer/(2.7B|nano)/cpu/train_step",
                        "--devices=cpu", "--benchmark_min_time=0.01", "--warmup_s=0",
-                       "--seq=32", "--batch=512")
+                       "--seq=32", "--batch=512", *GIVEN_PEAKS)
         by_size = {b["run_name"].split("/")[1]: b for b in doc["benchmarks"]}
         self.assertTrue(by_size["2.7B"]["error_occurred"])
         message = by_size["2.7B"]["error_message"]
@@ -190,7 +195,7 @@ class GenerateTest(unittest.TestCase):
     def test_generation_counters_add_up_to_the_step_time(self):
         doc = run_json("--benchmark_filter=GPT2/nano/cpu/generate", "--batch=1,4",
                        "--prompt=16", "--new_tokens=40", "--benchmark_min_time=0.2",
-                       "--warmup_s=0")
+                       "--warmup_s=0", *GIVEN_PEAKS)
         entries = [b for b in doc["benchmarks"] if b["run_type"] == "iteration"]
         self.assertEqual(len(entries), 2)
         for b in entries:
@@ -356,8 +361,10 @@ def peak_of(context, key):
 @unittest.skipUnless(BENCH, "LTB_BENCH is not set")
 class PeaksTest(unittest.TestCase):
     def test_measured_peak_bounds_every_matmul_and_gives_mfu(self):
+        # Not 2048x2048: in bf16 without bf16 hardware (AVX2) ATen's fallback
+        # takes a minute a step.
         proc = run_bench("--benchmark_format=json",
-                         "--benchmark_filter=Ops/matmul/(256x256|512x512|1024x1024|2048x2048|"
+                         "--benchmark_filter=Ops/matmul/(256x256|512x512|1024x1024|"
                          "2048x768x768)/|Transformer/nano/cpu/forward/", "--devices=cpu",
                          "--seq=64", "--dtype=fp32,bf16", "--benchmark_min_time=0.1",
                          "--warmup_s=0")
@@ -378,7 +385,7 @@ class PeaksTest(unittest.TestCase):
             self.assertGreaterEqual(peak, stock, "the peak is at least the best GEMM step")
             matmuls = [b for b in doc["benchmarks"]
                        if b["name"].startswith("Ops/matmul/") and f"/{dtype}/" in b["name"]]
-            self.assertEqual(len(matmuls), 5)
+            self.assertEqual(len(matmuls), 4)
             for b in doc["benchmarks"]:
                 if f"/{dtype}/" not in b["name"]:
                     continue
