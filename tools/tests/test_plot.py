@@ -1,9 +1,16 @@
-"""tools/plot writes valid PNG files."""
+"""tools/plot writes valid PNG files, and draws bars only on a linear axis
+from zero, points or lines on a logarithmic one, and a chart only where it
+compares something."""
+import contextlib
+import importlib.machinery
+import importlib.util
+import io
 import os
 import struct
+import sys
 import unittest
 
-from helpers import ToolTest, doc, entry
+from helpers import TOOLS, ToolTest, doc, entry
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -49,14 +56,70 @@ class PlotTest(ToolTest):
         self.assertEqual(sorted(os.listdir(out)), sorted(os.path.basename(p) for p in paths))
 
     def test_charts_need_their_data(self):
-        # One size, one length, one device, no cost: throughput by size only.
-        path = self.write("one.json", doc(entry(
-            "GPT2/nano/cpu/forward/batch:1/seq:64/fp32", 10, tokens_per_s=6400)))
+        # Two sizes, one length, one device, no cost: throughput by size only.
+        path = self.write("two.json", doc([
+            entry("GPT2/nano/cpu/forward/batch:1/seq:64/fp32", 10, tokens_per_s=6400),
+            entry("GPT2/small/cpu/forward/batch:1/seq:64/fp32", 20, tokens_per_s=3200)]))
         proc = self.run_tool("plot", path, "--out", self.tmp)
         self.assertExit(proc, 0)
         self.assertEqual([os.path.basename(p) for p in proc.stdout.split()],
                          ["throughput_by_size-GPT2.png"])
         png_size(proc.stdout.split()[0])
+        # One bar compares with nothing: no chart.
+        one = self.write("one.json", doc(entry(
+            "GPT2/nano/cpu/forward/batch:1/seq:64/fp32", 10, tokens_per_s=6400)))
+        proc = self.run_tool("plot", one, "--out", self.tmp)
+        self.assertExit(proc, 2)
+        self.assertIn("nothing to plot", proc.stderr)
+
+    def charts(self, *files):
+        """Runs tools/plot in this process and returns, per chart, its axes'
+        scales, limits and what they draw (bars or lines)."""
+        loader = importlib.machinery.SourceFileLoader("ltb_plot", os.path.join(TOOLS, "plot"))
+        spec = importlib.util.spec_from_loader("ltb_plot", loader)
+        plot = importlib.util.module_from_spec(spec)
+        loader.exec_module(plot)
+        seen = {}
+        original = plot.save
+
+        def save(fig, out, name):
+            ax = fig.axes[0]
+            bars = [p for p in ax.patches if p.get_width() > 0 and p.get_height() > 0]
+            seen[name] = {"xscale": ax.get_xscale(), "yscale": ax.get_yscale(),
+                          "xlim": ax.get_xlim(), "ylim": ax.get_ylim(),
+                          "bars": len(bars), "points": sum(len(l.get_xdata()) for l in ax.lines
+                                                           if l.get_marker() not in (None, "None", ""))}
+            return original(fig, out, name)
+
+        plot.save = save
+        argv = sys.argv
+        sys.argv = ["plot", *files, "--out", self.tmp]
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                plot.main()
+        finally:
+            sys.argv = argv
+        return seen
+
+    def test_bars_stand_on_zero_and_decades_are_points_on_a_log_axis(self):
+        close = self.write("close.json", doc([
+            entry("GPT2/nano/cpu/forward/batch:1/seq:64/fp32", 10, tokens_per_s=163),
+            entry("GPT2/small/cpu/forward/batch:1/seq:64/fp32", 12, tokens_per_s=129)]))
+        chart = self.charts(close)["throughput_by_size-GPT2.png"]
+        # 129 against 163 reads as 0.8 to 1, not as one to four.
+        self.assertEqual((chart["yscale"], chart["bars"], chart["points"]), ("linear", 2, 0))
+        self.assertEqual(chart["ylim"][0], 0)
+        charts = self.charts(self.write("a.json", machine(1.0)), self.write("b.json", machine(0.5)))
+        spread = charts["throughput_by_size-Transformer.png"]
+        # 3 sizes x (3 lengths x 2 devices) x 2 files, two decades apart: points.
+        self.assertEqual((spread["yscale"], spread["bars"], spread["points"]), ("log", 0, 36))
+        for name, chart in charts.items():
+            if chart["bars"]:
+                scale, low = ((chart["xscale"], chart["xlim"][0]) if "speedup" in name
+                              or "cost" in name else (chart["yscale"], chart["ylim"][0]))
+                self.assertEqual((scale, low), ("linear", 0), name)
+            if "log" in (chart["xscale"], chart["yscale"]):
+                self.assertEqual(chart["bars"], 0, name)
 
     def test_nothing_to_plot_and_bad_input_exit_2(self):
         ops = self.write("ops.json", doc(entry("Ops/noop/empty/cpu/fp32", 1e-5)))
