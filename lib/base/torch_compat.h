@@ -18,6 +18,11 @@
 // collectives.
 #define LTB_HAS_C10D_BACKEND LTB_TORCH_AT_LEAST(2, 0)
 
+// c10d::Reducer, the engine of Python's DistributedDataParallel, with the
+// constructor of 2.15 (its arguments change between versions); before it,
+// data-parallel gradients are averaged after the whole backward.
+#define LTB_HAS_REDUCER LTB_TORCH_AT_LEAST(2, 15)
+
 // torch/mps.h, the C++ API to query and synchronise MPS (2.1).
 #define LTB_HAS_MPS_API LTB_TORCH_AT_LEAST(2, 1)
 

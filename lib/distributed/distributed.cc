@@ -1,7 +1,10 @@
 #include "distributed/distributed.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <unordered_map>
 
 #include "base/torch_compat.h"
 #if LTB_HAS_C10D_BACKEND
@@ -10,6 +13,10 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if LTB_HAS_REDUCER
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+#endif
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -18,8 +25,6 @@
 
 namespace ltb {
 namespace {
-
-constexpr int64_t kBucketBytes = 25 << 20;  // as PyTorch's DDP
 
 // The backend's shutdown() where this LibTorch has one (2.3 and later);
 // older ones close their connections when destroyed.
@@ -34,6 +39,69 @@ std::unique_ptr<DataParallel>& Current() {
   static auto* group = new std::unique_ptr<DataParallel>();
   return *group;
 }
+
+// The simple path: after the whole backward, the gradients all-reduced in
+// buckets of at most `bucket_bytes`, one after another.
+class AfterBackwardSync final : public GradientSync {
+ public:
+  AfterBackwardSync(DataParallel* group, std::vector<at::Tensor> params,
+                    int64_t bucket_bytes)
+      : group_(group), params_(std::move(params)), bucket_bytes_(bucket_bytes) {}
+  void AfterBackward() override {
+    std::vector<at::Tensor> grads;
+    for (const at::Tensor& p : params_) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+    buckets_ = static_cast<int64_t>(ltb::Buckets(grads, bucket_bytes_).size());
+    group_->AverageGradients(params_);
+  }
+  std::string Engine() const override { return "all-reduce after backward"; }
+  int64_t Buckets() const override { return buckets_; }
+
+ private:
+  DataParallel* group_;
+  std::vector<at::Tensor> params_;
+  int64_t bucket_bytes_;
+  int64_t buckets_ = 0;
+};
+
+#if LTB_HAS_REDUCER
+// Python's DistributedDataParallel engine with its defaults: one bucket for
+// the first step, then buckets rebuilt in the order the backward produced
+// the gradients (a first one of 1 MB, then `bucket_bytes`), each all-reduced
+// by an autograd hook as soon as it is full, while the backward goes on;
+// gradients are views into the buckets.
+class ReducerSync final : public GradientSync {
+ public:
+  ReducerSync(std::vector<at::Tensor> params,
+              c10::intrusive_ptr<c10d::ProcessGroup> group, int64_t bucket_bytes) {
+    std::vector<size_t> limits = {std::numeric_limits<size_t>::max()};
+    auto [buckets, per_bucket] = c10d::compute_bucket_assignment_by_size(params, limits);
+    std::reverse(buckets.begin(), buckets.end());
+    reducer_ = std::make_unique<c10d::Reducer>(
+        params, std::move(buckets), std::move(group),
+        std::vector<bool>(params.size(), false), bucket_bytes,
+        /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/true,
+        std::unordered_map<size_t, std::string>{},
+        /*first_bucket_bytes_cap=*/
+        std::min<int64_t>(c10d::kDefaultFirstBucketBytes, bucket_bytes),
+        /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
+        /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
+  }
+  void BeforeForward() override {
+    reducer_->rebuild_buckets();  // once, after the first step
+    reducer_->prepare_for_forward();
+  }
+  void BeforeBackward() override { reducer_->prepare_for_backward({}); }
+  std::string Engine() const override { return "c10d::Reducer"; }
+  int64_t Buckets() const override {
+    return static_cast<int64_t>(reducer_->get_grad_buckets().size());
+  }
+
+ private:
+  std::unique_ptr<c10d::Reducer> reducer_;
+};
+#endif
 
 class BackendGroup final : public DataParallel {
  public:
@@ -55,7 +123,7 @@ class BackendGroup final : public DataParallel {
     for (const at::Tensor& p : params) {
       if (p.grad().defined()) grads.push_back(p.grad());
     }
-    for (const auto& [begin, end] : Buckets(grads, kBucketBytes)) {
+    for (const auto& [begin, end] : Buckets(grads, kDefaultBucketBytes)) {
       std::vector<at::Tensor> flat;
       for (size_t i = begin; i < end; ++i) flat.push_back(grads[i].reshape({-1}));
       std::vector<at::Tensor> bucket = {at::cat(flat)};
@@ -68,6 +136,15 @@ class BackendGroup final : public DataParallel {
         offset += n;
       }
     }
+  }
+
+  std::unique_ptr<GradientSync> SyncGradients(std::vector<at::Tensor> params,
+                                              int64_t bucket_bytes) override {
+#if LTB_HAS_REDUCER
+    return std::make_unique<ReducerSync>(std::move(params), Group(), bucket_bytes);
+#else
+    return std::make_unique<AfterBackwardSync>(this, std::move(params), bucket_bytes);
+#endif
   }
 
   void SumInPlace(at::Tensor& t) override { Reduce(t, c10d::ReduceOp::SUM); }
@@ -96,6 +173,20 @@ class BackendGroup final : public DataParallel {
   }
 
  private:
+#if LTB_HAS_REDUCER
+  // The c10d::ProcessGroup the Reducer needs, over this group's backend.
+  c10::intrusive_ptr<c10d::ProcessGroup> Group() {
+    if (!group_) {
+      group_ = c10::make_intrusive<c10d::ProcessGroup>(store_, rank_, world_);
+      group_->setBackend(device_.type(), c10d::ProcessGroup::BackendType::CUSTOM,
+                         backend_);
+      group_->setDefaultBackend(c10d::ProcessGroup::BackendType::CUSTOM);
+    }
+    return group_;
+  }
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+#endif
+
   void Reduce(at::Tensor& t, c10d::ReduceOp::RedOpType op) {
     std::vector<at::Tensor> one = {t};
     c10d::AllreduceOptions opts;

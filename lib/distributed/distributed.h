@@ -31,6 +31,26 @@ struct DistEnv {
 // malformed values.
 absl::StatusOr<DistEnv> ReadDistEnv();
 
+// Gradient averaging over the ranks for one model's parameters, around each
+// training step: BeforeForward() before the forward, BeforeBackward() just
+// before loss.backward(), AfterBackward() after it; the gradients are the
+// ranks' mean once AfterBackward() returns.
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  virtual void BeforeForward() {}
+  virtual void BeforeBackward() {}
+  virtual void AfterBackward() {}
+  // How: "c10d::Reducer" (buckets all-reduced while the backward runs, as
+  // Python's DDP), or "all-reduce after backward".
+  virtual std::string Engine() const = 0;
+  // The gradient buckets of the last step.
+  virtual int64_t Buckets() const = 0;
+};
+
+// DDP's bucket cap (--bucket_mb): 25 MB, with a first bucket of 1 MB.
+constexpr int64_t kDefaultBucketBytes = 25 << 20;
+
 class DataParallel {
  public:
   virtual ~DataParallel() = default;
@@ -41,6 +61,11 @@ class DataParallel {
   // Averages the gradients of `params` over the ranks, in buckets of about
   // `bucket_bytes`.
   virtual void AverageGradients(const std::vector<at::Tensor>& params) = 0;
+  // The gradient synchronisation of a model whose parameters are `params`
+  // (every rank's in the same order): c10d::Reducer where this LibTorch has
+  // it, else AverageGradients after the backward.
+  virtual std::unique_ptr<GradientSync> SyncGradients(std::vector<at::Tensor> params,
+                                                      int64_t bucket_bytes) = 0;
   // Element-wise sum or max over the ranks, in place.
   virtual void SumInPlace(at::Tensor& t) = 0;
   virtual void MaxInPlace(at::Tensor& t) = 0;

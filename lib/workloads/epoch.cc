@@ -60,6 +60,8 @@ class EpochWorkload final : public Workload {
     // has none or one.
     if (gpu_util_ && gpu_util_->Samples() >= kMinUtilSamples && gpu_util_->Mean() >= 0)
       c.emplace_back("gpu_util_%", gpu_util_->Mean());
+    if (trainer_.sync() != nullptr)
+      c.emplace_back("grad_buckets", static_cast<double>(trainer_.sync()->Buckets()));
     return c;
   }
 

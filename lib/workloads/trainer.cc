@@ -19,22 +19,30 @@ Trainer::Trainer(const BenchSpec& spec, TrainFns fns)
   if (dtype_ == c10::kHalf) scaler_.emplace(device_);
   if (DataParallel* group = CurrentProcessGroup()) {
     // Every rank starts from rank 0's weights.
-    torch::NoGradGuard no_grad;
-    group->Broadcast(fns_.module->parameters());
+    {
+      torch::NoGradGuard no_grad;
+      group->Broadcast(fns_.module->parameters());
+    }
+    sync_ = group->SyncGradients(fns_.module->parameters(), kDefaultBucketBytes);
   }
 }
 
 void Trainer::Step(const at::Tensor& batch) {
   c10::AutoGradMode grad(true);
-  optimizer_->zero_grad();
+  // Gradients set to none, as Python's zero_grad() does by default (LibTorch's
+  // detaches them in place first, which a data-parallel bucket's view
+  // forbids).
+  for (at::Tensor& p : fns_.module->parameters()) p.mutable_grad().reset();
+  if (sync_) sync_->BeforeForward();
   at::Tensor loss;
   {
     AutocastGuard autocast(device_, dtype_);
     loss = fns_.loss(batch);
   }
+  if (sync_) sync_->BeforeBackward();
   (scaler_ ? scaler_->Scale(loss) : loss).backward();
+  if (sync_) sync_->AfterBackward();  // the gradients are the ranks' mean
   const std::vector<at::Tensor> params = fns_.module->parameters();
-  if (DataParallel* group = CurrentProcessGroup()) group->AverageGradients(params);
   if (scaler_ && !scaler_->UnscaleAndCheck(params)) return;  // skipped: inf or nan
   optimizer_->step();
 }
@@ -73,6 +81,10 @@ class TrainStepWorkload final : public Workload {
   TrainStepWorkload(const BenchSpec& spec, TrainFns fns, at::Tensor batch)
       : trainer_(spec, std::move(fns)), batch_(std::move(batch)) {}
   void Step() override { trainer_.Step(batch_); }
+  std::vector<std::pair<std::string, double>> Counters() const override {
+    if (trainer_.sync() == nullptr) return {};
+    return {{"grad_buckets", static_cast<double>(trainer_.sync()->Buckets())}};
+  }
   std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
     return ModuleTensors(trainer_.module());
   }

@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "distributed/distributed.h"
 #include "family/family.h"
 
 namespace ltb {
@@ -58,6 +59,8 @@ class Trainer {
   // Steps the scaler skipped (inf or nan in fp16); 0 without one.
   int64_t skipped() const { return scaler_ ? scaler_->skipped() : 0; }
   const torch::nn::Module& module() const { return *fns_.module; }
+  // Data-parallel: how gradients are averaged over the ranks; else nullptr.
+  const GradientSync* sync() const { return sync_.get(); }
 
  private:
   TrainFns fns_;
@@ -65,6 +68,7 @@ class Trainer {
   c10::ScalarType dtype_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::optional<LossScaler> scaler_;
+  std::unique_ptr<GradientSync> sync_;
 };
 
 // train_step: one Trainer step over the same batch every time.

@@ -359,8 +359,10 @@ TEST_F(FakeGpuTest, DataParallelCollectivesGoThroughTheBackendAroundTheMeasuredS
 
   // Before anything runs: the memory guard's vote, then rank 0's weights
   // broadcast. Each of the 2 warm-up and 3 measured steps: one all-reduce
-  // of the gradients (the nano model's fit one bucket), inside its marks.
-  // After the last measured step: the peak memory's maximum over the ranks.
+  // of the gradients (the nano model's fit one bucket), inside its marks;
+  // through c10d::Reducer, the second step first rebuilds the buckets in
+  // rank 0's order of the first backward (broadcasts). After the last
+  // measured step: the peak memory's maximum and the energy's sum.
   const size_t first_mark = First(log_, "mark");
   ASSERT_LT(first_mark, log_.size());
   size_t last_wait = 0;
@@ -372,11 +374,24 @@ TEST_F(FakeGpuTest, DataParallelCollectivesGoThroughTheBackendAroundTheMeasuredS
   EXPECT_LT(First(log_, "broadcast"), first_mark);
   EXPECT_EQ(Count(log_, "allreduce", 0, first_mark), 1u);
   EXPECT_EQ(Count(log_, "allreduce", first_mark, last_wait), 5u);
-  for (size_t i = first_mark; i < last_wait; ++i) {
-    if (log_[i] == "allreduce") EXPECT_EQ(log_[i - 1], "mark") << i;
+  size_t second_mark = first_mark;  // the second step's first mark
+  for (size_t marks = 0; second_mark < log_.size(); ++second_mark) {
+    if (log_[second_mark] == "mark" && ++marks == 3) break;
   }
-  // After the steps: the peak memory's maximum and the energy's sum.
+#if LTB_HAS_REDUCER
+  const size_t rebuild = First(log_, "broadcast", first_mark);
+  EXPECT_GT(rebuild, second_mark);
+  EXPECT_LT(rebuild, First(log_, "allreduce", second_mark));
+  EXPECT_EQ(Count(log_, "broadcast", first_mark), Count(log_, "broadcast", rebuild));
+#else
+  EXPECT_EQ(Count(log_, "broadcast", first_mark), 0u);
+#endif
+  for (size_t i = first_mark; i < last_wait; ++i) {
+    if (log_[i] == "allreduce")
+      EXPECT_TRUE(log_[i - 1] == "mark" || log_[i - 1] == "broadcast") << i;
+  }
   EXPECT_EQ(Count(log_, "allreduce", last_wait), 2u);
+  EXPECT_EQ(run.counters.at("grad_buckets").value, 1);
   EXPECT_EQ(Count(log_, "barrier"), 0u);
   EXPECT_EQ(run.counters.at("peak_mem").value, kPeakBytes);
 }
