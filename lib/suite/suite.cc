@@ -22,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "base/interrupt.h"
 #include "base/threads.h"
+#include "base/torch_compat.h"
 #include "device/cpu_isa.h"
 #include "device/device.h"
 #include "distributed/distributed.h"
@@ -194,6 +195,12 @@ void AddContext(const SuiteOptions& o, const std::string& malloc_description,
                               " steps and >= ", o.run.warmup_seconds, " s")},
       {"seed", absl::StrCat(o.run.seed)},
       {"world_size", absl::StrCat(world_size)},
+      {"dp_gradients",
+       LTB_HAS_REDUCER
+           ? "c10d::Reducer (Python DDP's engine): 25 MB buckets (1 MB first), "
+             "all-reduced during the backward, gradients as bucket views"
+           : "all-reduce of 25 MB buckets after the backward (this LibTorch's "
+             "c10d::Reducer is not used: it needs 2.15)"},
       {"cpu_linear",
        "aten: LibTorch's default linear path; names ending in /onednn: linear weights "
        "packed once for oneDNN (CPU inference)"},
