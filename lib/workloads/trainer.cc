@@ -6,9 +6,12 @@
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <map>
 
+#include "base/interrupt.h"
 #include "device/autocast.h"
+#include "device/timer.h"
 #include "distributed/distributed.h"
 
 namespace ltb {
@@ -27,21 +30,29 @@ Trainer::Trainer(const BenchSpec& spec, TrainFns fns)
   }
 }
 
-void Trainer::Step(const at::Tensor& batch) {
+void Trainer::Resync() {
+  if (DataParallel* group = CurrentProcessGroup()) {
+    torch::NoGradGuard no_grad;
+    group->Broadcast(fns_.module->parameters());
+  }
+}
+
+void Trainer::Step(const at::Tensor& batch, bool sync) {
+  GradientSync* grads = sync ? sync_.get() : nullptr;
   c10::AutoGradMode grad(true);
   // Gradients set to none, as Python's zero_grad() does by default (LibTorch's
   // detaches them in place first, which a data-parallel bucket's view
   // forbids).
   for (at::Tensor& p : fns_.module->parameters()) p.mutable_grad().reset();
-  if (sync_) sync_->BeforeForward();
+  if (grads) grads->BeforeForward();
   at::Tensor loss;
   {
     AutocastGuard autocast(device_, dtype_);
     loss = fns_.loss(batch);
   }
-  if (sync_) sync_->BeforeBackward();
+  if (grads) grads->BeforeBackward();
   (scaler_ ? scaler_->Scale(loss) : loss).backward();
-  if (sync_) sync_->AfterBackward();  // the gradients are the ranks' mean
+  if (grads) grads->AfterBackward();  // the gradients are the ranks' mean
   const std::vector<at::Tensor> params = fns_.module->parameters();
   if (scaler_ && !scaler_->UnscaleAndCheck(params)) return;  // skipped: inf or nan
   optimizer_->step();
@@ -76,14 +87,46 @@ bool LossScaler::UnscaleAndCheck(const std::vector<at::Tensor>& params) {
 
 namespace {
 
+// Pairs of steps, with and without gradient averaging, timed after the
+// measured steps for comm_exposed_ms.
+constexpr int kExposedPairs = 5;
+
 class TrainStepWorkload final : public Workload {
  public:
   TrainStepWorkload(const BenchSpec& spec, TrainFns fns, at::Tensor batch)
-      : trainer_(spec, std::move(fns)), batch_(std::move(batch)) {}
+      : trainer_(spec, std::move(fns)), batch_(std::move(batch)), device_(spec.device) {}
   void Step() override { trainer_.Step(batch_); }
+  void ResetStats() override { exposed_ms_ = -1; }
+
+  // Data-parallel: what communication adds to a step, measured after the
+  // timed steps as the median difference between a step and the same step
+  // without averaging (no communication), in alternating pairs; then every
+  // rank takes rank 0's weights again. Every rank does it (no collective
+  // runs in the steps without averaging, so none can wait on another).
+  void EndMeasurement() override {
+    if (trainer_.sync() == nullptr || StopRequested()) return;
+    StepTimer timer(device_, /*sync=*/true);
+    std::vector<double> differences;
+    for (int i = 0; i < kExposedPairs; ++i) {
+      double seconds[2];
+      for (const bool sync : {true, false}) {
+        timer.Start();
+        trainer_.Step(batch_, sync);
+        seconds[sync ? 0 : 1] = timer.Stop();
+      }
+      differences.push_back(seconds[0] - seconds[1]);
+    }
+    std::sort(differences.begin(), differences.end());
+    exposed_ms_ = differences[differences.size() / 2] * 1e3;
+    trainer_.Resync();
+  }
+
   std::vector<std::pair<std::string, double>> Counters() const override {
     if (trainer_.sync() == nullptr) return {};
-    return {{"grad_buckets", static_cast<double>(trainer_.sync()->Buckets())}};
+    std::vector<std::pair<std::string, double>> c = {
+        {"grad_buckets", static_cast<double>(trainer_.sync()->Buckets())}};
+    if (exposed_ms_ != -1) c.emplace_back("comm_exposed_ms", exposed_ms_);
+    return c;
   }
   std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
     return ModuleTensors(trainer_.module());
@@ -92,6 +135,8 @@ class TrainStepWorkload final : public Workload {
  private:
   Trainer trainer_;
   at::Tensor batch_;
+  c10::Device device_;
+  double exposed_ms_ = -1;
 };
 
 }  // namespace

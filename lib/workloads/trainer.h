@@ -54,8 +54,12 @@ class LossScaler {
 class Trainer {
  public:
   Trainer(const BenchSpec& spec, TrainFns fns);
-  // One optimizer step over `batch` (passed to fns.loss as it is).
-  void Step(const at::Tensor& batch);
+  // One optimizer step over `batch` (passed to fns.loss as it is);
+  // `sync` false: without averaging the gradients over the ranks (no
+  // communication), as Python DDP's no_sync().
+  void Step(const at::Tensor& batch, bool sync = true);
+  // Every rank's weights set to rank 0's again (after steps without sync).
+  void Resync();
   // Steps the scaler skipped (inf or nan in fp16); 0 without one.
   int64_t skipped() const { return scaler_ ? scaler_->skipped() : 0; }
   const torch::nn::Module& module() const { return *fns_.module; }

@@ -361,10 +361,20 @@ TEST_F(FakeGpuTest, DataParallelCollectivesGoThroughTheBackendAroundTheMeasuredS
   // broadcast. Each of the 2 warm-up and 3 measured steps: one all-reduce
   // of the gradients (the nano model's fit one bucket), inside its marks;
   // through c10d::Reducer, the second step first rebuilds the buckets in
-  // rank 0's order of the first backward (broadcasts). After the last
-  // measured step: the peak memory's maximum and the energy's sum.
-  const size_t first_mark = First(log_, "mark");
-  ASSERT_LT(first_mark, log_.size());
+  // rank 0's order of the first backward (broadcasts). After the measured
+  // steps, comm_exposed_ms: 5 pairs of steps with and without averaging (5
+  // all-reduces), then rank 0's weights broadcast again. Last, the peak
+  // memory's maximum and the energy's sum.
+  const auto nth_mark = [&](size_t n) {  // the index of the n-th mark
+    size_t i = 0;
+    for (size_t marks = 0; i < log_.size(); ++i) {
+      if (log_[i] == "mark" && ++marks == n) break;
+    }
+    return i;
+  };
+  const size_t first_mark = nth_mark(1), second_mark = nth_mark(3);
+  const size_t measured_end = nth_mark(10);  // 5 steps of 2 marks
+  ASSERT_LT(measured_end, log_.size());
   size_t last_wait = 0;
   for (size_t i = 0; i < log_.size(); ++i) {
     if (log_[i] == "wait") last_wait = i;
@@ -373,25 +383,29 @@ TEST_F(FakeGpuTest, DataParallelCollectivesGoThroughTheBackendAroundTheMeasuredS
   EXPECT_LT(vote, First(log_, "broadcast"));
   EXPECT_LT(First(log_, "broadcast"), first_mark);
   EXPECT_EQ(Count(log_, "allreduce", 0, first_mark), 1u);
-  EXPECT_EQ(Count(log_, "allreduce", first_mark, last_wait), 5u);
-  size_t second_mark = first_mark;  // the second step's first mark
-  for (size_t marks = 0; second_mark < log_.size(); ++second_mark) {
-    if (log_[second_mark] == "mark" && ++marks == 3) break;
-  }
+  EXPECT_EQ(Count(log_, "allreduce", first_mark, measured_end), 5u);
 #if LTB_HAS_REDUCER
   const size_t rebuild = First(log_, "broadcast", first_mark);
   EXPECT_GT(rebuild, second_mark);
   EXPECT_LT(rebuild, First(log_, "allreduce", second_mark));
-  EXPECT_EQ(Count(log_, "broadcast", first_mark), Count(log_, "broadcast", rebuild));
+  EXPECT_EQ(Count(log_, "broadcast", first_mark, measured_end),
+            Count(log_, "broadcast", rebuild, measured_end));
 #else
-  EXPECT_EQ(Count(log_, "broadcast", first_mark), 0u);
+  EXPECT_EQ(Count(log_, "broadcast", first_mark, measured_end), 0u);
 #endif
   for (size_t i = first_mark; i < last_wait; ++i) {
     if (log_[i] == "allreduce")
       EXPECT_TRUE(log_[i - 1] == "mark" || log_[i - 1] == "broadcast") << i;
   }
+  EXPECT_EQ(Count(log_, "mark", measured_end + 1), 20u);
+  EXPECT_EQ(Count(log_, "allreduce", measured_end + 1, last_wait), 5u);
+  EXPECT_EQ(Count(log_, "broadcast", measured_end + 1, last_wait), 0u);
+  const size_t resync = First(log_, "broadcast", last_wait);
+  EXPECT_LT(resync, First(log_, "allreduce", last_wait));
   EXPECT_EQ(Count(log_, "allreduce", last_wait), 2u);
   EXPECT_EQ(run.counters.at("grad_buckets").value, 1);
+  // The fake clock gives every step the same time: nothing is exposed.
+  EXPECT_EQ(run.counters.at("comm_exposed_ms").value, 0);
   EXPECT_EQ(Count(log_, "barrier"), 0u);
   EXPECT_EQ(run.counters.at("peak_mem").value, kPeakBytes);
 }

@@ -349,6 +349,13 @@ class EpochTest(unittest.TestCase):
                 # Two ranks of 4 samples: 8 samples a step, the whole 16 an epoch.
                 step = entries["train_step"]
                 self.assertAlmostEqual(step["samples/s"] * step["real_time"] * 1e-3, 8, delta=0.1)
+                # Averaged by c10d::Reducer (LibTorch 2.15 on), and what the
+                # communication adds to a step, measured beside it.
+                self.assertIn("dp_gradients", doc["context"])
+                for b in entries.values():
+                    self.assertGreaterEqual(b["grad_buckets"], 1)
+                self.assertIn("comm_exposed_ms", step)
+                self.assertLess(abs(step["comm_exposed_ms"]), step["real_time"])
                 self.assertEqual(step["iterations"], 10)
                 self.assertEqual(proc.stdout.count("EncDec/nano/cpu/train_step/"), 1,
                                  "only rank 0 reports")
