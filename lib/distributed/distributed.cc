@@ -1,5 +1,7 @@
 #include "distributed/distributed.h"
 
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
@@ -266,9 +268,13 @@ absl::StatusOr<std::unique_ptr<DataParallel>> JoinProcessGroup(
         store, *std::move(backend), env.rank, env.world_size, device);
     return group;
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("cannot join the process group at ",
-                                               env.master_addr, ":", env.master_port,
-                                               ": ", e.what()));
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    return absl::UnavailableError(absl::StrCat(
+        "cannot join the process group of ", env.world_size, " ranks at ",
+        env.master_addr, ":", env.master_port, " as rank ", env.rank, ": ",
+        c10_error ? c10_error->what_without_backtrace() : e.what(),
+        " (every machine must start its ranks within the timeout, with the same "
+        "master address and port and the same number of nodes)"));
   }
 }
 

@@ -7,9 +7,11 @@ import importlib.metadata
 import json
 import re
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 BENCH = os.environ.get("LTB_BENCH", "")
@@ -359,6 +361,90 @@ class EpochTest(unittest.TestCase):
                 self.assertEqual(step["iterations"], 10)
                 self.assertEqual(proc.stdout.count("EncDec/nano/cpu/train_step/"), 1,
                                  "only rank 0 reports")
+
+
+@unittest.skipUnless(BENCH, "LTB_BENCH is not set")
+class TwoMachinesTest(unittest.TestCase):
+    """Two "machines" on this one, as a user starts them on two hosts: a
+    launcher each, --nnodes=2 and --node_rank, the rendezvous on 127.0.0.1;
+    and every way one can fail ends every rank with a message within the
+    process-group timeout, never a hang."""
+
+    LAUNCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "tools", "launch")
+    ARGS = ["--benchmark_filter=Transformer/nano/cpu/train_step/", "--devices=cpu",
+            "--threads=1", "--batch=2", "--seq=16", *GIVEN_PEAKS]
+
+    def node(self, rank, port, *args, out=None):
+        command = [self.LAUNCH, "--nnodes=2", f"--node_rank={rank}", "--nproc_per_node=1",
+                   "--master_addr=127.0.0.1", f"--master_port={port}", BENCH, *self.ARGS,
+                   *args]
+        if out:
+            command += [f"--benchmark_out={out}", "--benchmark_out_format=json"]
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+
+    @staticmethod
+    def port():
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    def test_two_nodes_train_together(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "out.json")
+            port = self.port()
+            second = self.node(1, port, "--steps=3", "--dist_timeout_s=60")
+            first = self.node(0, port, "--steps=3", "--dist_timeout_s=60", out=out)
+            for proc in (first, second):
+                _, err = proc.communicate(timeout=300)
+                self.assertEqual(proc.returncode, 0, err[-2000:])
+            with open(out) as f:
+                doc = json.load(f)
+            self.assertEqual(doc["context"]["world_size"], "2")
+            [entry] = [b for b in doc["benchmarks"] if b["run_type"] == "iteration"]
+            self.assertFalse(entry.get("error_occurred", False), entry.get("error_message"))
+            # Both machines' tokens: 2 ranks x 2 x 16 a step.
+            step_s = entry["real_time"] * 1e-3
+            self.assertAlmostEqual(entry["tokens/s"] * step_s, 64, delta=0.5)
+            self.assertIn("comm_exposed_ms", entry)
+
+    def test_a_machine_that_never_comes_stops_the_other(self):
+        for rank in (0, 1):  # the rendezvous's host waiting, or a rank connecting
+            start = time.monotonic()
+            proc = self.node(rank, self.port(), "--steps=3", "--dist_timeout_s=3")
+            _, err = proc.communicate(timeout=120)
+            self.assertNotEqual(proc.returncode, 0)
+            self.assertLess(time.monotonic() - start, 60)
+            # bench's own sentence ends the output (LibTorch's TCPStore logs
+            # its retries, with backtraces, before it).
+            last = [line for line in err.splitlines() if line.strip()][-1]
+            self.assertTrue(last.startswith("bench: cannot join the process group of 2 ranks "
+                                            f"at 127.0.0.1:"), last)
+            self.assertIn(f"as rank {rank}", last)
+            self.assertNotIn("frame #", last)
+
+    def test_a_machine_that_dies_stops_the_other_with_what_it_measured(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "out.json")
+            port = self.port()
+            args = ("--benchmark_filter=Transformer/nano/cpu/(forward|train_step)/",
+                    "--steps=100000", "--dist_timeout_s=5")
+            second = self.node(1, port, *args)
+            first = self.node(0, port, *args, out=out)
+            time.sleep(8)  # the forward measured, the training under way
+            os.killpg(second.pid, signal.SIGKILL)
+            second.communicate()
+            start = time.monotonic()
+            _, err = first.communicate(timeout=120)
+            self.assertNotEqual(first.returncode, 0)
+            self.assertLess(time.monotonic() - start, 60)
+            with open(out) as f:
+                doc = json.load(f)
+            by_phase = {b["run_name"].split("/")[3]: b for b in doc["benchmarks"]}
+            self.assertTrue(by_phase["train_step"]["error_occurred"])
+            self.assertIn("tokens/s", by_phase["forward"])
 
 
 def peak_of(context, key):
