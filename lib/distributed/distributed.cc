@@ -55,7 +55,7 @@ class AfterBackwardSync final : public GradientSync {
       if (p.grad().defined()) grads.push_back(p.grad());
     }
     buckets_ = static_cast<int64_t>(ltb::Buckets(grads, bucket_bytes_).size());
-    group_->AverageGradients(params_);
+    group_->AverageGradients(params_, bucket_bytes_);
   }
   std::string Engine() const override { return "all-reduce after backward"; }
   int64_t Buckets() const override { return buckets_; }
@@ -120,12 +120,13 @@ class BackendGroup final : public DataParallel {
   c10::Device device() const override { return device_; }
   int world_size() const override { return world_; }
 
-  void AverageGradients(const std::vector<at::Tensor>& params) override {
+  void AverageGradients(const std::vector<at::Tensor>& params,
+                        int64_t bucket_bytes) override {
     std::vector<at::Tensor> grads;
     for (const at::Tensor& p : params) {
       if (p.grad().defined()) grads.push_back(p.grad());
     }
-    for (const auto& [begin, end] : Buckets(grads, kDefaultBucketBytes)) {
+    for (const auto& [begin, end] : Buckets(grads, bucket_bytes)) {
       std::vector<at::Tensor> flat;
       for (size_t i = begin; i < end; ++i) flat.push_back(grads[i].reshape({-1}));
       std::vector<at::Tensor> bucket = {at::cat(flat)};

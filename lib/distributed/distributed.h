@@ -60,7 +60,8 @@ class DataParallel {
   virtual c10::Device device() const = 0;
   // Averages the gradients of `params` over the ranks, in buckets of about
   // `bucket_bytes`.
-  virtual void AverageGradients(const std::vector<at::Tensor>& params) = 0;
+  virtual void AverageGradients(const std::vector<at::Tensor>& params,
+                                int64_t bucket_bytes) = 0;
   // The gradient synchronisation of a model whose parameters are `params`
   // (every rank's in the same order): c10d::Reducer where this LibTorch has
   // it, else AverageGradients after the backward.

@@ -22,6 +22,7 @@ std::string BenchSpec::Name() const {
   if (pack_cpu_linears) absl::StrAppend(&name, "/onednn");
   if (!backend.empty()) absl::StrAppend(&name, "/", backend);
   if (graph) absl::StrAppend(&name, "/graph");
+  if (bucket_mb != 25) absl::StrAppend(&name, "/bucket_mb:", bucket_mb);
   if (!sync) absl::StrAppend(&name, "/nosync");
   return name;
 }

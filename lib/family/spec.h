@@ -54,10 +54,13 @@ struct BenchSpec {
   // Steps replayed from CUDA graphs captured once (--cuda_graphs): a forward
   // phase's whole step, generation's decode steps.
   bool graph = false;
+  // Data-parallel training phases: the gradient bucket cap, in MB.
+  int64_t bucket_mb = 25;
 
   // Model families: Family/size/device/phase/batch:B/seq:T/dtype[/nosync];
   // TF32 (fp32 as TF32): .../fp32/tf32[...];
   // replayed graphs (--cuda_graphs): ...[/backend]/graph[/nosync];
+  // data-parallel buckets other than 25 MB: .../bucket_mb:N[/nosync];
   // generation: .../batch:B/prompt:P/new:N/dtype[/nosync];
   // convolution models in channels_last: .../dtype/channels_last[/nosync];
   // packed oneDNN linears (--cpu_linear=onednn): .../dtype[/channels_last]/onednn;

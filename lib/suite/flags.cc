@@ -94,6 +94,9 @@ ABSL_FLAG(ltb::OptionalPositive, steps, {},
           "--epochs). Default: as many as --benchmark_min_time needs; data-parallel "
           "training phases, whose ranks must take the same number, 10.");
 ABSL_FLAG(ltb::Count, seed, {}, "Random seed for weights and inputs.");
+ABSL_FLAG(ltb::PositiveCount, bucket_mb, ltb::PositiveCount{25},
+          "Data-parallel training: the cap of a gradient bucket in MB (DDP's "
+          "bucket_cap_mb; the first is 1 MB). Names end in /bucket_mb:N when not 25.");
 ABSL_FLAG(ltb::PositiveCount, dist_timeout_s, ltb::PositiveCount{300},
           "Data-parallel runs: seconds a rank waits in a collective (or for the "
           "others to join) before it gives up, stops the run and writes its "
@@ -529,6 +532,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   sweep.graphs = absl::GetFlag(FLAGS_cuda_graphs).values;
   sweep.dtypes = absl::GetFlag(FLAGS_dtype).values;
   sweep.sync = absl::GetFlag(FLAGS_sync).value;
+  sweep.bucket_mb = absl::GetFlag(FLAGS_bucket_mb).value;
   sweep.pack_cpu_linears = absl::GetFlag(FLAGS_cpu_linear).packed;
   sweep.compiled_dir = absl::GetFlag(FLAGS_compiled);
   // Lists that default to a value must not be emptied ("--dtype=").

@@ -95,6 +95,7 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
       base.size = c.size;
       SetPhase(c.phase, &base);
       base.sync = sweep.sync;
+      if (c.phase.data_parallel) base.bucket_mb = sweep.bucket_mb;
       base.backend = c.backend;
       for (const c10::Device& device : sweep.devices) {
         if (c.needs_host_transfers && !BackendOf(device).Caps().host_transfers) continue;

@@ -21,6 +21,7 @@ struct Sweep {
   std::vector<int64_t> new_tokens;  // empty: kDefaultNewTokens, or the CPU's own
   std::vector<c10::ScalarType> dtypes = {c10::kFloat};
   bool sync = true;
+  int64_t bucket_mb = 25;  // --bucket_mb: data-parallel gradient buckets
   std::vector<bool> pack_cpu_linears = {false};  // --cpu_linear: aten, onednn
   std::vector<bool> channels_last = {false};     // --memory_format
   std::vector<bool> tf32 = {false};              // --tf32: fp32 on devices with TF32

@@ -26,7 +26,7 @@ Trainer::Trainer(const BenchSpec& spec, TrainFns fns)
       torch::NoGradGuard no_grad;
       group->Broadcast(fns_.module->parameters());
     }
-    sync_ = group->SyncGradients(fns_.module->parameters(), kDefaultBucketBytes);
+    sync_ = group->SyncGradients(fns_.module->parameters(), spec.bucket_mb << 20);
   }
 }
 

@@ -391,6 +391,24 @@ class TwoMachinesTest(unittest.TestCase):
             s.bind(("127.0.0.1", 0))
             return s.getsockname()[1]
 
+    def test_the_bucket_cap_sets_the_buckets_and_the_name(self):
+        launch = [self.LAUNCH, "--nproc_per_node=2"]
+        buckets = {}
+        for mb in (25, 1):
+            proc = subprocess.run(
+                [*launch, BENCH, "--benchmark_filter=EncDec/tiny/cpu/train_step/",
+                 "--devices=cpu", "--threads=1", "--steps=3", "--batch=2", "--seq=32",
+                 f"--bucket_mb={mb}", "--benchmark_format=json", *GIVEN_PEAKS],
+                capture_output=True, text=True, timeout=600)
+            self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+            [entry] = json.loads(proc.stdout)["benchmarks"]
+            self.assertEqual("/bucket_mb:1/" in entry["name"], mb == 1, entry["name"])
+            buckets[mb] = entry["grad_buckets"]
+        # 14 MB of fp32 gradients: a 1 MB first bucket and the rest in one of
+        # 25 MB; more, smaller ones under a 1 MB cap.
+        self.assertEqual(buckets[25], 2)
+        self.assertGreater(buckets[1], buckets[25])
+
     def test_two_nodes_train_together(self):
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "out.json")

@@ -75,6 +75,22 @@ TEST(BenchSpecName, GraphEndsTheNameBeforeNosync) {
   EXPECT_EQ(s.Name(), "Transformer/small/cuda/forward/batch:4/seq:512/bf16/graph/nosync");
 }
 
+TEST(ExpandSweep, BucketCapNamesDataParallelTrainingOnlyWhenNotTheDefault) {
+  const std::vector<Family> families = RegisteredFamilies(true).value();
+  Sweep sweep;
+  sweep.devices = {c10::Device(c10::kCPU)};
+  sweep.bucket_mb = 4;
+  std::set<std::string> names;
+  for (const Registration& r : ExpandSweep(families, sweep)) names.insert(r.spec.Name());
+  EXPECT_TRUE(
+      names.count("Transformer/nano/cpu/train_step/batch:1/seq:64/fp32/bucket_mb:4"));
+  EXPECT_TRUE(names.count("Transformer/nano/cpu/forward/batch:1/seq:64/fp32"));
+  sweep.bucket_mb = 25;
+  for (const Registration& r : ExpandSweep(families, sweep)) {
+    EXPECT_FALSE(absl::StrContains(r.spec.Name(), "bucket_mb")) << r.spec.Name();
+  }
+}
+
 TEST(ExpandSweep, GraphsAreAnAxisOfInferenceOnDevicesThatHaveThem) {
   const std::vector<Family> families = RegisteredFamilies(true).value();
   Sweep sweep;
