@@ -87,14 +87,14 @@ Workload& PrepareWorkload(const Family& family, const BenchSpec& spec,
   // Sub-millisecond steps on an asynchronous device are timed several to a
   // sample; the first warm-up step (lazy initialisation) does not count.
   // Data-parallel ranks keep one step a sample, all in lockstep.
-  const bool batchable = !BackendOf(spec.device).Caps().host && spec.sync && !epochs &&
-                         !lockstep && !steps.empty();
-  int64_t launches = 1;
-  if (batchable) {
+  double median = 0;
+  if (!steps.empty()) {
     if (steps.size() > 1) steps.erase(steps.begin());
     std::nth_element(steps.begin(), steps.begin() + steps.size() / 2, steps.end());
-    launches = LaunchesPerSample(steps[steps.size() / 2], true);
+    median = steps[steps.size() / 2];
   }
+  const int64_t launches = LaunchesPerSample(
+      median, !BackendOf(spec.device).Caps().host && spec.sync && !epochs && !lockstep);
   p.accuracy = Accuracy(family, spec, options.seed, *workload);
   if (!options.profile_dir.empty()) {
     absl::StatusOr<ProfileResult> profile =

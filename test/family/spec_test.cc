@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <regex>
 #include <set>
 
@@ -36,26 +37,41 @@ TEST(BenchSpecName, Tf32FollowsTheDtype) {
   EXPECT_EQ(s.Name(), "Transformer/small/cuda/forward/batch:4/seq:512/fp32/tf32/nosync");
 }
 
+// The names `sweep` registers, and the specs an axis selects (`on`); each of
+// those must have its plain twin, the same spec with the axis off (`off`).
+std::set<std::string> ExpandAxis(const Sweep& sweep,
+                                 const std::function<bool(const BenchSpec&)>& on,
+                                 const std::function<void(BenchSpec*)>& off,
+                                 std::vector<BenchSpec>* selected) {
+  static const std::vector<Family>* families =
+      new std::vector<Family>(RegisteredFamilies(true).value());
+  std::set<std::string> names, plain_twins;
+  for (const Registration& r : ExpandSweep(*families, sweep)) {
+    names.insert(r.spec.Name());
+    if (!on(r.spec)) continue;
+    selected->push_back(r.spec);
+    BenchSpec plain = r.spec;
+    off(&plain);
+    plain_twins.insert(plain.Name());
+  }
+  EXPECT_FALSE(selected->empty());
+  for (const std::string& twin : plain_twins) EXPECT_TRUE(names.count(twin)) << twin;
+  return names;
+}
+
 TEST(ExpandSweep, Tf32IsAnAxisOfFp32OnDevicesThatHaveIt) {
-  const std::vector<Family> families = RegisteredFamilies(true).value();
   Sweep sweep;
   sweep.devices = {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 0)};
   sweep.dtypes = {c10::kFloat, c10::kBFloat16};
   sweep.tf32 = {false, true};
-  std::set<std::string> names, plain_twins;
-  size_t tf32 = 0;
-  for (const Registration& r : ExpandSweep(families, sweep)) {
-    names.insert(r.spec.Name());
-    if (!r.spec.tf32) continue;
-    ++tf32;
-    EXPECT_TRUE(r.spec.device.is_cuda()) << r.spec.Name();
-    EXPECT_EQ(r.spec.dtype, c10::kFloat) << r.spec.Name();
-    BenchSpec plain = r.spec;
-    plain.tf32 = false;
-    plain_twins.insert(plain.Name());
+  std::vector<BenchSpec> tf32;
+  const std::set<std::string> names = ExpandAxis(
+      sweep, [](const BenchSpec& s) { return s.tf32; },
+      [](BenchSpec* s) { s->tf32 = false; }, &tf32);
+  for (const BenchSpec& s : tf32) {
+    EXPECT_TRUE(s.device.is_cuda()) << s.Name();
+    EXPECT_EQ(s.dtype, c10::kFloat) << s.Name();
   }
-  EXPECT_GT(tf32, 0u);
-  for (const std::string& twin : plain_twins) EXPECT_TRUE(names.count(twin)) << twin;
   EXPECT_TRUE(names.count("Ops/matmul/2048x2048/cuda/fp32/tf32"));
   EXPECT_TRUE(names.count("Ops/matmul/2048x2048/cuda/fp32"));
   EXPECT_TRUE(names.count("ResNet/resnet18/cuda/train_step/batch:32/fp32/tf32"));
@@ -92,25 +108,18 @@ TEST(ExpandSweep, BucketCapNamesDataParallelTrainingOnlyWhenNotTheDefault) {
 }
 
 TEST(ExpandSweep, GraphsAreAnAxisOfInferenceOnDevicesThatHaveThem) {
-  const std::vector<Family> families = RegisteredFamilies(true).value();
   Sweep sweep;
   sweep.devices = {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 0)};
   sweep.dtypes = {c10::kFloat, c10::kBFloat16};
   sweep.graphs = {false, true};
-  std::set<std::string> names, plain_twins;
-  size_t graphs = 0;
-  for (const Registration& r : ExpandSweep(families, sweep)) {
-    names.insert(r.spec.Name());
-    if (!r.spec.graph) continue;
-    ++graphs;
-    EXPECT_TRUE(r.spec.device.is_cuda()) << r.spec.Name();
-    EXPECT_FALSE(r.spec.training()) << r.spec.Name();
-    BenchSpec plain = r.spec;
-    plain.graph = false;
-    plain_twins.insert(plain.Name());
+  std::vector<BenchSpec> graphs;
+  const std::set<std::string> names = ExpandAxis(
+      sweep, [](const BenchSpec& s) { return s.graph; },
+      [](BenchSpec* s) { s->graph = false; }, &graphs);
+  for (const BenchSpec& s : graphs) {
+    EXPECT_TRUE(s.device.is_cuda()) << s.Name();
+    EXPECT_FALSE(s.training()) << s.Name();
   }
-  EXPECT_GT(graphs, 0u);
-  for (const std::string& twin : plain_twins) EXPECT_TRUE(names.count(twin)) << twin;
   EXPECT_TRUE(names.count("Transformer/small/cuda/forward/batch:4/seq:512/bf16/graph"));
   EXPECT_TRUE(names.count("Ops/matmul/2048x2048/cuda/bf16/graph"));
   EXPECT_TRUE(names.count("Ops/copy/256MiB/cuda/fp32/graph"));  // a device-side copy
