@@ -244,6 +244,12 @@ class Benchmark:
         values = self.values(counter)
         return statistics.median(values) if values else None
 
+    @property
+    def world_size(self):
+        """Ranks of this benchmark's run where its entries say (a file of
+        several world sizes, from tools/scaling), else 1."""
+        return int(self.entries[0].get("world_size", 1)) if self.entries else 1
+
     def rate(self):
         """(tokens/s or samples/s median, 'tokens' or 'samples'), or (None, None)."""
         for counter in ("tokens/s", "samples/s"):
@@ -363,7 +369,9 @@ def device_count(doc):
 
 def hourly_prices(args, docs):
     """Each file's price per hour of the devices its run used, or None
-    without --cost. BadInput when the counts do not match the files."""
+    without --cost. BadInput when the counts do not match the files. In a
+    file of several world sizes each benchmark's own ranks multiply it
+    (Benchmark.world_size)."""
     if args.cost is None:
         if args.device_count is not None:
             raise BadInput("--device-count needs --cost")
@@ -375,6 +383,9 @@ def hourly_prices(args, docs):
                        f"{len(docs)} files")
     if any(p < 0 for p in args.cost) or any(n < 1 for n in args.device_count or []):
         raise BadInput("prices must be >= 0 and device counts >= 1")
+    if args.device_count is not None and any("world_sizes" in d["context"] for d in docs):
+        raise BadInput("--device-count does not apply to a file of several world sizes "
+                       "(from tools/scaling): each benchmark's entries give its ranks")
     counts = args.device_count or [device_count(doc) for doc in docs]
     return [price * n for price, n in zip(args.cost, counts)]
 
@@ -384,7 +395,7 @@ def cost_per_million(bench, price_per_hour):
     rate, unit = bench.rate()
     if not rate:
         return None, None
-    return price_per_hour / 3600 / rate * 1e6, unit
+    return price_per_hour * bench.world_size / 3600 / rate * 1e6, unit
 
 
 def cost_per_epoch(bench, price_per_hour):
@@ -393,7 +404,142 @@ def cost_per_epoch(bench, price_per_hour):
     if bench.fields["phase"] != "train_epoch":
         return None
     epoch = bench.median("epoch_s") if bench.has("epoch_s") else bench.median_time
-    return price_per_hour / 3600 * epoch
+    return price_per_hour * bench.world_size / 3600 * epoch
+
+
+# --- data-parallel scaling --------------------------------------------------
+
+# Counters only a data-parallel step reports (several ranks averaging).
+DATA_PARALLEL_COUNTERS = ("grad_buckets", "comm_exposed_ms")
+
+
+def world_size(doc, path="results"):
+    """The number of ranks a run used, from its context (1 when absent)."""
+    value = doc.get("context", {}).get("world_size", 1)
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1:
+        raise BadInput(f"{path}: context world_size {value!r} is not a number of ranks")
+    return n
+
+
+def with_ranks(entry, ranks):
+    """The entry renamed for a file of several world sizes: /ranks:N after
+    the suite's name, before Google Benchmark's suffixes and aggregate names."""
+    run = entry.get("run_name") or entry["name"]
+    base = _TIME_SUFFIX.sub("", run)
+    suffixes = "".join(m.group(0) for m in _TIME_SUFFIX.finditer(run))
+    new_run = f"{base}/ranks:{ranks}{suffixes}"
+    out = dict(entry, name=new_run + entry["name"][len(run):], world_size=ranks)
+    if "run_name" in entry:
+        out["run_name"] = new_run
+    return out
+
+
+def split_ranks(name):
+    """('Family/size/.../fp32', N) from a name with /ranks:N, else (name, None)."""
+    parts = name.split("/")
+    for i, part in enumerate(parts):
+        match = re.fullmatch(r"ranks:(\d+)", part)
+        if match:
+            return "/".join(parts[:i] + parts[i + 1:]), int(match[1])
+    return name, None
+
+
+def scaling_table(doc):
+    """The weak scaling of a file of several world sizes (tools/scaling):
+    benchmark name without /ranks -> (counter, ranks -> (throughput,
+    efficiency)), for each benchmark that ran data-parallel (it reports
+    grad_buckets or comm_exposed_ms at some world size above 1). Efficiency
+    at N ranks is the throughput per rank over that at the fewest ranks
+    measured: T(N) / (N x T(1)) when one rank was measured."""
+    series = collections.OrderedDict()  # name -> ranks -> Benchmark
+    for name, bench in collect(doc).items():
+        key, ranks = split_ranks(name)
+        if ranks:
+            series.setdefault(key, {})[ranks] = bench
+    table = collections.OrderedDict()
+    for key, by_ranks in series.items():
+        parallel = any(n > 1 and any(b.has(c) for c in DATA_PARALLEL_COUNTERS)
+                       for n, b in by_ranks.items())
+        rates = {n: b.rate() for n, b in by_ranks.items()}
+        rates = {n: (rate, unit) for n, (rate, unit) in rates.items() if rate}
+        if not parallel or len(rates) < 2:
+            continue
+        base = min(rates)
+        per_rank = rates[base][0] / base
+        table[key] = (rates[base][1] + "/s", collections.OrderedDict(
+            (n, (rates[n][0], rates[n][0] / n / per_rank)) for n in sorted(rates)))
+    return table
+
+
+def scaling_markdown(doc):
+    """The scaling table as Markdown: per data-parallel benchmark, the
+    throughput at each world size with its efficiency, and the exposed
+    communication of a step at the largest."""
+    table = scaling_table(doc)
+    if not table:
+        return ""
+    sizes = sorted({n for _, points in table.values() for n in points})
+    exposed = {}
+    for name, bench in collect(doc).items():
+        key, ranks = split_ranks(name)
+        if key in table and ranks == max(table[key][1]) and bench.has("comm_exposed_ms"):
+            exposed[key] = bench.median("comm_exposed_ms")
+    headers = ["benchmark"] + [f"{n} rank{'s' if n > 1 else ''}" for n in sizes] + [
+        "comm_exposed_ms at the most ranks"]
+    rows = []
+    for key, (counter, points) in table.items():
+        cells = [f"`{key}`"]
+        for n in sizes:
+            if n not in points:
+                cells.append("—")
+                continue
+            rate, efficiency = points[n]
+            cells.append(f"{format_value(counter, rate)} ({efficiency * 100:.0f}%)")
+        cells.append(format_value("comm_exposed_ms", exposed.get(key)))
+        rows.append(cells)
+    return markdown_table(headers, rows)
+
+
+def merge_world_sizes(docs, paths):
+    """One Google Benchmark JSON from runs of the same benchmarks at several
+    world sizes: every entry named with /ranks:N and carrying world_size,
+    and each data-parallel benchmark's entries its scaling_efficiency. The
+    context holds what every run reported alike, world_sizes, and how the
+    efficiency is defined; each run's own context values stay in its
+    entries."""
+    sizes = [world_size(doc, path) for doc, path in zip(docs, paths)]
+    for i, n in enumerate(sizes):
+        if n in sizes[:i]:
+            raise BadInput(f"{paths[i]}: a second run at {n} rank{'s' if n > 1 else ''} "
+                           f"(also {paths[sizes.index(n)]}); give one file per world size")
+    order = sorted(range(len(docs)), key=lambda i: sizes[i])
+    records = [{"status": "ok", "context": docs[i]["context"]} for i in order]
+    context, own = split_contexts(records)
+    context.pop("world_size", None)
+    entries = []
+    for record, i in zip(records, order):
+        mine = dict(own.get(id(record), {}))
+        mine.pop("world_size", None)
+        for entry in docs[i]["benchmarks"]:
+            renamed = with_ranks(entry, sizes[i])
+            entries.append(dict(renamed, context=mine) if mine else renamed)
+    context["world_sizes"] = ",".join(str(sizes[i]) for i in order)
+    context["scaling"] = ("weak: --batch is per rank; scaling_efficiency at N ranks is the "
+                          "throughput per rank over that at the fewest ranks measured, "
+                          "T(N) / (N x T(1)) from one rank")
+    names = list(collections.OrderedDict.fromkeys(base_name(e) for e in entries))
+    entries = [in_family(e, names.index(base_name(e))) for e in entries]
+    merged = {"context": context, "benchmarks": entries}
+    table = scaling_table(merged)
+    for entry in entries:
+        key, ranks = split_ranks(base_name(entry))
+        if key in table and ranks in table[key][1] and not entry.get("error_occurred"):
+            entry["scaling_efficiency"] = table[key][1][ranks][1]
+    return merged
 
 
 # --- device speedup --------------------------------------------------------

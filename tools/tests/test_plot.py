@@ -88,7 +88,9 @@ class PlotTest(ToolTest):
             seen[name] = {"xscale": ax.get_xscale(), "yscale": ax.get_yscale(),
                           "xlim": ax.get_xlim(), "ylim": ax.get_ylim(),
                           "bars": len(bars), "points": sum(len(l.get_xdata()) for l in ax.lines
-                                                           if l.get_marker() not in (None, "None", ""))}
+                                                           if l.get_marker() not in (None, "None", "")),
+                          "lines": [(list(l.get_xdata()), list(l.get_ydata())) for l in ax.lines
+                                    if l.get_marker() not in (None, "None", "")]}
             return original(fig, out, name)
 
         plot.save = save
@@ -120,6 +122,21 @@ class PlotTest(ToolTest):
                 self.assertEqual((scale, low), ("linear", 0), name)
             if "log" in (chart["xscale"], chart["yscale"]):
                 self.assertEqual(chart["bars"], 0, name)
+
+    def test_scaling_efficiency_against_ranks(self):
+        step = "EncDec/tiny/cpu/train_step/batch:8/seq:64/fp32"
+        runs = []
+        for ranks, rate in ((1, 1000.0), (2, 1800.0), (4, 3000.0)):
+            extra = {"grad_buckets": 2} if ranks > 1 else {}
+            runs.append(self.write(f"r{ranks}.json", doc(
+                entry(step, 8.0, tokens_per_s=rate, **extra), world_size=str(ranks))))
+        merged = os.path.join(self.tmp, "scaling.json")
+        self.assertExit(self.run_tool("scaling", "--out", merged, *runs), 0)
+        chart = self.charts(merged)["scaling_efficiency.png"]
+        self.assertEqual(chart["lines"], [([1, 2, 4], [1.0, 0.9, 0.75])])
+        self.assertEqual((chart["yscale"], chart["ylim"][0], chart["bars"]), ("linear", 0, 0))
+        # One world size alone draws no scaling chart.
+        self.assertNotIn("scaling_efficiency.png", self.charts(runs[1]))
 
     def test_nothing_to_plot_and_bad_input_exit_2(self):
         ops = self.write("ops.json", doc(entry("Ops/noop/empty/cpu/fp32", 1e-5)))

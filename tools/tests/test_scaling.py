@@ -1,0 +1,258 @@
+"""Weak scaling: tools/scaling on fixture runs at several world sizes, and
+tools/launch sweeping world sizes over a stand-in program that writes such
+runs."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from helpers import TOOLS, ToolTest, doc, entry, repeated
+
+STEP = "EncDec/tiny/cpu/train_step/batch:8/seq:64/fp32"
+FWD = "EncDec/tiny/cpu/forward/batch:8/seq:64/fp32"
+LAUNCH = os.path.join(TOOLS, "launch")
+
+# A stand-in for bench under a launcher: every rank appends its environment
+# to $FAKE_RANKS_LOG; rank 0 writes --benchmark_out as bench would, with
+# the world size in its context, a data-parallel train_step whose
+# throughput is 1000 tokens/s a rank times 0.9 per doubling of ranks, and a
+# forward that is not data-parallel. FAKE_FAIL_AT=N makes rank 0 of an
+# N-rank run exit 1 after writing its results.
+FAKE_RANK = textwrap.dedent("""\
+    import json, math, os, sys
+    world = int(os.environ["WORLD_SIZE"])
+    with open(os.environ["FAKE_RANKS_LOG"], "a") as f:
+        f.write(json.dumps({k: os.environ.get(k) for k in (
+            "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+            "MASTER_PORT", "OMP_NUM_THREADS")} | {"args": sys.argv[1:]}) + "\\n")
+    if os.environ["RANK"] != "0":
+        sys.exit(0)
+    out = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--benchmark_out=")]
+    rate = 1000.0 * world * 0.9 ** math.log2(world)
+    entries = [
+        {"name": "%(step)s/manual_time", "run_name": "%(step)s/manual_time",
+         "run_type": "iteration", "repetitions": 1, "repetition_index": 0, "threads": 1,
+         "iterations": 5, "real_time": 8000.0 / rate, "cpu_time": 1.0, "time_unit": "s",
+         "tokens/s": rate, **({"grad_buckets": 2, "comm_exposed_ms": 1.5 * world}
+                               if world > 1 else {})},
+        {"name": "%(fwd)s/manual_time", "run_name": "%(fwd)s/manual_time",
+         "run_type": "iteration", "repetitions": 1, "repetition_index": 0, "threads": 1,
+         "iterations": 5, "real_time": 1.0, "cpu_time": 1.0, "time_unit": "s",
+         "tokens/s": 500.0}]
+    if out:
+        with open(out[0], "w") as f:
+            json.dump({"context": {"world_size": str(world), "date": "run %%d" %% world,
+                                   "libtorch_version": "2.15.0"}, "benchmarks": entries}, f)
+    sys.exit(1 if os.environ.get("FAKE_FAIL_AT") == str(world) else 0)
+    """) % {"step": STEP, "fwd": FWD}
+
+
+def run_at(world, rate, counters=True, **context):
+    extra = {"grad_buckets": 3, "comm_exposed_ms": 2.0 * world} if counters and world > 1 else {}
+    return doc(entry(STEP, 8000.0 / rate, tokens_per_s=rate, **extra),
+               entry(FWD, 10.0, tokens_per_s=400.0 / world),
+               world_size=str(world), **context)
+
+
+class ScalingToolTest(ToolTest):
+    def merge(self, *docs, expect=0):
+        paths = [self.write(f"run{i}.json", d) for i, d in enumerate(docs)]
+        out = os.path.join(self.tmp, "merged.json")
+        proc = self.run_tool("scaling", "--out", out, *paths)
+        self.assertExit(proc, expect)
+        with open(out) as f:
+            return json.load(f), proc
+
+    def test_efficiency_is_throughput_per_rank_over_one_ranks(self):
+        merged, proc = self.merge(run_at(2, 1800.0, date="b"), run_at(1, 1000.0, date="a"),
+                                  run_at(4, 3000.0, date="c"))
+        by_name = {e["name"]: e for e in merged["benchmarks"]}
+        self.assertEqual(list(by_name), [
+            f"{STEP}/ranks:1/manual_time", f"{FWD}/ranks:1/manual_time",
+            f"{STEP}/ranks:2/manual_time", f"{FWD}/ranks:2/manual_time",
+            f"{STEP}/ranks:4/manual_time", f"{FWD}/ranks:4/manual_time"])
+        step = {n: by_name[f"{STEP}/ranks:{n}/manual_time"] for n in (1, 2, 4)}
+        self.assertEqual([step[n]["world_size"] for n in (1, 2, 4)], [1, 2, 4])
+        self.assertEqual(step[1]["scaling_efficiency"], 1.0)
+        self.assertAlmostEqual(step[2]["scaling_efficiency"], 1800 / (2 * 1000), places=12)
+        self.assertAlmostEqual(step[4]["scaling_efficiency"], 3000 / (4 * 1000), places=12)
+        # forward ran on each rank alone: no efficiency claimed for it.
+        self.assertFalse(any("scaling_efficiency" in e for n, e in by_name.items()
+                             if n.startswith(FWD)))
+        self.assertEqual(merged["context"]["world_sizes"], "1,2,4")
+        self.assertNotIn("world_size", merged["context"])
+        self.assertEqual(merged["context"]["libtorch_version"], "2.15.0")
+        self.assertEqual(step[2]["context"], {"date": "b"})  # a run's own stays with it
+        self.assertEqual(len({e["family_index"] for e in merged["benchmarks"]}), 6)
+        self.assertIn(f"| `{STEP}` | 1k tokens/s (100%) | 1.8k tokens/s (90%) | "
+                      f"3k tokens/s (75%) | 8 ms |", proc.stdout)
+        self.assertNotIn(f"`{FWD}`", proc.stdout)
+        path = self.write("merged-again.json", merged)
+        self.assertComparePyReads(path, path, f"{STEP}/ranks:2/manual_time")
+        # report and plot read it as they read any result file.
+        report = self.run_tool("report", "--format", "csv", path)
+        self.assertExit(report, 0)
+        self.assertIn(f"{STEP}/ranks:4", report.stdout)
+
+    def test_without_one_rank_the_fewest_ranks_are_the_base(self):
+        merged, proc = self.merge(run_at(2, 2000.0), run_at(4, 3600.0))
+        effs = {e["world_size"]: e["scaling_efficiency"] for e in merged["benchmarks"]
+                if "scaling_efficiency" in e}
+        self.assertEqual(effs[2], 1.0)
+        self.assertAlmostEqual(effs[4], (3600 / 4) / (2000 / 2), places=12)
+        self.assertIn("(90%)", proc.stdout)
+
+    def test_medians_of_repetitions_and_aggregates_renamed(self):
+        one = doc(repeated(STEP, [8.0, 8.0, 8.0], tokens_per_s=[900.0, 1000.0, 5000.0]),
+                  world_size="1")
+        two = doc(repeated(STEP, [8.0, 8.0, 8.0], tokens_per_s=[1600.0, 1700.0, 100.0],
+                           grad_buckets=2), world_size="2")
+        merged, _ = self.merge(one, two)
+        names = [e["name"] for e in merged["benchmarks"]]
+        self.assertIn(f"{STEP}/ranks:2/manual_time_median", names)
+        effs = {e["world_size"] for e in merged["benchmarks"]}
+        self.assertEqual(effs, {1, 2})
+        eff = [e["scaling_efficiency"] for e in merged["benchmarks"]
+               if e["world_size"] == 2 and e["run_type"] == "iteration"]
+        self.assertEqual(len(eff), 3)
+        self.assertAlmostEqual(eff[0], 1600 / (2 * 1000), places=12)
+
+    def test_errored_entries_are_kept_and_listed(self):
+        two = run_at(2, 1800.0)
+        two["benchmarks"].append(entry(STEP.replace("tiny", "small"), 0.0, error="out of memory"))
+        merged, proc = self.merge(run_at(1, 1000.0), two)
+        errored = [e for e in merged["benchmarks"] if e.get("error_occurred")]
+        self.assertEqual([e["name"] for e in errored],
+                         [f"{STEP.replace('tiny', 'small')}/ranks:2/manual_time"])
+        self.assertIn("out of memory", proc.stderr)
+
+    def test_bad_input(self):
+        proc = self.run_tool("scaling", self.write("a.json", run_at(2, 1.0)),
+                             self.write("b.json", run_at(2, 2.0)))
+        self.assertExit(proc, 2)
+        self.assertIn("a second run at 2 ranks", proc.stderr)
+        proc = self.run_tool("scaling", self.write("c.json", run_at(1, 1.0)),
+                             self.write("d.json", run_at(2, 2.0, counters=False)))
+        self.assertExit(proc, 2)
+        self.assertIn("no data-parallel benchmark", proc.stderr)
+        self.assertIn("world sizes 1,2", proc.stderr)
+        proc = self.run_tool("scaling", self.write("e.json", run_at(1, 1.0)),
+                             self.write("f.json", doc(world_size="two")))
+        self.assertExit(proc, 2)
+        self.assertIn("'two' is not a number of ranks", proc.stderr)
+        for path in self.bad_inputs():
+            self.assertExit(self.run_tool("scaling", path, self.write("g.json", run_at(1, 1.0))),
+                            2)
+
+
+class LaunchTest(ToolTest):
+    def setUp(self):
+        super().setUp()
+        self.program = self.write("fake_rank.py", FAKE_RANK)
+        self.log = os.path.join(self.tmp, "ranks.jsonl")
+
+    def launch(self, *args, env=None):
+        full = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+        full.update(FAKE_RANKS_LOG=self.log, **(env or {}))
+        return subprocess.run([LAUNCH, *args, sys.executable, self.program, "--x=1"],
+                              capture_output=True, text=True, timeout=120, env=full)
+
+    def ranks(self):
+        if not os.path.exists(self.log):
+            return []
+        with open(self.log) as f:
+            return [json.loads(line) for line in f]
+
+    def test_a_list_runs_each_world_size_and_merges(self):
+        out = os.path.join(self.tmp, "res", "s.json")
+        proc = self.launch("--nproc_per_node=1,2,4", f"--scaling_out={out}")
+        self.assertExit(proc, 0)
+        ranks = self.ranks()
+        self.assertEqual(sorted((r["WORLD_SIZE"], r["RANK"]) for r in ranks), sorted(
+            [("1", "0"), ("2", "0"), ("2", "1")] + [("4", str(i)) for i in range(4)]))
+        for r in ranks:
+            self.assertEqual(r["LOCAL_WORLD_SIZE"], r["WORLD_SIZE"])
+            self.assertEqual(r["MASTER_ADDR"], "127.0.0.1")
+            self.assertEqual(r["args"][0], "--x=1")
+            self.assertEqual(r["args"][1:], [f"--benchmark_out={out[:-5]}.ranks{r['WORLD_SIZE']}"
+                                             f".json", "--benchmark_out_format=json"])
+        # One thread count for every rank of every run: each rank its share.
+        threads = {r["OMP_NUM_THREADS"] for r in ranks}
+        self.assertEqual(len(threads), 1)
+        self.assertGreaterEqual(int(threads.pop()), 1)
+        ports = {r["WORLD_SIZE"]: r["MASTER_PORT"] for r in ranks}
+        self.assertEqual(len(set(ports.values())), 3)
+        for n in (1, 2, 4):
+            self.assertTrue(os.path.exists(f"{out[:-5]}.ranks{n}.json"))
+        with open(out) as f:
+            merged = json.load(f)
+        effs = {e["world_size"]: e["scaling_efficiency"] for e in merged["benchmarks"]
+                if "scaling_efficiency" in e}
+        self.assertEqual(effs[1], 1.0)
+        self.assertAlmostEqual(effs[2], 0.9, places=12)
+        self.assertAlmostEqual(effs[4], 0.81, places=12)
+        self.assertIn(f"| `{STEP}` | 1k tokens/s (100%) | 1.8k tokens/s (90%) | "
+                      f"3.24k tokens/s (81%) | 6 ms |", proc.stdout)
+
+    def test_a_given_port_and_thread_count(self):
+        out = os.path.join(self.tmp, "s.json")
+        proc = self.launch("--nproc_per_node=1,2", "--master_port=31000",
+                           f"--scaling_out={out}", env={"OMP_NUM_THREADS": "3"})
+        self.assertExit(proc, 0)
+        self.assertEqual({(r["WORLD_SIZE"], r["MASTER_PORT"]) for r in self.ranks()},
+                         {("1", "31000"), ("2", "31001")})
+        self.assertEqual({r["OMP_NUM_THREADS"] for r in self.ranks()}, {"3"})
+
+    def test_a_failing_world_size_keeps_the_others(self):
+        out = os.path.join(self.tmp, "s.json")
+        proc = self.launch("--nproc_per_node=1,2", f"--scaling_out={out}",
+                           env={"FAKE_FAIL_AT": "1"})
+        self.assertExit(proc, 1)
+        self.assertEqual({r["WORLD_SIZE"] for r in self.ranks()}, {"1", "2"})
+        with open(out) as f:
+            self.assertEqual(json.load(f)["context"]["world_sizes"], "1,2")
+
+    def test_gpu_counts_the_visible_gpus(self):
+        proc = self.launch("--nproc_per_node=gpu", env={"CUDA_VISIBLE_DEVICES": "0,1,-1,3"})
+        self.assertExit(proc, 0)
+        self.assertEqual(sorted(r["RANK"] for r in self.ranks()), ["0", "1"])
+        # Without CUDA_VISIBLE_DEVICES: what nvidia-smi -L lists.
+        smi = os.path.join(self.tmp, "bin", "nvidia-smi")
+        os.makedirs(os.path.dirname(smi))
+        with open(smi, "w") as f:
+            f.write("#!/bin/sh\nfor i in 0 1 2; do echo \"GPU $i: NVIDIA H100 (UUID: GPU-$i)\"; "
+                    "done\n")
+        os.chmod(smi, 0o755)
+        env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+        env.update(PATH=f"{os.path.dirname(smi)}:{os.environ['PATH']}",
+                   FAKE_RANKS_LOG=self.log)
+        os.remove(self.log)
+        proc = subprocess.run([LAUNCH, "--nproc_per_node=gpu", sys.executable, self.program],
+                              capture_output=True, text=True, timeout=120, env=env)
+        self.assertExit(proc, 0)
+        self.assertEqual(sorted(r["RANK"] for r in self.ranks()), ["0", "1", "2"])
+
+    def test_bad_input(self):
+        cases = [
+            (["--nproc_per_node=gpu"], {"CUDA_VISIBLE_DEVICES": ""}, "found no visible GPU"),
+            (["--nproc_per_node=1,x"], {}, "'x' is not a number of ranks"),
+            (["--nproc_per_node=0"], {}, "'0' is not a number of ranks"),
+            (["--nproc_per_node=2,2"], {}, "lists 2 twice"),
+            (["--nproc_per_node=1,2", "--x=1", "--benchmark_out=a.json"], {},
+             "drop --benchmark_out=a.json"),
+            (["--nnodes=2", "--node_rank=2"], {}, "must be below --nnodes=2"),
+            (["--nproc=2"], {}, "unknown option --nproc"),
+        ]
+        for args, env, message in cases:
+            with self.subTest(args=args):
+                if "--benchmark_out=a.json" in args:
+                    proc = subprocess.run(
+                        [LAUNCH, args[0], sys.executable, self.program, *args[1:]],
+                        capture_output=True, text=True, timeout=60,
+                        env=dict(os.environ, FAKE_RANKS_LOG=self.log))
+                else:
+                    proc = self.launch(*args, env=env)
+                self.assertExit(proc, 2)
+                self.assertIn(message, proc.stderr)
+                self.assertEqual(self.ranks(), [])
