@@ -135,8 +135,10 @@ class PlotTest(ToolTest):
         chart = self.charts(merged)["scaling_efficiency.png"]
         self.assertEqual(chart["lines"], [([1, 2, 4], [1.0, 0.9, 0.75])])
         self.assertEqual((chart["yscale"], chart["ylim"][0], chart["bars"]), ("linear", 0, 0))
-        # One world size alone draws no scaling chart.
-        self.assertNotIn("scaling_efficiency.png", self.charts(runs[1]))
+        # One world size alone draws no scaling chart (and here nothing at all).
+        proc = self.run_tool("plot", runs[1], "--out", self.tmp)
+        self.assertExit(proc, 2)
+        self.assertIn("nothing to plot", proc.stderr)
 
     def test_nothing_to_plot_and_bad_input_exit_2(self):
         ops = self.write("ops.json", doc(entry("Ops/noop/empty/cpu/fp32", 1e-5)))

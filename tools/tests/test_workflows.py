@@ -101,6 +101,13 @@ class WorkflowTest(unittest.TestCase):
         self.assertEqual(upload["if"], "always()")
         self.assertIn("results/", upload["with"]["path"])
         self.assertIn("gate.md", upload["with"]["path"])
+        # The HTML comparison of the two runs the gate read, kept beside its table.
+        self.assertIn("head/tools/report --format html results/base.json results/head.json "
+                      ">report.html", script)
+        html_step = next(s for s in job["steps"] if "report --format html" in s.get("run", ""))
+        self.assertEqual(html_step["if"], "always()")
+        self.assertLess(job["steps"].index(html_step), job["steps"].index(upload))
+        self.assertIn("report.html", upload["with"]["path"])
 
     def test_the_fixed_set_selects_the_same_benchmarks_as_before(self):
         env = load("bench.yml")["env"]

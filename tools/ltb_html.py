@@ -1,0 +1,611 @@
+"""tools/report --format html: one self-contained page of charts and tables.
+
+The page inlines Chart.js (third_party/chartjs) and its data, so it opens
+with no network. Each chart is a <canvas data-section="..."> drawn from a
+Chart.js configuration in the page's JSON; every dataset that stands for
+benchmarks (not a ceiling or an ideal line) has ltbKind "benchmarks", so a
+test can count what a chart drew. Sections appear where the results have
+what they need: context, roofline, comparison, scaling, distributions,
+compiled, history, errors.
+"""
+import collections
+import html
+import json
+import math
+import os
+import re
+
+import ltb_results
+
+CHARTJS = os.path.join(ltb_results.REPO, "third_party", "chartjs", "chart.min.js")
+UNSTEADY_CV = 5.0  # percent: cs336's rule of thumb for a steady measurement
+CONTEXT_KEYS = ("host_name", "executable", "date", "suite_commit", "libtorch_version",
+                "build_type", "num_cpus", "mhz_per_cpu", "cpu_isa", "blas", "blas_threads",
+                "intra_op_threads", "inter_op_threads", "malloc", "world_size", "world_sizes",
+                "gpu", "cuda_version", "dp_gradients")
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf")
+
+
+def color(i):
+    return PALETTE[i % len(PALETTE)]
+
+
+def esc(text):
+    return html.escape(str(text), quote=True)
+
+
+def leading_number(text):
+    """1.9e+11 from '1.9e+11 FLOP/s (measured ...)', else None."""
+    match = re.match(r"\s*([0-9.]+(?:[eE][+-]?\d+)?)", str(text))
+    try:
+        return float(match[1]) if match else None
+    except ValueError:
+        return None
+
+
+class Page:
+    """Sections of HTML and the charts they draw."""
+
+    def __init__(self):
+        self.sections = []  # (id, title, html)
+        self.charts = []  # {"id", "section", "config"}
+
+    def chart(self, section, config, height=380):
+        chart_id = f"chart{len(self.charts)}"
+        config.setdefault("options", {})
+        self.charts.append({"id": chart_id, "section": section, "config": config})
+        return (f'<div class="chart" style="height:{height}px">'
+                f'<canvas id="{chart_id}" data-section="{section}"></canvas></div>')
+
+    def add(self, section, title, body):
+        self.sections.append((section, title, body))
+
+
+def axis(title, log=False, zero=False, **extra):
+    scale = {"type": "logarithmic" if log else "linear",
+             "title": {"display": True, "text": title}}
+    if zero and not log:
+        scale["beginAtZero"] = True
+        scale["min"] = 0
+    scale.update(extra)
+    return scale
+
+
+def table(headers, rows, classes=None):
+    """An HTML table; cells are escaped unless given as ('html', text)."""
+    def cell(v):
+        if isinstance(v, tuple) and v and v[0] == "html":
+            return v[1]
+        return esc("—" if v is None else v)
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = []
+    for i, row in enumerate(rows):
+        cls = f' class="{classes[i]}"' if classes and classes[i] else ""
+        body.append(f"<tr{cls}>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>")
+    return f'<table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def code(name):
+    return ("html", f"<code>{esc(name)}</code>")
+
+
+# --- context -----------------------------------------------------------------
+
+def context_section(page, docs, labels):
+    keys = [k for k in CONTEXT_KEYS if any(k in d["context"] for d in docs)]
+    keys += sorted({k for d in docs for k in d["context"]
+                    if k.startswith(("peak_flops_", "peak_bandwidth_", "gemm_flops_"))})
+    rows = [[k] + [d["context"].get(k) for d in docs] for k in keys]
+    body = table(["context"] + labels, rows)
+    body += ("<p>Peaks are what the run measured or was given (the text after each value "
+             "says which); <code>mfu</code> and <code>mbu</code> are achieved FLOP/s and "
+             "bytes/s over them.</p>")
+    page.add("context", "Run context", body)
+
+
+# --- roofline ----------------------------------------------------------------
+
+def peaks(doc):
+    """({(device, precision): FLOP/s}, {device: bytes/s}) from a context."""
+    flops, bandwidth = {}, {}
+    for key, value in doc["context"].items():
+        match = re.fullmatch(r"peak_flops_(.+)_([^_]+)", key)
+        if match and leading_number(value):
+            flops[(match[1], match[2])] = leading_number(value)
+        match = re.fullmatch(r"peak_bandwidth_(.+)", key)
+        if match and leading_number(value):
+            bandwidth[match[1]] = leading_number(value)
+    return flops, bandwidth
+
+
+def device_kind(device):
+    return device.split(":")[0]
+
+
+INFERENCE_PHASES = ("forward", "encode", "generate", "transcribe")
+WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def data_parallel_ranks(bench, doc):
+    """The ranks whose work a data-parallel benchmark's counters sum, else 1."""
+    if not any(bench.has(c) for c in ltb_results.DATA_PARALLEL_COUNTERS):
+        return 1
+    return bench.world_size if "world_size" in bench.entries[0] else \
+        ltb_results.device_count(doc)
+
+
+def bytes_per_step(bench, ranks):
+    """(bytes a step must move, whether that is only a lower bound): the
+    suite's analytic count where the benchmark has one (bytes/s over steps
+    per second: Ops), else the weights read once a step, params x bytes per
+    weight (the dtype's for inference, fp32 master weights for training),
+    once per token generated plus once for the prompt in generation."""
+    steps_per_s = 1 / bench.median_time
+    if bench.has("bytes/s"):
+        return bench.median("bytes/s") / steps_per_s, False
+    params = bench.median("params")
+    if not params:
+        return None, False
+    fields = bench.fields
+    inference = fields["phase"] in INFERENCE_PHASES
+    size = WEIGHT_BYTES.get(fields["dtype"], 4) if inference else 4
+    reads = 1 + fields["settings"].get("new", 0) if fields["phase"] == "generate" else 1
+    return params * size * reads * ranks, True
+
+
+def roofline_points(doc):
+    """(device, dtype) -> [(name, intensity, FLOP/s per device, mfu, mbu,
+    intensity is an upper bound)] of every measured benchmark with FLOPs."""
+    groups = collections.OrderedDict()
+    for name, bench in ltb_results.collect(doc).items():
+        flops = bench.median("FLOP/s")
+        ranks = data_parallel_ranks(bench, doc)
+        moved, lower_bound = bytes_per_step(bench, ranks)
+        if not flops or not moved:
+            continue
+        fields = bench.fields
+        precision = "tf32" if fields["settings"].get("tf32") == "on" else fields["dtype"]
+        intensity = flops * bench.median_time / moved
+        groups.setdefault((fields["device"], precision), []).append(
+            (name, intensity, flops / ranks, bench.median("mfu"), bench.median("mbu"),
+             lower_bound))
+    return groups
+
+
+def roofline_section(page, docs, labels):
+    parts = []
+    for doc, label in zip(docs, labels):
+        flops_peaks, bandwidth_peaks = peaks(doc)
+        for (device, precision), points in roofline_points(doc).items():
+            datasets = []
+            for bound, kind in ((False, "bytes: the suite's analytic count"),
+                                (True, "bytes: weights read once a step (intensity an "
+                                       "upper bound)")):
+                chosen = [p for p in points if p[5] == bound]
+                if not chosen:
+                    continue
+                datasets.append({
+                    "label": kind, "ltbKind": "benchmarks", "type": "scatter",
+                    "data": [{"x": x, "y": y} for _, x, y, _, _, _ in chosen],
+                    "tips": [f"{n}\nintensity {x:.3g} FLOP/byte"
+                             + (" (at most)" if bound else "")
+                             + f"\n{ltb_results.human(y)} FLOP/s"
+                             + ("" if mfu is None else f"\nmfu {mfu:.3f}")
+                             + ("" if mbu is None else f"\nmbu {mbu:.3f}")
+                             for n, x, y, mfu, mbu, _ in chosen],
+                    "backgroundColor": "#ffffff" if bound else color(0),
+                    "borderColor": color(0), "borderWidth": 2, "pointRadius": 5})
+            xs = [p[1] for p in points]
+            low, high = min(xs) / 4, max(xs) * 4
+            peak = flops_peaks.get((device_kind(device), precision))
+            bandwidth = bandwidth_peaks.get(device_kind(device))
+            ceiling = []
+            if peak and bandwidth:
+                ridge = peak / bandwidth
+                low, high = min(low, ridge / 4), max(high, ridge * 4)
+                ceiling = [{"x": low, "y": bandwidth * low}, {"x": ridge, "y": peak},
+                           {"x": high, "y": peak}]
+            elif peak:
+                ceiling = [{"x": low, "y": peak}, {"x": high, "y": peak}]
+            elif bandwidth:
+                ceiling = [{"x": low, "y": bandwidth * low}, {"x": high, "y": bandwidth * high}]
+            if ceiling:
+                datasets.append({
+                    "label": "ceiling: " + " and ".join(
+                        ([f"{ltb_results.human(peak)} FLOP/s"] if peak else [])
+                        + ([f"{ltb_results.human(bandwidth)}B/s"] if bandwidth else [])),
+                    "type": "line", "data": ceiling, "borderColor": "#444",
+                    "borderDash": [6, 4], "pointRadius": 0, "fill": False})
+            missing = [what for what, v in (("compute", peak), ("bandwidth", bandwidth))
+                       if not v]
+            title = f"{label}: {device} {precision}" if len(docs) > 1 else f"{device} {precision}"
+            parts.append(f"<h3>{esc(title)}</h3>")
+            if missing:
+                parts.append(f"<p class='note'>No measured {' or '.join(missing)} ceiling for "
+                             f"{esc(device)} {esc(precision)} in this run's context.</p>")
+            parts.append(page.chart("roofline", {
+                "type": "scatter", "data": {"datasets": datasets},
+                "options": {"scales": {
+                    "x": axis("arithmetic intensity (FLOP/byte)", log=True),
+                    "y": axis("achieved FLOP/s", log=True)}}}))
+    if parts:
+        page.add("roofline", "Roofline", (
+            "<p>Each benchmark at its arithmetic intensity, I = FLOPs a step / bytes a step "
+            "must move, against the FLOP/s it achieved per device, under the run's measured "
+            "compute ceiling and bandwidth slope (FLOP/s = bandwidth × I). FLOPs a step are "
+            "the suite's analytic count (<code>FLOP/s</code> × step time). Bytes a step are "
+            "the suite's analytic count where a benchmark has one (<code>bytes/s</code> × "
+            "step time: the Ops), filled points; otherwise the weights read once a step, "
+            "params × bytes per weight (the dtype's for inference, 4 for training's fp32 "
+            "weights; in generation once per new token and once for the prompt), hollow "
+            "points: a lower bound on the traffic (activations, gradients and optimizer "
+            "state come on top), so their intensity is an upper bound. Hover a point for "
+            "its <code>mfu</code> and <code>mbu</code>.</p>")
+            + "".join(parts))
+
+
+# --- comparison --------------------------------------------------------------
+
+def comparison_section(page, docs, labels, gate):
+    if len(docs) < 2:
+        return
+    parts = []
+    for doc, label in zip(docs[1:], labels[1:]):
+        rows = [r for r in gate.compare(docs[0], doc, [], 0.07, 0.05) if r[1] == "time"]
+        if not rows:
+            parts.append(f"<p>{esc(label)}: no benchmark in common with {esc(labels[0])}.</p>")
+            continue
+        # Sorted by change, the biggest slowdown first.
+        rows.sort(key=lambda r: -r[4] if math.isfinite(r[4]) else -math.inf)
+        ratios = [r[2] / r[3] if r[3] else None for r in rows]  # base time / new time
+        parts.append(f"<h3>{esc(labels[0])} → {esc(label)}</h3>")
+        parts.append(page.chart("comparison", {
+            "type": "bar",
+            "data": {"labels": [r[0] for r in rows], "datasets": [{
+                "label": f"speed of {label} over {labels[0]} (x)", "ltbKind": "benchmarks",
+                "data": ratios,
+                "backgroundColor": ["#d62728" if r[6] == gate.REGRESSION else "#2ca02c"
+                                    if r[6] == gate.IMPROVEMENT else "#7f7f7f" for r in rows],
+                "tips": [f"{r[0]}\n{ltb_results.format_seconds(r[2])} → "
+                         f"{ltb_results.format_seconds(r[3])} "
+                         f"({ltb_results.format_change(r[4])} time)\n{r[6]}"
+                         + ("" if r[5] is None else f", p = {r[5]:.3g}") for r in rows]}]},
+            "options": {"indexAxis": "y", "scales": {
+                "x": axis("speed ratio (baseline time / this time; 1 = unchanged)", zero=True),
+                "y": {"ticks": {"autoSkip": False, "font": {"size": 10}}}}}},
+            height=max(200, 22 * len(rows) + 80)))
+        parts.append(table(
+            ["benchmark", labels[0], label, "time change", "p-value", "verdict"],
+            [[code(r[0]), ltb_results.format_seconds(r[2]), ltb_results.format_seconds(r[3]),
+              ltb_results.format_change(r[4]), "—" if r[5] is None else f"{r[5]:.3g}", r[6]]
+             for r in rows],
+            ["bad" if r[6] == gate.REGRESSION else "good" if r[6] == gate.IMPROVEMENT else ""
+             for r in rows]))
+    page.add("comparison", "Comparison", (
+        "<p>Each file against the first, sorted by change: the median time's ratio and the "
+        "gate's verdict at its defaults (7% threshold; with repetitions on both sides, as "
+        "<code>tools/abtest</code> writes, the Mann–Whitney U test at alpha 0.05 must agree). "
+        "Red: regression; green: improvement.</p>") + "".join(parts))
+
+
+# --- scaling -----------------------------------------------------------------
+
+def series_chart(page, section, series, xlabel, ylabel, logx=True, logy=None):
+    """A line chart of named series of (x, y, tip) points."""
+    datasets = []
+    for i, (key, points) in enumerate(series.items()):
+        points = sorted(points)
+        datasets.append({"label": key, "ltbKind": "benchmarks", "type": "line",
+                         "data": [{"x": x, "y": y} for x, y, _ in points],
+                         "tips": [tip for _, _, tip in points], "borderColor": color(i),
+                         "backgroundColor": color(i), "pointRadius": 4, "fill": False})
+    values = [y for points in series.values() for _, y, _ in points]
+    if logy is None:
+        logy = max(values) > 10 * min(values) if min(values) > 0 else False
+    return page.chart(section, {"type": "scatter", "data": {"datasets": datasets},
+                                "options": {"scales": {
+                                    "x": axis(xlabel, log=logx),
+                                    "y": axis(ylabel, log=logy, zero=not logy)}}})
+
+
+def scaling_section(page, docs, labels):
+    parts = []
+    several = len(docs) > 1
+    by_seq, by_batch = collections.OrderedDict(), collections.OrderedDict()
+    for doc, label in zip(docs, labels):
+        for name, bench in ltb_results.collect(doc).items():
+            settings = bench.fields["settings"]
+            if isinstance(settings.get("seq"), int) and bench.has("tokens/s"):
+                key = ltb_results.name_without(name, "seq")
+                us = 1e6 / bench.median("tokens/s")
+                by_seq.setdefault(f"{label}: {key}" if several else key, []).append(
+                    (settings["seq"], us, f"{name}\n{us:.4g} µs/token"))
+            rate, unit = bench.rate()
+            if isinstance(settings.get("batch"), int) and rate:
+                key = ltb_results.name_without(name, "batch")
+                by_batch.setdefault(f"{label}: {key}" if several else key, []).append(
+                    (settings["batch"], rate, f"{name}\n{ltb_results.human(rate)} {unit}/s"))
+    by_seq = {k: v for k, v in by_seq.items() if len(v) >= 2}
+    by_batch = {k: v for k, v in by_batch.items() if len(v) >= 2}
+    if by_seq:
+        parts += ["<h3>Time per token against sequence length</h3>",
+                  series_chart(page, "scaling", by_seq, "sequence length (tokens)",
+                               "time per token (µs)")]
+    if by_batch:
+        parts += ["<h3>Throughput against batch</h3>",
+                  series_chart(page, "scaling", by_batch, "batch (per rank)",
+                               "throughput (tokens/s or samples/s)")]
+    efficiency = collections.OrderedDict()
+    for doc, label in zip(docs, labels):
+        for key, (counter, points) in ltb_results.scaling_table(doc).items():
+            efficiency[f"{label}: {key}" if several else key] = [
+                (n, e, f"{key}\n{n} ranks: {ltb_results.human(rate)} {counter}, "
+                       f"efficiency {e * 100:.0f}%") for n, (rate, e) in points.items()]
+    if efficiency:
+        parts += ["<h3>Data-parallel weak-scaling efficiency against ranks</h3>",
+                  "<p>Throughput per rank at N ranks over that at the fewest ranks "
+                  "(T(N) / (N × T(1))); 1 is perfect scaling.</p>",
+                  series_chart(page, "scaling", efficiency, "ranks", "efficiency",
+                               logy=False)]
+    speedups = []
+    for key, found in ltb_results.device_throughputs(docs).items():
+        if "cpu" in found:
+            for device, (value, counter) in found.items():
+                if device != "cpu":
+                    speedups.append((f"{key} ({device})", value / found["cpu"][0], counter))
+    if speedups:
+        parts += ["<h3>Speedup over the CPU</h3>", page.chart("scaling", {
+            "type": "bar", "data": {"labels": [k for k, _, _ in speedups], "datasets": [{
+                "label": "throughput over the CPU's (x)", "ltbKind": "benchmarks",
+                "data": [s for _, s, _ in speedups], "backgroundColor": color(2),
+                "tips": [f"{k}\n{s:.2f}x ({c})" for k, s, c in speedups]}]},
+            "options": {"indexAxis": "y", "scales": {"x": axis("speedup (x)", zero=True)}}},
+            height=max(200, 26 * len(speedups) + 80))]
+    if parts:
+        page.add("scaling", "Scaling", "".join(parts))
+
+
+# --- distributions -----------------------------------------------------------
+
+def distributions_section(page, docs, labels):
+    rows, classes, names, p50, p90, p99, tips = [], [], [], [], [], [], []
+    several = len(docs) > 1
+    for doc, label in zip(docs, labels):
+        for name, bench in ltb_results.collect(doc).items():
+            if not bench.has("step_p50_ms"):
+                continue
+            values = [bench.median(c) for c in ("step_p50_ms", "step_p90_ms", "step_p99_ms")]
+            cv = bench.median("step_cv_%")
+            unsteady = cv is not None and cv > UNSTEADY_CV
+            shown = f"{label}: {name}" if several else name
+            names.append(shown)
+            for target, v in zip((p50, p90, p99), values):
+                target.append(v)
+            tips.append(f"{shown}\np50 {values[0]:.4g} ms, p90 {values[1]:.4g} ms, "
+                        f"p99 {values[2]:.4g} ms\ncv {cv if cv is not None else 0:.3g}%"
+                        + (" (unsteady)" if unsteady else ""))
+            rows.append([code(shown)] + [f"{v:.4g} ms" for v in values]
+                        + ["—" if cv is None else f"{cv:.3g}%",
+                           "unsteady" if unsteady else "steady"])
+            classes.append("bad" if unsteady else "")
+    if not rows:
+        return
+    datasets = [{"label": label, "ltbKind": "benchmarks" if i == 0 else "quantile",
+                 "data": values, "tips": tips, "backgroundColor": color(i),
+                 "borderColor": color(i), "showLine": False, "pointRadius": 5,
+                 "pointStyle": style}
+                for i, (label, values, style) in enumerate(
+                    (("p50", p50, "circle"), ("p90", p90, "triangle"), ("p99", p99, "rect")))]
+    spread = max(p99) > 10 * min(p50) if min(p50) > 0 else False
+    chart = page.chart("distributions", {
+        "type": "line", "data": {"labels": names, "datasets": datasets},
+        "options": {"indexAxis": "y", "scales": {
+            "x": axis("step time (ms)", log=spread, zero=not spread),
+            "y": {"offset": True, "ticks": {"autoSkip": False, "font": {"size": 10}}}}}},
+        height=max(200, 22 * len(names) + 80))
+    unsteady = sum(1 for c in classes if c)
+    page.add("distributions", "Step-time distributions", (
+        f"<p>Per benchmark the median, 90th and 99th percentile of its step times, and their "
+        f"coefficient of variation; a CV above {UNSTEADY_CV:g}% marks a run as unsteady "
+        f"({unsteady} of {len(rows)} here): rerun it on a quieter machine or with more "
+        f"time.</p>") + chart + table(["benchmark", "p50", "p90", "p99", "cv", ""], rows,
+                                       classes))
+
+
+# --- compiled ----------------------------------------------------------------
+
+def compiled_section(page, docs, labels, compiled_rows):
+    found = compiled_rows(docs, labels)
+    if not found:
+        return
+    several = len(docs) > 1
+    names = [f"{r['file']}: {r['benchmark']} ({r['backend']})" if several
+             else f"{r['benchmark']} ({r['backend']})" for r in found]
+    chart = page.chart("compiled", {
+        "type": "bar", "data": {"labels": names, "datasets": [{
+            "label": "speedup (eager time / compiled time)", "ltbKind": "benchmarks",
+            "data": [r["speedup"] for r in found], "backgroundColor": color(4),
+            "tips": [f"{n}\nspeedup {r['speedup']:.2f}x" for n, r in zip(names, found)]}]},
+        "options": {"indexAxis": "y", "scales": {"x": axis("speedup (x)", zero=True)}}},
+        height=max(200, 26 * len(found) + 80))
+    rows = [[code(n), ltb_results.format_seconds(r["eager"]),
+             ltb_results.format_seconds(r["compiled"]), f"{r['speedup']:.2f}x",
+             "—" if r.get("memory_ratio") is None else f"{r['memory_ratio']:.2f}x",
+             "—" if r["compile_s"] is None else f"{r['compile_s']:.1f} s",
+             "—" if r["rel_err"] is None else f"{r['rel_err']:.2g}"] for n, r in zip(names, found)]
+    page.add("compiled", "Eager against compiled", (
+        "<p>Speedup: eager time over compiled; memory ratio: eager <code>peak_mem</code> over "
+        "compiled; drift: the compiled outputs' relative error against eager.</p>") + chart
+        + table(["benchmark", "eager", "compiled", "speedup", "memory ratio", "compile time",
+                 "rel_err"], rows))
+
+
+# --- history -----------------------------------------------------------------
+
+def history_section(page, runs, gate):
+    """runs: [(label, doc)] in time order."""
+    if len(runs) < 2:
+        if runs:
+            page.add("history", "History", "<p>One run in the directory: a trend needs two "
+                     "or more.</p>")
+        return
+    failed = collections.defaultdict(set)  # run index -> names the gate failed
+    for i in range(1, len(runs)):
+        for row in gate.compare(runs[i - 1][1], runs[i][1], [], 0.07, 0.05):
+            if row[6] == gate.REGRESSION:
+                failed[i].add(row[0])
+        lost = gate.differences(runs[i - 1][1], runs[i][1])[0]
+        failed[i].update(name for name, _ in lost)
+    names = list(collections.OrderedDict.fromkeys(
+        n for _, doc in runs for n in ltb_results.collect(doc)))
+    parts, total_failed = [], 0
+    dates = [label for label, _ in runs]
+    for name in names:
+        points, bad = [], []
+        for i, (label, doc) in enumerate(runs):
+            bench = ltb_results.collect(doc).get(name)
+            if bench is None:
+                continue
+            rate, unit = bench.rate()
+            value, what = ((rate, f"{unit}/s") if rate else (bench.median_time * 1e3, "ms"))
+            points.append({"x": i, "y": value})
+            bad.append(name in failed[i])
+        if len(points) < 2:
+            continue
+        total_failed += sum(bad)
+        colors = ["#d62728" if b else color(0) for b in bad]
+        parts.append(f"<h4><code>{esc(name)}</code></h4>" + page.chart("history", {
+            "type": "line", "data": {"datasets": [{
+                "label": what, "ltbKind": "benchmarks", "data": points,
+                "borderColor": color(0), "pointBackgroundColor": colors,
+                "pointBorderColor": colors, "pointRadius": [7 if b else 3 for b in bad],
+                "tips": [f"{name}\n{dates[p['x']]}\n{ltb_results.human(p['y'])} {what}"
+                         + ("\nthe gate failed here" if b else "")
+                         for p, b in zip(points, bad)]}]},
+            "options": {"ltbXLabels": dates, "plugins": {"legend": {"display": False}},
+                        "scales": {"x": axis("run", ticks={"stepSize": 1}),
+                                   "y": axis(what, zero=True)}}}, height=220))
+    page.add("history", "History", (
+        f"<p>{len(runs)} runs in time order (by their context's date). Each benchmark's "
+        f"throughput (or median time where it has none); a red point is a run where "
+        f"<code>tools/gate</code> against the run before failed this benchmark. "
+        f"Red points: {total_failed}.</p>") + "".join(parts))
+
+
+# --- errors ------------------------------------------------------------------
+
+def errors_section(page, docs, labels):
+    rows = [[code(name), label, message] for doc, label in zip(docs, labels)
+            for name, message in ltb_results.errors(doc).items()]
+    if rows:
+        page.add("errors", "Errored benchmarks", table(["benchmark", "file", "error"], rows))
+
+
+# --- the page ----------------------------------------------------------------
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1200px;color:#222;padding:0 1em}
+h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;font-size:.85em;margin:.6em 0}
+td,th{border:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}
+th{background:#f4f4f4}tr.bad td{background:#fde8e8}tr.good td{background:#e8f6e8}
+code{font-size:.92em}.chart{position:relative;width:100%;margin:.5em 0 1em}
+.note{color:#a15c00}nav a{margin-right:1em}
+"""
+
+SCRIPT = """
+const LTB = JSON.parse(document.getElementById('ltb-data').textContent);
+function si(v) {
+  if (typeof v !== 'number' || !isFinite(v)) return String(v);
+  const a = Math.abs(v), units = [[1e15,'P'],[1e12,'T'],[1e9,'G'],[1e6,'M'],[1e3,'k']];
+  for (const [s, u] of units) if (a >= s) return +(v / s).toPrecision(3) + u;
+  return +v.toPrecision(3) + '';
+}
+window.ltbCharts = {};
+for (const c of LTB.charts) {
+  const cfg = c.config, o = cfg.options;
+  o.animation = false;
+  o.responsive = true;
+  o.maintainAspectRatio = false;
+  o.plugins = o.plugins || {};
+  o.plugins.tooltip = {callbacks: {label: ctx => {
+    const tips = ctx.dataset.tips;
+    return tips && tips[ctx.dataIndex] ? tips[ctx.dataIndex].split('\\n')
+                                       : ctx.dataset.label + ': ' + si(ctx.parsed.y);
+  }}};
+  for (const [k, s] of Object.entries(o.scales || {})) {
+    if (s.type === 'logarithmic') {
+      // Label 1, 2 and 5 of each decade only.
+      s.ticks = Object.assign({}, s.ticks, {callback: v => {
+        const m = Math.round(v / Math.pow(10, Math.floor(Math.log10(v) + 1e-9)));
+        return m === 1 || m === 2 || m === 5 ? si(v) : '';
+      }});
+    } else if (s.type === 'linear' && !(k === 'x' && o.ltbXLabels)) {
+      s.ticks = Object.assign({}, s.ticks, {callback: v => si(v)});
+    }
+    if (k === 'x' && o.ltbXLabels) {
+      const names = o.ltbXLabels;
+      s.ticks = Object.assign({}, s.ticks, {callback: v => names[v] === undefined ? '' : names[v]});
+    }
+  }
+  window.ltbCharts[c.id] = new Chart(document.getElementById(c.id), cfg);
+}
+document.body.dataset.chartsDrawn = String(LTB.charts.length);
+"""
+
+
+def render(docs, labels, history=(), gate=None, compiled_rows=None, title=None):
+    """The page for result files (docs, labels) and a history [(label,
+    doc)] in time order."""
+    page = Page()
+    shown = list(docs) or [doc for _, doc in history[-1:]]
+    shown_labels = list(labels) or [label for label, _ in history[-1:]]
+    context_section(page, shown, shown_labels)
+    roofline_section(page, shown, shown_labels)
+    comparison_section(page, shown, shown_labels, gate)
+    scaling_section(page, shown, shown_labels)
+    distributions_section(page, shown, shown_labels)
+    compiled_section(page, shown, shown_labels, compiled_rows)
+    history_section(page, list(history), gate)
+    errors_section(page, shown + [doc for _, doc in history],
+                   shown_labels + [label for label, _ in history])
+    with open(CHARTJS) as f:
+        chartjs = f.read()
+    data = json.dumps(finite({"charts": page.charts}), allow_nan=False).replace("</", "<\\/")
+    title = title or "libtorch-bench report: " + ", ".join(shown_labels)
+    nav = " ".join(f'<a href="#{sid}">{esc(t)}</a>' for sid, t, _ in page.sections)
+    body = "".join(f'<section id="{sid}"><h2>{esc(t)}</h2>{b}</section>'
+                   for sid, t, b in page.sections)
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+            f"script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">"
+            f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"
+            f"<h1>{esc(title)}</h1><nav>{nav}</nav>{body}"
+            f"<script>{chartjs}</script>"
+            f'<script type="application/json" id="ltb-data">{data}</script>'
+            f"<script>{SCRIPT}</script></body></html>\n")
+
+
+def history_runs(directory):
+    """[(label, doc)] of every result JSON under directory, in the order of
+    their context's date (then path)."""
+    paths = sorted(os.path.join(root, f) for root, _, files in os.walk(directory)
+                   for f in files if f.endswith(".json"))
+    if not paths:
+        raise ltb_results.BadInput(f"{directory}: no .json result files in it")
+    runs = [(path, ltb_results.load(path)) for path in paths]
+    runs.sort(key=lambda r: (str(r[1]["context"].get("date", "")), r[0]))
+    return [(f"{str(doc['context'].get('date', ''))[:16] or os.path.basename(path)}"
+             f" {os.path.relpath(path, directory)}", doc) for path, doc in runs]
+
+
+def finite(value):
+    """The value with every NaN or infinity (which JSON cannot hold) as None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value

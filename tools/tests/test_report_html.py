@@ -1,0 +1,257 @@
+"""tools/report --format html: what each section draws, checked from the
+page's own data and, where Debian's chromium is installed, in headless
+Chromium (no console error, no request leaving the file, every chart drawn
+with one point or bar per benchmark)."""
+import json
+import os
+import re
+import subprocess
+import unittest
+
+import browser
+from helpers import ToolTest, built_bench, doc, entry, repeated
+
+SEQS = (32, 64, 128)
+FWD = "Transformer/nano/cpu/forward/batch:2/seq:{}/fp32"
+MATMUL = "Ops/matmul/256x256/cpu/fp32"
+GEN = "GPT2/nano/cpu/generate/batch:1/prompt:32/new:16/fp32"
+TRAIN = "EncDec/tiny/cpu/train_step/batch:8/seq:64/fp32"
+PEAKS = {"peak_flops_cpu_fp32": "2e+11 FLOP/s (measured: fastest of 3 matmuls)",
+         "peak_bandwidth_cpu": "2.5e+10 bytes/s (measured: copy)"}
+
+
+def run(slow=1.0, fast=1.0, cv=2.0, date="2026-11-20T10:00:00+00:00", drop=()):
+    """Five repetitions of each benchmark; slow scales the time of seq 128,
+    fast that of the matmul."""
+    entries = []
+    for seq in SEQS:
+        ms = seq / 16 * (slow if seq == 128 else 1.0)
+        entries += repeated(FWD.format(seq), [ms * (1 + i / 1000) for i in range(5)],
+                            tokens_per_s=[2000 * seq / ms / (1 + i / 1000) for i in range(5)],
+                            FLOP_per_s=4e9 * seq / 32, bytes_per_s=1e9,
+                            step_p50_ms=ms, step_p90_ms=ms * 1.1, step_p99_ms=ms * 1.3,
+                            **{"step_cv_%": cv if seq == 64 else 1.0})
+    entries += repeated(MATMUL, [0.2 * fast * (1 + i / 1000) for i in range(5)],
+                        FLOP_per_s=1.6e11 / fast, bytes_per_s=3.9e9 / fast, mfu=0.8 / fast,
+                        mbu=0.156 / fast)
+    entries += repeated(GEN, [50.0] * 5, tokens_per_s=320.0, ttft_ms=3.0, tpot_ms=2.9,
+                        FLOP_per_s=2e9, params=1e6)
+    entries += repeated(GEN + "/aoti", [40.0] * 5, tokens_per_s=400.0, compile_s=12.0,
+                        rel_err=1e-6)
+    entries.append(entry(TRAIN.replace("tiny", "small"), 0.0, error="out of memory: needs 9 GiB"))
+    entries = [e for e in entries if not any(e["name"].startswith(d) for d in drop)]
+    return doc(entries, date=date, host_name="ci-box", suite_commit="abc123", **PEAKS)
+
+
+def page_data(text):
+    match = re.search(r'<script type="application/json" id="ltb-data">(.*?)</script>', text,
+                      re.S)
+    return json.loads(match[1].replace("<\\/", "</"))
+
+
+def points_by_section(data):
+    """What the page asks each section's charts to draw: the data points of
+    datasets standing for benchmarks."""
+    out = {}
+    for chart in data["charts"]:
+        for d in chart["config"]["data"]["datasets"]:
+            if d.get("ltbKind") == "benchmarks":
+                n = sum(1 for v in d["data"] if v is not None)
+                out[chart["section"]] = out.get(chart["section"], 0) + n
+    return out
+
+
+class HtmlReportTest(ToolTest):
+    def html(self, *paths, expect=0):
+        proc = self.run_tool("report", "--format", "html", *paths)
+        self.assertExit(proc, expect)
+        if expect:
+            return proc
+        path = os.path.join(self.tmp, f"report{len(os.listdir(self.tmp))}.html")
+        with open(path, "w") as f:
+            f.write(proc.stdout)
+        return path, proc.stdout
+
+    def history_dir(self):
+        directory = os.path.join(self.tmp, "history")
+        os.makedirs(os.path.join(directory, "nested"))
+        runs = [run(date="2026-11-01T10:00:00+00:00"), run(date="2026-11-02T10:00:00+00:00"),
+                run(slow=1.5, date="2026-11-03T10:00:00+00:00"),  # seq 128 regressed
+                run(slow=1.5, date="2026-11-04T10:00:00+00:00", drop=(MATMUL,))]  # lost
+        # File names out of time order: the context's date orders them.
+        for name, r in zip(("d.json", "nested/a.json", "c.json", "b.json"), runs):
+            with open(os.path.join(directory, name), "w") as f:
+                json.dump(r, f)
+        return directory, runs
+
+    def expected_points(self, docs):
+        """Per section, the points each should draw, counted from the fixtures."""
+        measured = [e for d in docs for e in d["benchmarks"]
+                    if e["run_type"] == "iteration" and not e.get("error_occurred")
+                    and e["repetition_index"] == 0]
+        return {
+            "roofline": sum(1 for e in measured
+                            if "FLOP/s" in e and ("bytes/s" in e or "params" in e)),
+            "scaling": sum(1 for e in measured if "/seq:" in e["name"] and "tokens/s" in e),
+            "distributions": sum(1 for e in measured if "step_p50_ms" in e),
+            "compiled": sum(1 for e in measured if e["name"].endswith("/aoti/manual_time")),
+        }
+
+    def check_in_browser(self, path, expected):
+        why = browser.unavailable()
+        if why:
+            self.skipTest(f"headless Chromium: {why}")
+        seen = browser.open_page(path)
+        self.assertEqual(seen["console_errors"], [])
+        self.assertEqual(seen["requests"], [seen["url"]])  # nothing leaves the file
+        self.assertEqual(seen["drawn"]["canvases"], seen["drawn"]["charts"])
+        self.assertEqual(seen["drawn"]["sections"], expected)
+
+    def test_one_run_every_section_it_supports(self):
+        r = run(cv=7.0)
+        path, text = self.html(self.write("run.json", r))
+        data = page_data(text)
+        expected = self.expected_points([r])
+        self.assertEqual(expected, {"roofline": 5, "scaling": 3, "distributions": 3,
+                                    "compiled": 1})
+        self.assertEqual(points_by_section(data), expected)
+        for section in ("context", "roofline", "scaling", "distributions", "compiled", "errors"):
+            self.assertTrue(f'<section id="{section}">' in text, section)
+        for section in ("comparison", "history"):
+            self.assertFalse(f'<section id="{section}">' in text, section)
+        # Self-contained: Chart.js inlined, and a policy that forbids fetching.
+        self.assertTrue("Chart.js v3.9.1" in text)
+        self.assertTrue("default-src 'none'" in text)
+        self.assertIsNone(re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text))
+        # The roofline's ceiling is the context's peaks: 2.5e10 x intensity up
+        # to the ridge at 8 FLOP/byte, then 2e11.
+        roof = next(c for c in data["charts"] if c["section"] == "roofline")
+        ceiling = roof["config"]["data"]["datasets"][2]["data"]
+        self.assertAlmostEqual(ceiling[1]["y"], 2e11)
+        self.assertAlmostEqual(ceiling[0]["y"] / ceiling[0]["x"], 2.5e10)
+        points = roof["config"]["data"]["datasets"][0]
+        tip = next(t for t in points["tips"] if t.startswith(MATMUL))
+        self.assertIn("mfu 0.800", tip)
+        self.assertIn("intensity 41 FLOP/byte", tip)
+        # Generation has no byte count: its weights, 1e6 x 4 bytes, read for
+        # the prompt and each of 16 new tokens; 2e9 FLOP/s x 50 ms a step.
+        bound = roof["config"]["data"]["datasets"][1]
+        self.assertEqual(len(bound["data"]), 1)
+        self.assertAlmostEqual(bound["data"][0]["x"], 2e9 * 0.05 / (1e6 * 4 * 17))
+        self.assertIn("(at most)", bound["tips"][0])
+        ceiling = roof["config"]["data"]["datasets"][2]["data"]
+        self.assertAlmostEqual(ceiling[1]["x"], 2e11 / 2.5e10)
+        # The unsteady run is flagged, the steady ones not.
+        self.assertEqual(text.count("<td>unsteady</td>"), 1)
+        self.assertTrue("out of memory: needs 9 GiB" in text)
+        self.check_in_browser(path, expected)
+
+    def test_two_runs_compared_with_the_gates_verdicts(self):
+        base, head = run(), run(slow=1.25, fast=0.5)
+        path, text = self.html(self.write("base.json", base), self.write("head.json", head))
+        data = page_data(text)
+        chart = next(c for c in data["charts"] if c["section"] == "comparison")
+        bars = chart["config"]["data"]
+        # Sorted by change: the regression first, the improvement last.
+        self.assertEqual(bars["labels"][0], FWD.format(128))
+        self.assertEqual(bars["labels"][-1], MATMUL)
+        self.assertEqual(len(bars["labels"]), 6)  # every benchmark both measured
+        dataset = bars["datasets"][0]
+        self.assertAlmostEqual(dataset["data"][0], 1 / 1.25)
+        self.assertAlmostEqual(dataset["data"][-1], 2.0)
+        self.assertEqual(dataset["backgroundColor"][0], "#d62728")
+        self.assertEqual(dataset["backgroundColor"][-1], "#2ca02c")
+        self.assertIn("regression, p = 0.0079", dataset["tips"][0])  # 5 against 5
+        expected = self.expected_points([base, head])
+        expected["comparison"] = 6
+        self.assertEqual(points_by_section(data), expected)
+        self.check_in_browser(path, expected)
+
+    def test_a_directory_of_runs_is_a_history_with_the_gates_failures(self):
+        directory, runs = self.history_dir()
+        path, text = self.html(directory)
+        data = page_data(text)
+        charts = {c["config"]["data"]["datasets"][0]["tips"][0].split("\n")[0]: c
+                  for c in data["charts"] if c["section"] == "history"}
+        self.assertEqual(len(charts), 6)  # 3 forwards, matmul, generate, aoti
+        self.assertEqual([d[:10] for d in next(iter(charts.values()))["config"]["options"]
+                          ["ltbXLabels"]], ["2026-11-01", "2026-11-02", "2026-11-03",
+                                            "2026-11-04"])
+        # The seq-128 forward regressed on 11-03: its third point is red, and
+        # no other point of any benchmark is.
+        reds = []
+        for chart in charts.values():
+            d = chart["config"]["data"]["datasets"][0]
+            for point, colour, tip in zip(d["data"], d["pointBackgroundColor"], d["tips"]):
+                if colour == "#d62728":
+                    reds.append((point["x"], tip))
+        self.assertEqual(len(reds), 1, reds)
+        self.assertEqual(reds[0][0], 2)
+        self.assertIn("the gate failed here", reds[0][1])
+        self.assertTrue(f"<code>{FWD.format(128)}</code>" in text)
+        self.assertTrue("Red points: 1." in text)
+        # The matmul, lost in the last run, has three points.
+        self.assertEqual(points_by_section(data)["history"], 5 * 4 + 3)
+        # The other sections show the latest run.
+        self.check_in_browser(path, dict(self.expected_points(runs[-1:]),
+                                         history=5 * 4 + 3))
+
+    def test_scaling_efficiency_against_ranks(self):
+        paths = []
+        for ranks, rate in ((1, 1000.0), (2, 1700.0)):
+            extra = {"grad_buckets": 2} if ranks > 1 else {}
+            paths.append(self.write(f"r{ranks}.json", doc(
+                entry(TRAIN, 8.0, tokens_per_s=rate, **extra), world_size=str(ranks))))
+        merged = os.path.join(self.tmp, "scaling.json")
+        self.assertExit(self.run_tool("scaling", "--out", merged, *paths), 0)
+        path, text = self.html(merged)
+        chart = next(c for c in page_data(text)["charts"] if c["section"] == "scaling")
+        line = chart["config"]["data"]["datasets"][0]
+        self.assertEqual(line["data"], [{"x": 1, "y": 1.0}, {"x": 2, "y": 0.85}])
+        self.assertEqual(chart["config"]["options"]["scales"]["y"]["min"], 0)
+        self.check_in_browser(path, {"scaling": 2})
+
+    def test_a_real_run(self):
+        bench = built_bench()
+        if not os.access(bench, os.X_OK):
+            self.skipTest(f"no built bench at {bench}")
+        out = os.path.join(self.tmp, "real.json")
+        proc = subprocess.run(
+            [bench, "--benchmark_filter=^(Ops/matmul|Transformer/nano/cpu/forward)",
+             "--benchmark_min_time=0.05", "--warmup_s=0.05", "--peak_flops=1e11",
+             "--peak_bandwidth=1e10", f"--benchmark_out={out}", "--benchmark_out_format=json"],
+            capture_output=True, text=True, timeout=600)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(out) as f:
+            real = json.load(f)
+        path, text = self.html(out)
+        data = page_data(text)
+        expected = {"roofline": sum(1 for e in real["benchmarks"]
+                                    if "FLOP/s" in e and ("bytes/s" in e or "params" in e)),
+                    "distributions": sum(1 for e in real["benchmarks"] if "step_p50_ms" in e)}
+        self.assertGreaterEqual(expected["roofline"], 2)
+        found = points_by_section(data)
+        for section, n in expected.items():
+            self.assertEqual(found[section], n, section)
+        self.check_in_browser(path, found)
+
+    def test_bad_input(self):
+        empty = os.path.join(self.tmp, "empty")
+        os.makedirs(empty)
+        proc = self.html(empty, expect=2)
+        self.assertIn("no .json result files", proc.stderr)
+        corrupt = os.path.join(self.tmp, "corrupt")
+        os.makedirs(corrupt)
+        with open(os.path.join(corrupt, "x.json"), "w") as f:
+            f.write("{not json")
+        proc = self.html(corrupt, expect=2)
+        self.assertIn("x.json: not JSON", proc.stderr)
+        proc = self.run_tool("report", empty)
+        self.assertExit(proc, 2)
+        self.assertIn("is a directory", proc.stderr)
+        for bad in self.bad_inputs():
+            self.html(bad, expect=2)
+
+
+if __name__ == "__main__":
+    unittest.main()
