@@ -391,6 +391,49 @@ class TwoMachinesTest(unittest.TestCase):
             s.bind(("127.0.0.1", 0))
             return s.getsockname()[1]
 
+    def test_a_sweep_of_world_sizes_reports_weak_scaling(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "scaling.json")
+            env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+            proc = subprocess.run(
+                [self.LAUNCH, "--nproc_per_node=1,2", f"--scaling_out={out}", BENCH,
+                 "--benchmark_filter=Transformer/nano/cpu/(train_step|forward)/",
+                 "--devices=cpu", "--batch=2", "--seq=16", "--steps=3",
+                 "--benchmark_min_time=0.05", "--warmup_s=0.05", *GIVEN_PEAKS],
+                capture_output=True, text=True, timeout=600, env=env)
+            self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+            runs = {}
+            for n in (1, 2):
+                with open(os.path.join(tmp, f"scaling.ranks{n}.json")) as f:
+                    runs[n] = json.load(f)
+                self.assertEqual(runs[n]["context"]["world_size"], str(n))
+            # Each rank of either run had the same share of the cores.
+            self.assertEqual(runs[1]["context"]["intra_op_threads"],
+                             runs[2]["context"]["intra_op_threads"])
+            with open(out) as f:
+                merged = json.load(f)
+            self.assertEqual(merged["context"]["world_sizes"], "1,2")
+
+            def step(doc):
+                return next(b for b in doc["benchmarks"] if "/train_step/" in b["name"])
+            one, two = step(runs[1]), step(runs[2])
+            self.assertIn("grad_buckets", two)
+            self.assertNotIn("grad_buckets", one)
+            by_name = {b["name"]: b for b in merged["benchmarks"]}
+            merged_two = by_name[two["name"].replace("/fp32/", "/fp32/ranks:2/")]
+            self.assertEqual(merged_two["world_size"], 2)
+            self.assertAlmostEqual(merged_two["scaling_efficiency"],
+                                   two["tokens/s"] / (2 * one["tokens/s"]), places=9)
+            self.assertFalse([b for b in merged["benchmarks"]
+                              if "/forward/" in b["name"] and "scaling_efficiency" in b])
+            self.assertIn("| `Transformer/nano/cpu/train_step/batch:2/seq:16/fp32` |",
+                          proc.stdout)
+            self.assertIn(f"({merged_two['scaling_efficiency'] * 100:.0f}%)", proc.stdout)
+            if os.path.exists(COMPARE_PY):
+                check = subprocess.run([sys.executable, COMPARE_PY, "benchmarks", out, out],
+                                       capture_output=True, text=True, timeout=300)
+                self.assertEqual(check.returncode, 0, check.stderr)
+
     def test_the_bucket_cap_sets_the_buckets_and_the_name(self):
         launch = [self.LAUNCH, "--nproc_per_node=2"]
         buckets = {}
