@@ -39,13 +39,16 @@ class FnWorkload final : public Workload {
 
 std::string Dims(std::initializer_list<int64_t> dims) { return absl::StrJoin(dims, "x"); }
 
-// C (m x n) = A (m x k) B (k x n): 2 m k n FLOPs.
+// C (m x n) = A (m x k) B (k x n): 2 m k n FLOPs; A and B read and C written
+// once, the least a step moves.
 OpDef Matmul(int64_t m, int64_t k, int64_t n) {
   OpDef d;
   d.op = "matmul";
   d.shape = m == k && k == n ? Dims({m, n}) : Dims({m, k, n});
   d.mkn = {m, k, n};
-  d.cost = [=](int64_t) { return OpCost{2.0 * m * k * n, 0}; };
+  d.cost = [=](int64_t e) {
+    return OpCost{2.0 * m * k * n, static_cast<double>((m * k + k * n + m * n) * e)};
+  };
   d.memory = [=](int64_t e) { return (m * k + k * n + m * n) * e; };
   d.make_step = [=](const at::TensorOptions& o) -> std::function<void()> {
     at::Tensor a = at::randn({m, k}, o), b = at::randn({k, n}, o),
@@ -60,7 +63,10 @@ OpDef Bmm(int64_t batch, int64_t m, int64_t k, int64_t n) {
   OpDef d;
   d.op = "bmm";
   d.shape = Dims({batch, m, k, n});
-  d.cost = [=](int64_t) { return OpCost{2.0 * batch * m * k * n, 0}; };
+  d.cost = [=](int64_t e) {
+    return OpCost{2.0 * batch * m * k * n,
+                  static_cast<double>(batch * (m * k + k * n + m * n) * e)};
+  };
   d.memory = [=](int64_t e) { return batch * (m * k + k * n + m * n) * e; };
   d.make_step = [=](const at::TensorOptions& o) -> std::function<void()> {
     at::Tensor a = at::randn({batch, m, k}, o), b = at::randn({batch, k, n}, o),
@@ -71,7 +77,7 @@ OpDef Bmm(int64_t batch, int64_t m, int64_t k, int64_t n) {
 }
 
 // conv2d of an (n, c, h, w) input with k filters of r x r, stride, padding:
-// 2 n k c r r ho wo FLOPs.
+// 2 n k c r r ho wo FLOPs; input and filters read and output written once.
 OpDef Conv2d(int64_t n, int64_t c, int64_t hw, int64_t k, int64_t r, int64_t stride,
              int64_t pad) {
   const int64_t out = (hw + 2 * pad - r) / stride + 1;
@@ -79,7 +85,11 @@ OpDef Conv2d(int64_t n, int64_t c, int64_t hw, int64_t k, int64_t r, int64_t str
   d.op = "conv2d";
   d.shape =
       absl::StrCat(Dims({n, c, hw, hw}), "_", Dims({k, c, r, r}), "_s", stride, "p", pad);
-  d.cost = [=](int64_t) { return OpCost{2.0 * n * k * c * r * r * out * out, 0}; };
+  d.cost = [=](int64_t e) {
+    return OpCost{
+        2.0 * n * k * c * r * r * out * out,
+        static_cast<double>((n * c * hw * hw + k * c * r * r + n * k * out * out) * e)};
+  };
   d.memory = [=](int64_t e) {
     return (n * c * hw * hw + k * c * r * r + n * k * out * out) * e;
   };
@@ -149,12 +159,16 @@ OpDef Copy(const std::string& op, int64_t mib) {
 // AV counted over the query-key pairs on and below the diagonal, the
 // T (T + 1) / 2 that a causal kernel computes (fused kernels skip the blocks
 // above it): 4 B h hs T (T + 1) / 2. The model families count the full
-// T x T square instead, as their cited FLOP formulas do.
+// T x T square instead, as their cited FLOP formulas do. Bytes: Q, K and V
+// read and the output written once (a fused kernel keeps the scores on chip).
 OpDef Sdpa(int64_t b, int64_t h, int64_t t, int64_t hs) {
   OpDef d;
   d.op = "sdpa";
   d.shape = absl::StrCat(Dims({b, h, t, hs}), "_causal");
-  d.cost = [=](int64_t) { return OpCost{4.0 * b * h * hs * (t * (t + 1) / 2.0), 0}; };
+  d.cost = [=](int64_t e) {
+    return OpCost{4.0 * b * h * hs * (t * (t + 1) / 2.0),
+                  static_cast<double>(4 * b * h * t * hs * e)};
+  };
   d.memory = [=](int64_t e) { return 4 * b * h * t * hs * e + b * h * t * t * e; };
   d.make_step = [=](const at::TensorOptions& o) -> std::function<void()> {
     at::Tensor q = at::randn({b, h, t, hs}, o), k = at::randn({b, h, t, hs}, o),

@@ -14,7 +14,9 @@ namespace ltb {
 // What one step of an op costs, for its FLOP/s and bytes/s counters.
 struct OpCost {
   double flops = 0;  // 2 per multiply-add; 0 for memory-bound ops
-  double bytes = 0;  // bytes read + bytes written; 0 for compute-bound ops
+  // Bytes read + bytes written, each operand once: the least a step moves
+  // (for matmuls, convolutions and attention, what their caches save on).
+  double bytes = 0;
 };
 
 struct OpShape {

@@ -20,7 +20,12 @@ TEST(OpCost, MatmulsCountTwoFlopsPerMultiplyAdd) {
   EXPECT_DOUBLE_EQ(Cost("matmul", "2048x2048").flops, 2.0 * 2048 * 2048 * 2048);
   EXPECT_DOUBLE_EQ(Cost("matmul", "2048x768x3072").flops, 2.0 * 2048 * 768 * 3072);
   EXPECT_DOUBLE_EQ(Cost("bmm", "48x512x64x512").flops, 2.0 * 48 * 512 * 64 * 512);
-  EXPECT_EQ(Cost("matmul", "256x256").bytes, 0);
+  // Each operand once: A and B read, C written.
+  EXPECT_DOUBLE_EQ(Cost("matmul", "256x256").bytes, 3.0 * 256 * 256 * 4);
+  EXPECT_DOUBLE_EQ(Cost("matmul", "2048x768x3072", c10::kBFloat16).bytes,
+                   (2048.0 * 768 + 768 * 3072 + 2048 * 3072) * 2);
+  EXPECT_DOUBLE_EQ(Cost("bmm", "48x512x64x512").bytes,
+                   48.0 * (512 * 64 + 64 * 512 + 512 * 512) * 4);
 }
 
 TEST(OpCost, ConvolutionCountsEveryOutputPixel) {
@@ -29,6 +34,8 @@ TEST(OpCost, ConvolutionCountsEveryOutputPixel) {
                    2.0 * 32 * 64 * 3 * 7 * 7 * 112 * 112);
   EXPECT_DOUBLE_EQ(Cost("conv2d", "32x64x56x56_256x64x1x1_s1p0").flops,
                    2.0 * 32 * 256 * 64 * 56 * 56);
+  EXPECT_DOUBLE_EQ(Cost("conv2d", "32x3x224x224_64x3x7x7_s2p3").bytes,
+                   (32.0 * 3 * 224 * 224 + 64 * 3 * 7 * 7 + 32 * 64 * 112 * 112) * 4);
 }
 
 TEST(OpCost, MemoryBoundOpsCountBytesReadAndWritten) {
@@ -48,6 +55,8 @@ TEST(OpCost, CausalAttentionCountsThePairsOnAndBelowTheDiagonal) {
   // QK^T and AV: 2 FLOPs per multiply-add, hs of them per pair, per head.
   EXPECT_DOUBLE_EQ(Cost("sdpa", "4x12x512x64_causal").flops,
                    2 * 2.0 * 4 * 12 * 64 * pairs);
+  // Q, K, V read and the output written; no T x T scores.
+  EXPECT_DOUBLE_EQ(Cost("sdpa", "4x12x512x64_causal").bytes, 4.0 * 4 * 12 * 512 * 64 * 4);
 }
 
 TEST(OpCost, UnknownOpsNameTheValidOnes) {
