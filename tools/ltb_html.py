@@ -20,9 +20,10 @@ import ltb_results
 CHARTJS = os.path.join(ltb_results.REPO, "third_party", "chartjs", "chart.min.js")
 UNSTEADY_CV = 5.0  # percent: cs336's rule of thumb for a steady measurement
 CONTEXT_KEYS = ("host_name", "executable", "date", "suite_commit", "libtorch_version",
-                "build_type", "num_cpus", "mhz_per_cpu", "cpu_isa", "blas", "blas_threads",
+                "build_type", "cpu_model", "cpu_capability", "num_cpus", "mhz_per_cpu",
+                "gpus", "cuda_runtime", "cudnn", "blas", "blas_threads",
                 "intra_op_threads", "inter_op_threads", "malloc", "world_size", "world_sizes",
-                "gpu", "cuda_version", "dp_gradients")
+                "dp_gradients")
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
 
@@ -271,7 +272,7 @@ def comparison_section(page, docs, labels, gate):
                          f"{ltb_results.format_seconds(r[3])} "
                          f"({ltb_results.format_change(r[4])} time)\n{r[6]}"
                          + ("" if r[5] is None else f", p = {r[5]:.3g}") for r in rows]}]},
-            "options": {"indexAxis": "y", "scales": {
+            "options": {"indexAxis": "y", "ltbRefX": 1, "scales": {
                 "x": axis("speed ratio (baseline time / this time; 1 = unchanged)", zero=True),
                 "y": {"ticks": {"autoSkip": False, "font": {"size": 10}}}}}},
             height=max(200, 22 * len(rows) + 80)))
@@ -291,7 +292,7 @@ def comparison_section(page, docs, labels, gate):
 
 # --- scaling -----------------------------------------------------------------
 
-def series_chart(page, section, series, xlabel, ylabel, logx=True, logy=None):
+def series_chart(page, section, series, xlabel, ylabel, logx=True, logy=None, ref_y=None):
     """A line chart of named series of (x, y, tip) points."""
     datasets = []
     for i, (key, points) in enumerate(series.items()):
@@ -303,10 +304,13 @@ def series_chart(page, section, series, xlabel, ylabel, logx=True, logy=None):
     values = [y for points in series.values() for _, y, _ in points]
     if logy is None:
         logy = max(values) > 10 * min(values) if min(values) > 0 else False
+    options = {"scales": {"x": axis(xlabel, log=logx),
+                          "y": axis(ylabel, log=logy, zero=not logy)}}
+    if ref_y is not None:
+        options["ltbRefY"] = ref_y
+        options["scales"]["y"]["suggestedMax"] = max(values + [ref_y]) * 1.05
     return page.chart(section, {"type": "scatter", "data": {"datasets": datasets},
-                                "options": {"scales": {
-                                    "x": axis(xlabel, log=logx),
-                                    "y": axis(ylabel, log=logy, zero=not logy)}}})
+                                "options": options})
 
 
 def scaling_section(page, docs, labels):
@@ -347,7 +351,7 @@ def scaling_section(page, docs, labels):
                   "<p>Throughput per rank at N ranks over that at the fewest ranks "
                   "(T(N) / (N × T(1))); 1 is perfect scaling.</p>",
                   series_chart(page, "scaling", efficiency, "ranks", "efficiency",
-                               logy=False)]
+                               logy=False, ref_y=1)]
     speedups = []
     for key, found in ltb_results.device_throughputs(docs).items():
         if "cpu" in found:
@@ -360,7 +364,8 @@ def scaling_section(page, docs, labels):
                 "label": "throughput over the CPU's (x)", "ltbKind": "benchmarks",
                 "data": [s for _, s, _ in speedups], "backgroundColor": color(2),
                 "tips": [f"{k}\n{s:.2f}x ({c})" for k, s, c in speedups]}]},
-            "options": {"indexAxis": "y", "scales": {"x": axis("speedup (x)", zero=True)}}},
+            "options": {"indexAxis": "y", "ltbRefX": 1,
+                        "scales": {"x": axis("speedup (x)", zero=True)}}},
             height=max(200, 26 * len(speedups) + 80))]
     if parts:
         page.add("scaling", "Scaling", "".join(parts))
@@ -427,7 +432,8 @@ def compiled_section(page, docs, labels, compiled_rows):
             "label": "speedup (eager time / compiled time)", "ltbKind": "benchmarks",
             "data": [r["speedup"] for r in found], "backgroundColor": color(4),
             "tips": [f"{n}\nspeedup {r['speedup']:.2f}x" for n, r in zip(names, found)]}]},
-        "options": {"indexAxis": "y", "scales": {"x": axis("speedup (x)", zero=True)}}},
+        "options": {"indexAxis": "y", "ltbRefX": 1,
+                    "scales": {"x": axis("speedup (x)", zero=True)}}},
         height=max(200, 26 * len(found) + 80))
     rows = [[code(n), ltb_results.format_seconds(r["eager"]),
              ltb_results.format_seconds(r["compiled"]), f"{r['speedup']:.2f}x",
@@ -522,6 +528,26 @@ function si(v) {
   for (const [s, u] of units) if (a >= s) return +(v / s).toPrecision(3) + u;
   return +v.toPrecision(3) + '';
 }
+// A dashed reference line at options.ltbRefX or ltbRefY (1: no change, ideal).
+Chart.register({id: 'ltbRef', afterDatasetsDraw(chart) {
+  const o = chart.options, a = chart.chartArea, ctx = chart.ctx;
+  const lines = [];
+  if (o.ltbRefX !== undefined) {
+    const x = chart.scales.x.getPixelForValue(o.ltbRefX);
+    lines.push([x, a.top, x, a.bottom]);
+  }
+  if (o.ltbRefY !== undefined) {
+    const y = chart.scales.y.getPixelForValue(o.ltbRefY);
+    lines.push([a.left, y, a.right, y]);
+  }
+  ctx.save();
+  ctx.strokeStyle = '#444';
+  ctx.setLineDash([5, 4]);
+  for (const [x0, y0, x1, y1] of lines) {
+    ctx.beginPath(); ctx.moveTo(x0, y0); ctx.lineTo(x1, y1); ctx.stroke();
+  }
+  ctx.restore();
+}});
 window.ltbCharts = {};
 for (const c of LTB.charts) {
   const cfg = c.config, o = cfg.options;
