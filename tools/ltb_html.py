@@ -248,12 +248,12 @@ def roofline_section(page, docs, labels):
 
 # --- comparison --------------------------------------------------------------
 
-def comparison_section(page, docs, labels, gate):
+def comparison_section(page, docs, labels, gate, verdicts):
     if len(docs) < 2:
         return
     parts = []
     for doc, label in zip(docs[1:], labels[1:]):
-        rows = [r for r in gate.compare(docs[0], doc, [], 0.07, 0.05) if r[1] == "time"]
+        rows = [r for r in gate.compare(docs[0], doc, *verdicts.arguments) if r[1] == "time"]
         if not rows:
             parts.append(f"<p>{esc(label)}: no benchmark in common with {esc(labels[0])}.</p>")
             continue
@@ -284,10 +284,10 @@ def comparison_section(page, docs, labels, gate):
             ["bad" if r[6] == gate.REGRESSION else "good" if r[6] == gate.IMPROVEMENT else ""
              for r in rows]))
     page.add("comparison", "Comparison", (
-        "<p>Each file against the first, sorted by change: the median time's ratio and the "
-        "gate's verdict at its defaults (7% threshold; with repetitions on both sides, as "
-        "<code>tools/abtest</code> writes, the Mann–Whitney U test at alpha 0.05 must agree). "
-        "Red: regression; green: improvement.</p>") + "".join(parts))
+        f"<p>Each file against the first, sorted by change: the median time's ratio and the "
+        f"gate's verdict ({esc(verdicts.describe())}; with repetitions on both sides, as "
+        f"<code>tools/abtest</code> writes, the Mann–Whitney U test must agree). "
+        f"Red: regression; green: improvement.</p>") + "".join(parts))
 
 
 # --- scaling -----------------------------------------------------------------
@@ -449,7 +449,7 @@ def compiled_section(page, docs, labels, compiled_rows):
 
 # --- history -----------------------------------------------------------------
 
-def history_section(page, runs, gate):
+def history_section(page, runs, gate, verdicts):
     """runs: [(label, doc)] in time order."""
     if len(runs) < 2:
         if runs:
@@ -458,7 +458,7 @@ def history_section(page, runs, gate):
         return
     failed = collections.defaultdict(set)  # run index -> names the gate failed
     for i in range(1, len(runs)):
-        for row in gate.compare(runs[i - 1][1], runs[i][1], [], 0.07, 0.05):
+        for row in gate.compare(runs[i - 1][1], runs[i][1], *verdicts.arguments):
             if row[6] == gate.REGRESSION:
                 failed[i].add(row[0])
         lost = gate.differences(runs[i - 1][1], runs[i][1])[0]
@@ -495,7 +495,8 @@ def history_section(page, runs, gate):
     page.add("history", "History", (
         f"<p>{len(runs)} runs in time order (by their context's date). Each benchmark's "
         f"throughput (or median time where it has none); a red point is a run where "
-        f"<code>tools/gate</code> against the run before failed this benchmark. "
+        f"<code>tools/gate</code> against the run before failed this benchmark "
+        f"({esc(verdicts.describe())}). "
         f"Red points: {total_failed}.</p>") + "".join(parts))
 
 
@@ -581,19 +582,34 @@ document.body.dataset.chartsDrawn = String(LTB.charts.length);
 """
 
 
-def render(docs, labels, history=(), gate=None, compiled_rows=None, title=None):
+class Verdicts:
+    """The gate's settings the page judges changes with."""
+
+    def __init__(self, rules=(), threshold=0.07, alpha=0.05, source=None):
+        self.arguments = (list(rules), threshold, alpha)
+        self.source = source
+
+    def describe(self):
+        rules = f"per benchmark from {self.source}, else " if self.source else ""
+        return (f"threshold {rules}{self.arguments[1] * 100:g}%, "
+                f"alpha {self.arguments[2]:g}")
+
+
+def render(docs, labels, history=(), gate=None, compiled_rows=None, title=None,
+           verdicts=None):
     """The page for result files (docs, labels) and a history [(label,
     doc)] in time order."""
+    verdicts = verdicts or Verdicts()
     page = Page()
     shown = list(docs) or [doc for _, doc in history[-1:]]
     shown_labels = list(labels) or [label for label, _ in history[-1:]]
     context_section(page, shown, shown_labels)
     roofline_section(page, shown, shown_labels)
-    comparison_section(page, shown, shown_labels, gate)
+    comparison_section(page, shown, shown_labels, gate, verdicts)
     scaling_section(page, shown, shown_labels)
     distributions_section(page, shown, shown_labels)
     compiled_section(page, shown, shown_labels, compiled_rows)
-    history_section(page, list(history), gate)
+    history_section(page, list(history), gate, verdicts)
     errors_section(page, shown + [doc for _, doc in history],
                    shown_labels + [label for label, _ in history])
     with open(CHARTJS) as f:

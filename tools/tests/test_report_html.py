@@ -162,6 +162,27 @@ class HtmlReportTest(ToolTest):
         self.assertEqual(dataset["backgroundColor"][0], "#d62728")
         self.assertEqual(dataset["backgroundColor"][-1], "#2ca02c")
         self.assertIn("regression, p = 0.0079", dataset["tips"][0])  # 5 against 5
+        # The gate's settings apply: at a 30% threshold nothing regressed.
+        proc = self.run_tool("report", "--format", "html", "--threshold", "30%",
+                             self.write("base.json", base), self.write("head.json", head))
+        self.assertExit(proc, 0)
+        loose = next(c for c in page_data(proc.stdout)["charts"] if c["section"] == "comparison")
+        colours = loose["config"]["data"]["datasets"][0]["backgroundColor"]
+        self.assertEqual(colours[0], "#7f7f7f")
+        self.assertEqual(colours[-1], "#2ca02c")  # twice as fast clears 30%
+        self.assertTrue("threshold 30%, alpha 0.05" in proc.stdout)
+        rules = self.write("rules.txt", "^Transformer 30%\n")
+        proc = self.run_tool("report", "--format", "html", "--thresholds", rules,
+                             self.write("base.json", base), self.write("head.json", head))
+        self.assertExit(proc, 0)
+        self.assertTrue("per benchmark from" in proc.stdout)
+        ruled = next(c for c in page_data(proc.stdout)["charts"] if c["section"] == "comparison")
+        self.assertEqual(ruled["config"]["data"]["labels"][0], FWD.format(128))
+        self.assertEqual(ruled["config"]["data"]["datasets"][0]["backgroundColor"][0],
+                         "#7f7f7f")
+        bad = self.run_tool("report", "--format", "html", "--threshold", "lots",
+                            self.write("base.json", base))
+        self.assertExit(bad, 2)
         expected = self.expected_points([base, head])
         expected["comparison"] = 6
         self.assertEqual(points_by_section(data), expected)

@@ -102,8 +102,9 @@ class WorkflowTest(unittest.TestCase):
         self.assertIn("results/", upload["with"]["path"])
         self.assertIn("gate.md", upload["with"]["path"])
         # The HTML comparison of the two runs the gate read, kept beside its table.
-        self.assertIn("head/tools/report --format html results/base.json results/head.json "
-                      ">report.html", script)
+        self.assertIn('head/tools/report --format html --threshold "$GATE_THRESHOLD" '
+                      "results/base.json results/head.json >report.html",
+                      re.sub(r"\\\n\s*", "", script))
         html_step = next(s for s in job["steps"] if "report --format html" in s.get("run", ""))
         self.assertEqual(html_step["if"], "always()")
         self.assertLess(job["steps"].index(html_step), job["steps"].index(upload))
