@@ -162,6 +162,12 @@ class HtmlReportTest(ToolTest):
         self.assertEqual(dataset["backgroundColor"][0], "#d62728")
         self.assertEqual(dataset["backgroundColor"][-1], "#2ca02c")
         self.assertIn("regression, p = 0.0079", dataset["tips"][0])  # 5 against 5
+        # The head's matmul beat the measured compute peak: its roofline's
+        # ceiling is raised to it, saying so; the base's is the context's.
+        roofs = [c for c in data["charts"] if c["section"] == "roofline"]
+        tops = [max(p["y"] for p in c["config"]["data"]["datasets"][-1]["data"]) for c in roofs]
+        self.assertEqual(tops, [2e11, 3.2e11])
+        self.assertEqual(text.count("A benchmark beat the peak"), 1)
         # The gate's settings apply: at a 30% threshold nothing regressed.
         proc = self.run_tool("report", "--format", "html", "--threshold", "30%",
                              self.write("base.json", base), self.write("head.json", head))
