@@ -142,6 +142,8 @@ def bytes_per_step(bench, ranks):
     per second: Ops), else the weights read once a step, params x bytes per
     weight (the dtype's for inference, fp32 master weights for training),
     once per token generated plus once for the prompt in generation."""
+    if bench.median_time <= 0:
+        return None, False
     steps_per_s = 1 / bench.median_time
     if bench.has("bytes/s"):
         return bench.median("bytes/s") / steps_per_s, False
@@ -208,8 +210,11 @@ def roofline_section(page, docs, labels):
             if peak and fastest > peak:
                 peak = fastest
                 raised.append(f"compute to {ltb_results.human(fastest)} FLOP/s")
+            # Memory-bound ops only: an op with FLOPs counts its bytes once,
+            # and from cache it can beat the memory's bandwidth.
             moved = [b.median("bytes/s") for b in ltb_results.collect(doc).values()
                      if b.fields["device"] == device and b.has("bytes/s")
+                     and not b.has("FLOP/s")
                      and not b.fields["phase"].startswith(("h2d", "d2h"))
                      and not b.fields["size"].startswith(("h2d", "d2h"))]
             if bandwidth and moved and max(moved) > bandwidth:
@@ -339,7 +344,7 @@ def scaling_section(page, docs, labels):
     for doc, label in zip(docs, labels):
         for name, bench in ltb_results.collect(doc).items():
             settings = bench.fields["settings"]
-            if isinstance(settings.get("seq"), int) and bench.has("tokens/s"):
+            if isinstance(settings.get("seq"), int) and (bench.median("tokens/s") or 0) > 0:
                 key = ltb_results.name_without(name, "seq")
                 us = 1e6 / bench.median("tokens/s")
                 by_seq.setdefault(f"{label}: {key}" if several else key, []).append(
@@ -400,6 +405,8 @@ def distributions_section(page, docs, labels):
             if not bench.has("step_p50_ms"):
                 continue
             values = [bench.median(c) for c in ("step_p50_ms", "step_p90_ms", "step_p99_ms")]
+            if None in values:
+                continue
             cv = bench.median("step_cv_%")
             unsteady = cv is not None and cv > UNSTEADY_CV
             shown = f"{label}: {name}" if several else name
@@ -468,12 +475,16 @@ def compiled_section(page, docs, labels, compiled_rows):
 
 # --- history -----------------------------------------------------------------
 
-def history_section(page, runs, gate, verdicts):
-    """runs: [(label, doc)] in time order."""
+def history_section(page, runs, gate, verdicts, skipped=()):
+    """runs: [(label, doc)] in time order; skipped: [(path, why)]."""
+    left_out = ""
+    if skipped:
+        left_out = ("<p class='note'>Left out of the history:</p>"
+                    + table(["file", "why"], [[path, why] for path, why in skipped]))
     if len(runs) < 2:
         if runs:
             page.add("history", "History", "<p>One run in the directory: a trend needs two "
-                     "or more.</p>")
+                     "or more.</p>" + left_out)
         return
     failed = collections.defaultdict(set)  # run index -> names the gate failed
     for i in range(1, len(runs)):
@@ -516,7 +527,7 @@ def history_section(page, runs, gate, verdicts):
         f"throughput (or median time where it has none); a red point is a run where "
         f"<code>tools/gate</code> against the run before failed this benchmark "
         f"({esc(verdicts.describe())}). "
-        f"Red points: {total_failed}.</p>") + "".join(parts))
+        f"Red points: {total_failed}.</p>") + left_out + "".join(parts))
 
 
 # --- errors ------------------------------------------------------------------
@@ -615,9 +626,10 @@ class Verdicts:
 
 
 def render(docs, labels, history=(), gate=None, compiled_rows=None, title=None,
-           verdicts=None):
+           verdicts=None, skipped=()):
     """The page for result files (docs, labels) and a history [(label,
-    doc)] in time order."""
+    doc)] in time order (skipped: the files of its directories left out,
+    [(path, why)])."""
     verdicts = verdicts or Verdicts()
     page = Page()
     shown = list(docs) or [doc for _, doc in history[-1:]]
@@ -628,12 +640,14 @@ def render(docs, labels, history=(), gate=None, compiled_rows=None, title=None,
     scaling_section(page, shown, shown_labels)
     distributions_section(page, shown, shown_labels)
     compiled_section(page, shown, shown_labels, compiled_rows)
-    history_section(page, list(history), gate, verdicts)
-    errors_section(page, shown + [doc for _, doc in history],
-                   shown_labels + [label for label, _ in history])
+    history_section(page, list(history), gate, verdicts, skipped)
+    errors_section(page, list(docs) + [doc for _, doc in history],
+                   list(labels) + [label for label, _ in history])
     with open(CHARTJS) as f:
         chartjs = f.read()
-    data = json.dumps(finite({"charts": page.charts}), allow_nan=False).replace("</", "<\\/")
+    # No "<" in the script at all: a name such as "<!--<script" cannot
+    # change how the page's parser reads it.
+    data = json.dumps(finite({"charts": page.charts}), allow_nan=False).replace("<", "\\u003c")
     title = title or "libtorch-bench report: " + ", ".join(shown_labels)
     nav = " ".join(f'<a href="#{sid}">{esc(t)}</a>' for sid, t, _ in page.sections)
     body = "".join(f'<section id="{sid}"><h2>{esc(t)}</h2>{b}</section>'
@@ -649,16 +663,32 @@ def render(docs, labels, history=(), gate=None, compiled_rows=None, title=None,
 
 
 def history_runs(directory):
-    """[(label, doc)] of every result JSON under directory, in the order of
-    their context's date (then path)."""
+    """([(label, doc)] of the result JSON files under directory in the order
+    of their context's date (then path), [(path, why skipped)]). Skipped:
+    what is not a bench result (unreadable, not JSON, no benchmarks) and the
+    runs of a world-size sweep (tools/scaling's merged file and its
+    .ranksN.json runs), which are not points in time of one setting."""
     paths = sorted(os.path.join(root, f) for root, _, files in os.walk(directory)
                    for f in files if f.endswith(".json"))
     if not paths:
         raise ltb_results.BadInput(f"{directory}: no .json result files in it")
-    runs = [(path, ltb_results.load(path)) for path in paths]
+    runs, skipped = [], []
+    for path in paths:
+        try:
+            doc = ltb_results.load(path)
+        except ltb_results.BadInput as e:
+            skipped.append((path, str(e).replace(f"{path}: ", "")))
+            continue
+        if "world_sizes" in doc["context"] or re.search(r"\.ranks\d+\.json$", path):
+            skipped.append((path, "a run of a world-size sweep (tools/scaling)"))
+            continue
+        runs.append((path, doc))
+    if not runs:
+        raise ltb_results.BadInput(f"{directory}: no bench result among its .json files: "
+                                   + "; ".join(f"{p}: {why}" for p, why in skipped))
     runs.sort(key=lambda r: (str(r[1]["context"].get("date", "")), r[0]))
     return [(f"{str(doc['context'].get('date', ''))[:16] or os.path.basename(path)}"
-             f" {os.path.relpath(path, directory)}", doc) for path, doc in runs]
+             f" {os.path.relpath(path, directory)}", doc) for path, doc in runs], skipped
 
 
 def finite(value):

@@ -452,23 +452,28 @@ def scaling_table(doc):
     """The weak scaling of a file of several world sizes (tools/scaling):
     benchmark name without /ranks -> (counter, ranks -> (throughput,
     efficiency)), for each benchmark that ran data-parallel (it reports
-    grad_buckets or comm_exposed_ms at some world size above 1). Efficiency
-    at N ranks is the throughput per rank over that at the fewest ranks
-    measured: T(N) / (N x T(1)) when one rank was measured."""
+    grad_buckets or comm_exposed_ms at some world size above 1) and was
+    measured at the file's fewest ranks. Efficiency at N ranks is the
+    throughput per rank over that at the fewest ranks: T(N) / (N x T(1))
+    when one rank was measured."""
     series = collections.OrderedDict()  # name -> ranks -> Benchmark
     for name, bench in collect(doc).items():
         key, ranks = split_ranks(name)
         if ranks:
             series.setdefault(key, {})[ranks] = bench
     table = collections.OrderedDict()
+    sizes = [int(n) for n in str(doc["context"].get("world_sizes", "")).split(",") if n.isdigit()]
+    fewest = min(sizes or [n for by_ranks in series.values() for n in by_ranks] or [1])
     for key, by_ranks in series.items():
         parallel = any(n > 1 and any(b.has(c) for c in DATA_PARALLEL_COUNTERS)
                        for n, b in by_ranks.items())
         rates = {n: b.rate() for n, b in by_ranks.items()}
         rates = {n: (rate, unit) for n, (rate, unit) in rates.items() if rate}
-        if not parallel or len(rates) < 2:
+        # Every benchmark against the same base: one without a measurement at
+        # the fewest ranks has no efficiency.
+        if not parallel or fewest not in rates or len(rates) < 2:
             continue
-        base = min(rates)
+        base = fewest
         per_rank = rates[base][0] / base
         table[key] = (rates[base][1] + "/s", collections.OrderedDict(
             (n, (rates[n][0], rates[n][0] / n / per_rank)) for n in sorted(rates)))
@@ -537,7 +542,8 @@ def merge_world_sizes(docs, paths):
     table = scaling_table(merged)
     for entry in entries:
         key, ranks = split_ranks(base_name(entry))
-        if key in table and ranks in table[key][1] and not entry.get("error_occurred"):
+        if (key in table and ranks in table[key][1] and not entry.get("error_occurred")
+                and entry.get("run_type", "iteration") == "iteration"):
             entry["scaling_efficiency"] = table[key][1][ranks][1]
     return merged
 

@@ -552,6 +552,18 @@ class PeaksTest(unittest.TestCase):
                 # Never above 1, and against the peak in force when it ran.
                 self.assertLessEqual(b["mfu"], 1.0, b["name"])
                 self.assertAlmostEqual(b["mfu"], b["FLOP/s"] / peak, delta=1e-3 * b["mfu"])
+            # A matmul's bytes, each operand once, give its arithmetic
+            # intensity (2 m k n FLOPs over them); no mbu and no bandwidth
+            # peak come of them.
+            for b in matmuls:
+                dims = [int(d) for d in b["name"].split("/")[2].split("x")]
+                m, k, n = dims if len(dims) == 3 else (dims[0], dims[0], dims[1])
+                size = 2 if dtype == "bf16" else 4
+                self.assertAlmostEqual(b["FLOP/s"] / b["bytes/s"],
+                                       2 * m * k * n / ((m * k + k * n + m * n) * size),
+                                       delta=1e-6 * b["FLOP/s"] / b["bytes/s"])
+                self.assertNotIn("mbu", b)
+        self.assertNotIn("peak_bandwidth_cpu", ctx)
 
     def test_given_peaks_are_used_and_recorded(self):
         doc = run_json(*FAST, "--devices=cpu", "--new_tokens=8",

@@ -46,7 +46,7 @@ def run(slow=1.0, fast=1.0, cv=2.0, date="2026-11-20T10:00:00+00:00", drop=()):
 def page_data(text):
     match = re.search(r'<script type="application/json" id="ltb-data">(.*?)</script>', text,
                       re.S)
-    return json.loads(match[1].replace("<\\/", "</"))
+    return json.loads(match[1])
 
 
 def points_by_section(data):
@@ -82,6 +82,13 @@ class HtmlReportTest(ToolTest):
         for name, r in zip(("d.json", "nested/a.json", "c.json", "b.json"), runs):
             with open(os.path.join(directory, name), "w") as f:
                 json.dump(r, f)
+        # What CI keeps beside its runs and is not one: a file cut short, an
+        # export, a world-size sweep's runs and their merge.
+        for name, text in (("partial.json", '{"benchmarks": ['), ("export.json", "[]"),
+                           ("s.ranks2.json", json.dumps(run(date="2026-11-05"))),
+                           ("s.json", json.dumps(dict(run(), context={"world_sizes": "1,2"})))):
+            with open(os.path.join(directory, name), "w") as f:
+                f.write(text)
         return directory, runs
 
     def expected_points(self, docs):
@@ -145,6 +152,20 @@ class HtmlReportTest(ToolTest):
         self.assertEqual(text.count("<td>unsteady</td>"), 1)
         self.assertTrue("out of memory: needs 9 GiB" in text)
         self.check_in_browser(path, expected)
+
+    def test_a_hostile_name_stays_text(self):
+        name = "Ops/x</script><!--<script>alert(1)//<b>/cpu/fp32"
+        r = doc(entry(name, 1.0, FLOP_per_s=1e9, bytes_per_s=1e8, step_p50_ms=1.0,
+                      step_p90_ms=1.0, step_p99_ms=1.0),
+                entry("Ops/y<img src=x>/cpu/fp32", 0.0, error="<script>alert(2)</script>"),
+                **PEAKS)
+        path, text = self.html(self.write("hostile.json", r))
+        body = text.split("Chart.js v3.9.1")[0] + text.split("</script>", 1)[1]
+        for raw in ("<!--<script>", "<b>", "<img", "<script>alert"):
+            self.assertFalse(raw in body, raw)
+        self.assertEqual(page_data(text)["charts"][0]["config"]["data"]["datasets"][0]["tips"][0]
+                         .split("\n")[0], name)
+        self.check_in_browser(path, {"roofline": 1, "distributions": 1})
 
     def test_two_runs_compared_with_the_gates_verdicts(self):
         base, head = run(), run(slow=1.25, fast=0.5)
@@ -217,6 +238,11 @@ class HtmlReportTest(ToolTest):
         self.assertIn("the gate failed here", reds[0][1])
         self.assertTrue(f"<code>{FWD.format(128)}</code>" in text)
         self.assertTrue("Red points: 1." in text)
+        # Left out, each with why; each run's error listed once.
+        for name in ("partial.json", "export.json", "s.ranks2.json", "s.json"):
+            self.assertTrue(f"{name}</td>" in text, name)
+        self.assertTrue("a run of a world-size sweep" in text)
+        self.assertEqual(text.count("out of memory: needs 9 GiB"), 4)
         # The matmul, lost in the last run, has three points.
         self.assertEqual(points_by_section(data)["history"], 5 * 4 + 3)
         # The other sections show the latest run.
@@ -272,6 +298,7 @@ class HtmlReportTest(ToolTest):
         with open(os.path.join(corrupt, "x.json"), "w") as f:
             f.write("{not json")
         proc = self.html(corrupt, expect=2)
+        self.assertIn("no bench result among its .json files", proc.stderr)
         self.assertIn("x.json: not JSON", proc.stderr)
         proc = self.run_tool("report", empty)
         self.assertExit(proc, 2)

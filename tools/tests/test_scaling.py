@@ -10,6 +10,7 @@ import textwrap
 from helpers import TOOLS, ToolTest, doc, entry, repeated
 
 STEP = "EncDec/tiny/cpu/train_step/batch:8/seq:64/fp32"
+TRAIN2 = "EncDec/small/cpu/train_step/batch:8/seq:64/fp32"
 FWD = "EncDec/tiny/cpu/forward/batch:8/seq:64/fp32"
 LAUNCH = os.path.join(TOOLS, "launch")
 
@@ -18,7 +19,7 @@ LAUNCH = os.path.join(TOOLS, "launch")
 # the world size in its context, a data-parallel train_step whose
 # throughput is 1000 tokens/s a rank times 0.9 per doubling of ranks, and a
 # forward that is not data-parallel. FAKE_FAIL_AT=N makes rank 0 of an
-# N-rank run exit 1 after writing its results.
+# N-rank run exit 1 after writing its results; FAKE_SKIP_AT=N exit 3 before.
 FAKE_RANK = textwrap.dedent("""\
     import json, math, os, sys
     world = int(os.environ["WORLD_SIZE"])
@@ -40,6 +41,8 @@ FAKE_RANK = textwrap.dedent("""\
          "run_type": "iteration", "repetitions": 1, "repetition_index": 0, "threads": 1,
          "iterations": 5, "real_time": 1.0, "cpu_time": 1.0, "time_unit": "s",
          "tokens/s": 500.0}]
+    if out and os.environ.get("FAKE_SKIP_AT") == str(world):
+        sys.exit(3)  # fails before writing anything
     if out:
         with open(out[0], "w") as f:
             json.dump({"context": {"world_size": str(world), "date": "run %%d" %% world,
@@ -111,12 +114,42 @@ class ScalingToolTest(ToolTest):
         merged, _ = self.merge(one, two)
         names = [e["name"] for e in merged["benchmarks"]]
         self.assertIn(f"{STEP}/ranks:2/manual_time_median", names)
-        effs = {e["world_size"] for e in merged["benchmarks"]}
-        self.assertEqual(effs, {1, 2})
+        self.assertEqual({e["world_size"] for e in merged["benchmarks"]}, {1, 2})
         eff = [e["scaling_efficiency"] for e in merged["benchmarks"]
                if e["world_size"] == 2 and e["run_type"] == "iteration"]
-        self.assertEqual(len(eff), 3)
-        self.assertAlmostEqual(eff[0], 1600 / (2 * 1000), places=12)
+        self.assertEqual(eff, [1600 / (2 * 1000)] * 3)
+        # Aggregates (mean, median, stddev, cv) carry none.
+        self.assertFalse([e for e in merged["benchmarks"]
+                          if e["run_type"] == "aggregate" and "scaling_efficiency" in e])
+
+    def test_a_benchmark_missing_at_the_fewest_ranks_gets_no_efficiency(self):
+        one = run_at(1, 1000.0)
+        one["benchmarks"] = [e for e in one["benchmarks"] if not e["name"].startswith(STEP)]
+        one["benchmarks"].append(entry(TRAIN2, 9.0, tokens_per_s=500.0))
+        two = run_at(2, 1800.0)
+        two["benchmarks"].append(entry(TRAIN2, 9.0, tokens_per_s=900.0, grad_buckets=1))
+        four = run_at(4, 3000.0)
+        merged, proc = self.merge(one, two, four)
+        effs = {(e["name"].split("/")[1], e["world_size"]): e["scaling_efficiency"]
+                for e in merged["benchmarks"] if "scaling_efficiency" in e}
+        # The tiny step has no one-rank run: not measured against its two-rank one.
+        self.assertEqual(set(effs), {("small", 1), ("small", 2)})
+        self.assertAlmostEqual(effs[("small", 2)], 0.9, places=12)
+        self.assertNotIn(f"`{STEP}`", proc.stdout)
+
+    def test_compiled_benchmarks_keep_their_eager_twin(self):
+        docs = []
+        for ranks in (1, 2):
+            docs.append(doc(entry(FWD, 10.0, tokens_per_s=100.0),
+                            entry(FWD + "/aoti", 5.0, tokens_per_s=200.0, compile_s=3.0),
+                            entry(STEP, 8.0, tokens_per_s=1000.0 * ranks,
+                                  **({"grad_buckets": 1} if ranks > 1 else {})),
+                            world_size=str(ranks)))
+        merged, _ = self.merge(*docs)
+        path = self.write("merged-compiled.json", merged)
+        proc = self.run_tool("report", path)
+        self.assertExit(proc, 0)
+        self.assertIn(f"| `{FWD}/ranks:2` | aoti | 10 ms | 5 ms | 2.00x |", proc.stdout)
 
     def test_errored_entries_are_kept_and_listed(self):
         two = run_at(2, 1800.0)
@@ -233,6 +266,23 @@ class LaunchTest(ToolTest):
         self.assertExit(proc, 0)
         self.assertEqual(sorted(r["RANK"] for r in self.ranks()), ["0", "1", "2"])
 
+    def test_a_stale_run_is_never_merged_and_one_size_is_no_sweep(self):
+        out = os.path.join(self.tmp, "s.json")
+        stale = os.path.join(self.tmp, "s.ranks2.json")
+        with open(stale, "w") as f:
+            json.dump(run_at(2, 5000.0), f)
+        proc = self.launch("--nproc_per_node=1,2", f"--scaling_out={out}",
+                           env={"FAKE_SKIP_AT": "2"})
+        self.assertExit(proc, 3)
+        self.assertFalse(os.path.exists(stale))
+        self.assertIn("the run at 2 ranks left no readable results (exit status 3)", proc.stderr)
+        self.assertIn("one world size measured", proc.stderr)
+        self.assertFalse(os.path.exists(out))
+        # Leading zeros are decimal, not octal.
+        os.remove(self.log)
+        self.assertExit(self.launch("--nproc_per_node=010"), 0)
+        self.assertEqual(len(self.ranks()), 10)
+
     def test_bad_input(self):
         cases = [
             (["--nproc_per_node=gpu"], {"CUDA_VISIBLE_DEVICES": ""}, "found no visible GPU"),
@@ -242,6 +292,7 @@ class LaunchTest(ToolTest):
             (["--nproc_per_node=1,2", "--x=1", "--benchmark_out=a.json"], {},
              "drop --benchmark_out=a.json"),
             (["--nnodes=2", "--node_rank=2"], {}, "must be below --nnodes=2"),
+            (["--nnodes=2", "--node_rank=1"], {}, "give every node the same --master_port"),
             (["--nproc=2"], {}, "unknown option --nproc"),
         ]
         for args, env, message in cases:
