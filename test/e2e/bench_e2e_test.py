@@ -671,7 +671,7 @@ class SuiteTest(unittest.TestCase):
 class InterruptTest(unittest.TestCase):
     """A signal stops the run but keeps what it measured."""
 
-    def start(self, out, *args, second="Selftest/slow/", seq=16):
+    def start(self, out, *args, second="Selftest/slow/", seq=16, env=None):
         proc = subprocess.Popen(
             [BENCH, f"--benchmark_filter=Transformer/nano/cpu/forward/|{second}",
              "--devices=cpu", f"--seq={seq}", "--batch=2", "--warmup_s=0",
@@ -679,7 +679,7 @@ class InterruptTest(unittest.TestCase):
              "--peak_flops=1e12", f"--benchmark_out={out}", "--benchmark_out_format=json",
              *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=dict(os.environ, LTB_SELFTEST="1"))
+            env=dict(os.environ, LTB_SELFTEST="1", **(env or {})))
         # The console reporter prints each result as it finishes.
         for line in proc.stdout:
             if line.startswith("Transformer/nano/cpu/forward/"):
@@ -715,10 +715,11 @@ class InterruptTest(unittest.TestCase):
         import signal
         import time
         with tempfile.TemporaryDirectory() as tmp:
-            # Transformer/small's steps take seconds here: the first signal
-            # waits for the step in flight, the second does not.
-            proc = self.start(os.path.join(tmp, "out.json"),
-                              second="Transformer/small/cpu/train_step/", seq=256)
+            # A step of 10 s of busy waiting, in flight as soon as the first
+            # result is printed (nothing to build): the first signal waits
+            # for it, the second does not.
+            proc = self.start(os.path.join(tmp, "out.json"), second="Selftest/spin/",
+                              env={"LTB_SELFTEST_SLOWDOWN": "5000"})
             time.sleep(1)
             proc.send_signal(signal.SIGINT)
             time.sleep(0.2)
