@@ -180,6 +180,11 @@ def roofline_section(page, docs, labels):
     parts = []
     for doc, label in zip(docs, labels):
         flops_peaks, bandwidth_peaks = peaks(doc)
+        # What bench measured against the memory's bandwidth (it gave them an
+        # mbu): memory-bound ops, not transfers over the host link nor ops
+        # with FLOPs, whose bytes can come from cache.
+        memory_bound = [b for b in ltb_results.collect(doc).values()
+                        if b.has("mbu") and b.has("bytes/s")]
         for (device, precision), points in roofline_points(doc).items():
             datasets = []
             for bound, kind in ((False, "bytes: the suite's analytic count"),
@@ -210,13 +215,7 @@ def roofline_section(page, docs, labels):
             if peak and fastest > peak:
                 peak = fastest
                 raised.append(f"compute to {ltb_results.human(fastest)} FLOP/s")
-            # Memory-bound ops only: an op with FLOPs counts its bytes once,
-            # and from cache it can beat the memory's bandwidth.
-            moved = [b.median("bytes/s") for b in ltb_results.collect(doc).values()
-                     if b.fields["device"] == device and b.has("bytes/s")
-                     and not b.has("FLOP/s")
-                     and not b.fields["phase"].startswith(("h2d", "d2h"))
-                     and not b.fields["size"].startswith(("h2d", "d2h"))]
+            moved = [b.median("bytes/s") for b in memory_bound if b.fields["device"] == device]
             if bandwidth and moved and max(moved) > bandwidth:
                 bandwidth = max(moved)
                 raised.append(f"bandwidth to {ltb_results.human(bandwidth)}B/s")
@@ -239,7 +238,7 @@ def roofline_section(page, docs, labels):
                     "borderDash": [6, 4], "pointRadius": 0, "fill": False})
             missing = [what for what, v in (("compute", peak), ("bandwidth", bandwidth))
                        if not v]
-            title = f"{label}: {device} {precision}" if len(docs) > 1 else f"{device} {precision}"
+            title = ltb_results.series_label(label, f"{device} {precision}", len(docs) > 1)
             parts.append(f"<h3>{esc(title)}</h3>")
             if missing:
                 parts.append(f"<p class='note'>No measured {' or '.join(missing)} ceiling for "
@@ -347,12 +346,12 @@ def scaling_section(page, docs, labels):
             if isinstance(settings.get("seq"), int) and (bench.median("tokens/s") or 0) > 0:
                 key = ltb_results.name_without(name, "seq")
                 us = 1e6 / bench.median("tokens/s")
-                by_seq.setdefault(f"{label}: {key}" if several else key, []).append(
+                by_seq.setdefault(ltb_results.series_label(label, key, several), []).append(
                     (settings["seq"], us, f"{name}\n{us:.4g} µs/token"))
             rate, unit = bench.rate()
             if isinstance(settings.get("batch"), int) and rate:
                 key = ltb_results.name_without(name, "batch")
-                by_batch.setdefault(f"{label}: {key}" if several else key, []).append(
+                by_batch.setdefault(ltb_results.series_label(label, key, several), []).append(
                     (settings["batch"], rate, f"{name}\n{ltb_results.human(rate)} {unit}/s"))
     by_seq = {k: v for k, v in by_seq.items() if len(v) >= 2}
     by_batch = {k: v for k, v in by_batch.items() if len(v) >= 2}
@@ -367,7 +366,7 @@ def scaling_section(page, docs, labels):
     efficiency = collections.OrderedDict()
     for doc, label in zip(docs, labels):
         for key, (counter, points) in ltb_results.scaling_table(doc).items():
-            efficiency[f"{label}: {key}" if several else key] = [
+            efficiency[ltb_results.series_label(label, key, several)] = [
                 (n, e, f"{key}\n{n} ranks: {ltb_results.human(rate)} {counter}, "
                        f"efficiency {e * 100:.0f}%") for n, (rate, e) in points.items()]
     if efficiency:
@@ -409,7 +408,7 @@ def distributions_section(page, docs, labels):
                 continue
             cv = bench.median("step_cv_%")
             unsteady = cv is not None and cv > UNSTEADY_CV
-            shown = f"{label}: {name}" if several else name
+            shown = ltb_results.series_label(label, name, several)
             names.append(shown)
             for target, v in zip((p50, p90, p99), values):
                 target.append(v)
@@ -451,8 +450,8 @@ def compiled_section(page, docs, labels, compiled_rows):
     if not found:
         return
     several = len(docs) > 1
-    names = [f"{r['file']}: {r['benchmark']} ({r['backend']})" if several
-             else f"{r['benchmark']} ({r['backend']})" for r in found]
+    names = [ltb_results.series_label(r["file"], f"{r['benchmark']} ({r['backend']})", several)
+             for r in found]
     chart = page.chart("compiled", {
         "type": "bar", "data": {"labels": names, "datasets": [{
             "label": "speedup (eager time / compiled time)", "ltbKind": "benchmarks",
@@ -465,7 +464,8 @@ def compiled_section(page, docs, labels, compiled_rows):
              ltb_results.format_seconds(r["compiled"]), f"{r['speedup']:.2f}x",
              "—" if r.get("memory_ratio") is None else f"{r['memory_ratio']:.2f}x",
              "—" if r["compile_s"] is None else f"{r['compile_s']:.1f} s",
-             "—" if r["rel_err"] is None else f"{r['rel_err']:.2g}"] for n, r in zip(names, found)]
+             "—" if r["rel_err"] is None else f"{r['rel_err']:.2g}"]
+            for n, r in zip(names, found)]
     page.add("compiled", "Eager against compiled", (
         "<p>Speedup: eager time over compiled; memory ratio: eager <code>peak_mem</code> over "
         "compiled; drift: the compiled outputs' relative error against eager.</p>") + chart
@@ -493,14 +493,14 @@ def history_section(page, runs, gate, verdicts, skipped=()):
                 failed[i].add(row[0])
         lost = gate.differences(runs[i - 1][1], runs[i][1])[0]
         failed[i].update(name for name, _ in lost)
-    names = list(collections.OrderedDict.fromkeys(
-        n for _, doc in runs for n in ltb_results.collect(doc)))
+    collected = [ltb_results.collect(doc) for _, doc in runs]
+    names = list(collections.OrderedDict.fromkeys(n for found in collected for n in found))
     parts, total_failed = [], 0
     dates = [label for label, _ in runs]
     for name in names:
         points, bad = [], []
-        for i, (label, doc) in enumerate(runs):
-            bench = ltb_results.collect(doc).get(name)
+        for i, found in enumerate(collected):
+            bench = found.get(name)
             if bench is None:
                 continue
             rate, unit = bench.rate()

@@ -338,6 +338,12 @@ def relative_change(old, new):
     return new / old - 1
 
 
+def series_label(label, key, several_files):
+    """A chart series' name: the key, prefixed by its file's label when the
+    chart draws several files."""
+    return f"{label}: {key}" if several_files else key
+
+
 def markdown_table(headers, rows):
     def cell(v):
         return str(v).replace("|", "\\|")
@@ -609,13 +615,17 @@ def alpha_value(text):
     return value
 
 
-def add_gate_arguments(parser):
+def add_gate_arguments(parser, allow_missing=True):
+    """The gate's options on parser (or an argument group); what judges a
+    change, and unless allow_missing is False, --allow-missing."""
     parser.add_argument("--threshold", type=percent, default=0.07,
                         help="largest tolerated change, for example 7%% (default)")
     parser.add_argument("--alpha", type=alpha_value, default=0.05,
                         help="significance level of the U test (default 0.05)")
     parser.add_argument("--thresholds", metavar="FILE",
                         help="per-benchmark thresholds: lines of REGEX PERCENT")
+    if not allow_missing:
+        return
     parser.add_argument("--allow-missing", action="store_true",
                         help="do not fail on benchmarks that ran in the baseline but errored "
                              "in, or are missing from, the contender (they are still listed)")

@@ -81,7 +81,7 @@ struct MemoryEstimate {
 struct Plan {
   int64_t params = 0;
   double flops_per_step = 0;  // analytic; 0 when not meaningful
-  double bytes_per_step = 0;  // memory traffic, for bandwidth-bound ops
+  double bytes_per_step = 0;  // memory traffic: the least a step moves
   // bytes_per_step crosses the host <-> device link (transfers): no mbu
   // against the device memory's bandwidth.
   bool bytes_cross_host_link = false;
@@ -95,6 +95,12 @@ struct Plan {
   // (Workload::FlopsPerStep): mfu needs the device's FLOP/s peak.
   bool counts_flops_when_built = false;
   MemoryEstimate memory;
+
+  // Moves bytes and does no counted arithmetic: its bytes/s is measured
+  // against the bandwidth peak (mbu). A step with FLOPs counts its bytes for
+  // its arithmetic intensity only: its operands can come from cache faster
+  // than memory delivers them.
+  bool MemoryBound() const { return bytes_per_step > 0 && flops_per_step <= 0; }
 };
 
 // Which settings a case's benchmark names and sweeps carry.

@@ -99,10 +99,7 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
       const double rate = c["weight_GB/s"].value * 1e9;
       report("mbu",
              options.peaks->BandwidthUtilisation(spec.device, rate, rate, spec.Name()));
-    } else if (plan.bytes_per_step > 0 && plan.flops_per_step <= 0 &&
-               !plan.bytes_cross_host_link) {
-      // Memory-bound ops only: a compute-bound op's bytes are the least it
-      // moves, and from cache it can move them faster than memory can.
+    } else if (plan.MemoryBound() && !plan.bytes_cross_host_link) {
       report("mbu", options.peaks->BandwidthUtilisation(
                         spec.device, plan.bytes_per_step * steps_per_s,
                         plan.bytes_per_step / fastest, spec.Name()));

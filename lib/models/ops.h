@@ -14,9 +14,8 @@ namespace ltb {
 // What one step of an op costs, for its FLOP/s and bytes/s counters.
 struct OpCost {
   double flops = 0;  // 2 per multiply-add; 0 for memory-bound ops
-  // Bytes read + bytes written, each operand once: the least a step moves.
-  // Ops with FLOPs count them for their arithmetic intensity only (no mbu:
-  // their operands can come from cache faster than memory delivers).
+  // Bytes read + bytes written, each operand once: the least a step moves
+  // (see Plan::MemoryBound for what they are measured against).
   double bytes = 0;
 };
 

@@ -158,8 +158,7 @@ void PreparePeaks(const std::vector<Registration>& registrations,
     }
     absl::StatusOr<Plan> plan = r.family->PlanFor(r.spec);
     if (!plan.ok()) continue;
-    const bool bandwidth = (plan->bytes_per_step > 0 && plan->flops_per_step <= 0) ||
-                           plan->reports_weight_bandwidth;
+    const bool bandwidth = plan->MemoryBound() || plan->reports_weight_bandwidth;
     if (plan->flops_per_step <= 0 && !plan->counts_flops_when_built && !bandwidth)
       continue;
     peaks->Prepare(r.spec.device, r.spec.dtype, bandwidth, r.spec.tf32);

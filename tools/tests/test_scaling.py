@@ -185,10 +185,14 @@ class LaunchTest(ToolTest):
         self.program = self.write("fake_rank.py", FAKE_RANK)
         self.log = os.path.join(self.tmp, "ranks.jsonl")
 
-    def launch(self, *args, env=None):
-        full = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    def launch(self, *args, env=None, program_args=(), unset=()):
+        """tools/launch ARGS over the stand-in rank, given --x=1 and
+        program_args; OMP_NUM_THREADS and the unset variables removed from
+        this environment, env added."""
+        full = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", *unset)}
         full.update(FAKE_RANKS_LOG=self.log, **(env or {}))
-        return subprocess.run([LAUNCH, *args, sys.executable, self.program, "--x=1"],
+        return subprocess.run([LAUNCH, *args, sys.executable, self.program, "--x=1",
+                               *program_args],
                               capture_output=True, text=True, timeout=120, env=full)
 
     def ranks(self):
@@ -257,12 +261,9 @@ class LaunchTest(ToolTest):
             f.write("#!/bin/sh\nfor i in 0 1 2; do echo \"GPU $i: NVIDIA H100 (UUID: GPU-$i)\"; "
                     "done\n")
         os.chmod(smi, 0o755)
-        env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-        env.update(PATH=f"{os.path.dirname(smi)}:{os.environ['PATH']}",
-                   FAKE_RANKS_LOG=self.log)
         os.remove(self.log)
-        proc = subprocess.run([LAUNCH, "--nproc_per_node=gpu", sys.executable, self.program],
-                              capture_output=True, text=True, timeout=120, env=env)
+        proc = self.launch("--nproc_per_node=gpu", unset=("CUDA_VISIBLE_DEVICES",),
+                           env={"PATH": f"{os.path.dirname(smi)}:{os.environ['PATH']}"})
         self.assertExit(proc, 0)
         self.assertEqual(sorted(r["RANK"] for r in self.ranks()), ["0", "1", "2"])
 
@@ -284,26 +285,20 @@ class LaunchTest(ToolTest):
         self.assertEqual(len(self.ranks()), 10)
 
     def test_bad_input(self):
-        cases = [
-            (["--nproc_per_node=gpu"], {"CUDA_VISIBLE_DEVICES": ""}, "found no visible GPU"),
-            (["--nproc_per_node=1,x"], {}, "'x' is not a number of ranks"),
-            (["--nproc_per_node=0"], {}, "'0' is not a number of ranks"),
-            (["--nproc_per_node=2,2"], {}, "lists 2 twice"),
-            (["--nproc_per_node=1,2", "--x=1", "--benchmark_out=a.json"], {},
+        cases = [  # (launcher arguments, program arguments, environment, message)
+            (["--nproc_per_node=gpu"], [], {"CUDA_VISIBLE_DEVICES": ""}, "found no visible GPU"),
+            (["--nproc_per_node=1,x"], [], {}, "'x' is not a number of ranks"),
+            (["--nproc_per_node=0"], [], {}, "'0' is not a number of ranks"),
+            (["--nproc_per_node=2,2"], [], {}, "lists 2 twice"),
+            (["--nproc_per_node=1,2"], ["--benchmark_out=a.json"], {},
              "drop --benchmark_out=a.json"),
-            (["--nnodes=2", "--node_rank=2"], {}, "must be below --nnodes=2"),
-            (["--nnodes=2", "--node_rank=1"], {}, "give every node the same --master_port"),
-            (["--nproc=2"], {}, "unknown option --nproc"),
+            (["--nnodes=2", "--node_rank=2"], [], {}, "must be below --nnodes=2"),
+            (["--nnodes=2", "--node_rank=1"], [], {}, "give every node the same --master_port"),
+            (["--nproc=2"], [], {}, "unknown option --nproc"),
         ]
-        for args, env, message in cases:
+        for args, program_args, env, message in cases:
             with self.subTest(args=args):
-                if "--benchmark_out=a.json" in args:
-                    proc = subprocess.run(
-                        [LAUNCH, args[0], sys.executable, self.program, *args[1:]],
-                        capture_output=True, text=True, timeout=60,
-                        env=dict(os.environ, FAKE_RANKS_LOG=self.log))
-                else:
-                    proc = self.launch(*args, env=env)
+                proc = self.launch(*args, env=env, program_args=program_args)
                 self.assertExit(proc, 2)
                 self.assertIn(message, proc.stderr)
                 self.assertEqual(self.ranks(), [])
