@@ -1,0 +1,92 @@
+"""The documentation: a short README that links every page under docs/, and
+relative links that lead to files (and headings) that exist."""
+import glob
+import os
+import re
+import unittest
+
+from helpers import REPO
+
+README = os.path.join(REPO, "README.md")
+DOCS = os.path.join(REPO, "docs")
+README_MAX_LINES = 300
+
+FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
+CODE_SPAN = re.compile(r"(`+)(?:.|\n)*?\1")
+# [text](target) and ![alt](target); a target ends at a space or ')'.
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def pages():
+    return sorted(glob.glob(os.path.join(DOCS, "*.md")))
+
+
+def prose(text):
+    """The text without fenced code blocks and code spans, where brackets
+    and parentheses are code, not links."""
+    return CODE_SPAN.sub("", FENCE.sub("", text))
+
+
+def links(text):
+    return LINK.findall(prose(text))
+
+
+def relative(target):
+    return not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target) and not target.startswith("//")
+
+
+def anchors(text):
+    """GitHub's heading anchors: lower case, punctuation other than '-' and
+    '_' dropped, spaces as '-', a repeated anchor numbered -1, -2, ..."""
+    seen = {}
+    found = set()
+    for heading in re.findall(r"(?m)^#{1,6}[ \t]+(.+?)[ \t#]*$", FENCE.sub("", text)):
+        slug = re.sub(r"[^\w\- ]", "", heading.replace("`", "").strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        found.add(slug if n == 0 else f"{slug}-{n}")
+    return found
+
+
+class DocsTest(unittest.TestCase):
+    def test_the_readme_is_short(self):
+        with open(README, encoding="utf-8") as f:
+            lines = sum(1 for _ in f)
+        self.assertLessEqual(lines, README_MAX_LINES,
+                             "README.md is a short read: move detail into a page under docs/")
+
+    def test_the_readme_links_every_page(self):
+        self.assertTrue(pages(), "docs/ has no pages")
+        linked = {os.path.normpath(os.path.join(REPO, t.split("#", 1)[0]))
+                  for t in links(read(README)) if relative(t)}
+        for page in pages():
+            self.assertIn(page, linked, f"README.md does not link docs/{os.path.basename(page)}")
+
+    def test_every_page_starts_with_a_title_and_links_back(self):
+        for page in pages():
+            text = read(page)
+            self.assertRegex(text, r"^# \S", f"{page} starts with its title")
+            self.assertIn("](../README.md)", text, f"{page} links back to the README")
+
+    def test_relative_links_lead_to_files_and_headings_that_exist(self):
+        for doc in [README] + pages():
+            text = read(doc)
+            for target in links(text):
+                if not relative(target):
+                    continue
+                path, _, anchor = target.partition("#")
+                where = os.path.normpath(os.path.join(os.path.dirname(doc), path)) if path else doc
+                name = os.path.relpath(doc, REPO)
+                self.assertTrue(os.path.exists(where), f"{name} links {target}: no such file")
+                if anchor and where.endswith(".md"):
+                    self.assertIn(anchor, anchors(read(where)),
+                                  f"{name} links {target}: no such heading")
+
+
+if __name__ == "__main__":
+    unittest.main()
