@@ -90,6 +90,18 @@ add_library(ltb::torch ALIAS ltb_torch)
 # --- zlib (shard checksums) ---
 find_package(ZLIB REQUIRED)
 
+# --- nlohmann/json (JSON text the suite writes or reads) ---------------------
+find_package(nlohmann_json 3.10 CONFIG QUIET)
+if(NOT nlohmann_json_FOUND)
+  ltb_fetch_or_fail(nlohmann-json)
+  message(STATUS "libtorch-bench: no system nlohmann-json, fetching v3.11.2")
+  set(JSON_Install OFF)
+  FetchContent_Declare(nlohmann_json
+    GIT_REPOSITORY https://github.com/nlohmann/json.git
+    GIT_TAG v3.11.2 GIT_SHALLOW TRUE)
+  FetchContent_MakeAvailable(nlohmann_json)
+endif()
+
 # --- Abseil -----------------------------------------------------------------
 find_package(absl CONFIG QUIET)
 if(NOT absl_FOUND)

@@ -167,12 +167,13 @@ struct Family {
   bool replaces_default_suite = false;
   int64_t default_batch = 0;          // 0: no batch setting
   std::vector<int64_t> default_seqs;  // without --seq; empty: no sequence setting
-  // The CPU's own defaults (0 or empty: the above): smaller, so that the
-  // default suite measures several steps of each benchmark on a few cores.
-  int64_t cpu_default_batch = 0;
-  std::vector<int64_t> cpu_default_seqs;
-  int64_t cpu_default_new_tokens = 0;  // generation, without --new_tokens
-  bool sweeps_memory_format = false;   // convolution models: --memory_format
+  // The default suite's shapes on the CPU (0 or empty: the above): smaller,
+  // so that it measures several steps of each benchmark on a few cores. A
+  // filter or a sweep gets the defaults above on every device.
+  int64_t suite_cpu_batch = 0;
+  std::vector<int64_t> suite_cpu_seqs;
+  int64_t suite_cpu_new_tokens = 0;   // generation, without --new_tokens
+  bool sweeps_memory_format = false;  // convolution models: --memory_format
   // Its models build their linear layers as PackableLinear: CPU inference
   // phases sweep --cpu_linear.
   bool packs_cpu_linears = false;

@@ -80,9 +80,15 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
       measured > 0 ? static_cast<double>(state.iterations()) / measured : 0;
   if (options.peaks != nullptr && steps_per_s > 0) {
     const double fastest = m.fastest;
-    const auto report = [&](const char* name, const Utilisation& u) {
+    // Each utilisation comes with the peak it divides by (mfu_peak,
+    // mbu_peak): a measured peak may have been raised by an earlier
+    // benchmark, or by this one.
+    const auto report = [&](const std::string& name, const Utilisation& u) {
       if (!u.note.empty()) std::cerr << "bench: " << name << ": " << u.note << "\n";
-      if (u.value >= 0) c[name] = u.value;
+      if (u.value >= 0) {
+        c[name] = u.value;
+        c[name + "_peak"] = u.peak;
+      }
     };
     if (plan.flops_per_step > 0) {
       // Throughput counts every rank; the peak is one device's.

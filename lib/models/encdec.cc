@@ -262,7 +262,7 @@ Family EncDecFamily(const EncDecOverrides& overrides) {
   f.phases = {ForwardPhase(), TrainStepPhase(), TrainEpochPhase()};
   f.suite = {"tiny/"};
   f.default_batch = 64;
-  f.cpu_default_batch = 16;
+  f.suite_cpu_batch = 16;
   f.default_seqs = {128};
   f.plan = PlanEncDec;
   f.build = BuildEncDec;

@@ -96,7 +96,7 @@ Family EncoderFamily() {
   // 4096) runs with a filter naming Encoder.
   f.suite = {"default/[^/]+/[^/]+/batch:[0-9]+/seq:128/"};
   f.default_batch = 8;
-  f.cpu_default_batch = 4;
+  f.suite_cpu_batch = 4;
   f.default_seqs = {128, 256, 512, 1024, 2048, 4096};
   f.plan = PlanEncoder;
   f.build = BuildEncoder;

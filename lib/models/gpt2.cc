@@ -301,8 +301,8 @@ Family GPT2Family() {
   f.packs_cpu_linears = true;
   f.default_batch = 1;
   f.default_seqs = {512};
-  f.cpu_default_seqs = {64};
-  f.cpu_default_new_tokens = 32;
+  f.suite_cpu_seqs = {64};
+  f.suite_cpu_new_tokens = 32;
   f.plan = PlanGPT2;
   f.build = BuildGPT2;
   return f;

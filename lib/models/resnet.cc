@@ -149,7 +149,7 @@ Family ResNetFamily() {
   f.suite = {"resnet18/"};
   f.packs_cpu_linears = true;
   f.default_batch = 32;
-  f.cpu_default_batch = 4;
+  f.suite_cpu_batch = 4;
   f.sweeps_memory_format = true;
   f.plan = [](const BenchSpec& s) -> absl::StatusOr<Plan> {
     absl::StatusOr<ResNetOptions> o = ResNetSizeOptions(s.size);

@@ -240,8 +240,8 @@ Family TransformerFamily() {
   f.packs_cpu_linears = true;
   f.default_batch = 4;
   f.default_seqs = {512};
-  f.cpu_default_batch = 1;
-  f.cpu_default_seqs = {64};
+  f.suite_cpu_batch = 1;
+  f.suite_cpu_seqs = {64};
   f.plan = PlanTransformer;
   f.build = BuildTransformer;
   return f;

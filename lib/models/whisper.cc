@@ -462,7 +462,7 @@ Family WhisperFamily() {
   f.suite = {"tiny/"};
   f.packs_cpu_linears = true;
   f.default_batch = 1;
-  f.cpu_default_new_tokens = 32;
+  f.suite_cpu_new_tokens = 32;
   f.plan = PlanWhisper;
   f.build = BuildWhisper;
   return f;

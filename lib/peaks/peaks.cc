@@ -287,6 +287,7 @@ Utilisation UtilisationOf(Peak& peak, double mean_rate, double best_rate,
     return u;
   }
   u.value = value;
+  u.peak = peak.value;
   return u;
 }
 

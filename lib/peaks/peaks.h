@@ -29,6 +29,7 @@ struct Peak {
 // A utilisation (mfu, mbu) against a peak, or why there is none.
 struct Utilisation {
   double value = -1;  // in [0, 1]; -1: none
+  double peak = 0;    // what `value` divides by, after any raise it made
   std::string note;   // a raised peak, or why a value is left out
 };
 
@@ -71,7 +72,8 @@ class Peaks {
 
   // Context entries: peak_flops_<device>_<dtype> (or why there is none),
   // gemm_flops_<device>_<dtype> (what LibTorch's default matmul reached),
-  // peak_bandwidth_<device>.
+  // peak_bandwidth_<device>; each peak as it stands now, with every raise
+  // a benchmark made to it (which one, from what, to what).
   std::vector<std::pair<std::string, std::string>> Context() const;
 
  private:

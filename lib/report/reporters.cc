@@ -1,8 +1,57 @@
 #include "report/reporters.h"
 
+#include <nlohmann/json.hpp>
+
 #include "base/interrupt.h"
 
 namespace ltb {
+
+bool LateContextReporter::ReportContext(const Context& context) {
+  inner_->SetOutputStream(&GetOutputStream());
+  inner_->SetErrorStream(&GetErrorStream());
+  json_ = dynamic_cast<benchmark::JSONReporter*>(inner_) != nullptr;
+  if (!json_) {
+    const bool ok = inner_->ReportContext(context);
+    for (const auto& [key, value] : late_()) {
+      GetErrorStream() << key << ": " << value << "\n";
+    }
+    return ok;
+  }
+  // Google Benchmark writes `{ "context": {...}, "benchmarks": [`: keep the
+  // context's entries for the end and open the benchmarks' list alone.
+  std::ostringstream text;
+  inner_->SetOutputStream(&text);
+  const bool ok = inner_->ReportContext(context);
+  inner_->SetOutputStream(&GetOutputStream());
+  const std::string written = text.str();
+  const std::string open = "\"context\": {\n", close = "\n  },\n  \"benchmarks\": [\n";
+  const size_t begin = written.find(open), end = written.rfind(close);
+  if (begin == std::string::npos || end == std::string::npos || end < begin) {
+    // Another layout than the one this knows: Google Benchmark's, unchanged.
+    json_context_.clear();
+    json_ = false;
+    GetOutputStream() << written;
+    return ok;
+  }
+  json_context_ = written.substr(begin + open.size(), end - begin - open.size());
+  GetOutputStream() << "{\n  \"benchmarks\": [\n";
+  return ok;
+}
+
+void LateContextReporter::Finalize() {
+  if (!json_) {
+    inner_->Finalize();
+    return;
+  }
+  std::ostream& out = GetOutputStream();
+  out << "\n  ],\n  \"context\": {\n" << json_context_;
+  for (const auto& [key, value] : late_()) {
+    out << ",\n    " << nlohmann::json(key).dump() << ": "
+        << nlohmann::json(value).dump();
+  }
+  out << "\n  }\n}\n";
+  out.flush();
+}
 
 bool StoppedRunsFilter::ReportContext(const Context& context) {
   if (pass_streams_) {

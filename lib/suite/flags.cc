@@ -26,9 +26,11 @@ ABSL_FLAG(ltb::DeviceList, devices, {},
           "Devices to benchmark, e.g. cpu,cuda,cuda:1,mps. Default: every available "
           "device.");
 ABSL_FLAG(ltb::PositiveInts, batch, {},
-          "Batch sizes to sweep, e.g. 1,8,32. Default: per family.");
+          "Batch sizes to sweep, e.g. 1,8,32. Default: per family (smaller on the CPU in "
+          "the default suite alone).");
 ABSL_FLAG(ltb::PositiveInts, seq, {},
-          "Sequence lengths to sweep, e.g. 128,512. Default: per family.");
+          "Sequence lengths to sweep, e.g. 128,512. Default: per family (shorter on the "
+          "CPU in the default suite alone).");
 ABSL_FLAG(ltb::PositiveInts, prompt, ltb::PositiveInts{{32}},
           "Prompt tokens per sequence for generate, e.g. 32,128.");
 ABSL_FLAG(ltb::PositiveInts, new_tokens, ltb::PositiveInts{{ltb::kDefaultNewTokens}},
@@ -525,7 +527,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   sweep.seqs = absl::GetFlag(FLAGS_seq).values;
   sweep.prompts = absl::GetFlag(FLAGS_prompt).values;
   const std::vector<int64_t> new_tokens = absl::GetFlag(FLAGS_new_tokens).values;
-  // Not given: each device's default (the CPU generates fewer).
+  // Not given: the default (in the default suite the CPU generates fewer).
   if (SuiteFlagGiven("new_tokens")) sweep.new_tokens = new_tokens;
   sweep.channels_last = absl::GetFlag(FLAGS_memory_format).channels_last;
   sweep.tf32 = absl::GetFlag(FLAGS_tf32).values;

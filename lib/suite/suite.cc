@@ -205,7 +205,8 @@ void AddContext(const SuiteOptions& o, const std::string& malloc_description,
        "aten: LibTorch's default linear path; names ending in /onednn: linear weights "
        "packed once for oneDNN (CPU inference)"},
   };
-  for (const auto& kv : State().peaks->Context()) extra.push_back(kv);
+  // The peaks are added by the reporters (LateContextReporter): a benchmark
+  // may raise a measured one.
   for (const auto& [key, value] : CollectContext(extra)) {
     benchmark::AddCustomContext(key, value);
   }
@@ -334,7 +335,7 @@ absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& comma
     SetCurrentProcessGroup(*std::move(group));
   }
   state.devices = sweep.devices;
-  sweep.cpu_shapes_everywhere = command_line.filter.empty();
+  sweep.default_suite = command_line.filter.empty();
   Warn(command_line);
 
   std::vector<MatmulShape> matmuls;
@@ -390,13 +391,19 @@ int RunSuite() {
   benchmark::BenchmarkReporter* display = state.command_line.quiet_rank
                                               ? &null_reporter
                                               : benchmark::CreateDefaultDisplayReporter();
-  RecordingReporter recorder(display);
+  const LateContext peaks = [&state] { return state.peaks->Context(); };
+  LateContextReporter display_with_peaks(display, peaks);
+  RecordingReporter recorder(state.command_line.quiet_rank ? display
+                                                           : &display_with_peaks);
   StoppedRunsFilter shown(&recorder, /*pass_streams=*/false);
   std::unique_ptr<benchmark::BenchmarkReporter> file_format;
+  std::unique_ptr<LateContextReporter> file_with_peaks;
   std::unique_ptr<StoppedRunsFilter> file;
   if (!state.command_line.out.empty()) {
     file_format = FileReporter(state.command_line.out_format);
-    file = std::make_unique<StoppedRunsFilter>(file_format.get(), /*pass_streams=*/true);
+    file_with_peaks = std::make_unique<LateContextReporter>(file_format.get(), peaks);
+    file =
+        std::make_unique<StoppedRunsFilter>(file_with_peaks.get(), /*pass_streams=*/true);
   }
   InstallInterruptHandlers();
   const size_t matched =

@@ -23,10 +23,10 @@ struct Shapes {
 };
 
 // The shapes a case runs at on `device`: the flags', else the family's
-// defaults. The CPU has smaller defaults of its own, so that the default
-// suite measures several steps of every benchmark on a few cores; in the
-// default suite, the other devices measure those too, beside their own, so
-// that the speedup over the CPU compares the same work (`has_cpu`).
+// defaults. The default suite alone runs smaller shapes on the CPU, so that
+// it measures several steps of every benchmark on a few cores; the other
+// devices measure those too there, beside their own, so that the speedup
+// over the CPU compares the same work (`has_cpu`).
 std::vector<Shapes> ShapesOn(const Family& family, const Case& c, const Sweep& sweep,
                              const c10::Device& device, bool has_cpu) {
   auto shapes = [&](int64_t batch, const std::vector<int64_t>& seqs, int64_t new_tokens) {
@@ -54,11 +54,11 @@ std::vector<Shapes> ShapesOn(const Family& family, const Case& c, const Sweep& s
   };
   const int64_t batch = c.default_batch > 0 ? c.default_batch : family.default_batch;
   const Shapes usual = shapes(batch, family.default_seqs, 0);
+  if (!sweep.default_suite) return {usual};
   const Shapes cpu = shapes(
-      c.default_batch > 0 || family.cpu_default_batch <= 0 ? batch
-                                                           : family.cpu_default_batch,
-      family.cpu_default_seqs.empty() ? family.default_seqs : family.cpu_default_seqs,
-      family.cpu_default_new_tokens);
+      c.default_batch > 0 || family.suite_cpu_batch <= 0 ? batch : family.suite_cpu_batch,
+      family.suite_cpu_seqs.empty() ? family.default_seqs : family.suite_cpu_seqs,
+      family.suite_cpu_new_tokens);
   const bool differ = cpu.batches != usual.batches || cpu.lengths != usual.lengths;
   if (BackendOf(device).Caps().host) return {cpu};
   if (has_cpu && differ) return {usual, cpu};
@@ -71,7 +71,7 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
                                       const Sweep& sweep) {
   std::vector<Registration> out;
   const bool has_cpu =
-      sweep.cpu_shapes_everywhere &&
+      sweep.default_suite &&
       std::any_of(sweep.devices.begin(), sweep.devices.end(),
                   [](const c10::Device& d) { return BackendOf(d).Caps().host; });
   for (const Family& family : families) {

@@ -10,7 +10,8 @@
 
 namespace ltb {
 
-// Tokens generated per sequence without --new_tokens (and no CPU default).
+// Tokens generated per sequence without --new_tokens (and, in the default
+// suite on the CPU, no suite_cpu_new_tokens).
 constexpr int64_t kDefaultNewTokens = 100;
 
 struct Sweep {
@@ -18,7 +19,7 @@ struct Sweep {
   std::vector<int64_t> batches;  // empty: each family's default
   std::vector<int64_t> seqs;     // empty: each family's default
   std::vector<int64_t> prompts = {32};
-  std::vector<int64_t> new_tokens;  // empty: kDefaultNewTokens, or the CPU's own
+  std::vector<int64_t> new_tokens;  // empty: kDefaultNewTokens, or the suite's CPU one
   std::vector<c10::ScalarType> dtypes = {c10::kFloat};
   bool sync = true;
   int64_t bucket_mb = 25;  // --bucket_mb: data-parallel gradient buckets
@@ -27,10 +28,11 @@ struct Sweep {
   std::vector<bool> tf32 = {false};              // --tf32: fp32 on devices with TF32
   std::vector<bool> graphs = {false};            // --cuda_graphs: devices with graphs
   std::string compiled_dir;                      // --compiled: tools/export's files
-  // The default suite: devices other than the CPU also measure the CPU's
-  // default shapes (when the run includes the CPU), so that the speedup
-  // summary compares the same work.
-  bool cpu_shapes_everywhere = false;
+  // The default suite: the CPU runs each family's smaller suite shapes, and
+  // the other devices measure those too beside their own (when the run
+  // includes the CPU), so that the speedup summary compares the same work.
+  // Otherwise every device runs the families' defaults.
+  bool default_suite = false;
 };
 
 struct Registration {

@@ -290,7 +290,7 @@ class EpochTest(unittest.TestCase):
     def test_architecture_flags_name_a_custom_size(self):
         names = run_bench("--benchmark_list_tests", "--benchmark_filter=EncDec/", "--devices=cpu",
                           "--d_model=96", "--nhead=6").stdout.split()
-        self.assertIn("EncDec/custom_d96_h6_e3_d3_ff512/cpu/train_step/batch:16/seq:128/fp32/"
+        self.assertIn("EncDec/custom_d96_h6_e3_d3_ff512/cpu/train_step/batch:64/seq:128/fp32/"
                       "manual_time", names)
         self.assertFalse([n for n in names if "/tiny/" in n])
         proc = run_bench("--d_model=100", "--nhead=8", check=False)
@@ -524,34 +524,45 @@ class PeaksTest(unittest.TestCase):
                          "--warmup_s=0")
         doc = json.loads(proc.stdout)
         ctx = doc["context"]
-        # A measured peak that a benchmark's fastest step beats (a shared
-        # machine's load while it was measured) is raised, and stderr says so.
-        raised = re.findall(r"bench: mfu: (\S+)'s fastest step reached (\S+), above the "
-                            r"measured (\w+) FLOP/s peak (\S+):", proc.stderr)
         for dtype in ("fp32", "bf16"):
             if f"peak_flops_cpu_{dtype}" not in ctx or "none" in ctx[f"peak_flops_cpu_{dtype}"]:
                 self.assertEqual(dtype, "bf16", "every x86-64 CPU this runs on has fp32 FMA")
                 continue
-            self.assertIn("measured", ctx[f"peak_flops_cpu_{dtype}"])
-            self.assertIn("loop", ctx[f"peak_flops_cpu_{dtype}"])
-            peak = peak_of(ctx, f"peak_flops_cpu_{dtype}")
-            stock = peak_of(ctx, f"gemm_flops_cpu_{dtype}")
-            self.assertGreaterEqual(peak, stock, "the peak is at least the best GEMM step")
-            matmuls = [b for b in doc["benchmarks"]
-                       if b["name"].startswith("Ops/matmul/") and f"/{dtype}/" in b["name"]]
+            source = ctx[f"peak_flops_cpu_{dtype}"]
+            self.assertIn("measured", source)
+            self.assertIn("loop", source)
+            # The context is written when the run has ended: the peak as the
+            # run left it, after each raise a benchmark's fastest step made
+            # (a shared machine's load while it was measured), in order.
+            final = peak_of(ctx, f"peak_flops_cpu_{dtype}")
+            number = r"([0-9.]+(?:e[+-]?[0-9]+)?)"
+            raises = re.findall(rf"raised to {number} by (\S+) \(from {number}\)", source)
+            start = float(raises[0][2]) if raises else final
+            self.assertGreaterEqual(start, peak_of(ctx, f"gemm_flops_cpu_{dtype}"),
+                                    "the peak is at least the best GEMM step")
+            entries = [b for b in doc["benchmarks"] if f"/{dtype}/" in b["name"]]
+            matmuls = [b for b in entries if b["name"].startswith("Ops/matmul/")]
             self.assertEqual(len(matmuls), 4)
-            for b in doc["benchmarks"]:
-                if f"/{dtype}/" not in b["name"]:
-                    continue
-                for name, best, peak_dtype, old in raised:
-                    if name == b["name"]:
-                        self.assertEqual(peak_dtype, dtype)
-                        self.assertAlmostEqual(float(old), peak, delta=1e-3 * peak)
-                        self.assertGreater(float(best), peak)
-                        peak = float(best)
-                # Never above 1, and against the peak in force when it ran.
+            names = [b["name"].removesuffix("/manual_time") for b in entries]
+            for to, name, before in raises:
+                self.assertIn(name, names, "a raise names a benchmark of the run")
+                self.assertGreater(float(to), float(before))
+            # Every entry names the peak its mfu divides by: never above 1,
+            # never lower than the one before it, the run's last at most
+            # the context's.
+            used = start
+            for b in entries:
                 self.assertLessEqual(b["mfu"], 1.0, b["name"])
-                self.assertAlmostEqual(b["mfu"], b["FLOP/s"] / peak, delta=1e-3 * b["mfu"])
+                self.assertAlmostEqual(b["mfu"], b["FLOP/s"] / b["mfu_peak"],
+                                       delta=1e-3 * b["mfu"])
+                self.assertGreaterEqual(b["mfu_peak"], used * (1 - 1e-3), b["name"])
+                used = b["mfu_peak"]
+                raised_here = [float(to) for to, name, _ in raises
+                               if name == b["name"].removesuffix("/manual_time")]
+                if raised_here:
+                    self.assertAlmostEqual(b["mfu_peak"], raised_here[-1],
+                                           delta=1e-3 * b["mfu_peak"])
+            self.assertAlmostEqual(used, final, delta=1e-3 * final)
             # A matmul's bytes, each operand once, give its arithmetic
             # intensity (2 m k n FLOPs over them); no mbu and no bandwidth
             # peak come of them.
@@ -574,8 +585,10 @@ class PeaksTest(unittest.TestCase):
         by_phase = {b["run_name"].split("/")[3]: b for b in doc["benchmarks"]}
         self.assertAlmostEqual(by_phase["forward"]["mfu"], by_phase["forward"]["FLOP/s"] / 1e12,
                                delta=1e-3 * by_phase["forward"]["mfu"])
+        self.assertEqual(by_phase["forward"]["mfu_peak"], 1e12)
         gen = by_phase["generate"]
         self.assertAlmostEqual(gen["mbu"], gen["weight_GB/s"] * 1e9 / 1e10, delta=1e-3 * gen["mbu"])
+        self.assertEqual(gen["mbu_peak"], 1e10)
 
     def test_bad_peaks_exit_2(self):
         proc = run_bench("--peak_flops=fp64=1", check=False)
@@ -640,7 +653,7 @@ class SuiteTest(unittest.TestCase):
         names = run_bench("--benchmark_list_tests", "--benchmark_filter=all",
                           "--devices=cpu", "--batch=1,8", "--dtype=fp32,bf16").stdout.split()
         for size in ("nano", "small", "medium", "large", "xl", "2.7B"):
-            self.assertIn(f"Transformer/{size}/cpu/train_step/batch:8/seq:64/bf16/manual_time",
+            self.assertIn(f"Transformer/{size}/cpu/train_step/batch:8/seq:512/bf16/manual_time",
                           names)
         self.assertEqual(len([n for n in names if n.startswith("Transformer/")]),
                          6 * 4 * 2 * 2)

@@ -99,8 +99,8 @@ TEST(ExpandSweep, BucketCapNamesDataParallelTrainingOnlyWhenNotTheDefault) {
   std::set<std::string> names;
   for (const Registration& r : ExpandSweep(families, sweep)) names.insert(r.spec.Name());
   EXPECT_TRUE(
-      names.count("Transformer/nano/cpu/train_step/batch:1/seq:64/fp32/bucket_mb:4"));
-  EXPECT_TRUE(names.count("Transformer/nano/cpu/forward/batch:1/seq:64/fp32"));
+      names.count("Transformer/nano/cpu/train_step/batch:4/seq:512/fp32/bucket_mb:4"));
+  EXPECT_TRUE(names.count("Transformer/nano/cpu/forward/batch:4/seq:512/fp32"));
   sweep.bucket_mb = 25;
   for (const Registration& r : ExpandSweep(families, sweep)) {
     EXPECT_FALSE(absl::StrContains(r.spec.Name(), "bucket_mb")) << r.spec.Name();
@@ -164,8 +164,7 @@ size_t CaseCount(const Family& f, const Case& c, const Sweep& sweep) {
     if (c.needs_host_transfers && !d.is_cuda()) continue;
     const size_t dtypes = c.sweeps_dtype ? sweep.dtypes.size() : 1;
     const size_t batches = c.phase.shape == Shape::kNone ? 1 : sweep.batches.size();
-    const std::vector<int64_t>& seqs =
-        d.is_cpu() && !f.cpu_default_seqs.empty() ? f.cpu_default_seqs : f.default_seqs;
+    const std::vector<int64_t>& seqs = f.default_seqs;
     size_t lengths = 1;
     if (c.phase.shape == Shape::kSequence) {
       lengths = sweep.seqs.empty() ? seqs.size() : sweep.seqs.size();
@@ -206,46 +205,49 @@ TEST(ExpandSweep, CrossesEveryListForEveryRegisteredFamily) {
   EXPECT_TRUE(names.count("Ops/matmul/2048x2048/cuda/bf16"));
   EXPECT_TRUE(names.count("ResNet/nano/cpu/forward/batch:1/bf16/channels_last"));
   EXPECT_TRUE(names.count("GPT2/nano/cuda/generate/batch:8/prompt:16/new:100/fp32"));
-  // Without --new_tokens the CPU generates its own default's worth.
-  EXPECT_TRUE(names.count("GPT2/nano/cpu/generate/batch:8/prompt:16/new:32/fp32"));
+  // Outside the default suite the CPU runs the card's shapes too.
+  EXPECT_TRUE(names.count("GPT2/nano/cpu/generate/batch:8/prompt:16/new:100/fp32"));
+  EXPECT_TRUE(names.count("Transformer/small/cpu/train_step/batch:8/seq:512/fp32"));
   EXPECT_FALSE(names.count("Ops/noop/empty/cpu/bf16"));
   EXPECT_FALSE(names.count("Ops/h2d_pinned/256MiB/cpu/fp32"));
 }
 
-TEST(ExpandSweep, TheCpuHasItsOwnDefaultShapesWhichTheDefaultSuiteRunsEverywhere) {
+TEST(ExpandSweep, OnlyTheDefaultSuiteRunsSmallerCpuShapesAndRunsThemEverywhere) {
   const std::vector<Family> families = {TransformerFamily()};
   const Family& f = families[0];
-  ASSERT_GT(f.cpu_default_batch, 0);
-  ASSERT_FALSE(f.cpu_default_seqs.empty());
+  ASSERT_GT(f.suite_cpu_batch, 0);
+  ASSERT_FALSE(f.suite_cpu_seqs.empty());
   const std::string cpu_shape =
-      absl::StrCat("batch:", f.cpu_default_batch, "/seq:", f.cpu_default_seqs[0]);
+      absl::StrCat("batch:", f.suite_cpu_batch, "/seq:", f.suite_cpu_seqs[0]);
   const std::string usual_shape =
       absl::StrCat("batch:", f.default_batch, "/seq:", f.default_seqs[0]);
   ASSERT_NE(cpu_shape, usual_shape);
-  const auto names = [&](bool everywhere) {
+  const auto names = [&](bool default_suite) {
     Sweep sweep;
     sweep.devices = {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 0)};
-    sweep.cpu_shapes_everywhere = everywhere;
+    sweep.default_suite = default_suite;
     std::set<std::string> out;
     for (const Registration& r : ExpandSweep(families, sweep)) {
       if (r.spec.size == "small" && r.spec.phase == "forward") out.insert(r.spec.Name());
     }
     return out;
   };
-  const std::set<std::string> cpu = {"Transformer/small/cpu/forward/" + cpu_shape +
-                                     "/fp32"};
   const std::string cuda_usual =
       "Transformer/small/cuda/forward/" + usual_shape + "/fp32";
   const std::string cuda_cpu = "Transformer/small/cuda/forward/" + cpu_shape + "/fp32";
-  std::set<std::string> expected = cpu;
-  expected.insert(cuda_usual);
-  EXPECT_EQ(names(false), expected);
-  expected.insert(cuda_cpu);  // the default suite: the CPU's work on the GPU too
-  EXPECT_EQ(names(true), expected);
+  // A filter or a sweep: the card's shapes on every device.
+  EXPECT_EQ(names(false),
+            (std::set<std::string>{
+                "Transformer/small/cpu/forward/" + usual_shape + "/fp32", cuda_usual}));
+  // The default suite: the CPU's smaller shapes, and the CPU's work on the
+  // GPU too.
+  EXPECT_EQ(names(true),
+            (std::set<std::string>{"Transformer/small/cpu/forward/" + cpu_shape + "/fp32",
+                                   cuda_usual, cuda_cpu}));
   // Without the CPU in the run, or with shapes given, no twins.
   Sweep gpu_only;
   gpu_only.devices = {c10::Device(c10::kCUDA, 0)};
-  gpu_only.cpu_shapes_everywhere = true;
+  gpu_only.default_suite = true;
   size_t forward = 0;
   for (const Registration& r : ExpandSweep(families, gpu_only)) {
     forward += r.spec.size == "small" && r.spec.phase == "forward";
@@ -253,7 +255,7 @@ TEST(ExpandSweep, TheCpuHasItsOwnDefaultShapesWhichTheDefaultSuiteRunsEverywhere
   EXPECT_EQ(forward, f.default_seqs.size());
   Sweep given;
   given.devices = {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 0)};
-  given.cpu_shapes_everywhere = true;
+  given.default_suite = true;
   given.batches = {2};
   given.seqs = {64};
   std::set<std::string> both;

@@ -271,7 +271,7 @@ class HtmlReportTest(ToolTest):
         out = os.path.join(self.tmp, "real.json")
         proc = subprocess.run(
             [bench, "--benchmark_filter=^(Ops/matmul|Transformer/nano/cpu/forward)",
-             "--benchmark_min_time=0.05", "--warmup_s=0.05", "--peak_flops=1e11",
+             "--batch=2", "--seq=32", "--benchmark_min_time=0.05", "--warmup_s=0.05", "--peak_flops=1e11",
              "--peak_bandwidth=1e10", f"--benchmark_out={out}", "--benchmark_out_format=json"],
             capture_output=True, text=True, timeout=600)
         self.assertEqual(proc.returncode, 0, proc.stderr)

@@ -9,13 +9,17 @@ namespace (unshare -m, root only) that hides what the machine has:
   an installed Python, fetches nothing, and bench runs with the kit's
   libraries.
 
-One test does both, building `bench` once in a fresh build directory with
-LTB_JOBS (default 2) jobs: minutes. LTB_SKIP_SETUP_TESTS=1 skips them.
+One test does both in fresh build directories with LTB_JOBS (default 2)
+jobs, building what the toolkit and the kit change rather than the whole
+suite again: the CUDA boundary (lib/device/cuda_runtime.cc) compiled from the
+wheel's headers and linked with LibTorch, the CUDA runtime, Google Benchmark
+and Abseil as bench links them (the `cuda_boundary` target): about a minute. LTB_SKIP_SETUP_TESTS=1 skips them.
 LTB_BUILD_LOCK=FILE runs each build under `flock FILE` (for machines whose
 builds take turns). The tests reuse the set-up virtual environment (LTB_VENV,
 or the Python running them when it is one); they never install torch."""
 import glob
 import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -99,9 +103,11 @@ def _hide_dev_packages(scratch):
     lines = [f'empty={scratch}/empty; nofile={scratch}/nofile',
              'mkdir -p "$empty"; : >"$nofile"']
     dirs = ["/usr/include/absl", "/usr/include/benchmark", "/usr/include/gtest",
-            "/usr/include/gmock", "/usr/include/gloo", "/usr/share/benchmark"]
+            "/usr/include/gmock", "/usr/include/gloo", "/usr/include/nlohmann",
+            "/usr/share/benchmark"]
     dirs += glob.glob("/usr/lib/*/cmake/absl") + glob.glob("/usr/lib/*/cmake/benchmark")
-    dirs += glob.glob("/usr/lib/*/cmake/GTest")
+    dirs += glob.glob("/usr/lib/*/cmake/GTest") + glob.glob("/usr/share/cmake/nlohmann_json")
+    dirs += glob.glob("/usr/lib/*/cmake/nlohmann_json")
     files = ["/usr/include/zlib.h"]
     for pattern in ("libabsl_*", "libbenchmark*", "libgtest*", "libgmock*", "libz.so", "libz.a"):
         files += glob.glob("/usr/lib/*/" + pattern)
@@ -135,14 +141,14 @@ def _kit(tmp):
 
 @unittest.skipIf(WHY_NOT, WHY_NOT)
 class SetupElsewhereTest(unittest.TestCase):
-    """Both machines in one build of bench: first tools/setup online with
-    the toolkit hidden, which installs the CUDA headers the wheel lacks and
-    configures (building one small target); then, with the toolkit still
-    hidden, the network cut and the -dev packages hidden, `tools/setup
-    --offline KIT` builds bench from the kit, compiling the CUDA code path
-    from the wheel's headers."""
+    """Both machines: first tools/setup online with the toolkit hidden,
+    which installs the CUDA headers the wheel lacks and configures (building
+    one small target); then, with the toolkit still hidden, the network cut
+    and the -dev packages hidden, `tools/setup --offline KIT` configures from
+    the kit and builds the CUDA boundary from the wheel's headers, linked
+    with the kit's libraries, and it runs."""
 
-    def test_builds_bench_without_nvcc_and_offline_from_kit(self):
+    def test_builds_the_cuda_boundary_without_nvcc_and_offline_from_kit(self):
         venv = _venv()
         python = os.path.join(venv, "bin", "python")
         jobs = os.environ.get("LTB_JOBS", "2")
@@ -167,20 +173,20 @@ class SetupElsewhereTest(unittest.TestCase):
 
             # 2. Offline as well: bench from the kit, nothing fetched.
             build = os.path.join(tmp, "build")
-            bench = os.path.join(build, "bench", "bench")
+            boundary = os.path.join(build, "test", "cuda_boundary")
             # A venv that tools/setup would use if it went online: absent.
             env = (f"LTB_VENV={shlex.quote(os.path.join(tmp, 'no-venv'))} "
                    f"LTB_PYTHON={shlex.quote(python)} LTB_BUILD_DIR={shlex.quote(build)} "
-                   f"LTB_TARGETS=bench LTB_JOBS={jobs}")
+                   f"LTB_TARGETS=cuda_boundary LTB_JOBS={jobs}")
             script = (_hide_cuda_toolkit(tmp) + _hide_dev_packages(tmp)
                       + "! python3 -c 'import socket; socket.create_connection((\"pypi.org\", 443), 3)' "
                         "2>/dev/null || { echo 'the network is reachable'; exit 98; }\n"
                       + f"env {env} {_lock()}{shlex.quote(SETUP)} --offline {shlex.quote(kit)}\n"
-                      + f"{shlex.quote(bench)} --benchmark_list_tests --benchmark_filter=Ops/.*/cpu\n")
+                      + f"{shlex.quote(boundary)} --benchmark_min_time=0.01\n")
             run = _in_namespace(["-m", "-n"], script)
             log = run.stdout + run.stderr
             self.assertEqual(run.returncode, 0, log[-6000:])
-            self.assertIn("Ops/", run.stdout)
+            self.assertIn("empty", run.stdout)
             self.assertFalse(os.path.exists(os.path.join(tmp, "no-venv")))
             with open(os.path.join(build, "configure.log")) as f:
                 configure = f.read()
@@ -188,20 +194,27 @@ class SetupElsewhereTest(unittest.TestCase):
             if cuda:
                 self.assertIn("CUDA runtime and headers from the torch wheel", configure)
                 # The CUDA code path was compiled, not the stub.
-                objects = glob.glob(os.path.join(build, "lib", "**", "cuda_runtime.cc.o"),
+                objects = glob.glob(os.path.join(build, "test", "**", "cuda_runtime.cc.o"),
                                     recursive=True)
                 self.assertTrue(objects, "cuda_runtime.cc was not compiled")
+            # Only what the toolkit and the kit change was built.
+            self.assertFalse(os.path.exists(os.path.join(build, "bench", "bench")))
             with open(os.path.join(build, "CMakeCache.txt")) as f:
                 cache = f.read()
-            for package in ("absl_DIR", "benchmark_DIR", "GTest_DIR"):
+            for package in ("absl_DIR", "benchmark_DIR", "GTest_DIR", "nlohmann_json_DIR"):
                 line = next(l for l in cache.splitlines() if l.startswith(package + ":"))
                 self.assertIn(os.path.realpath(kit), os.path.realpath(line.split("=", 1)[1]))
-            # bench runs outside the namespace too, as built.
-            listed = subprocess.run([bench, "--benchmark_list_tests",
-                                     "--benchmark_filter=Ops/.*/cpu"],
-                                    capture_output=True, text=True, timeout=300)
-            self.assertEqual(listed.returncode, 0, listed.stdout + listed.stderr)
-            self.assertIn("Ops/", listed.stdout)
+            # It runs outside the namespace too, as built (the kit's libraries
+            # through its RPATH), and says what it linked.
+            ran = subprocess.run([boundary, "--benchmark_min_time=0.01"],
+                                 capture_output=True, text=True, timeout=300)
+            self.assertEqual(ran.returncode, 0, ran.stdout + ran.stderr)
+            found = json.loads(ran.stdout.splitlines()[0])
+            self.assertEqual(found["cuda_compiled"], cuda)
+            if cuda:
+                self.assertRegex(found["cuda_runtime"], r"^\d+\.\d+$")
+            self.assertEqual(found["abseil"], "StrCat 1+1")
+            self.assertIn("empty", ran.stdout)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,92 @@
+#include "report/reporters.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace ltb {
+namespace {
+
+using BenchRun = benchmark::BenchmarkReporter::Run;
+
+BenchRun MakeRun(const std::string& name, double mfu) {
+  BenchRun run;
+  run.run_name.function_name = name;
+  run.iterations = 3;
+  run.real_accumulated_time = 0.3;
+  run.cpu_accumulated_time = 0.3;
+  run.counters["mfu"] = benchmark::Counter(mfu);
+  return run;
+}
+
+// The reporter as bench uses it, writing into `out`; `peak` is read when
+// the context is written.
+struct Written {
+  std::string text;
+  std::string errors;
+};
+
+Written Report(benchmark::BenchmarkReporter* format, std::string* peak,
+               const std::vector<BenchRun>& runs, const std::string& raised_to) {
+  std::ostringstream out, err;
+  LateContextReporter reporter(format, [peak] {
+    return std::vector<std::pair<std::string, std::string>>{
+        {"peak_flops_cpu_fp32", *peak}, {"quoted", "a \"b\"\n\\c"}};
+  });
+  reporter.SetOutputStream(&out);
+  reporter.SetErrorStream(&err);
+  benchmark::BenchmarkReporter::Context context;
+  context.name_field_width = 40;  // what RunSpecifiedBenchmarks sets
+  reporter.ReportContext(context);
+  for (const BenchRun& run : runs) reporter.ReportRuns({run});
+  *peak = raised_to;  // a benchmark raised it while the run went on
+  reporter.Finalize();
+  return {out.str(), err.str()};
+}
+
+TEST(LateContextReporter, JsonContextHoldsTheEntriesAsTheRunLeftThem) {
+  benchmark::JSONReporter json;
+  std::string peak = "4e11 FLOP/s (measured)";
+  const Written w =
+      Report(&json, &peak,
+             {MakeRun("Ops/matmul/256x256/cpu/fp32", 0.5),
+              MakeRun("Ops/matmul/512x512/cpu/fp32", 0.75)},
+             "5e11 FLOP/s (measured; raised to 5e11 by Ops/matmul/512x512)");
+  const nlohmann::json doc = nlohmann::json::parse(w.text);  // throws if not JSON
+  ASSERT_EQ(doc["benchmarks"].size(), 2u);
+  EXPECT_EQ(doc["benchmarks"][0]["name"], "Ops/matmul/256x256/cpu/fp32");
+  EXPECT_EQ(doc["benchmarks"][1]["mfu"], 0.75);
+  const nlohmann::json& ctx = doc["context"];
+  // Google Benchmark's own entries are kept, and the late ones are as they
+  // stood at the end, escaped.
+  EXPECT_TRUE(ctx.contains("date"));
+  EXPECT_TRUE(ctx.contains("library_build_type"));
+  EXPECT_EQ(ctx["peak_flops_cpu_fp32"],
+            "5e11 FLOP/s (measured; raised to 5e11 by Ops/matmul/512x512)");
+  EXPECT_EQ(ctx["quoted"], "a \"b\"\n\\c");
+  // The runs were written as they came, before the end.
+  EXPECT_LT(w.text.find("\"benchmarks\""), w.text.find("\"context\""));
+}
+
+TEST(LateContextReporter, JsonWithNoBenchmarkIsStillJson) {
+  benchmark::JSONReporter json;
+  std::string peak = "1";
+  const nlohmann::json doc = nlohmann::json::parse(Report(&json, &peak, {}, "2").text);
+  EXPECT_TRUE(doc["benchmarks"].empty());
+  EXPECT_EQ(doc["context"]["peak_flops_cpu_fp32"], "2");
+}
+
+TEST(LateContextReporter, TextFormatsPrintTheEntriesWithTheirContext) {
+  benchmark::ConsoleReporter console(benchmark::ConsoleReporter::OO_None);
+  std::string peak = "4e11 FLOP/s (measured)";
+  const Written w =
+      Report(&console, &peak, {MakeRun("Ops/matmul/256x256/cpu/fp32", 0.5)}, "5e11");
+  EXPECT_NE(w.errors.find("peak_flops_cpu_fp32: 4e11 FLOP/s (measured)\n"),
+            std::string::npos)
+      << w.errors;
+  EXPECT_NE(w.text.find("Ops/matmul/256x256/cpu/fp32"), std::string::npos) << w.text;
+}
+
+}  // namespace
+}  // namespace ltb
