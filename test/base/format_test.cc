@@ -2,10 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include "units.h"
+
 namespace ltb {
 namespace {
-
-constexpr int64_t kMiB = 1 << 20;
 
 TEST(FormatBytes, UsesBinaryUnits) {
   EXPECT_EQ(FormatBytes(512), "512 B");

@@ -4,11 +4,10 @@
 #include <gtest/gtest.h>
 
 #include "device/device.h"
+#include "units.h"
 
 namespace ltb {
 namespace {
-
-constexpr int64_t kMiB = 1 << 20;
 
 at::Tensor Bytes(int64_t n) { return at::empty({n}, at::kByte); }
 

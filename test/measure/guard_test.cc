@@ -3,11 +3,10 @@
 #include <gtest/gtest.h>
 
 #include "base/format.h"
+#include "units.h"
 
 namespace ltb {
 namespace {
-
-constexpr int64_t kMiB = 1 << 20;
 
 TEST(CheckFits, AcceptsWhatFitsAndNamesBothNumbersOtherwise) {
   const c10::Device cpu(c10::kCPU);

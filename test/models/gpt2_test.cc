@@ -13,7 +13,7 @@
 namespace ltb {
 namespace {
 
-GPT2Options Nano() { return GPT2SizeOptions("nano").value(); }
+GPT2Options GPT2Nano() { return GPT2SizeOptions("nano").value(); }
 
 TEST(GPT2Sizes, AnalyticCountEqualsTheCardForEverySize) {
   const std::map<std::string, int64_t> card = {{"nano", 229'632},
@@ -37,7 +37,7 @@ TEST(GPT2Sizes, BuiltModelsHaveTheCardsParameterCount) {
 }
 
 TEST(GPT2LM, ParameterNamesMatchTheReferenceAndTheHeadIsTied) {
-  GPT2LM model(Nano());
+  GPT2LM model(GPT2Nano());
   std::set<std::string> names;
   for (const auto& item : model->named_parameters()) names.insert(item.key());
   for (const char* name :
@@ -52,7 +52,7 @@ TEST(GPT2LM, ParameterNamesMatchTheReferenceAndTheHeadIsTied) {
 
 TEST(GPT2LM, IsCausal) {
   torch::manual_seed(3);
-  GPT2LM model(Nano());
+  GPT2LM model(GPT2Nano());
   torch::NoGradGuard no_grad;
   const at::Tensor a = torch::randint(0, 1000, {1, 12});
   at::Tensor b = a.clone();
@@ -64,7 +64,7 @@ TEST(GPT2LM, IsCausal) {
 
 TEST(GPT2Generate, CacheGivesExactlyTheTokensOfRecomputation) {
   torch::manual_seed(4);
-  GPT2LM model(Nano());
+  GPT2LM model(GPT2Nano());
   torch::NoGradGuard no_grad;
   for (int64_t batch : {1, 4}) {
     for (int64_t prompt : {1, 7, 32}) {
@@ -81,7 +81,7 @@ TEST(GPT2Generate, CacheGivesExactlyTheTokensOfRecomputation) {
 TEST(GPT2Generate, PackedCpuLinearsGiveTheSameTokens) {
   if (!CanPackLinear(c10::Device(c10::kCPU), c10::kFloat)) GTEST_SKIP() << "no oneDNN";
   torch::manual_seed(5);
-  GPT2LM model(Nano());
+  GPT2LM model(GPT2Nano());
   torch::NoGradGuard no_grad;
   const at::Tensor p = torch::randint(0, 1000, {2, 16});
   const at::Tensor expected = GenerateByRecompute(model, p, 24);
@@ -91,7 +91,7 @@ TEST(GPT2Generate, PackedCpuLinearsGiveTheSameTokens) {
 }
 
 TEST(GPT2Generate, CacheIsAllocatedOnceAndWrittenInPlace) {
-  GPT2LM model(Nano());
+  GPT2LM model(GPT2Nano());
   torch::NoGradGuard no_grad;
   KVCache cache = model->MakeCache(2, 20);
   ASSERT_EQ(cache.keys.size(), 2u);
@@ -111,7 +111,7 @@ TEST(GPT2Generate, CacheIsAllocatedOnceAndWrittenInPlace) {
 TEST(GPT2Flops, AnalyticForwardCountEqualsTheProfilers) {
   for (const auto& [batch, seq] :
        std::vector<std::pair<int64_t, int64_t>>{{1, 16}, {3, 40}}) {
-    GPT2Options o = Nano();
+    GPT2Options o = GPT2Nano();
     o.fused_attention(false);  // so attention runs as matmuls the profiler counts
     GPT2LM model(o);
     const at::Tensor tokens = torch::randint(0, 1000, {batch, seq});
@@ -125,7 +125,7 @@ TEST(GPT2Flops, AnalyticForwardCountEqualsTheProfilers) {
 }
 
 TEST(GPT2Flops, AnalyticGenerationCountEqualsTheProfilers) {
-  GPT2Options o = Nano();
+  GPT2Options o = GPT2Nano();
   o.fused_attention(false);
   GPT2LM model(o);
   const at::Tensor prompt = torch::randint(0, 1000, {2, 12});
@@ -140,12 +140,12 @@ TEST(GPT2Flops, HandCountForNano) {
   // Per layer 24 B T d^2 + 4 B T^2 d; head 2 B T d V. B = 2, T = 5, d = 64.
   const double b = 2, t = 5, d = 64, v = 1000;
   const double layer = 24 * b * t * d * d + 4 * b * t * t * d;
-  EXPECT_DOUBLE_EQ(GPT2ForwardFlops(Nano(), 2, 5), 2 * layer + 2 * b * t * d * v);
+  EXPECT_DOUBLE_EQ(GPT2ForwardFlops(GPT2Nano(), 2, 5), 2 * layer + 2 * b * t * d * v);
   // Generation: prompt 5 with one head row, then 2 steps over 6 and 7 keys.
   const double gen = 2 * (24 * b * t * d * d + 4 * b * t * t * d) +
                      2 * (24 * b * d * d + 4 * b * 6 * d) +
                      2 * (24 * b * d * d + 4 * b * 7 * d) + 3 * 2 * b * d * v;
-  EXPECT_DOUBLE_EQ(GPT2GenerateFlops(Nano(), 2, 5, 3), gen);
+  EXPECT_DOUBLE_EQ(GPT2GenerateFlops(GPT2Nano(), 2, 5, 3), gen);
 }
 
 BenchSpec GenerateSpec(int64_t prompt, int64_t new_tokens) {

@@ -12,7 +12,7 @@
 namespace ltb {
 namespace {
 
-TransformerOptions Nano() { return TransformerSizeOptions("nano").value(); }
+TransformerOptions TransformerNano() { return TransformerSizeOptions("nano").value(); }
 
 TEST(TransformerSizes, AnalyticCountEqualsTheCardForEverySize) {
   const std::map<std::string, int64_t> card = {
@@ -44,7 +44,7 @@ TEST(TransformerSizes, UnknownSizeNamesTheValidOnes) {
 }
 
 TEST(TransformerLM, ParameterNamesMatchTheReferenceModel) {
-  TransformerLM model(Nano());
+  TransformerLM model(TransformerNano());
   std::set<std::string> names;
   for (const auto& item : model->named_parameters()) names.insert(item.key());
   for (const char* name :
@@ -59,14 +59,14 @@ TEST(TransformerLM, ParameterNamesMatchTheReferenceModel) {
 }
 
 TEST(TransformerLM, OutputShapeIsBatchBySeqByVocab) {
-  TransformerLM model(Nano());
+  TransformerLM model(TransformerNano());
   const at::Tensor logits = model(torch::randint(0, 1000, {3, 17}));
   EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{3, 17, 1000}));
 }
 
 TEST(TransformerLM, IsCausal) {
   torch::manual_seed(1);
-  TransformerLM model(Nano());
+  TransformerLM model(TransformerNano());
   model->eval();
   torch::NoGradGuard no_grad;
   const int64_t t = 10;
@@ -116,7 +116,7 @@ TEST(RotaryEmbedding, ScoresDependOnlyOnRelativePosition) {
 
 TEST(RotaryEmbedding, AShiftedSequenceGivesTheSameAttentionScores) {
   torch::manual_seed(6);
-  TransformerOptions o = Nano();
+  TransformerOptions o = TransformerNano();
   o.context_length(128);
   CausalSelfAttention attn(o);
   torch::NoGradGuard no_grad;
@@ -139,7 +139,7 @@ TEST(RotaryEmbedding, AShiftedSequenceGivesTheSameAttentionScores) {
 
 TEST(CausalSelfAttention, FusedEqualsExplicitComposition) {
   torch::manual_seed(2);
-  TransformerOptions fused = Nano(), plain = Nano();
+  TransformerOptions fused = TransformerNano(), plain = TransformerNano();
   fused.context_length(32);
   plain.context_length(32).fused_attention(false);
   CausalSelfAttention a(fused), b(plain);
@@ -155,7 +155,7 @@ TEST(CausalSelfAttention, FusedEqualsExplicitComposition) {
 TEST(TransformerFlops, AnalyticForwardCountEqualsTheProfilers) {
   for (const auto& [batch, seq] :
        std::vector<std::pair<int64_t, int64_t>>{{1, 16}, {2, 64}, {3, 100}}) {
-    TransformerOptions o = Nano();
+    TransformerOptions o = TransformerNano();
     o.context_length(seq).fused_attention(false);  // so attention runs as bmm
     TransformerLM model(o);
     model->eval();
@@ -175,7 +175,7 @@ TEST(TransformerFlops, HandCountForNano) {
   const double t = 8;
   const double per_layer =
       4 * 2 * t * 64 * 64 + 2 * 2 * t * t * 64 + 3 * 2 * t * 64 * 256;
-  EXPECT_DOUBLE_EQ(TransformerForwardFlops(Nano(), 1, 8),
+  EXPECT_DOUBLE_EQ(TransformerForwardFlops(TransformerNano(), 1, 8),
                    2 * per_layer + 2 * t * 64 * 1000);
 }
 

@@ -11,7 +11,7 @@
 namespace ltb {
 namespace {
 
-WhisperOptions Nano() { return WhisperSizeOptions("nano").value(); }
+WhisperOptions WhisperNano() { return WhisperSizeOptions("nano").value(); }
 
 TEST(WhisperSizes, CountsEqualTheCard) {
   const std::map<std::string, int64_t> card = {
@@ -25,7 +25,7 @@ TEST(WhisperSizes, CountsEqualTheCard) {
 }
 
 TEST(Whisper, NamesMatchTheReferenceAndPositionsAreABuffer) {
-  Whisper model(Nano());
+  Whisper model(WhisperNano());
   std::set<std::string> names;
   for (const auto& item : model->named_parameters()) names.insert(item.key());
   for (const char* name :
@@ -47,7 +47,7 @@ TEST(Whisper, NamesMatchTheReferenceAndPositionsAreABuffer) {
 }
 
 TEST(Whisper, EncodesThirtySecondsInto1500Positions) {
-  Whisper model(Nano());
+  Whisper model(WhisperNano());
   torch::NoGradGuard no_grad;
   const at::Tensor xa = model->Encode(torch::randn({2, 80, 3000}));
   EXPECT_EQ(xa.sizes(), (std::vector<int64_t>{2, 1500, 64}));
@@ -55,7 +55,7 @@ TEST(Whisper, EncodesThirtySecondsInto1500Positions) {
 
 TEST(WhisperGenerate, CachesGiveExactlyTheTokensOfRecomputation) {
   torch::manual_seed(8);
-  Whisper model(Nano());
+  Whisper model(WhisperNano());
   torch::NoGradGuard no_grad;
   const at::Tensor xa = model->Encode(torch::randn({3, 80, 3000}));
   for (int64_t batch : {1, 3}) {
@@ -72,7 +72,7 @@ TEST(WhisperGenerate, ANewWindowsCrossKeysAndValuesGoIntoTheSameTensors) {
   // captured with: each window's cross-attention keys and values must land
   // in them, not in new ones.
   torch::manual_seed(9);
-  Whisper model(Nano());
+  Whisper model(WhisperNano());
   torch::NoGradGuard no_grad;
   const at::Tensor first = model->Encode(torch::randn({2, 80, 3000}));
   const at::Tensor second = model->Encode(torch::randn({2, 80, 3000}));
@@ -90,7 +90,7 @@ TEST(WhisperGenerate, ANewWindowsCrossKeysAndValuesGoIntoTheSameTensors) {
 }
 
 TEST(WhisperFlops, GenerationCountEqualsTheProfilers) {
-  WhisperOptions o = Nano();
+  WhisperOptions o = WhisperNano();
   o.fused_attention(false);  // attention as matmuls the profiler counts
   Whisper model(o);
   torch::NoGradGuard no_grad;
@@ -106,7 +106,7 @@ TEST(WhisperFlops, EncodeHandCount) {
   // of 24*1500*64^2 + 4*1500^2*64.
   const double convs = 2.0 * 80 * 64 * 3 * 3000 + 2.0 * 64 * 64 * 3 * 1500;
   const double layer = 24.0 * 1500 * 64 * 64 + 4.0 * 1500 * 1500 * 64;
-  EXPECT_DOUBLE_EQ(WhisperEncodeFlops(Nano(), 1), convs + 2 * layer);
+  EXPECT_DOUBLE_EQ(WhisperEncodeFlops(WhisperNano(), 1), convs + 2 * layer);
 }
 
 TEST(WhisperFamily, RejectsMoreTokensThanTheDecoderHas) {
