@@ -57,6 +57,14 @@ Context CollectContext(const Context& extra) {
       ctx.emplace_back(absl::AsciiStrToLower(var), v);
     }
   }
+  // How OpenMP threads wait between parallel regions: spinning (the
+  // default) or sleeping changes how fast a step runs, most of all when
+  // other processes share the cores.
+  for (const char* var : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"}) {
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') {
+      ctx.emplace_back(absl::AsciiStrToLower(var), v);
+    }
+  }
   ctx.emplace_back("intra_op_threads", absl::StrCat(IntraOpThreads()));
   ctx.emplace_back("inter_op_threads", absl::StrCat(InterOpThreads()));
   ctx.emplace_back("blas_threads", absl::StrCat(BlasThreads()));

@@ -136,6 +136,10 @@ class NanoJsonTest(unittest.TestCase):
                     "suite_commit", "malloc", "sync"):
             self.assertIn(key, ctx)
             self.assertTrue(ctx[key], key)
+        # How OpenMP threads wait changes the speed: recorded when set (ctest
+        # sets OMP_WAIT_POLICY=passive).
+        for var in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"):
+            self.assertEqual(ctx.get(var.lower()), os.environ.get(var) or None, var)
 
     def test_compare_py_accepts_two_runs(self):
         proc = subprocess.run([sys.executable, COMPARE_PY, "benchmarks", *self.files],
