@@ -13,12 +13,21 @@
 # GPU machine as well as on the CPU.
 #
 # LTB_CUDA_FROM_WHEEL: AUTO (only when no nvcc is found), ON, OFF.
-# Sets LTB_CUDA_FROM_WHEEL_USED, and LTB_TORCH_CUDA_UNUSABLE when the wheel
-# has CUDA but neither a toolkit nor the wheel's CUDA headers are there (the
-# build then leaves out the CUDA code and runs on the CPU).
+# LTB_CUDA_CRT_INCLUDE: an include directory holding crt/host_config.h where
+# the wheel's site-packages has none (tools/setup --offline points it at the
+# nvidia-cuda-crt that tools/offline-kit unpacked into the kit).
+# LTB_CUDA=OFF builds a CPU-only bench from a LibTorch with CUDA. Otherwise a
+# LibTorch with CUDA whose CUDA code cannot be built here (no toolkit, no
+# CUDA headers beside the wheel) stops the configuration, saying what to
+# install: a bench that quietly left CUDA out would tell a GPU machine that
+# its LibTorch has none. Sets LTB_CUDA_FROM_WHEEL_USED, and
+# LTB_TORCH_CUDA_UNUSABLE when the CUDA code is left out.
 set(LTB_CUDA_FROM_WHEEL AUTO CACHE STRING
     "Take the CUDA runtime and headers from the torch wheel's nvidia packages instead of a CUDA toolkit: AUTO (when no nvcc is found), ON or OFF")
 set_property(CACHE LTB_CUDA_FROM_WHEEL PROPERTY STRINGS AUTO ON OFF)
+set(LTB_CUDA_CRT_INCLUDE "" CACHE PATH
+    "Include directory with crt/host_config.h (nvidia-cuda-crt) for a wheel that lacks it")
+option(LTB_CUDA "Build the CUDA code when LibTorch has CUDA (OFF: a CPU-only bench)" ON)
 set(LTB_CUDA_FROM_WHEEL_USED OFF)
 set(LTB_TORCH_CUDA_UNUSABLE OFF)
 
@@ -39,7 +48,18 @@ function(_ltb_find_torch_config out)
 endfunction()
 
 function(_ltb_cuda_from_wheel)
-  if(LTB_CUDA_FROM_WHEEL STREQUAL "OFF" OR TARGET torch::cudart)
+  if(TARGET torch::cudart)
+    return()
+  endif()
+  if(NOT LTB_CUDA)
+    # The wheel's cuda.cmake must not look for a toolkit either.
+    add_library(torch::cudart INTERFACE IMPORTED)
+    set(LTB_TORCH_CUDA_UNUSABLE ON PARENT_SCOPE)
+    message(STATUS "libtorch-bench: LTB_CUDA=OFF: building without the CUDA code, "
+                   "as asked; bench runs on the CPU")
+    return()
+  endif()
+  if(LTB_CUDA_FROM_WHEEL STREQUAL "OFF")
     return()
   endif()
   if(LTB_CUDA_FROM_WHEEL STREQUAL "AUTO")
@@ -72,10 +92,16 @@ function(_ltb_cuda_from_wheel)
   endif()
   get_filename_component(site "${prefix}/.." ABSOLUTE)
   # cuda_runtime.h includes crt/host_config.h, which CUDA 13 moved to
-  # nvidia-cuda-crt (tools/setup installs it).
+  # nvidia-cuda-crt (tools/setup installs it; tools/offline-kit carries it).
   file(GLOB headers "${site}/nvidia/*/include/crt/host_config.h")
   file(GLOB cudart "${site}/nvidia/*/lib/libcudart.so.[0-9]*")
   file(GLOB include_dirs LIST_DIRECTORIES true "${site}/nvidia/*/include")
+  set(crt_from "the torch wheel's site-packages")
+  if(NOT headers AND LTB_CUDA_CRT_INCLUDE AND EXISTS "${LTB_CUDA_CRT_INCLUDE}/crt/host_config.h")
+    set(headers "${LTB_CUDA_CRT_INCLUDE}/crt/host_config.h")
+    list(APPEND include_dirs "${LTB_CUDA_CRT_INCLUDE}")
+    set(crt_from "${LTB_CUDA_CRT_INCLUDE}")
+  endif()
   add_library(torch::cudart INTERFACE IMPORTED)
   if(headers AND cudart)
     list(GET cudart 0 cudart)
@@ -84,15 +110,20 @@ function(_ltb_cuda_from_wheel)
       INTERFACE_LINK_LIBRARIES "${cudart}")
     set(LTB_CUDA_FROM_WHEEL_USED ON PARENT_SCOPE)
     message(STATUS "libtorch-bench: no CUDA toolkit (nvcc); CUDA runtime and "
-                   "headers from the torch wheel: ${cudart}")
+                   "headers from the torch wheel: ${cudart}; crt/ headers from ${crt_from}")
   else()
-    set(LTB_TORCH_CUDA_UNUSABLE ON PARENT_SCOPE)
-    message(WARNING "libtorch-bench: LibTorch has CUDA, but there is no CUDA "
-      "toolkit (nvcc) and no CUDA headers beside the wheel (site-packages/"
-      "nvidia/*/include/crt/host_config.h): building without the CUDA code; "
-      "bench runs on the CPU. For GPUs, install the CUDA toolkit, or the "
-      "nvidia-cuda-crt matching the wheel's nvidia-cuda-runtime (tools/setup "
-      "does).")
+    set(runtime "the version of the wheel's nvidia-cuda-runtime")
+    file(GLOB dist_info "${site}/nvidia_cuda_runtime*-*.dist-info")
+    if(dist_info)
+      list(GET dist_info 0 dist_info)
+      string(REGEX REPLACE ".*-([0-9][0-9.]*)\\.dist-info$" "\\1" runtime "${dist_info}")
+    endif()
+    message(FATAL_ERROR "libtorch-bench: LibTorch at ${prefix} has CUDA, but its "
+      "CUDA code cannot be built here: there is no CUDA toolkit (nvcc) and no "
+      "crt/host_config.h beside the wheel; install nvidia-cuda-crt==${runtime} "
+      "(tools/setup does; offline, tools/offline-kit carries it and tools/setup "
+      "--offline uses it) or the CUDA toolkit, or configure with -DLTB_CUDA=OFF "
+      "for a bench that runs on the CPU only.")
   endif()
 endfunction()
 

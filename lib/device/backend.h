@@ -112,6 +112,9 @@ class StepGraphs {
   // tensors at every replay.
   virtual size_t Capture(const std::function<void()>& step) = 0;
   virtual void Replay(size_t graph) = 0;
+  // Bytes the graphs' memory pool holds beyond the live tensors in it: what
+  // the replays write, which peak memory must count.
+  virtual int64_t PoolBytes() const { return 0; }
 };
 
 class DeviceBackend {

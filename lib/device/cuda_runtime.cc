@@ -19,6 +19,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "device/graph_capture.h"
 
 namespace ltb::cuda {
 namespace {
@@ -180,52 +181,86 @@ std::unique_ptr<StepClock> MakeEventClock(int index) {
 
 namespace {
 
-class CudaGraphs final : public StepGraphs {
+// at::cuda::CUDAGraph behind GraphApi: captured on a side stream of the
+// device, every graph into one pool from at::cuda::graph_pool_handle().
+class CudaGraphApi final : public GraphApi {
  public:
-  explicit CudaGraphs(int index)
+  explicit CudaGraphApi(int index)
       : index_(static_cast<c10::DeviceIndex>(index)),
-        stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index_)) {}
+        capture_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index_)),
+        previous_(c10::cuda::getCurrentCUDAStream(index_)) {}
 
-  size_t Capture(const std::function<void()>& step) override {
+  void Synchronize() override {
     c10::cuda::CUDAGuard device(index_);
-    // Capture needs a stream other than the default one, idle, and whatever
-    // the step initialises lazily (cuBLAS workspaces are per stream) done
-    // there first.
     c10::cuda::device_synchronize();
-    {
-      c10::cuda::CUDAStreamGuard on_side(stream_);
-      if (graphs_.empty()) {
-        for (int i = 0; i < 2; ++i) step();
-        stream_.synchronize();
-      }
-      auto graph = std::make_unique<at::cuda::CUDAGraph>();
-      if (graphs_.empty()) {
-        graph->capture_begin();
-        pool_ = graph->pool();
-      } else {
-        graph->capture_begin(pool_);
-      }
-      step();
-      graph->capture_end();
-      graphs_.push_back(std::move(graph));
+  }
+
+  void UseCaptureStream(bool on) override {
+    if (on) {
+      previous_ = c10::cuda::getCurrentCUDAStream(index_);
+      c10::cuda::setCurrentCUDAStream(capture_stream_);
+    } else {
+      // Also on the way out of an error: an error of its own is left for
+      // the next synchronisation to report.
+      (void)cudaStreamSynchronize(capture_stream_.stream());
+      c10::cuda::setCurrentCUDAStream(previous_);
     }
-    c10::cuda::device_synchronize();
-    return graphs_.size() - 1;
+  }
+
+  void NewPool() override { pool_ = at::cuda::graph_pool_handle(); }
+
+  void BeginCapture() override {
+    c10::cuda::CUDAGuard device(index_);
+    pending_ = std::make_unique<at::cuda::CUDAGraph>();
+    pending_->capture_begin(pool_);
+  }
+
+  void Record(const std::function<void()>& step) override { step(); }
+
+  void EndCapture() override {
+    pending_->capture_end();
+    graphs_.push_back(std::move(pending_));
+  }
+
+  void AbortCapture() override {
+    // CUDAGraph::reset() releases the pool but does not end the stream's
+    // capture: a capture left open makes every later synchronisation fail.
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(capture_stream_.stream(), &status) == cudaSuccess &&
+        status != cudaStreamCaptureStatusNone) {
+      cudaGraph_t graph = nullptr;
+      (void)cudaStreamEndCapture(capture_stream_.stream(), &graph);
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    }
+    (void)cudaGetLastError();  // the capture's error, now dealt with
+    pending_.reset();
   }
 
   void Replay(size_t graph) override { graphs_.at(graph)->replay(); }
 
+  int64_t PoolBytes() const override {
+    int64_t held = 0;
+    for (const auto& segment : c10::cuda::CUDACachingAllocator::snapshot().segments) {
+      if (segment.device == index_ && segment.owner_private_pool_id == pool_) {
+        held += static_cast<int64_t>(segment.total_size - segment.allocated_size);
+      }
+    }
+    return held;
+  }
+
  private:
   c10::DeviceIndex index_;
-  c10::cuda::CUDAStream stream_;
+  c10::cuda::CUDAStream capture_stream_;
+  c10::cuda::CUDAStream previous_;
   at::cuda::MempoolId_t pool_{0, 0};
+  std::unique_ptr<at::cuda::CUDAGraph> pending_;
   std::vector<std::unique_ptr<at::cuda::CUDAGraph>> graphs_;
 };
 
 }  // namespace
 
 std::unique_ptr<StepGraphs> MakeGraphs(int index) {
-  return std::make_unique<CudaGraphs>(index);
+  return std::make_unique<CapturedSteps>(std::make_unique<CudaGraphApi>(index));
 }
 
 }  // namespace ltb::cuda

@@ -36,6 +36,16 @@ auto ShutDown(B& backend, int) -> decltype(backend.shutdown(), void()) {
 }
 template <typename B>
 void ShutDown(B&, long) {}
+// The backend's abort() where it has one: ends its collectives at once, work
+// queued on them included (NCCL aborts its communicators).
+template <typename B>
+auto AbortNow(B& backend, int) -> decltype(backend.abort(), void()) {
+  backend.abort();
+}
+template <typename B>
+void AbortNow(B& backend, long) {
+  ShutDown(backend, 0);
+}
 
 std::unique_ptr<DataParallel>& Current() {
   static auto* group = new std::unique_ptr<DataParallel>();
@@ -109,12 +119,13 @@ class BackendGroup final : public DataParallel {
  public:
   BackendGroup(c10::intrusive_ptr<c10d::Store> store,
                c10::intrusive_ptr<CommBackend> backend, int rank, int world,
-               c10::Device device)
+               c10::Device device, std::chrono::milliseconds timeout)
       : store_(std::move(store)),
         backend_(std::move(backend)),
         rank_(rank),
         world_(world),
-        device_(device) {}
+        device_(device),
+        timeout_(timeout) {}
 
   int rank() const override { return rank_; }
   c10::Device device() const override { return device_; }
@@ -130,7 +141,7 @@ class BackendGroup final : public DataParallel {
       std::vector<at::Tensor> flat;
       for (size_t i = begin; i < end; ++i) flat.push_back(grads[i].reshape({-1}));
       std::vector<at::Tensor> bucket = {at::cat(flat)};
-      backend_->allreduce(bucket)->wait();
+      backend_->allreduce(bucket)->wait(timeout_);
       bucket[0].div_(world_);
       int64_t offset = 0;
       for (size_t i = begin; i < end; ++i) {
@@ -156,16 +167,21 @@ class BackendGroup final : public DataParallel {
   void Broadcast(const std::vector<at::Tensor>& tensors) override {
     for (const at::Tensor& t : tensors) {
       std::vector<at::Tensor> one = {t};
-      backend_->broadcast(one)->wait();
+      backend_->broadcast(one)->wait(timeout_);
     }
   }
 
-  void Barrier() override { backend_->barrier()->wait(); }
+  void Barrier() override { backend_->barrier()->wait(timeout_); }
 
   void Shutdown() override {
     if (shut_) return;
     shut_ = true;
     ShutDown(*backend_, 0);
+  }
+  void Abort() override {
+    if (shut_) return;
+    shut_ = true;
+    AbortNow(*backend_, 0);
   }
   ~BackendGroup() override {
     try {
@@ -194,13 +210,16 @@ class BackendGroup final : public DataParallel {
     std::vector<at::Tensor> one = {t};
     c10d::AllreduceOptions opts;
     opts.reduceOp = c10d::ReduceOp(op);
-    backend_->allreduce(one, opts)->wait();
+    backend_->allreduce(one, opts)->wait(timeout_);
   }
 
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<CommBackend> backend_;
   int rank_, world_;
   c10::Device device_;
+  // Every wait on a collective gives up after it (--dist_timeout_s), rather
+  // than blocking on a rank that will never come.
+  std::chrono::milliseconds timeout_;
   bool shut_ = false;
 };
 
@@ -266,7 +285,7 @@ absl::StatusOr<std::unique_ptr<DataParallel>> JoinProcessGroup(
                                           env.master_addr, timeout);
     if (!backend.ok()) return backend.status();
     std::unique_ptr<DataParallel> group = std::make_unique<BackendGroup>(
-        store, *std::move(backend), env.rank, env.world_size, device);
+        store, *std::move(backend), env.rank, env.world_size, device, timeout);
     return group;
   } catch (const std::exception& e) {
     const auto* c10_error = dynamic_cast<const c10::Error*>(&e);

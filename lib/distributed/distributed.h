@@ -72,10 +72,14 @@ class DataParallel {
   virtual void MaxInPlace(at::Tensor& t) = 0;
   virtual void Broadcast(const std::vector<at::Tensor>& tensors) = 0;
   virtual void Barrier() = 0;
-  // Shuts the collectives down (NCCL aborts its communicators), so that a
-  // rank that failed leaves no work queued on them; later collectives fail.
-  // Also done when the group is destroyed.
+  // Shuts the collectives down, once the run is over; later collectives
+  // fail. Also done when the group is destroyed.
   virtual void Shutdown() = 0;
+  // Ends the collectives at once, work queued on them included (NCCL aborts
+  // its communicators), so that the ranks waiting on this one see an error
+  // instead of waiting out the timeout: what a rank does before it stops
+  // early.
+  virtual void Abort() = 0;
 };
 
 // Joins the process group of `env` with the collectives of `device`'s

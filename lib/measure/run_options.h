@@ -13,6 +13,9 @@ struct RunOptions {
   int warmup_steps = 1;         // ... and at least this many steps
   int warmup_epochs = 1;        // train_epoch: whole epochs instead
   uint64_t seed = 0;
+  // Refuse what cannot fit before building it (--memory_guard); off, a
+  // benchmark runs into the device's out-of-memory error, which is caught.
+  bool memory_guard = true;
   // Peaks for the mfu and mbu counters; prepared before the run, a measured
   // one raised by a benchmark that beats it.
   Peaks* peaks = nullptr;

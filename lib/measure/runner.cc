@@ -85,9 +85,10 @@ absl::StatusOr<Plan> PlanRun(const Family& family, const BenchSpec& spec) {
 
 // The memory guard, once a benchmark (not at each of Google Benchmark's
 // calls), on the device as the previous benchmark left it.
-absl::Status Guard(const BenchSpec& spec, const Plan& plan) {
+absl::Status Guard(const BenchSpec& spec, const Plan& plan, bool on) {
   if (CurrentPrepared().name == spec.Name()) return absl::OkStatus();
   ReleaseCachedWorkload();
+  if (!on) return absl::OkStatus();
   DataParallel* group = CurrentProcessGroup();
   return AgreeOnFit(CheckFits(plan.memory, spec.device),
                     spec.data_parallel ? group : nullptr);
@@ -141,7 +142,7 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
   absl::StatusOr<Plan> plan = PlanRun(family, spec);
   if (!plan.ok()) return Fail(state, std::string(plan.status().message()));
   try {
-    if (absl::Status fits = Guard(spec, *plan); !fits.ok()) {
+    if (absl::Status fits = Guard(spec, *plan, options.memory_guard); !fits.ok()) {
       return Fail(state, std::string(fits.message()));
     }
   } catch (const std::exception& e) {  // a collective of the vote failed

@@ -1,12 +1,16 @@
 #include "models/selftest.h"
 
+#include <ATen/ops/ones.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <stdexcept>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "distributed/distributed.h"
 #include "family/registry.h"
 
 namespace ltb {
@@ -28,6 +32,7 @@ class SelftestWorkload final : public Workload {
     if (kind_ == "spin") spin_seconds_ = SpinSeconds();
   }
   void Step() override {
+    if (kind_ == "rank1_fails") return CollectiveStep();
     if (kind_ == "abort") std::abort();
     if (kind_ == "kill") std::raise(SIGKILL);
     if (kind_ == "slow") std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -41,13 +46,27 @@ class SelftestWorkload final : public Workload {
   }
 
  private:
+  // rank1_fails: every rank sums a tensor over the process group each step
+  // (a data-parallel step's collective); rank 1 fails at its fifth step,
+  // while the others wait for it in the collective.
+  void CollectiveStep() {
+    DataParallel* group = CurrentProcessGroup();
+    if (group == nullptr) return;
+    if (group->rank() == 1 && ++steps_ == 5) {
+      throw std::runtime_error("Selftest: rank 1 fails at its fifth step");
+    }
+    at::Tensor t = at::ones({1}, at::TensorOptions(at::kDouble).device(group->device()));
+    group->SumInPlace(t);
+  }
+
   std::string kind_;
   double spin_seconds_ = 0;
+  int steps_ = 0;
 };
 
 const std::vector<std::string>& Kinds() {
   static const auto* kinds =
-      new std::vector<std::string>{"ok", "slow", "abort", "spin", "kill"};
+      new std::vector<std::string>{"ok", "slow", "abort", "spin", "kill", "rank1_fails"};
   return *kinds;
 }
 
@@ -60,6 +79,9 @@ Family SelftestFamily() {
   f.phases = {Phase{"step", PhaseKind::kInference, Shape::kNone}};
   for (const std::string& size : f.sizes) {
     Case c{size, f.phases[0]};
+    // Its ranks step together, and its failure stops the run, as a
+    // data-parallel training step's does.
+    c.phase.data_parallel = size == "rank1_fails";
     c.sweeps_dtype = false;
     f.cases.push_back(c);
   }

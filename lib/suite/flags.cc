@@ -89,6 +89,9 @@ ABSL_FLAG(std::string, data_dir, "",
           "with --data=disk: ~/.cache/libtorch-bench/data.");
 ABSL_FLAG(ltb::PositiveCount, shard_mb, ltb::PositiveCount{128},
           "train_epoch: size of a shard file, MB.");
+ABSL_FLAG(ltb::Switch, memory_guard, ltb::Switch{true},
+          "Refuse, before building it, a benchmark whose estimated memory does not fit "
+          "on its device. false lets it run into the device's own out-of-memory error.");
 ABSL_FLAG(ltb::Switch, regenerate, ltb::Switch{false},
           "train_epoch: rewrite the dataset on disk.");
 ABSL_FLAG(ltb::OptionalPositive, steps, {},
@@ -565,6 +568,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   run.profile_dir = absl::GetFlag(FLAGS_profile);
   run.profile_steps = absl::GetFlag(FLAGS_profile_steps).value;
   run.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed).value);
+  run.memory_guard = absl::GetFlag(FLAGS_memory_guard).value;
 
   EpochSettings& epochs = o.epochs;
   epochs.dataset_samples = absl::GetFlag(FLAGS_dataset_samples).value;

@@ -194,6 +194,11 @@ void AddContext(const SuiteOptions& o, const std::string& malloc_description,
       {"warmup", absl::StrCat(">= ", o.run.warmup_steps,
                               " steps and >= ", o.run.warmup_seconds, " s")},
       {"seed", absl::StrCat(o.run.seed)},
+      {"memory_guard",
+       o.run.memory_guard
+           ? "on: a benchmark whose estimate does not fit is refused before it is built"
+           : "off (--memory_guard=false): a benchmark that does not fit runs into the "
+             "device's out-of-memory error"},
       {"world_size", absl::StrCat(world_size)},
       {"dp_gradients",
        LTB_HAS_REDUCER
@@ -410,12 +415,21 @@ int RunSuite() {
       benchmark::RunSpecifiedBenchmarks(&shown, file.get(), state.filter);
   ReleaseCachedWorkload();
   if (StopRequested()) {
-    // The reporters have written what was measured; the process group (if
-    // any) cannot be torn down while other ranks may wait on this one.
+    // The reporters have written what was measured. Other ranks may be
+    // waiting on this one in a collective: aborting the group ends their
+    // wait with an error at once (a graceful teardown would wait for them),
+    // and the process ends without running destructors that could block.
     std::cerr << "bench: " << StopReason()
               << "; the results measured before it are written\n";
     std::cout.flush();
     std::cerr.flush();
+    if (DataParallel* group = CurrentProcessGroup()) {
+      try {
+        group->Abort();
+      } catch (const std::exception& e) {
+        std::cerr << "bench: aborting the process group: " << e.what() << "\n";
+      }
+    }
     benchmark::Shutdown();
     std::fflush(nullptr);
     std::_Exit(StopExitCode());
@@ -434,6 +448,7 @@ int RunSuite() {
     (dynamic_cast<benchmark::ConsoleReporter*>(display) ? std::cout : std::cerr)
         << summary;
   }
+  if (DataParallel* group = CurrentProcessGroup()) group->Shutdown();
   benchmark::Shutdown();
   return 0;
 }

@@ -29,6 +29,8 @@ class GenerateWorkload final : public Workload {
         weight_bytes_(weight_bytes) {}
 
   bool GraphsItself() const override { return true; }
+  // The decode graphs' pool: what their replays write.
+  int64_t UntrackedBytes() const override { return graphs_ ? graphs_->PoolBytes() : 0; }
 
   void Step() override {
     c10::InferenceMode guard;

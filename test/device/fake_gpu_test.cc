@@ -23,6 +23,7 @@
 #endif
 
 #include "device/device.h"
+#include "device/graph_capture.h"
 #include "distributed/distributed.h"
 #include "family/registry.h"
 #include "free_port.h"
@@ -109,24 +110,77 @@ class LoggingCollectives final : public CommBackend {
 // fake can own it while its tensors stay CPU tensors.
 const c10::Device kFake(c10::kCPU, 0);
 
-// Graphs that record their step's function at capture, without running it
-// (as CUDA's capture records kernels without running them), and run it at
-// each replay.
-class FakeGraphs final : public StepGraphs {
+constexpr int64_t kPoolBytes =
+    3000;  // what the fake graphs' pool holds beyond live tensors
+
+// Whether the fake's next capture fails while it records (a step that
+// cannot be captured).
+bool& FailNextCapture() {
+  static bool fail = false;
+  return fail;
+}
+
+// A graph API as strict about the order it is driven in as PyTorch's
+// CUDAGraph: a capture begins only on the capture stream, only into the one
+// pool made before the first capture, and only when no other is open; the
+// device cannot be synchronised while a capture is open (CUDA refuses, and
+// the error sticks). It records a step's function at capture without running
+// it, as CUDA records kernels without running them, and runs it at each
+// replay.
+class FakeGraphApi final : public GraphApi {
  public:
-  explicit FakeGraphs(Log* log) : log_(log) {}
-  size_t Capture(const std::function<void()>& step) override {
+  explicit FakeGraphApi(Log* log) : log_(log) {}
+  void Synchronize() override {
+    if (capturing_) Fault() = "operation not permitted when stream is capturing";
+    TORCH_CHECK(Fault().empty(), Fault());
+    log_->push_back("sync");
+  }
+  void UseCaptureStream(bool on) override { on_capture_stream_ = on; }
+  void NewPool() override {
+    TORCH_CHECK(!capturing_, "graph_pool_handle during a capture");
+    ++pools_;
+    log_->push_back("new_pool");
+  }
+  void BeginCapture() override {
+    TORCH_CHECK(pools_ == 1,
+                "every graph captures into the one pool made before the first");
+    TORCH_CHECK(on_capture_stream_, "capture_begin on the current stream");
+    TORCH_CHECK(!capturing_, "capture_begin while a capture is open");
+    capturing_ = true;
     log_->push_back("capture");
-    steps_.push_back(step);
-    return steps_.size() - 1;
+  }
+  void Record(const std::function<void()>& step) override {
+    TORCH_CHECK(capturing_, "recording with no capture open");
+    if (FailNextCapture()) {
+      FailNextCapture() = false;
+      TORCH_CHECK(false, "the step cannot be captured");
+    }
+    pending_ = step;
+  }
+  void EndCapture() override {
+    TORCH_CHECK(capturing_, "capture_end without capture_begin");
+    capturing_ = false;
+    steps_.push_back(std::move(pending_));
+  }
+  void AbortCapture() override {
+    if (capturing_) log_->push_back("abort_capture");
+    capturing_ = false;
+    pending_ = nullptr;
   }
   void Replay(size_t graph) override {
+    TORCH_CHECK(!capturing_, "replay while a capture is open");
+    TORCH_CHECK(graph < steps_.size(), "no graph ", graph);
     log_->push_back("replay");
-    steps_.at(graph)();
+    steps_[graph]();
   }
+  int64_t PoolBytes() const override { return kPoolBytes; }
 
  private:
   Log* log_;
+  bool on_capture_stream_ = false;
+  bool capturing_ = false;
+  int pools_ = 0;
+  std::function<void()> pending_;
   std::vector<std::function<void()>> steps_;
 };
 
@@ -174,7 +228,7 @@ class FakeGpuBackend final : public DeviceBackend {
     return std::unique_ptr<EnergyMeter>(std::make_unique<FakeEnergy>());
   }
   std::unique_ptr<StepGraphs> MakeGraphs(const c10::Device&) const override {
-    return std::make_unique<FakeGraphs>(log_);
+    return std::make_unique<CapturedSteps>(std::make_unique<FakeGraphApi>(log_));
   }
   // Logs each change of the device's TF32 state, as a GPU's global flag.
   void SetTf32(bool on) const override {
@@ -241,6 +295,7 @@ class FakeGpuTest : public ::testing::Test {
   ~FakeGpuTest() override {
     ReleaseCachedWorkload();
     Fault().clear();
+    FailNextCapture() = false;
     SampleSeconds() = kStepSeconds;
     ClearUnusableDevices();
   }
@@ -516,6 +571,46 @@ TEST_F(FakeGpuTest, AGraphBenchmarkCapturesItsStepOnceAndReplaysIt) {
   EXPECT_EQ(Count(log_, "replay", 0, reset), 2u);  // the warm-up replays too
   EXPECT_EQ(Count(log_, "replay", reset), 3u);
   EXPECT_GT(run.counters.at("tokens/s").value, 0);
+  // The activations the replays write live in the graph's pool, which no
+  // allocation after the capture accounts for: peak memory counts it.
+  EXPECT_EQ(run.counters.at("peak_mem").value, kPeakBytes + kPoolBytes);
+}
+
+TEST_F(FakeGpuTest, ACaptureThatFailsCostsOneBenchmarkNotTheDevice) {
+  BenchSpec spec = TransformerOn("forward");
+  spec.graph = true;
+  FailNextCapture() = true;
+  const auto failed = Run(spec, 3);
+  ASSERT_TRUE(failed.error_occurred);
+  EXPECT_NE(failed.error_message.find("the step cannot be captured"), std::string::npos)
+      << failed.error_message;
+  // The open capture was ended before the error went on: the device was
+  // never synchronised mid-capture, and what follows runs.
+  EXPECT_EQ(Count(log_, "abort_capture"), 1u);
+  EXPECT_TRUE(Fault().empty()) << Fault();
+  const auto eager = Run(TransformerOn("forward"), 2);
+  EXPECT_FALSE(eager.error_occurred) << eager.error_message;
+  const auto graphed = Run(spec, 2);
+  EXPECT_FALSE(graphed.error_occurred) << graphed.error_message;
+}
+
+TEST_F(FakeGpuTest, AGraphsAccuracyIsCheckedOnWhatAReplayComputed) {
+  BenchSpec spec = TransformerOn("forward");
+  const std::vector<Family> families = RegisteredFamilies(true).value();
+  const Family* transformer = FindFamily(families, "Transformer").value();
+  at::manual_seed(7);
+  const at::Tensor eager = transformer->build(spec)->Evaluate();
+  spec.graph = true;
+  at::manual_seed(7);
+  std::unique_ptr<Workload> graphed = GraphedSteps(transformer->build(spec), kFake);
+  const size_t replays = Count(log_, "replay");
+  const at::Tensor replayed = graphed->Evaluate();
+  EXPECT_EQ(Count(log_, "replay"), replays + 1);
+  ASSERT_TRUE(replayed.defined());
+  EXPECT_TRUE(at::equal(replayed, eager));
+  // A copy: the next replay rewrites the graph's output, not this.
+  graphed->Step();
+  EXPECT_TRUE(at::equal(replayed, eager));
 }
 
 TEST_F(FakeGpuTest, GraphedDecodingCapturesEachPositionAndGeneratesTheSameTokens) {
@@ -532,8 +627,12 @@ TEST_F(FakeGpuTest, GraphedDecodingCapturesEachPositionAndGeneratesTheSameTokens
   std::unique_ptr<Workload> graphed = GraphedSteps(gpt2->build(spec), kFake);
   EXPECT_EQ(Count(log_, "capture"), 0u) << "captured on first use, after a prefill";
   const at::Tensor tokens = graphed->Evaluate();
-  // One graph per decode position, then each decode step a replay.
+  // One graph per decode position, then each decode step a replay; all in
+  // one pool, made before the first capture.
   EXPECT_EQ(Count(log_, "capture"), 5u);
+  EXPECT_EQ(Count(log_, "new_pool"), 1u);
+  EXPECT_LT(First(log_, "new_pool"), First(log_, "capture"));
+  EXPECT_EQ(graphed->UntrackedBytes(), kPoolBytes);
   EXPECT_EQ(Count(log_, "replay"), 5u);
   ASSERT_EQ(tokens.sizes(), eager.sizes());
   EXPECT_TRUE(at::equal(tokens, eager));

@@ -194,6 +194,27 @@ class BadInputTest(unittest.TestCase):
         self.assertIn("GiB available", message)
         self.assertFalse(by_size["nano"].get("error_occurred", False))
         self.assertIn("tokens/s", by_size["nano"])
+        self.assertTrue(doc["context"]["memory_guard"].startswith("on"))
+
+    def test_without_the_guard_an_out_of_memory_error_is_caught_and_the_run_goes_on(self):
+        import resource
+        # 6 GiB of address space: the 2.7B model's fp32 weights alone are 10.8 GB.
+        limit = 6 << 30
+        proc = subprocess.run(
+            [BENCH, "--benchmark_format=json", "--memory_guard=false",
+             "--benchmark_filter=Transformer/(2.7B|nano)/cpu/train_step", "--devices=cpu",
+             "--steps=2", "--warmup_s=0", "--seq=32", "--batch=2", *GIVEN_PEAKS],
+            capture_output=True, text=True, timeout=600,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+        self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+        doc = json.loads(proc.stdout)
+        by_size = {b["run_name"].split("/")[1]: b for b in doc["benchmarks"]}
+        message = by_size["2.7B"]["error_message"]
+        self.assertTrue(by_size["2.7B"]["error_occurred"])
+        self.assertNotIn("does not fit", message, "the guard is off")
+        self.assertIn("out of host memory (estimate was", message)
+        self.assertFalse(by_size["nano"].get("error_occurred", False))
+        self.assertTrue(doc["context"]["memory_guard"].startswith("off"))
 
 
 @unittest.skipUnless(BENCH, "LTB_BENCH is not set")
@@ -489,6 +510,33 @@ class TwoMachinesTest(unittest.TestCase):
                                             f"at 127.0.0.1:"), last)
             self.assertIn(f"as rank {rank}", last)
             self.assertNotIn("frame #", last)
+
+    def test_a_rank_that_fails_stops_the_others_which_write_what_they_measured(self):
+        # Rank 1 fails at its fifth step while rank 0 waits for it in the
+        # collective: rank 1 aborts its group and exits, rank 0's wait ends
+        # with an error at once (not after the 300 s timeout), and rank 0
+        # writes what it measured.
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "out.json")
+            start = time.monotonic()
+            proc = subprocess.run(
+                [self.LAUNCH, "--nproc_per_node=2", BENCH,
+                 "--benchmark_filter=^Selftest/(ok|rank1_fails)/", "--devices=cpu",
+                 "--threads=1", "--steps=20", "--warmup_s=0", "--dist_timeout_s=300",
+                 f"--benchmark_out={out}", "--benchmark_out_format=json"],
+                capture_output=True, text=True, timeout=600,
+                env=dict(os.environ, LTB_SELFTEST="1"))
+            self.assertLess(time.monotonic() - start, 60, proc.stderr[-3000:])
+            self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+            self.assertIn("bench: rank 1: Selftest/rank1_fails/cpu/step/fp32: error: "
+                          "Selftest: rank 1 fails at its fifth step", proc.stderr)
+            self.assertRegex(proc.stderr, r"launch: rank [01] exited with status 1; "
+                                          "stopping the other ranks")
+            with open(out) as f:
+                doc = json.load(f)
+            by_kind = {b["run_name"].split("/")[1]: b for b in doc["benchmarks"]}
+            self.assertFalse(by_kind["ok"].get("error_occurred", False), by_kind["ok"])
+            self.assertTrue(by_kind["rank1_fails"]["error_occurred"])
 
     def test_a_machine_that_dies_stops_the_other_with_what_it_measured(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -71,10 +71,11 @@ TEST(SelftestFamily, AddedAsOneRowIsNamedSweptAndPlanned) {
     names.push_back(r.spec.Name());
     ASSERT_TRUE(r.family->PlanFor(r.spec).ok()) << r.spec.Name();
   }
-  EXPECT_EQ(names, (std::vector<std::string>{
-                       "Selftest/ok/cpu/step/fp32", "Selftest/slow/cpu/step/fp32",
-                       "Selftest/abort/cpu/step/fp32", "Selftest/spin/cpu/step/fp32",
-                       "Selftest/kill/cpu/step/fp32"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{
+                "Selftest/ok/cpu/step/fp32", "Selftest/slow/cpu/step/fp32",
+                "Selftest/abort/cpu/step/fp32", "Selftest/spin/cpu/step/fp32",
+                "Selftest/kill/cpu/step/fp32", "Selftest/rank1_fails/cpu/step/fp32"}));
   selftest[0].build(registrations.front().spec)->Step();
 }
 

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 from helpers import TOOLS, ToolTest, doc, entry, repeated
 
@@ -20,13 +21,24 @@ LAUNCH = os.path.join(TOOLS, "launch")
 # throughput is 1000 tokens/s a rank times 0.9 per doubling of ranks, and a
 # forward that is not data-parallel. FAKE_FAIL_AT=N makes rank 0 of an
 # N-rank run exit 1 after writing its results; FAKE_SKIP_AT=N exit 3 before.
+# FAKE_RANK1_FAILS=1: rank 1 exits 4 at once, while rank 0 waits for it (as
+# in a collective) until it is signalled, then writes its results, exits 1.
 FAKE_RANK = textwrap.dedent("""\
-    import json, math, os, sys
+    import json, math, os, signal, sys, time
     world = int(os.environ["WORLD_SIZE"])
     with open(os.environ["FAKE_RANKS_LOG"], "a") as f:
         f.write(json.dumps({k: os.environ.get(k) for k in (
             "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
             "MASTER_PORT", "OMP_NUM_THREADS")} | {"args": sys.argv[1:]}) + "\\n")
+    rank1_fails = os.environ.get("FAKE_RANK1_FAILS") == "1"
+    if rank1_fails and os.environ["RANK"] == "1":
+        sys.exit(4)
+    if rank1_fails:
+        stopped = []
+        signal.signal(signal.SIGTERM, lambda *_: stopped.append(1))
+        deadline = time.monotonic() + 60
+        while not stopped and time.monotonic() < deadline:
+            time.sleep(0.05)
     if os.environ["RANK"] != "0":
         sys.exit(0)
     out = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--benchmark_out=")]
@@ -47,7 +59,7 @@ FAKE_RANK = textwrap.dedent("""\
         with open(out[0], "w") as f:
             json.dump({"context": {"world_size": str(world), "date": "run %%d" %% world,
                                    "libtorch_version": "2.15.0"}, "benchmarks": entries}, f)
-    sys.exit(1 if os.environ.get("FAKE_FAIL_AT") == str(world) else 0)
+    sys.exit(1 if os.environ.get("FAKE_FAIL_AT") == str(world) or rank1_fails else 0)
     """) % {"step": STEP, "fwd": FWD}
 
 
@@ -231,6 +243,20 @@ class LaunchTest(ToolTest):
         self.assertAlmostEqual(effs[4], 0.81, places=12)
         self.assertIn(f"| `{STEP}` | 1k tokens/s (100%) | 1.8k tokens/s (90%) | "
                       f"3.24k tokens/s (81%) | 6 ms |", proc.stdout)
+
+    def test_the_first_rank_to_fail_stops_the_others_whichever_it_is(self):
+        # Rank 1 fails while rank 0 waits for it: the launcher sees rank 1
+        # first and stops rank 0 at once, which writes what it measured.
+        out = os.path.join(self.tmp, "out.json")
+        start = time.monotonic()
+        proc = self.launch("--nproc_per_node=2", env={"FAKE_RANK1_FAILS": "1"},
+                           program_args=(f"--benchmark_out={out}",))
+        self.assertLess(time.monotonic() - start, 30, "rank 0 was waited out, not stopped")
+        self.assertExit(proc, 4)
+        self.assertIn("launch: rank 1 exited with status 4; stopping the other ranks",
+                      proc.stderr)
+        with open(out) as f:
+            self.assertEqual(len(json.load(f)["benchmarks"]), 2)
 
     def test_a_given_port_and_thread_count(self):
         out = os.path.join(self.tmp, "s.json")

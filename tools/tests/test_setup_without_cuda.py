@@ -97,6 +97,16 @@ done
 """
 
 
+def _hide_wheel_crt(python, scratch):
+    """Shell lines that hide the CUDA crt/ headers beside the wheel (what
+    nvidia-cuda-crt installed), as on a machine whose torch came without it."""
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True).stdout.strip()
+    dirs = glob.glob(os.path.join(site, "nvidia", "*", "include", "crt"))
+    return "".join(f'mkdir -p {scratch}/empty; mount --bind {scratch}/empty {shlex.quote(d)}\n'
+                   for d in dirs)
+
+
 def _hide_dev_packages(scratch):
     """Shell lines that hide the Debian -dev packages' headers, CMake
     packages and libraries (the runtime zlib stays: the system needs it)."""
@@ -178,7 +188,7 @@ class SetupElsewhereTest(unittest.TestCase):
             env = (f"LTB_VENV={shlex.quote(os.path.join(tmp, 'no-venv'))} "
                    f"LTB_PYTHON={shlex.quote(python)} LTB_BUILD_DIR={shlex.quote(build)} "
                    f"LTB_TARGETS=cuda_boundary LTB_JOBS={jobs}")
-            script = (_hide_cuda_toolkit(tmp) + _hide_dev_packages(tmp)
+            script = (_hide_cuda_toolkit(tmp) + _hide_dev_packages(tmp) + _hide_wheel_crt(python, tmp)
                       + "! python3 -c 'import socket; socket.create_connection((\"pypi.org\", 443), 3)' "
                         "2>/dev/null || { echo 'the network is reachable'; exit 98; }\n"
                       + f"env {env} {_lock()}{shlex.quote(SETUP)} --offline {shlex.quote(kit)}\n"
@@ -193,6 +203,8 @@ class SetupElsewhereTest(unittest.TestCase):
             self.assertNotIn("fetching", configure)
             if cuda:
                 self.assertIn("CUDA runtime and headers from the torch wheel", configure)
+                # The wheel's own crt/ was hidden: the kit's nvidia-cuda-crt served.
+                self.assertIn("crt/ headers from " + os.path.realpath(kit), configure)
                 # The CUDA code path was compiled, not the stub.
                 objects = glob.glob(os.path.join(build, "test", "**", "cuda_runtime.cc.o"),
                                     recursive=True)
@@ -215,6 +227,31 @@ class SetupElsewhereTest(unittest.TestCase):
                 self.assertRegex(found["cuda_runtime"], r"^\d+\.\d+$")
             self.assertEqual(found["abseil"], "StrCat 1+1")
             self.assertIn("empty", ran.stdout)
+
+            # 3. Neither a toolkit nor crt/ headers: a torch with CUDA stops the
+            # configuration, saying what to install, rather than building a
+            # bench that would say its LibTorch has no CUDA; -DLTB_CUDA=OFF
+            # asks for a CPU-only bench.
+            if not cuda:
+                return
+            prefix = subprocess.run([python, "-c", "import torch.utils; "
+                                     "print(torch.utils.cmake_prefix_path)"],
+                                    capture_output=True, text=True).stdout.strip()
+            for n, flag in enumerate(("", "-DLTB_CUDA=OFF")):
+                configure = (f"cmake -S {shlex.quote(REPO)} -B {shlex.quote(tmp)}/configure{n} "
+                             f"-DCMAKE_PREFIX_PATH={shlex.quote(prefix)} "
+                             f"-DLTB_PYTHON={shlex.quote(python)} {flag}\n")
+                run = _in_namespace(["-m"], _hide_cuda_toolkit(tmp) + _hide_wheel_crt(python, tmp)
+                                    + configure)
+                log = run.stdout + run.stderr
+                words = " ".join(log.split())  # CMake wraps its messages
+                if flag:
+                    self.assertEqual(run.returncode, 0, log[-6000:])
+                    self.assertIn("LTB_CUDA=OFF: building without the CUDA code", words)
+                else:
+                    self.assertNotEqual(run.returncode, 0, log[-6000:])
+                    self.assertIn("install nvidia-cuda-crt==", words)
+                    self.assertIn("-DLTB_CUDA=OFF", words)
 
 
 if __name__ == "__main__":
