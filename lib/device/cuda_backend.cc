@@ -5,6 +5,7 @@
 #include <ATen/Context.h>
 #include <torch/cuda.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -197,6 +198,19 @@ class CudaBackend final : public DeviceBackend {
     if (count == 0) {
       return absl::UnavailableError(
           absl::StrCat("data-parallel on CUDA: no GPU is visible (", why, ")"));
+    }
+    // Several ranks of a node that all see the same one GPU would all bind
+    // it, and NCCL fails at the first collective ("Duplicate GPU"). One GPU
+    // a rank through CUDA_VISIBLE_DEVICES (tools/launch sets it) is fine.
+    int local_world = 1;
+    if (const char* v = std::getenv("LOCAL_WORLD_SIZE"))
+      (void)absl::SimpleAtoi(v, &local_world);
+    if (count == 1 && local_world > 1 && std::getenv("CUDA_VISIBLE_DEVICES") == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data-parallel on CUDA: LOCAL_WORLD_SIZE=", local_world,
+          " ranks on this node, but 1 GPU is visible to each; NCCL cannot run two ranks "
+          "on one GPU: run one rank a GPU (--nproc_per_node=1 here), or give each rank "
+          "its own GPU with CUDA_VISIBLE_DEVICES"));
     }
     const int index = count == 1 ? 0 : local_rank;
     if (index >= count) {

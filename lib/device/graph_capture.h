@@ -57,6 +57,7 @@ class CapturedSteps final : public StepGraphs {
       CaptureStream on(api_.get());
       if (!pool_made_) {
         for (int i = 0; i < 2; ++i) step();
+        api_->Synchronize();
         api_->NewPool();
         pool_made_ = true;
       }

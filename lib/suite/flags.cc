@@ -102,6 +102,10 @@ ABSL_FLAG(ltb::Count, seed, {}, "Random seed for weights and inputs.");
 ABSL_FLAG(ltb::PositiveCount, bucket_mb, ltb::PositiveCount{25},
           "Data-parallel training: the cap of a gradient bucket in MB (DDP's "
           "bucket_cap_mb; the first is 1 MB). Names end in /bucket_mb:N when not 25.");
+ABSL_FLAG(ltb::Switch, force_process_group, ltb::Switch{false},
+          "Join a process group even with one rank (WORLD_SIZE=1 or unset), so that the "
+          "data-parallel path runs on one device: its collectives (NCCL on CUDA, Gloo on "
+          "the CPU), the Reducer and the data-parallel counters.");
 ABSL_FLAG(ltb::PositiveCount, dist_timeout_s, ltb::PositiveCount{300},
           "Data-parallel runs: seconds a rank waits in a collective (or for the "
           "others to join) before it gives up, stops the run and writes its "
@@ -589,6 +593,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   o.measured_epochs = absl::GetFlag(FLAGS_epochs).value;
   o.steps = static_cast<int>(absl::GetFlag(FLAGS_steps).value);
   o.dist_timeout_s = absl::GetFlag(FLAGS_dist_timeout_s).value;
+  o.force_process_group = absl::GetFlag(FLAGS_force_process_group).value;
   return o;
 }
 

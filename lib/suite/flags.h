@@ -125,6 +125,7 @@ struct SuiteOptions {
   int measured_epochs = 2;                       // --epochs
   int steps = 0;                                 // --steps; 0: timed
   int dist_timeout_s = 300;                      // --dist_timeout_s
+  bool force_process_group = false;              // --force_process_group
 };
 
 // The options the current flag values give; an error for combinations

@@ -200,6 +200,11 @@ void AddContext(const SuiteOptions& o, const std::string& malloc_description,
            : "off (--memory_guard=false): a benchmark that does not fit runs into the "
              "device's out-of-memory error"},
       {"world_size", absl::StrCat(world_size)},
+      {"process_group",
+       CurrentProcessGroup() == nullptr
+           ? "none"
+           : absl::StrCat(BackendOf(CurrentProcessGroup()->device()).CollectivesName(),
+                          ", ", world_size, world_size == 1 ? " rank" : " ranks")},
       {"dp_gradients",
        LTB_HAS_REDUCER
            ? "c10d::Reducer (Python DDP's engine): 25 MB buckets (1 MB first), "
@@ -320,7 +325,7 @@ absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& comma
         sweep.devices.push_back(d);
     }
   }
-  if (dist->world_size > 1) {
+  if (dist->world_size > 1 || options.force_process_group) {
     // Data-parallel: one device a rank, bound by the backend of the first
     // accelerator asked for (cuda:LOCAL_RANK, or the one GPU a rank sees),
     // else the CPU.

@@ -90,14 +90,13 @@ at::Tensor ForeachSGD::step(LossClosure closure) {
     if (params.empty()) continue;
     if (o.weight_decay() != 0) grads = at::_foreach_add(grads, params, o.weight_decay());
     if (o.momentum() != 0) {
-      // The first step's buffers are the gradients themselves; later steps
-      // update every buffer in one go.
-      std::vector<at::Tensor> buffers;
-      bool all_exist = true;
+      // A parameter's first buffer is its gradient itself; the buffers that
+      // existed before this step are updated in one go (a parameter whose
+      // first gradient comes later leaves the others' update as it is).
+      std::vector<at::Tensor> buffers, updated, updated_grads;
       for (size_t i = 0; i < params.size(); ++i) {
         auto it = state_.find(params[i].unsafeGetTensorImpl());
         if (it == state_.end()) {
-          all_exist = false;
           auto s = std::make_unique<torch::optim::SGDParamState>();
           s->momentum_buffer(grads[i].clone().detach());
           buffers.push_back(s->momentum_buffer());
@@ -105,11 +104,13 @@ at::Tensor ForeachSGD::step(LossClosure closure) {
         } else {
           buffers.push_back(
               static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer());
+          updated.push_back(buffers.back());
+          updated_grads.push_back(grads[i]);
         }
       }
-      if (all_exist) {
-        at::_foreach_mul_(buffers, o.momentum());
-        at::_foreach_add_(buffers, grads, 1 - o.dampening());
+      if (!updated.empty()) {
+        at::_foreach_mul_(updated, o.momentum());
+        at::_foreach_add_(updated, updated_grads, 1 - o.dampening());
       }
       grads = std::move(buffers);
     }

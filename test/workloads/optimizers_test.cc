@@ -76,6 +76,31 @@ TEST(ForeachSGD, StepsAsLibTorchsSGDWithMomentum) {
   }
 }
 
+// The last parameter has no gradient on the first step: on the second, its
+// momentum buffer is new while the others' exist, and theirs must still be
+// updated.
+TEST(ForeachSGD, AParameterWhoseFirstGradientComesLaterLeavesTheOthersUpdates) {
+  auto a = Params(1), b = Params(1);
+  const auto options = torch::optim::SGDOptions(0.1).momentum(0.9);
+  torch::optim::SGD reference(a, options);
+  ForeachSGD foreach (b, options);
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (step == 0 && i + 1 == a.size()) continue;
+      const at::Tensor g = torch::randn(a[i].sizes());
+      a[i].mutable_grad() = g.clone();
+      b[i].mutable_grad() = g.clone();
+    }
+    reference.step();
+    foreach
+      .step();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-6))
+          << "step " << step << " parameter " << i;
+    }
+  }
+}
+
 TEST(ForeachSGD, StepsAsLibTorchsPlainSGD) {
   auto a = Params(1), b = Params(1);
   torch::optim::SGD reference(a, torch::optim::SGDOptions(0.1));

@@ -142,8 +142,12 @@ class RehearsalTest(unittest.TestCase):
         self.assertRegex(medium[0]["error_message"], "out of host memory|does not fit")
         after = [e for n, e in oom.items() if n.startswith("GPT2/nano/cpu/forward/")]
         self.assertFalse(after[0].get("error_occurred"))
-        with open(os.path.join(self.out, "data_parallel.json")) as f:
-            self.assertEqual(json.load(f)["context"]["world_size"], "1")
+        with open(os.path.join(self.out, "data_parallel_1.json")) as f:
+            one_rank = json.load(f)
+        # A process group of one rank, forced through the data-parallel path.
+        self.assertEqual(one_rank["context"]["world_size"], "1")
+        self.assertEqual(one_rank["context"]["process_group"], "gloo, 1 rank")
+        self.assertTrue(all("grad_buckets" in e for e in one_rank["benchmarks"]))
         self.assertTrue(any(f.endswith(".ops.txt")
                             for f in os.listdir(os.path.join(self.out, "profile"))))
 

@@ -29,7 +29,8 @@ FAKE_RANK = textwrap.dedent("""\
     with open(os.environ["FAKE_RANKS_LOG"], "a") as f:
         f.write(json.dumps({k: os.environ.get(k) for k in (
             "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-            "MASTER_PORT", "OMP_NUM_THREADS")} | {"args": sys.argv[1:]}) + "\\n")
+            "MASTER_PORT", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")}
+            | {"args": sys.argv[1:]}) + "\\n")
     rank1_fails = os.environ.get("FAKE_RANK1_FAILS") == "1"
     if rank1_fails and os.environ["RANK"] == "1":
         sys.exit(4)
@@ -280,6 +281,8 @@ class LaunchTest(ToolTest):
         proc = self.launch("--nproc_per_node=gpu", env={"CUDA_VISIBLE_DEVICES": "0,1,-1,3"})
         self.assertExit(proc, 0)
         self.assertEqual(sorted(r["RANK"] for r in self.ranks()), ["0", "1"])
+        # The user's own CUDA_VISIBLE_DEVICES is left as it is.
+        self.assertEqual({r["CUDA_VISIBLE_DEVICES"] for r in self.ranks()}, {"0,1,-1,3"})
         # Without CUDA_VISIBLE_DEVICES: what nvidia-smi -L lists.
         smi = os.path.join(self.tmp, "bin", "nvidia-smi")
         os.makedirs(os.path.dirname(smi))
@@ -292,6 +295,9 @@ class LaunchTest(ToolTest):
                            env={"PATH": f"{os.path.dirname(smi)}:{os.environ['PATH']}"})
         self.assertExit(proc, 0)
         self.assertEqual(sorted(r["RANK"] for r in self.ranks()), ["0", "1", "2"])
+        # Each rank sees its own GPU alone, as cuda:0: every rank names it cuda.
+        self.assertEqual({(r["LOCAL_RANK"], r["CUDA_VISIBLE_DEVICES"]) for r in self.ranks()},
+                         {("0", "0"), ("1", "1"), ("2", "2")})
 
     def test_a_stale_run_is_never_merged_and_one_size_is_no_sweep(self):
         out = os.path.join(self.tmp, "s.json")
