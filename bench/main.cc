@@ -5,11 +5,14 @@
 
 #include <vector>
 
+#include "device/cpu_isa.h"
 #include "device/cpu_memory.h"
 #include "suite/flags.h"
 #include "suite/suite.h"
 
 int main(int argc, char** argv) {
+  // Before oneDNN first reads its limit.
+  ltb::MatchCpuSimulation();
   // Before any tensor exists, so every CPU tensor is counted.
   ltb::InstallCpuTracking();
   const ltb::CommandLine command_line = ltb::ReadCommandLine(&argc, argv);

@@ -57,7 +57,35 @@ int LevelOf(std::string_view flag) {
   return 0;
 }
 
+std::string& SimulationNote() {
+  static auto* note = new std::string;
+  return *note;
+}
+
 }  // namespace
+
+std::string MatchCpuSimulation() {
+  const char* aten = std::getenv("ATEN_CPU_CAPABILITY");
+  if (aten == nullptr) return "";
+  const std::string level = absl::AsciiStrToLower(aten);
+  const char* onednn = level == "avx2" ? "AVX2" : level == "default" ? "SSE41" : nullptr;
+  if (onednn == nullptr) return "";
+  std::string set;
+  const auto set_unset = [&](const char* var, const char* value) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && *v != '\0') return;
+    setenv(var, value, /*overwrite=*/1);
+    absl::StrAppend(&set, set.empty() ? "" : " and ", var, "=", value);
+  };
+  set_unset("ONEDNN_MAX_CPU_ISA", onednn);
+  set_unset("LTB_MAX_CPU_ISA", level.c_str());
+  if (set.empty()) return "";
+  SimulationNote() = absl::StrCat(set, ", set to match ATEN_CPU_CAPABILITY=", aten,
+                                  " (an older CPU for oneDNN and the peaks too)");
+  return SimulationNote();
+}
+
+std::string CpuSimulationNote() { return SimulationNote(); }
 
 absl::Status CheckCpuIsaLimit() {
   if (LimitLevel() >= 0) return absl::OkStatus();

@@ -31,6 +31,19 @@ bool CpuHas(std::string_view flag);
 // LibTorch makes on the hardware itself.
 bool CpuHardwareHas(std::string_view flag);
 
+// ATEN_CPU_CAPABILITY=avx2 or default alone simulates an older CPU for ATen's
+// kernels only: oneDNN, and the suite's peak loops, would still use the
+// newer instructions, and LibTorch mixes the two (its bf16 attention packs
+// operands for AMX inside an AVX2 kernel and throws "pack_vnni2 is only
+// supported when avx512 is supported"). Completes the simulation by setting
+// ONEDNN_MAX_CPU_ISA and LTB_MAX_CPU_ISA to the same level where they are
+// unset; call before oneDNN first reads its limit. Returns what it set, for
+// the run context ("" when nothing).
+std::string MatchCpuSimulation();
+
+// What MatchCpuSimulation() set, or "".
+std::string CpuSimulationNote();
+
 // Whether LibTorch's oneDNN can run bf16 linear layers on this CPU; when
 // not, `why` says which instructions are missing, in the suite's words.
 // ATen asks oneDNN (mkldnn_bf16_device_check), which wants AVX-512

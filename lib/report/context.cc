@@ -57,6 +57,9 @@ Context CollectContext(const Context& extra) {
       ctx.emplace_back(absl::AsciiStrToLower(var), v);
     }
   }
+  if (const std::string note = CpuSimulationNote(); !note.empty()) {
+    ctx.emplace_back("cpu_simulation", note);
+  }
   // How OpenMP threads wait between parallel regions: spinning (the
   // default) or sleeping changes how fast a step runs, most of all when
   // other processes share the cores.

@@ -21,6 +21,38 @@ bool ProcHas(const std::string& flag) {
   return false;
 }
 
+TEST(MatchCpuSimulation, AtenAloneLimitsOneDnnAndThePeaksToItsLevel) {
+  {
+    ScopedEnv aten({{"ATEN_CPU_CAPABILITY", "avx2"},
+                    {"ONEDNN_MAX_CPU_ISA", nullptr},
+                    {"LTB_MAX_CPU_ISA", nullptr}});
+    const std::string note = MatchCpuSimulation();
+    EXPECT_EQ(std::string(std::getenv("ONEDNN_MAX_CPU_ISA")), "AVX2");
+    EXPECT_EQ(std::string(std::getenv("LTB_MAX_CPU_ISA")), "avx2");
+    EXPECT_NE(note.find("ONEDNN_MAX_CPU_ISA=AVX2 and LTB_MAX_CPU_ISA=avx2"),
+              std::string::npos)
+        << note;
+    EXPECT_EQ(CpuIsaLimit(), "avx2");
+    EXPECT_FALSE(CpuHas("avx512f"));
+  }
+  {
+    // What the user set stays; only what is missing follows.
+    ScopedEnv aten({{"ATEN_CPU_CAPABILITY", "DEFAULT"},
+                    {"ONEDNN_MAX_CPU_ISA", "AVX512_CORE"},
+                    {"LTB_MAX_CPU_ISA", nullptr}});
+    EXPECT_NE(MatchCpuSimulation().find("LTB_MAX_CPU_ISA=default"), std::string::npos);
+    EXPECT_EQ(std::string(std::getenv("ONEDNN_MAX_CPU_ISA")), "AVX512_CORE");
+  }
+  for (const char* level : {"avx512", "AVX512"}) {
+    // AVX-512 kernels pack for AMX themselves: nothing to match.
+    ScopedEnv aten({{"ATEN_CPU_CAPABILITY", level},
+                    {"ONEDNN_MAX_CPU_ISA", nullptr},
+                    {"LTB_MAX_CPU_ISA", nullptr}});
+    EXPECT_EQ(MatchCpuSimulation(), "");
+    EXPECT_EQ(std::getenv("ONEDNN_MAX_CPU_ISA"), nullptr);
+  }
+}
+
 TEST(CpuIsa, WithoutALimitFollowsTheCpuFlags) {
   ScopedEnv unset({{"LTB_MAX_CPU_ISA", nullptr}});
   for (const char* flag : {"sse4_2", "avx2", "fma", "avx512f", "avx512bw", "avx512_bf16",

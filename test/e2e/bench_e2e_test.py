@@ -5,6 +5,7 @@ LTB_TORCH_VERSION is the version of the LibTorch it was built against.
 """
 import importlib.metadata
 import json
+import math
 import re
 import os
 import signal
@@ -22,6 +23,18 @@ FAST = ["--benchmark_min_time=0.01", "--warmup_s=0", "--seq=32", "--batch=2",
         "--peak_flops=1e12", "--peak_bandwidth=1e10"]
 
 
+def simulated(var):
+    """ONEDNN_MAX_CPU_ISA or LTB_MAX_CPU_ISA as bench sees it: where unset,
+    ATEN_CPU_CAPABILITY=avx2 or default sets both to its level."""
+    value = os.environ.get(var, "")
+    aten = os.environ.get("ATEN_CPU_CAPABILITY", "").lower()
+    if not value and aten in ("avx2", "default"):
+        if var == "ONEDNN_MAX_CPU_ISA":
+            return "AVX2" if aten == "avx2" else "SSE41"
+        return aten
+    return value
+
+
 def cpu_flags():
     """The first CPU's flags as Linux reports them, less those LTB_MAX_CPU_ISA
     hides (bench's peak loops and native arithmetic follow the same limit)."""
@@ -31,7 +44,7 @@ def cpu_flags():
             if line.startswith("flags"):
                 flags = set(line.split(":", 1)[1].split())
                 break
-    limit = os.environ.get("LTB_MAX_CPU_ISA", "").lower()
+    limit = simulated("LTB_MAX_CPU_ISA").lower()
     newest = ("amx", "avx10", "avx512_bf16", "avx512_fp16", "avx_ne_convert",
               "avx_vnni_int8", "avx_vnni_int16")
     def level(flag):
@@ -51,7 +64,7 @@ def onednn_runs_bf16():
     AVX-512 BW/VL/DQ or AVX-NE-CONVERT), and oneDNN's ISA limit."""
     _, hardware = cpu_flags()
     has = {"avx512bw", "avx512vl", "avx512dq"} <= hardware or "avx_ne_convert" in hardware
-    limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    limit = simulated("ONEDNN_MAX_CPU_ISA").upper()
     below = limit in ("SSE41", "AVX", "AVX2", "AVX2_VNNI") or (
         limit == "AVX2_VNNI_2" and "avx_ne_convert" not in hardware)
     return has and not below
@@ -381,8 +394,11 @@ class EpochTest(unittest.TestCase):
                 self.assertIn("dp_gradients", doc["context"])
                 for b in entries.values():
                     self.assertGreaterEqual(b["grad_buckets"], 1)
+                # A median of differences of step times: on a loaded machine it
+                # may be larger than a step, or negative; only its presence and
+                # finiteness hold whatever the load.
                 self.assertIn("comm_exposed_ms", step)
-                self.assertLess(abs(step["comm_exposed_ms"]), step["real_time"])
+                self.assertTrue(math.isfinite(step["comm_exposed_ms"]))
                 self.assertEqual(step["iterations"], 10)
                 self.assertEqual(proc.stdout.count("EncDec/nano/cpu/train_step/"), 1,
                                  "only rank 0 reports")
@@ -1027,8 +1043,14 @@ class PrecisionTest(unittest.TestCase):
 
     def test_a_simulated_older_cpu_is_recorded_and_followed(self):
         ctx = self.doc["context"]
-        for var in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "LTB_MAX_CPU_ISA"):
-            self.assertEqual(ctx.get(var.lower()), os.environ.get(var) or None, var)
+        self.assertEqual(ctx.get("aten_cpu_capability"),
+                         os.environ.get("ATEN_CPU_CAPABILITY") or None)
+        for var in ("ONEDNN_MAX_CPU_ISA", "LTB_MAX_CPU_ISA"):
+            self.assertEqual(ctx.get(var.lower()), simulated(var) or None, var)
+        # ATEN_CPU_CAPABILITY alone: bench limits oneDNN and its peaks to match.
+        self.assertEqual("cpu_simulation" in ctx,
+                         any(simulated(v) != os.environ.get(v, "")
+                             for v in ("ONEDNN_MAX_CPU_ISA", "LTB_MAX_CPU_ISA")))
         limit = os.environ.get("ATEN_CPU_CAPABILITY", "").lower()
         if limit in ("avx2", "default"):
             # LibTorch dispatches no wider than asked (never wider than the CPU).
