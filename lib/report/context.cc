@@ -13,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "base/threads.h"
 #include "base/torch_compat.h"
+#include "device/cpu_isa.h"
 #include "device/device.h"
 
 namespace ltb {
