@@ -31,6 +31,23 @@ std::atomic<float> sink{0};
 
 #if defined(__x86_64__)
 
+// Every x86-64 CPU has SSE2: a multiply and an add, 4 lanes each, without
+// FMA (a CPU with no AVX, or LTB_MAX_CPU_ISA=default).
+double LoopSseFp32(int64_t iters) {
+  __m128 acc[kChains];
+  for (int j = 0; j < kChains; ++j) acc[j] = _mm_set1_ps(1.0f + j);
+  const __m128 x = _mm_set1_ps(0.999f), y = _mm_set1_ps(0.001f);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int j = 0; j < kChains; ++j) acc[j] = _mm_add_ps(_mm_mul_ps(x, y), acc[j]);
+  }
+  float out[4];
+  for (int j = 1; j < kChains; ++j) acc[0] = _mm_add_ps(acc[0], acc[j]);
+  _mm_storeu_ps(out, acc[0]);
+  sink.store(out[0], std::memory_order_relaxed);
+  return static_cast<double>(iters) * kChains * 4 * 2;
+}
+
 __attribute__((target("avx2,fma"))) double LoopAvx2Fp32(int64_t iters) {
   __m256 acc[kChains];
   for (int j = 0; j < kChains; ++j) acc[j] = _mm256_set1_ps(1.0f + j);
@@ -154,6 +171,7 @@ std::vector<Kernel> Kernels(c10::ScalarType dtype) {
     case c10::kFloat:
       if (CpuHas("avx512f")) out.push_back({"avx512f fma", LoopAvx512Fp32});
       if (CpuHas("avx2") && CpuHas("fma")) out.push_back({"avx2 fma", LoopAvx2Fp32});
+      out.push_back({"sse2 multiply and add", LoopSseFp32});
       break;
     case c10::kBFloat16:
       if (CpuHas("amx_bf16") && CpuHas("amx_tile") && RequestAmx()) {

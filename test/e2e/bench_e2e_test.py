@@ -594,7 +594,7 @@ class PeaksTest(unittest.TestCase):
         ctx = doc["context"]
         for dtype in ("fp32", "bf16"):
             if f"peak_flops_cpu_{dtype}" not in ctx or "none" in ctx[f"peak_flops_cpu_{dtype}"]:
-                self.assertEqual(dtype, "bf16", "every x86-64 CPU this runs on has fp32 FMA")
+                self.assertEqual(dtype, "bf16", "every x86-64 CPU has native fp32 (SSE2 at least)")
                 continue
             source = ctx[f"peak_flops_cpu_{dtype}"]
             self.assertIn("measured", source)

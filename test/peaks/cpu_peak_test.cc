@@ -17,8 +17,11 @@ namespace {
 bool CpuHasFlag(const std::string& flag) { return CpuHas(flag); }
 
 TEST(NativeArithmetic, FollowsTheCpuFlags) {
-  EXPECT_EQ(!NativeArithmetic(c10::kFloat).empty(),
-            CpuHasFlag("avx2") || CpuHasFlag("avx512f"));
+  // fp32 on every x86-64 CPU (SSE2), with FMA where the CPU has it.
+  const std::vector<std::string> fp32 = NativeArithmetic(c10::kFloat);
+  EXPECT_EQ(fp32.back(), "sse2 multiply and add");
+  EXPECT_EQ(fp32.size(),
+            1u + (CpuHasFlag("avx2") && CpuHasFlag("fma")) + CpuHasFlag("avx512f"));
   EXPECT_EQ(!NativeArithmetic(c10::kHalf).empty(), CpuHasFlag("avx512_fp16"));
   EXPECT_EQ(!NativeArithmetic(c10::kBFloat16).empty(),
             CpuHasFlag("avx512_bf16") || CpuHasFlag("amx_bf16"));
@@ -27,7 +30,7 @@ TEST(NativeArithmetic, FollowsTheCpuFlags) {
 
 TEST(MeasureLoopPeak, MeasuresTheFastestNativeArithmeticAndNothingWithoutIt) {
   const std::vector<std::string> native = NativeArithmetic(c10::kFloat);
-  if (native.empty()) GTEST_SKIP() << "no FMA on this CPU";
+  ASSERT_FALSE(native.empty());
   const LoopPeak one = MeasureLoopPeak(c10::kFloat, 1);
   EXPECT_GT(one.flops, 1e9);
   // Whichever of the CPU's kernels ran fastest: the widest is not always
