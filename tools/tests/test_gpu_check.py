@@ -33,6 +33,7 @@ REHEARSAL = {
     "CUDA out-of-memory error caught, the run goes on": "skipped",
     "one-rank data-parallel run through tools/launch (Gloo on the CPU)": "ran",
     "one-rank NCCL data-parallel run through tools/launch": "skipped",
+    "a failing rank stops the others, which write what they measured": "ran",
     "ctest": "skipped",
 }
 FAMILIES = ("Transformer", "GPT2", "ResNet", "CNN", "Encoder", "Whisper", "EncDec")
@@ -148,6 +149,11 @@ class RehearsalTest(unittest.TestCase):
         self.assertEqual(one_rank["context"]["world_size"], "1")
         self.assertEqual(one_rank["context"]["process_group"], "gloo, 1 rank")
         self.assertTrue(all("grad_buckets" in e for e in one_rank["benchmarks"]))
+        # Rank 1 failed mid-run: rank 0 wrote what it measured, and the error.
+        with open(os.path.join(self.out, "failing_rank_cpu.json")) as f:
+            failed = {e["name"].split("/")[1]: e for e in json.load(f)["benchmarks"]}
+        self.assertFalse(failed["ok"].get("error_occurred"))
+        self.assertTrue(failed["rank1_fails"]["error_occurred"])
         self.assertTrue(any(f.endswith(".ops.txt")
                             for f in os.listdir(os.path.join(self.out, "profile"))))
 
