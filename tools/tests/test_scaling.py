@@ -21,8 +21,9 @@ LAUNCH = os.path.join(TOOLS, "launch")
 # throughput is 1000 tokens/s a rank times 0.9 per doubling of ranks, and a
 # forward that is not data-parallel. FAKE_FAIL_AT=N makes rank 0 of an
 # N-rank run exit 1 after writing its results; FAKE_SKIP_AT=N exit 3 before.
-# FAKE_RANK1_FAILS=1: rank 1 exits 4 at once, while rank 0 waits for it (as
-# in a collective) until it is signalled, then writes its results, exits 1.
+# FAKE_RANK1_FAILS=1: rank 1 exits 4 once rank 0 waits for it (as in a
+# collective; rank 0 says so in $FAKE_RANKS_LOG.waiting), and rank 0 waits
+# until it is signalled, then writes its results and exits 1.
 FAKE_RANK = textwrap.dedent("""\
     import json, math, os, signal, sys, time
     world = int(os.environ["WORLD_SIZE"])
@@ -32,11 +33,16 @@ FAKE_RANK = textwrap.dedent("""\
             "MASTER_PORT", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")}
             | {"args": sys.argv[1:]}) + "\\n")
     rank1_fails = os.environ.get("FAKE_RANK1_FAILS") == "1"
+    waiting = os.environ["FAKE_RANKS_LOG"] + ".waiting"
     if rank1_fails and os.environ["RANK"] == "1":
+        deadline = time.monotonic() + 60
+        while not os.path.exists(waiting) and time.monotonic() < deadline:
+            time.sleep(0.02)
         sys.exit(4)
     if rank1_fails:
         stopped = []
         signal.signal(signal.SIGTERM, lambda *_: stopped.append(1))
+        open(waiting, "w").close()
         deadline = time.monotonic() + 60
         while not stopped and time.monotonic() < deadline:
             time.sleep(0.05)
