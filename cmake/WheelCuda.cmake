@@ -12,7 +12,12 @@
 # The CUDA code path (cuda_support.cc) still compiles, and the binary runs on a
 # GPU machine as well as on the CPU.
 #
-# LTB_CUDA_FROM_WHEEL: AUTO (only when no nvcc is found), ON, OFF.
+# LTB_CUDA_FROM_WHEEL: AUTO (when no nvcc is found, or when the nvcc found is
+# of another CUDA major version than the wheel's: a toolkit's libcudart.so.12
+# beside the wheel's libcudart.so.13 would load two CUDA runtimes in one
+# process), ON, OFF (the toolkit, whatever its version).
+# LTB_CUDA_BUILD_NOTE says which CUDA was used and why (the configuration
+# prints it; bench's context reports it as `cuda_build`).
 # LTB_CUDA_CRT_INCLUDE: an include directory holding crt/host_config.h where
 # the wheel's site-packages has none (tools/setup --offline points it at the
 # nvidia-cuda-crt that tools/offline-kit unpacked into the kit).
@@ -23,13 +28,38 @@
 # its LibTorch has none. Sets LTB_CUDA_FROM_WHEEL_USED, and
 # LTB_TORCH_CUDA_UNUSABLE when the CUDA code is left out.
 set(LTB_CUDA_FROM_WHEEL AUTO CACHE STRING
-    "Take the CUDA runtime and headers from the torch wheel's nvidia packages instead of a CUDA toolkit: AUTO (when no nvcc is found), ON or OFF")
+    "Take the CUDA runtime and headers from the torch wheel's nvidia packages instead of a CUDA toolkit: AUTO (when no nvcc is found or its CUDA major differs from the wheel's), ON or OFF")
 set_property(CACHE LTB_CUDA_FROM_WHEEL PROPERTY STRINGS AUTO ON OFF)
 set(LTB_CUDA_CRT_INCLUDE "" CACHE PATH
     "Include directory with crt/host_config.h (nvidia-cuda-crt) for a wheel that lacks it")
 option(LTB_CUDA "Build the CUDA code when LibTorch has CUDA (OFF: a CPU-only bench)" ON)
 set(LTB_CUDA_FROM_WHEEL_USED OFF)
 set(LTB_TORCH_CUDA_UNUSABLE OFF)
+set(LTB_CUDA_BUILD_NOTE "")
+set(LTB_CUDA_TOOLKIT_NOTE "")
+
+# The CUDA version an nvcc reports ("release 12.4, V12.4.131"), or "".
+function(_ltb_nvcc_version nvcc out)
+  execute_process(COMMAND "${nvcc}" --version OUTPUT_VARIABLE text
+                  ERROR_QUIET RESULT_VARIABLE rc)
+  set(version "")
+  if(rc EQUAL 0 AND text MATCHES "release ([0-9]+\\.[0-9]+)")
+    set(version "${CMAKE_MATCH_1}")
+  endif()
+  set(${out} "${version}" PARENT_SCOPE)
+endfunction()
+
+# The CUDA version a torch wheel was built with (torch/version.py), or "".
+function(_ltb_wheel_cuda_version torch_dir out)
+  set(version "")
+  if(EXISTS "${torch_dir}/version.py")
+    file(STRINGS "${torch_dir}/version.py" line REGEX "^cuda[^=]*= *'[0-9]")
+    if(line MATCHES "'([0-9]+\\.[0-9]+)")
+      set(version "${CMAKE_MATCH_1}")
+    endif()
+  endif()
+  set(${out} "${version}" PARENT_SCOPE)
+endfunction()
 
 function(_ltb_find_torch_config out)
   set(candidates ${Torch_DIR} $ENV{Torch_DIR} ${CMAKE_PREFIX_PATH})
@@ -59,24 +89,6 @@ function(_ltb_cuda_from_wheel)
                    "as asked; bench runs on the CPU")
     return()
   endif()
-  if(LTB_CUDA_FROM_WHEEL STREQUAL "OFF")
-    return()
-  endif()
-  if(LTB_CUDA_FROM_WHEEL STREQUAL "AUTO")
-    # What the wheel's cuda.cmake (FindCUDA, then enable_language(CUDA)) would
-    # use: an explicit compiler, the toolkit's usual roots, or PATH.
-    if(CMAKE_CUDA_COMPILER OR DEFINED ENV{CUDACXX} OR CUDA_NVCC_EXECUTABLE)
-      return()
-    endif()
-    find_program(_ltb_nvcc nvcc NO_CACHE
-      HINTS ${CUDAToolkit_ROOT} ${CUDA_TOOLKIT_ROOT_DIR} ENV CUDAToolkit_ROOT
-            ENV CUDA_HOME ENV CUDA_PATH ENV CUDA_BIN_PATH
-      PATHS /usr/local/cuda /opt/cuda
-      PATH_SUFFIXES bin)
-    if(_ltb_nvcc)
-      return()
-    endif()
-  endif()
   _ltb_find_torch_config(config_dir)
   if(NOT config_dir)
     return()
@@ -89,6 +101,59 @@ function(_ltb_cuda_from_wheel)
   file(STRINGS "${targets}" uses_cudart REGEX "torch::cudart")
   if(NOT uses_cudart)
     return()  # a LibTorch without CUDA
+  endif()
+  _ltb_wheel_cuda_version("${prefix}" wheel_version)
+  string(REGEX REPLACE "\\..*" "" wheel_major "${wheel_version}")
+  # What the wheel's cuda.cmake (FindCUDA, then enable_language(CUDA)) would
+  # use: an explicit compiler, the toolkit's usual roots, or PATH.
+  set(nvcc "")
+  if(CMAKE_CUDA_COMPILER)
+    set(nvcc "${CMAKE_CUDA_COMPILER}")
+  elseif(DEFINED ENV{CUDACXX})
+    set(nvcc "$ENV{CUDACXX}")
+  elseif(CUDA_NVCC_EXECUTABLE)
+    set(nvcc "${CUDA_NVCC_EXECUTABLE}")
+  else()
+    find_program(_ltb_nvcc nvcc NO_CACHE
+      HINTS ${CUDAToolkit_ROOT} ${CUDA_TOOLKIT_ROOT_DIR} ENV CUDAToolkit_ROOT
+            ENV CUDA_HOME ENV CUDA_PATH ENV CUDA_BIN_PATH
+      PATHS /usr/local/cuda /opt/cuda
+      PATH_SUFFIXES bin)
+    if(_ltb_nvcc)
+      set(nvcc "${_ltb_nvcc}")
+    endif()
+  endif()
+  set(toolkit_version "")
+  set(toolkit_major "")
+  if(nvcc)
+    _ltb_nvcc_version("${nvcc}" toolkit_version)
+    string(REGEX REPLACE "\\..*" "" toolkit_major "${toolkit_version}")
+  endif()
+  set(other_major OFF)
+  if(toolkit_major AND wheel_major AND NOT toolkit_major STREQUAL wheel_major)
+    set(other_major ON)
+    string(CONCAT toolkit_note "the CUDA toolkit ${toolkit_version} (${nvcc}) is CUDA "
+                  "${toolkit_major}, LibTorch's is CUDA ${wheel_version}")
+    set(LTB_CUDA_TOOLKIT_NOTE "${toolkit_note}" PARENT_SCOPE)
+  endif()
+  if(LTB_CUDA_FROM_WHEEL STREQUAL "OFF")
+    if(other_major)
+      message(WARNING "libtorch-bench: ${toolkit_note}: with LTB_CUDA_FROM_WHEEL=OFF "
+        "bench links the toolkit's CUDA runtime beside LibTorch's, two CUDA "
+        "runtimes in one process. Leave LTB_CUDA_FROM_WHEEL at AUTO to build "
+        "against the wheel's CUDA, or use a CUDA ${wheel_major} toolkit.")
+    endif()
+    return()
+  endif()
+  if(LTB_CUDA_FROM_WHEEL STREQUAL "AUTO" AND nvcc AND NOT other_major)
+    return()  # the toolkit, of LibTorch's CUDA major (or of a version unknown)
+  endif()
+  if(LTB_CUDA_FROM_WHEEL STREQUAL "ON")
+    set(why "LTB_CUDA_FROM_WHEEL=ON")
+  elseif(other_major)
+    set(why "${toolkit_note}: one CUDA runtime per process")
+  else()
+    set(why "no CUDA toolkit (nvcc)")
   endif()
   get_filename_component(site "${prefix}/.." ABSOLUTE)
   # cuda_runtime.h includes crt/host_config.h, which CUDA 13 moved to
@@ -109,14 +174,25 @@ function(_ltb_cuda_from_wheel)
       INTERFACE_INCLUDE_DIRECTORIES "${include_dirs}"
       INTERFACE_LINK_LIBRARIES "${cudart}")
     set(LTB_CUDA_FROM_WHEEL_USED ON PARENT_SCOPE)
-    message(STATUS "libtorch-bench: no CUDA toolkit (nvcc); CUDA runtime and "
-                   "headers from the torch wheel: ${cudart}; crt/ headers from ${crt_from}")
+    set(LTB_CUDA_BUILD_NOTE
+        "the torch wheel's CUDA ${wheel_version} runtime and headers (${why})" PARENT_SCOPE)
+    message(STATUS "libtorch-bench: ${why}; CUDA runtime and headers from the "
+                   "torch wheel (CUDA ${wheel_version}): ${cudart}; crt/ headers from ${crt_from}")
   else()
     set(runtime "the version of the wheel's nvidia-cuda-runtime")
     file(GLOB dist_info "${site}/nvidia_cuda_runtime*-*.dist-info")
     if(dist_info)
       list(GET dist_info 0 dist_info)
       string(REGEX REPLACE ".*-([0-9][0-9.]*)\\.dist-info$" "\\1" runtime "${dist_info}")
+    endif()
+    if(other_major)
+      message(FATAL_ERROR "libtorch-bench: LibTorch at ${prefix} has CUDA "
+        "${wheel_version}, but ${toolkit_note}, and building against it would load "
+        "two CUDA runtimes in one process; the wheel's own CUDA headers are "
+        "incomplete (no crt/host_config.h). Install nvidia-cuda-crt==${runtime} "
+        "(tools/setup does), or a CUDA ${wheel_major} toolkit, or configure with "
+        "-DLTB_CUDA_FROM_WHEEL=OFF to use this toolkit anyway, or -DLTB_CUDA=OFF "
+        "for a bench that runs on the CPU only.")
     endif()
     message(FATAL_ERROR "libtorch-bench: LibTorch at ${prefix} has CUDA, but its "
       "CUDA code cannot be built here: there is no CUDA toolkit (nvcc) and no "

@@ -23,7 +23,7 @@ CONTEXT_KEYS = ("host_name", "executable", "date", "suite_commit", "libtorch_ver
                 "build_type", "cpu_model", "cpu_capability", "num_cpus", "mhz_per_cpu",
                 "gpus", "cuda_runtime", "cudnn", "blas", "blas_threads",
                 "intra_op_threads", "inter_op_threads", "malloc", "world_size", "world_sizes",
-                "dp_gradients")
+                "dp_gradients", "dp_buffers")
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
 

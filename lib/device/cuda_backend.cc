@@ -65,7 +65,10 @@ class CudaBackend final : public DeviceBackend {
 
   bool Available(const c10::Device& device, std::string* why_not) const override {
     if (!cuda::Compiled()) {
-      *why_not = "no CUDA device: this LibTorch was built without CUDA";
+      *why_not =
+          cuda::BuildNote().empty()
+              ? "no CUDA device: this LibTorch was built without CUDA"
+              : "no CUDA device: bench was built without its CUDA code (LTB_CUDA=OFF)";
       return false;
     }
     std::string why;
@@ -105,8 +108,11 @@ class CudaBackend final : public DeviceBackend {
     return out;
   }
   std::vector<std::pair<std::string, std::string>> Context() const override {
-    if (!cuda::Compiled())
-      return {{"cuda_runtime", "none (LibTorch built without CUDA)"}};
+    if (!cuda::Compiled()) {
+      const std::string note = cuda::BuildNote();
+      return {
+          {"cuda_runtime", note.empty() ? "none (LibTorch built without CUDA)" : note}};
+    }
     std::string why;
     const int count = cuda::DeviceCount(&why);
     std::vector<std::string> gpus;
@@ -120,6 +126,7 @@ class CudaBackend final : public DeviceBackend {
                           : absl::StrCat("none (", meter.status().message(), ")");
     }
     return {{"cuda_runtime", cuda::RuntimeVersion()},
+            {"cuda_build", cuda::BuildNote()},
             {"gpu_energy", energy},
             {"cudnn", cuda::CudnnVersion()},
             {"cuda_tf32",

@@ -33,6 +33,14 @@ std::string VersionString(long v, long major_div, long minor_div) {
 
 bool Compiled() { return true; }
 
+std::string BuildNote() {
+#ifdef LTB_CUDA_BUILD_NOTE
+  return LTB_CUDA_BUILD_NOTE;
+#else
+  return "unknown (built outside lib/)";
+#endif
+}
+
 std::string RuntimeVersion() {
   // The runtime LibTorch was built with, 1000 * major + 10 * minor; it may
   // differ from the toolkit this file was compiled with.

@@ -26,6 +26,11 @@ bool Compiled();
 // CUDA runtime version LibTorch was built with, as "13.2", or "".
 std::string RuntimeVersion();
 
+// Which CUDA this file was compiled against and why, as the configuration
+// chose it: "the CUDA toolkit 13.0 (/usr/local/cuda/bin/nvcc)", "the torch
+// wheel's CUDA 13.2 runtime and headers (no CUDA toolkit (nvcc))", ...
+std::string BuildNote();
+
 // cuDNN version as "9.26.0", or "" when absent.
 std::string CudnnVersion();
 

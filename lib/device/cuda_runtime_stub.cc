@@ -16,9 +16,19 @@ namespace ltb::cuda {
 
 bool Compiled() { return false; }
 std::string RuntimeVersion() { return ""; }
+std::string BuildNote() {
+#ifdef LTB_CUDA_BUILD_NOTE
+  return LTB_CUDA_BUILD_NOTE;  // "none (LTB_CUDA=OFF ...)" where LibTorch has CUDA
+#else
+  return "";
+#endif
+}
 std::string CudnnVersion() { return ""; }
 int DeviceCount(std::string* why) {
-  if (why != nullptr) *why = "this LibTorch was built without CUDA";
+  if (why != nullptr) {
+    *why = BuildNote().empty() ? "this LibTorch was built without CUDA"
+                               : "bench was built without its CUDA code (LTB_CUDA=OFF)";
+  }
   return 0;
 }
 std::string DeviceName(int) { return ""; }

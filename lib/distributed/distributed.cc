@@ -164,10 +164,38 @@ class BackendGroup final : public DataParallel {
   void SumInPlace(at::Tensor& t) override { Reduce(t, c10d::ReduceOp::SUM); }
   void MaxInPlace(at::Tensor& t) override { Reduce(t, c10d::ReduceOp::MAX); }
 
-  void Broadcast(const std::vector<at::Tensor>& tensors) override {
+  void Broadcast(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes) override {
+    // One group a dtype, in the order of first appearance, as c10d's
+    // take_tensors groups them.
+    std::vector<std::vector<at::Tensor>> groups;
     for (const at::Tensor& t : tensors) {
-      std::vector<at::Tensor> one = {t};
-      backend_->broadcast(one)->wait(timeout_);
+      auto same = std::find_if(groups.begin(), groups.end(), [&](const auto& g) {
+        return g.front().scalar_type() == t.scalar_type();
+      });
+      if (same == groups.end()) {
+        groups.push_back({t});
+      } else {
+        same->push_back(t);
+      }
+    }
+    for (const std::vector<at::Tensor>& group : groups) {
+      for (const auto& [begin, end] : Buckets(group, bucket_bytes)) {
+        if (end - begin == 1 && group[begin].is_contiguous()) {
+          std::vector<at::Tensor> one = {group[begin]};
+          backend_->broadcast(one)->wait(timeout_);
+          continue;
+        }
+        std::vector<at::Tensor> flat;
+        for (size_t i = begin; i < end; ++i) flat.push_back(group[i].reshape({-1}));
+        std::vector<at::Tensor> bucket = {at::cat(flat)};
+        backend_->broadcast(bucket)->wait(timeout_);
+        int64_t offset = 0;
+        for (size_t i = begin; i < end; ++i) {
+          const int64_t n = group[i].numel();
+          group[i].copy_(bucket[0].narrow(0, offset, n).view_as(group[i]));
+          offset += n;
+        }
+      }
     }
   }
 

@@ -51,6 +51,10 @@ class GradientSync {
 // DDP's bucket cap (--bucket_mb): 25 MB, with a first bucket of 1 MB.
 constexpr int64_t kDefaultBucketBytes = 25 << 20;
 
+// Python DDP's broadcast_bucket_size: the most bytes a broadcast of the
+// weights (at the start) or of the buffers (before each forward) carries.
+constexpr int64_t kBroadcastBucketBytes = int64_t{250} << 20;
+
 class DataParallel {
  public:
   virtual ~DataParallel() = default;
@@ -70,7 +74,12 @@ class DataParallel {
   // Element-wise sum or max over the ranks, in place.
   virtual void SumInPlace(at::Tensor& t) = 0;
   virtual void MaxInPlace(at::Tensor& t) = 0;
-  virtual void Broadcast(const std::vector<at::Tensor>& tensors) = 0;
+  // Rank 0's values into every rank's `tensors`, in place: flattened into
+  // buckets of one dtype of at most `bucket_bytes` (a larger tensor is a
+  // bucket of its own), one broadcast a bucket, as Python DDP's
+  // _broadcast_coalesced.
+  virtual void Broadcast(const std::vector<at::Tensor>& tensors,
+                         int64_t bucket_bytes = kBroadcastBucketBytes) = 0;
   virtual void Barrier() = 0;
   // Shuts the collectives down, once the run is over; later collectives
   // fail. Also done when the group is destroyed.

@@ -94,6 +94,11 @@ struct Plan {
   // flops_per_step is 0 but the workload counts them when built
   // (Workload::FlopsPerStep): mfu needs the device's FLOP/s peak.
   bool counts_flops_when_built = false;
+  // flops_per_step is mostly convolutions, counted as a direct convolution
+  // does them: a Winograd or FFT algorithm (cuDNN's choice for some fp32
+  // shapes) does fewer, so the achieved rate can pass the peak, and a result
+  // whose mfu is left out says why.
+  bool counts_direct_convolution = false;
   MemoryEstimate memory;
 
   // Moves bytes and does no counted arithmetic: its bytes/s is measured

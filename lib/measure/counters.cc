@@ -5,6 +5,8 @@
 #include <iostream>
 #include <numeric>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "device/device.h"
 #include "distributed/distributed.h"
 #include "measure/memory.h"
@@ -83,11 +85,22 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
     // Each utilisation comes with the peak it divides by (mfu_peak,
     // mbu_peak): a measured peak may have been raised by an earlier
     // benchmark, or by this one.
+    // A utilisation left out is said in the result's label too.
+    std::vector<std::string> omitted;
     const auto report = [&](const std::string& name, const Utilisation& u) {
       if (!u.note.empty()) std::cerr << "bench: " << name << ": " << u.note << "\n";
       if (u.value >= 0) {
         c[name] = u.value;
         c[name + "_peak"] = u.peak;
+      } else if (!u.omitted.empty()) {
+        std::string why = absl::StrCat(name, " left out: the rate is ", u.omitted);
+        if (name == "mfu" && plan.counts_direct_convolution) {
+          absl::StrAppend(&why,
+                          "; its FLOPs are counted as a direct convolution does "
+                          "them, and a Winograd or FFT convolution algorithm (which "
+                          "cuDNN picks for some fp32 shapes) does fewer");
+        }
+        omitted.push_back(std::move(why));
       }
     };
     if (plan.flops_per_step > 0) {
@@ -110,6 +123,7 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
                         spec.device, plan.bytes_per_step * steps_per_s,
                         plan.bytes_per_step / fastest, spec.Name()));
     }
+    if (!omitted.empty()) state.SetLabel(absl::StrJoin(omitted, "; "));
   }
   // Energy per step, token and sample, summed over data-parallel ranks.
   double joules = m.joules;

@@ -270,6 +270,7 @@ absl::StatusOr<Plan> PlanOps(const BenchSpec& s) {
   plan.flops_per_step = cost.flops;
   plan.bytes_per_step = cost.bytes;
   plan.bytes_cross_host_link = (*d)->crosses_link;
+  plan.counts_direct_convolution = (*d)->op == "conv2d";
   plan.memory.activations = (*d)->memory(e);
   return plan;
 }

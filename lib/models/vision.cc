@@ -47,6 +47,7 @@ absl::StatusOr<Plan> PlanClassifier(const BenchSpec& spec, int64_t params,
   Plan plan;
   plan.params = params;
   plan.samples_per_step = spec.batch;
+  plan.counts_direct_convolution = true;  // the CNN and ResNet families
   const double fwd = forward_flops_per_image * spec.batch;
   MemoryEstimate& m = plan.memory;
   if (!spec.training()) {

@@ -284,6 +284,8 @@ Utilisation UtilisationOf(Peak& peak, double mean_rate, double best_rate,
         "%s reached %.4g, above the %s %.4g (%s): a wrong peak or a wrong count, so "
         "no utilisation is reported",
         benchmark, mean_rate, what, peak.value, peak.source);
+    u.omitted = absl::StrFormat("%.3g times the %s %.4g (%s)", value, what, peak.value,
+                                peak.source);
     return u;
   }
   u.value = value;

@@ -31,6 +31,9 @@ struct Utilisation {
   double value = -1;  // in [0, 1]; -1: none
   double peak = 0;    // what `value` divides by, after any raise it made
   std::string note;   // a raised peak, or why a value is left out
+  // When the value is left out: by how much the peak was passed, for the
+  // result itself ("1.2 times the fp32 FLOP/s peak 6.7e+13 (datasheet: ...)").
+  std::string omitted;
 };
 
 // --peak_flops: a number for every dtype ("1.2e14") or dtype=number pairs

@@ -21,20 +21,20 @@ Trainer::Trainer(const BenchSpec& spec, TrainFns fns)
   optimizer_ = fns_.make_optimizer();
   if (dtype_ == c10::kHalf) scaler_.emplace(device_);
   if (DataParallel* group = CurrentProcessGroup()) {
-    // Every rank starts from rank 0's weights.
-    {
-      torch::NoGradGuard no_grad;
-      group->Broadcast(fns_.module->parameters());
-    }
+    group_ = group;
+    buffers_ = fns_.module->buffers();
+    Resync();  // every rank starts from rank 0's weights and buffers
     sync_ = group->SyncGradients(fns_.module->parameters(), spec.bucket_mb << 20);
   }
 }
 
 void Trainer::Resync() {
-  if (DataParallel* group = CurrentProcessGroup()) {
-    torch::NoGradGuard no_grad;
-    group->Broadcast(fns_.module->parameters());
-  }
+  if (group_ == nullptr) return;
+  torch::NoGradGuard no_grad;
+  // As Python DDP's _sync_module_states: the parameters, then the buffers.
+  std::vector<at::Tensor> states = fns_.module->parameters();
+  states.insert(states.end(), buffers_.begin(), buffers_.end());
+  group_->Broadcast(states);
 }
 
 void Trainer::Step(const at::Tensor& batch, bool sync) {
@@ -44,7 +44,16 @@ void Trainer::Step(const at::Tensor& batch, bool sync) {
   // detaches them in place first, which a data-parallel bucket's view
   // forbids).
   for (at::Tensor& p : fns_.module->parameters()) p.mutable_grad().reset();
-  if (grads) grads->BeforeForward();
+  if (grads) {
+    grads->BeforeForward();
+    // Rank 0's buffers (BatchNorm's running statistics, ...) before each
+    // forward that averages gradients, as Python DDP's broadcast_buffers
+    // (its default) does: part of what communication costs a step.
+    if (!buffers_.empty()) {
+      torch::NoGradGuard no_grad;
+      group_->Broadcast(buffers_);
+    }
+  }
   at::Tensor loss;
   {
     AutocastGuard autocast(device_, dtype_);

@@ -49,8 +49,10 @@ class LossScaler {
   int64_t skipped_ = 0;
 };
 
-// Every rank starts from rank 0's weights, and gradients are averaged over
-// the ranks before the optimizer steps; fp16 gets a LossScaler.
+// Every rank starts from rank 0's weights and buffers, takes rank 0's
+// buffers again before each forward, and gradients are averaged over the
+// ranks before the optimizer steps (Python DDP's defaults); fp16 gets a
+// LossScaler.
 class Trainer {
  public:
   Trainer(const BenchSpec& spec, TrainFns fns);
@@ -58,7 +60,8 @@ class Trainer {
   // `sync` false: without averaging the gradients over the ranks (no
   // communication), as Python DDP's no_sync().
   void Step(const at::Tensor& batch, bool sync = true);
-  // Every rank's weights set to rank 0's again (after steps without sync).
+  // Every rank's weights and buffers set to rank 0's again (after steps
+  // without sync).
   void Resync();
   // Steps the scaler skipped (inf or nan in fp16); 0 without one.
   int64_t skipped() const { return scaler_ ? scaler_->skipped() : 0; }
@@ -73,6 +76,8 @@ class Trainer {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::optional<LossScaler> scaler_;
   std::unique_ptr<GradientSync> sync_;
+  DataParallel* group_ = nullptr;    // data-parallel: the ranks' group
+  std::vector<at::Tensor> buffers_;  // the module's, broadcast from rank 0
 };
 
 // train_step: one Trainer step over the same batch every time.

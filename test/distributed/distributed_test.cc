@@ -11,6 +11,9 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
@@ -21,11 +24,13 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
 #include "free_port.h"
 #include "models/transformer.h"
 #include "scoped_env.h"
 #include "workloads/epoch.h"
 #include "workloads/phases.h"
+#include "workloads/trainer.h"
 
 extern char** environ;
 
@@ -106,6 +111,44 @@ at::Tensor Load(const std::string& path, int64_t n) {
   return t;
 }
 
+// Starts this test binary as `world` ranks over Gloo on loopback, each
+// running the rank-side test `filter` with `extra` environment; returns
+// whether every rank exited with 0.
+bool RunRanks(const std::string& filter, const std::vector<std::string>& extra,
+              int world = 2) {
+  const int port = FreePort();
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < world; ++rank) {
+    std::vector<std::string> env = {
+        "RANK=" + std::to_string(rank),        "WORLD_SIZE=" + std::to_string(world),
+        "LOCAL_RANK=" + std::to_string(rank),  "MASTER_ADDR=127.0.0.1",
+        "MASTER_PORT=" + std::to_string(port), "OMP_NUM_THREADS=1"};
+    for (const std::string& e : extra)
+      env.push_back(absl::StrReplaceAll(e, {{"%r", std::to_string(rank)}}));
+    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    std::vector<char*> envp;
+    for (std::string& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+    std::string flag = "--gtest_filter=" + filter;
+    char* argv[] = {exe.data(), flag.data(), nullptr};
+    pid_t pid = 0;
+    if (::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()) != 0) {
+      ADD_FAILURE() << "cannot start rank " << rank;
+      break;
+    }
+    children.push_back(pid);
+  }
+  bool ok = static_cast<int>(children.size()) == world;
+  for (pid_t pid : children) {
+    int status = 0;
+    const bool exited = ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+                        WEXITSTATUS(status) == 0;
+    ok = ok && exited;
+  }
+  return ok;
+}
+
 // The rank's side, run in a child process the test below starts.
 TEST(DataParallelRank, StepAndSave) {
   const char* out = std::getenv("LTB_DDP_OUT");
@@ -135,35 +178,11 @@ TEST_P(DataParallel, StepsMatchASingleProcessOnTheWholeBatch) {
   how.bf16 = absl::StrContains(GetParam(), "Bf16");
   const std::string dir = testing::TempDir() + "/ltb_ddp_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
-  const int port = FreePort();
-  std::vector<pid_t> children;
-  for (int rank = 0; rank < 2; ++rank) {
-    std::vector<std::string> env = {"RANK=" + std::to_string(rank),
-                                    "WORLD_SIZE=2",
-                                    "LOCAL_RANK=" + std::to_string(rank),
-                                    "MASTER_ADDR=127.0.0.1",
-                                    "MASTER_PORT=" + std::to_string(port),
-                                    "LTB_DDP_OUT=" + dir + "/rank" + std::to_string(rank),
-                                    "OMP_NUM_THREADS=1"};
-    if (how.shared) env.emplace_back("LTB_DDP_SHARED=1");
-    if (how.sgd) env.emplace_back("LTB_DDP_SGD=1");
-    if (how.bf16) env.emplace_back("LTB_DDP_BF16=1");
-    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-    std::vector<char*> envp;
-    for (std::string& s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
-    std::string filter = "--gtest_filter=DataParallelRank.StepAndSave";
-    char* argv[] = {exe.data(), filter.data(), nullptr};
-    pid_t pid = 0;
-    ASSERT_EQ(::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()), 0);
-    children.push_back(pid);
-  }
-  for (pid_t pid : children) {
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a rank failed";
-  }
+  std::vector<std::string> extra = {"LTB_DDP_OUT=" + dir + "/rank%r"};
+  if (how.shared) extra.emplace_back("LTB_DDP_SHARED=1");
+  if (how.sgd) extra.emplace_back("LTB_DDP_SGD=1");
+  if (how.bf16) extra.emplace_back("LTB_DDP_BF16=1");
+  EXPECT_TRUE(RunRanks("DataParallelRank.StepAndSave", extra)) << "a rank failed";
   const at::Tensor single = StepOn(0, kBatch, how);
   const at::Tensor r0 = Load(dir + "/rank0", single.numel());
   const at::Tensor r1 = Load(dir + "/rank1", single.numel());
@@ -245,32 +264,8 @@ TEST(DataParallel, ACollectiveGivesUpAfterTheTimeout) {
   const std::string out =
       testing::TempDir() + "/ltb_ddp_timeout_" + std::to_string(::getpid());
   std::filesystem::remove(out);
-  const int port = FreePort();
-  std::vector<pid_t> children;
-  for (int rank = 0; rank < 2; ++rank) {
-    std::vector<std::string> env = {"RANK=" + std::to_string(rank),
-                                    "WORLD_SIZE=2",
-                                    "LOCAL_RANK=" + std::to_string(rank),
-                                    "MASTER_ADDR=127.0.0.1",
-                                    "MASTER_PORT=" + std::to_string(port),
-                                    "LTB_DDP_TIMEOUT_OUT=" + out,
-                                    "OMP_NUM_THREADS=1"};
-    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-    std::vector<char*> envp;
-    for (std::string& s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
-    std::string filter = "--gtest_filter=DataParallelRank.StallOrGiveUp";
-    char* argv[] = {exe.data(), filter.data(), nullptr};
-    pid_t pid = 0;
-    ASSERT_EQ(::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()), 0);
-    children.push_back(pid);
-  }
-  for (pid_t pid : children) {
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a rank failed";
-  }
+  EXPECT_TRUE(RunRanks("DataParallelRank.StallOrGiveUp", {"LTB_DDP_TIMEOUT_OUT=" + out}))
+      << "a rank failed";
   std::ifstream in(out);
   double waited = 0;
   std::string what;
@@ -283,6 +278,102 @@ TEST(DataParallel, ACollectiveGivesUpAfterTheTimeout) {
   EXPECT_GE(waited, 1.5) << what;
   EXPECT_LT(waited, 30) << what;
   std::filesystem::remove(out);
+}
+
+// The ranks' side of the test below: a BatchNorm that does not move its
+// running statistics (momentum 0), whose statistics rank 1 changes; after
+// the Trainer starts, after a step without averaging, and after one with,
+// each rank writes its running mean's sum and batches tracked.
+TEST(DataParallelRank, BuffersFromRankZero) {
+  const char* out = std::getenv("LTB_DDP_BUFFERS_OUT");
+  if (out == nullptr)
+    GTEST_SKIP() << "run by DataParallel.BuffersAreRankZerosBeforeEachAveragedStep";
+  const DistEnv env = ReadDistEnv().value();
+  auto group = JoinProcessGroup(env, c10::Device(c10::kCPU));
+  ASSERT_TRUE(group.ok()) << group.status();
+  SetCurrentProcessGroup(std::move(*group));
+  at::manual_seed(0);
+  torch::nn::Linear linear(4, 4);
+  torch::nn::BatchNorm1d norm(torch::nn::BatchNorm1dOptions(4).momentum(0.0));
+  torch::nn::Sequential model(linear, norm);
+  const auto drift = [&] {  // what rank 1's own statistics would be
+    if (env.rank != 1) return;
+    torch::NoGradGuard no_grad;
+    norm->running_mean.fill_(7);
+    norm->num_batches_tracked.fill_(100);
+  };
+  drift();
+  TrainFns fns;
+  fns.module = model.ptr();
+  fns.loss = [model](const at::Tensor& b) mutable {
+    return model->forward(b).pow(2).mean();
+  };
+  fns.make_optimizer = [model] {
+    return std::make_unique<torch::optim::SGD>(model->parameters(),
+                                               torch::optim::SGDOptions(0.1));
+  };
+  BenchSpec spec;
+  spec.family = "Test";
+  SetPhase(TrainStepPhase(), &spec);
+  Trainer trainer(spec, fns);
+  std::ofstream file(out);
+  const auto write = [&] {
+    file << norm->running_mean.sum().item<double>() << " "
+         << norm->num_batches_tracked.item<int64_t>() << "\n";
+  };
+  write();  // both: rank 0's
+  drift();
+  const at::Tensor batch = at::randn({8, 4});
+  trainer.Step(batch, /*sync=*/false);
+  write();  // rank 1's own: no communication without averaging
+  trainer.Step(batch, /*sync=*/true);
+  write();  // rank 0's again, then this forward's count
+  file.close();
+  CurrentProcessGroup()->Barrier();
+  SetCurrentProcessGroup(nullptr);
+}
+
+TEST(DataParallel, BuffersAreRankZerosBeforeEachAveragedStep) {
+  const std::string dir =
+      testing::TempDir() + "/ltb_ddp_buffers_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(RunRanks("DataParallelRank.BuffersFromRankZero",
+                       {"LTB_DDP_BUFFERS_OUT=" + dir + "/rank%r"}))
+      << "a rank failed";
+  const auto read = [&](int rank) {
+    std::ifstream in(dir + "/rank" + std::to_string(rank));
+    std::vector<std::pair<double, int64_t>> rows;
+    double sum = 0;
+    int64_t tracked = 0;
+    while (in >> sum >> tracked) rows.emplace_back(sum, tracked);
+    return rows;
+  };
+  using Rows = std::vector<std::pair<double, int64_t>>;
+  // Rank 0: untouched statistics, one batch tracked a forward.
+  EXPECT_EQ(read(0), (Rows{{0, 0}, {0, 1}, {0, 2}}));
+  // Rank 1: rank 0's at the start; its own (7 x 4 features, 100 + 1) after
+  // the step without averaging; rank 0's (0, 1) before the averaged step's
+  // forward, which tracks one more batch.
+  EXPECT_EQ(read(1), (Rows{{0, 0}, {28, 101}, {0, 2}}));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(DataParallel, BroadcastWritesEveryTensorBackWhole) {
+  // Tensors of two dtypes, one of them not contiguous, in buckets of 16
+  // bytes: each comes back whole and in place from its flattened bucket.
+  DistEnv one;
+  one.master_port = FreePort();
+  auto group = JoinProcessGroup(one, c10::Device(c10::kCPU));
+  ASSERT_TRUE(group.ok()) << group.status();
+  std::vector<at::Tensor> t = {at::arange(3, at::kFloat), at::arange(2, at::kLong),
+                               at::arange(4, at::kFloat).reshape({2, 2}).t()};
+  const std::vector<at::Tensor> before = {t[0].clone(), t[1].clone(), t[2].clone()};
+  (*group)->Broadcast(t, /*bucket_bytes=*/16);
+  for (size_t i = 0; i < t.size(); ++i) {
+    EXPECT_TRUE(torch::equal(t[i], before[i])) << i;      // one rank: its own values
+    EXPECT_EQ(t[i].strides(), before[i].strides()) << i;  // in place
+  }
+  (*group)->Shutdown();
 }
 
 TEST(ReadDistEnv, TorchrunsAgentStoreMakesEveryRankAClient) {

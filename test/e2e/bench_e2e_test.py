@@ -658,6 +658,26 @@ class PeaksTest(unittest.TestCase):
         self.assertAlmostEqual(gen["mbu"], gen["weight_GB/s"] * 1e9 / 1e10, delta=1e-3 * gen["mbu"])
         self.assertEqual(gen["mbu_peak"], 1e10)
 
+    def test_a_left_out_mfu_is_said_in_the_result(self):
+        # A given peak far below what the steps reach: mfu is left out, and
+        # the result's label says by how much the peak was passed; for
+        # convolutions, that their FLOPs are a direct convolution's.
+        args = [a for a in FAST if not a.startswith("--peak_flops")]
+        doc = run_json(*args, "--devices=cpu", "--peak_flops=1e6",
+                       "--benchmark_filter=CNN/nano/cpu/forward/|Transformer/nano/cpu/forward/")
+        by_family = {b["run_name"].split("/")[0]: b for b in doc["benchmarks"]}
+        self.assertEqual(set(by_family), {"CNN", "Transformer"})
+        for family, b in by_family.items():
+            self.assertNotIn("mfu", b)
+            self.assertNotIn("mfu_peak", b)
+            label = b.get("label", "")
+            self.assertIn("mfu left out: the rate is ", label)
+            times = float(re.search(r"rate is (\S+) times the fp32 FLOP/s peak 1e\+06 "
+                                    r"\(--peak_flops\)", label).group(1))
+            self.assertAlmostEqual(times, b["FLOP/s"] / 1e6, delta=0.01 * times)
+            has_note = "counted as a direct convolution" in label and "Winograd or FFT" in label
+            self.assertEqual(has_note, family == "CNN", label)
+
     def test_bad_peaks_exit_2(self):
         proc = run_bench("--peak_flops=fp64=1", check=False)
         self.assertEqual(proc.returncode, 2)

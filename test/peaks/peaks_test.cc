@@ -139,6 +139,7 @@ TEST(UtilisationOf, AGivenPeakBeatenGivesNoValueAndSaysWhy) {
   const Utilisation u = UtilisationOf(sheet, 1.2e12, 1.3e12, "Ops/matmul", "peak");
   EXPECT_LT(u.value, 0);
   EXPECT_NE(u.note.find("wrong peak or a wrong count"), std::string::npos);
+  EXPECT_EQ(u.omitted, "1.2 times the peak 1e+12 (datasheet: H100)");
   EXPECT_DOUBLE_EQ(sheet.value, 1e12);  // never raised
   // No peak, or nothing achieved: no value and nothing to say.
   Peak none{0, "none: no native bf16", false};

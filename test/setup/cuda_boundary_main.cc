@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   const int gpus = ltb::cuda::DeviceCount(&why);
   const nlohmann::json found = {{"cuda_compiled", ltb::cuda::Compiled()},
                                 {"cuda_runtime", ltb::cuda::RuntimeVersion()},
+                                {"cuda_build", ltb::cuda::BuildNote()},
                                 {"gpus", gpus},
                                 {"why_no_gpu", gpus > 0 ? "" : why},
                                 {"abseil", absl::StrCat("StrCat ", 1, "+", 1)}};

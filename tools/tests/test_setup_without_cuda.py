@@ -225,6 +225,9 @@ class SetupElsewhereTest(unittest.TestCase):
             self.assertEqual(found["cuda_compiled"], cuda)
             if cuda:
                 self.assertRegex(found["cuda_runtime"], r"^\d+\.\d+$")
+                self.assertRegex(found["cuda_build"],
+                                 r"^the torch wheel's CUDA \d+\.\d+ runtime and headers "
+                                 r"\(no CUDA toolkit \(nvcc\)\)$")
             self.assertEqual(found["abseil"], "StrCat 1+1")
             self.assertIn("empty", ran.stdout)
 
