@@ -530,6 +530,57 @@ def history_section(page, runs, gate, verdicts, skipped=()):
         f"Red points: {total_failed}.</p>") + left_out + "".join(parts))
 
 
+def store_section(page, store):
+    """The results store's series: per benchmark and machine fingerprint, its
+    median step time over commits with the change points marked, and first
+    the open changes (each series' latest step: the level it still holds).
+    store: [{"name", "fingerprint", "commits", "values" (s), "changes"}]."""
+    if not store:
+        return
+    open_rows, parts = [], []
+    for s in store:
+        marks = {c.index: c for c in s["changes"]}
+        commits = [c[:12] for c in s["commits"]]
+        for c in s["changes"][-1:]:
+            open_rows.append([c.size, code(s["name"]), s["fingerprint"],
+                              f"{c.size * 100:+.1f}% ({'slower' if c.size > 0 else 'faster'})",
+                              f"{c.before[:12]}..{c.after[:12]}", f"{c.confidence:.3f}",
+                              f"{len(s['values']) - c.index} of {len(s['values'])}"])
+        colors = ["#d62728" if i in marks and marks[i].size > 0 else
+                  "#2ca02c" if i in marks else color(0) for i in range(len(commits))]
+        tips = []
+        for i, (commit, value) in enumerate(zip(commits, s["values"])):
+            tip = f"{s['name']}\n{commit}\n{ltb_results.human(value * 1e3)} ms"
+            if i in marks:
+                c = marks[i]
+                tip += (f"\nchange: {c.size * 100:+.1f}% since {c.before[:12]} "
+                        f"(confidence {c.confidence:.3f})")
+            tips.append(tip)
+        parts.append(f"<h4><code>{esc(s['name'])}</code> on {esc(s['fingerprint'])}</h4>"
+                     + page.chart("store", {
+                         "type": "line", "data": {"datasets": [{
+                             "label": "median step time (ms)", "ltbKind": "benchmarks",
+                             "data": [{"x": i, "y": v * 1e3} for i, v in enumerate(s["values"])],
+                             "borderColor": color(0), "pointBackgroundColor": colors,
+                             "pointBorderColor": colors,
+                             "pointRadius": [7 if i in marks else 3 for i in range(len(commits))],
+                             "tips": tips}]},
+                         "options": {"ltbXLabels": commits,
+                                     "plugins": {"legend": {"display": False}},
+                                     "scales": {"x": axis("commit", ticks={"stepSize": 1}),
+                                                "y": axis("median step time (ms)", zero=True)}}},
+                         height=220))
+    open_rows = [row[1:] for row in sorted(open_rows, key=lambda r: -r[0])]  # slowest first
+    summary = (f"<p>{len(store)} series from the results store (<code>tools/history</code>), "
+               "one point a commit (the median of its runs' median step times), in commit "
+               "order. A large point is a change found by PELT (red: slower, green: faster); "
+               "its tip names the commit range that <code>tools/bisect</code> searches.</p>")
+    table_html = ("<h3>Open changes</h3>" + table(
+        ["benchmark", "machine", "median step time", "commits (good..bad)", "confidence",
+         "points since"], open_rows) if open_rows else "<p>No open change.</p>")
+    page.add("store", "Results store", summary + table_html + "".join(parts))
+
+
 # --- errors ------------------------------------------------------------------
 
 def errors_section(page, docs, labels):
@@ -626,7 +677,7 @@ class Verdicts:
 
 
 def render(docs, labels, history=(), gate=None, compiled_rows=None, title=None,
-           verdicts=None, skipped=()):
+           verdicts=None, skipped=(), store=()):
     """The page for result files (docs, labels) and a history [(label,
     doc)] in time order (skipped: the files of its directories left out,
     [(path, why)])."""
@@ -641,6 +692,7 @@ def render(docs, labels, history=(), gate=None, compiled_rows=None, title=None,
     distributions_section(page, shown, shown_labels)
     compiled_section(page, shown, shown_labels, compiled_rows)
     history_section(page, list(history), gate, verdicts, skipped)
+    store_section(page, list(store))
     errors_section(page, list(docs) + [doc for _, doc in history],
                    list(labels) + [label for label, _ in history])
     with open(CHARTJS) as f:
@@ -648,7 +700,7 @@ def render(docs, labels, history=(), gate=None, compiled_rows=None, title=None,
     # No "<" in the script at all: a name such as "<!--<script" cannot
     # change how the page's parser reads it.
     data = json.dumps(finite({"charts": page.charts}), allow_nan=False).replace("<", "\\u003c")
-    title = title or "libtorch-bench report: " + ", ".join(shown_labels)
+    title = title or "libtorch-bench report: " + (", ".join(shown_labels) or "results store")
     nav = " ".join(f'<a href="#{sid}">{esc(t)}</a>' for sid, t, _ in page.sections)
     body = "".join(f'<section id="{sid}"><h2>{esc(t)}</h2>{b}</section>'
                    for sid, t, b in page.sections)

@@ -110,6 +110,30 @@ class WorkflowTest(unittest.TestCase):
         self.assertEqual(html_step["if"], "always()")
         self.assertLess(job["steps"].index(html_step), job["steps"].index(upload))
         self.assertIn("report.html", upload["with"]["path"])
+        # Both runs go to the results store, kept in the Actions cache between
+        # runs; its change points to the summary, its series to history.html.
+        steps = job["steps"]
+        restore = next(i for i, s in enumerate(steps)
+                       if s.get("uses", "").startswith("actions/cache/restore"))
+        save = next(i for i, s in enumerate(steps)
+                    if s.get("uses", "").startswith("actions/cache/save"))
+        add = next(i for i, s in enumerate(steps) if "tools/history" in s.get("run", ""))
+        gate_step = next(i for i, s in enumerate(steps) if "tools/abtest" in s.get("run", ""))
+        self.assertLess(restore, gate_step)
+        self.assertLess(gate_step, add)
+        self.assertLess(add, save)
+        self.assertEqual(steps[restore]["with"]["path"], steps[save]["with"]["path"])
+        self.assertEqual(steps[save]["if"], "always()")
+        self.assertEqual(steps[add]["if"], "always()")
+        add_script = steps[add]["run"]
+        self.assertIn('head/tools/history --db="$HISTORY_DB" add --repo "$side" '
+                      '"results/$side.json"', add_script)
+        self.assertIn('head/tools/history --db="$HISTORY_DB" changes', add_script)
+        self.assertIn('"$GITHUB_STEP_SUMMARY"', add_script)
+        self.assertIn('head/tools/report --format html --db="$HISTORY_DB" >history.html',
+                      add_script)
+        self.assertTrue(workflow["env"]["HISTORY_DB"].startswith(steps[save]["with"]["path"]))
+        self.assertIn("history.html", upload["with"]["path"])
 
     def test_the_fixed_set_selects_the_same_benchmarks_as_before(self):
         env = load("bench.yml")["env"]

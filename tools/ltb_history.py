@@ -1,0 +1,492 @@
+"""The results store of tools/history, tools/bisect and the HTML report: every
+run bench made, kept with the commit and machine that produced it, in an
+embedded SQLite database or in PostgreSQL (the same schema and SQL); series
+per benchmark over commits; change points found by ruptures' PELT.
+
+Tables (schema version SCHEMA_VERSION, migrated forward on open):
+- runs: one a result file, keyed by the SHA-256 of its bytes (adding a file
+  twice is a no-op): the commit and its parent, the commit's time (the
+  series' order), the run's date, the machine's fingerprint and the fields it
+  was made from, the whole context, and where the file came from;
+- results: one a benchmark and repetition of a run: the time per step (s),
+  CPU time, iterations, the error message of a benchmark that failed, and
+  every counter (JSON).
+
+Runs are compared only within one fingerprint: the CPU model and ISA, the
+GPUs, LibTorch, CUDA and BLAS, the thread counts, the simulated ISA, TF32 and
+the build type; two machines of the same kind share it, whatever their host
+names.
+"""
+import contextlib
+import datetime
+import hashlib
+import json
+import math
+import os
+import re
+import sqlite3
+import statistics
+import subprocess
+import time
+
+import ltb_results
+from ltb_results import BadInput
+
+SCHEMA_VERSION = 2
+MIGRATIONS = {
+    1: [
+        """CREATE TABLE runs (
+             run_id TEXT PRIMARY KEY,
+             commit_sha TEXT NOT NULL,
+             parent_sha TEXT NOT NULL,
+             commit_time DOUBLE PRECISION NOT NULL,
+             run_date TEXT NOT NULL,
+             fingerprint TEXT NOT NULL,
+             machine TEXT NOT NULL,
+             context TEXT NOT NULL,
+             source TEXT NOT NULL,
+             added_at DOUBLE PRECISION NOT NULL)""",
+        """CREATE TABLE results (
+             run_id TEXT NOT NULL REFERENCES runs (run_id),
+             name TEXT NOT NULL,
+             repetition INTEGER NOT NULL,
+             real_time_s DOUBLE PRECISION,
+             cpu_time_s DOUBLE PRECISION,
+             iterations BIGINT,
+             error TEXT,
+             counters TEXT NOT NULL,
+             PRIMARY KEY (run_id, name, repetition))""",
+    ],
+    # The series of one machine kind, in commit order, without a scan.
+    2: ["CREATE INDEX runs_by_fingerprint ON runs (fingerprint, commit_time)"],
+}
+
+# Context fields that make two runs comparable (see the module's text).
+FINGERPRINT_KEYS = ("cpu_model", "cpu_capability", "num_cpus", "gpus", "libtorch_version",
+                    "cuda_runtime", "blas", "intra_op_threads", "inter_op_threads",
+                    "blas_threads", "cpu_simulation", "aten_cpu_capability",
+                    "onednn_max_cpu_isa", "ltb_max_cpu_isa", "cuda_tf32", "build_type",
+                    "world_size")
+# Google Benchmark's own fields of an entry; every other number is a counter.
+_ENTRY_FIELDS = {"name", "family_index", "per_family_instance_index", "run_name", "run_type",
+                 "repetitions", "repetition_index", "threads", "iterations", "real_time",
+                 "cpu_time", "time_unit", "error_occurred", "error_message", "label",
+                 "aggregate_name", "aggregate_unit", "big_o", "rms"}
+_SHA = re.compile(r"[0-9a-f]{7,40}")
+
+
+def default_db():
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(cache, "libtorch-bench", "history.sqlite")
+
+
+def is_postgresql(url):
+    return url.startswith(("postgresql://", "postgres://"))
+
+
+# --- reading a result file ---------------------------------------------------
+
+def read_run(path):
+    """(bytes' SHA-256, document) of a bench JSON file, checked whole: a
+    file that is not one, or is cut short, raises BadInput in one sentence."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise BadInput(f"{path}: cannot read: {e.strerror}; nothing was added")
+    try:
+        doc = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(f"{path} is not complete JSON (truncated or malformed: {e}); "
+                       "nothing was added")
+    if (not isinstance(doc, dict) or not isinstance(doc.get("context"), dict)
+            or not isinstance(doc.get("benchmarks"), list) or not doc["benchmarks"]):
+        raise BadInput(f"{path} is not a bench result file (a JSON object with a "
+                       "context and a non-empty benchmarks list); nothing was added")
+    for i, entry in enumerate(doc["benchmarks"]):
+        ok = isinstance(entry, dict) and isinstance(entry.get("name"), str)
+        if ok and not entry.get("error_occurred") and entry.get("run_type") != "aggregate":
+            ok = (isinstance(entry.get("real_time"), (int, float))
+                  and entry.get("time_unit", "ns") in ltb_results.TIME_UNITS)
+        if not ok:
+            raise BadInput(f"{path}: benchmark entry {i} has no name, time or known time "
+                           "unit; nothing was added")
+    return hashlib.sha256(raw).hexdigest(), doc
+
+
+def fingerprint(context):
+    """(fingerprint, the fields it was made from) of a run's context."""
+    fields = {k: str(context[k]) for k in FINGERPRINT_KEYS if k in context}
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+    return digest, fields
+
+
+def git(repo, *args):
+    """A git command's output in repo, or None when it fails."""
+    try:
+        run = subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
+                             timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return run.stdout.strip() if run.returncode == 0 else None
+
+
+def commit_of(context, commit, repo):
+    """(full sha, parent sha, commit time) of the run's commit: the one given,
+    else the context's suite_commit (git describe, maybe -dirty), resolved in
+    repo; where it cannot be resolved the abbreviation stands, with no parent,
+    and the run's date orders it."""
+    described = commit or str(context.get("suite_commit", "unknown"))
+    name = re.sub(r"-dirty$", "", described)
+    # git describe: TAG-N-gSHA.
+    match = re.search(r"-g([0-9a-f]{7,40})$", name)
+    if match:
+        name = match[1]
+    full = git(repo, "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}") if name else None
+    if not full:
+        if commit and not _SHA.fullmatch(commit):
+            raise BadInput(f"--commit={commit}: not a commit of {repo}")
+        return described, "", None
+    parent = git(repo, "rev-parse", "--verify", "--quiet", f"{full}^") or ""
+    when = git(repo, "show", "-s", "--format=%ct", full)
+    suffix = "-dirty" if described.endswith("-dirty") else ""
+    return full + suffix, parent, float(when) if when else None
+
+
+def run_date(context):
+    return str(context.get("date", ""))
+
+
+def _date_seconds(text):
+    """Seconds since the epoch of Google Benchmark's date, or 0."""
+    try:
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def result_rows(doc):
+    """(name, repetition, time s, cpu time s, iterations, error, counters
+    JSON) for every measured entry (aggregates are derived: left out)."""
+    rows, seen = [], {}
+    for entry in doc["benchmarks"]:
+        if entry.get("run_type") == "aggregate":
+            continue
+        name = ltb_results.base_name(entry)
+        rep = int(entry.get("repetition_index", 0))
+        while (name, rep) in seen:  # the same name twice in one file
+            rep += 1
+        seen[(name, rep)] = True
+        counters = {k: v for k, v in entry.items() if k not in _ENTRY_FIELDS
+                    and isinstance(v, (int, float)) and not isinstance(v, bool)
+                    and math.isfinite(v)}
+        if entry.get("error_occurred"):
+            rows.append((name, rep, None, None, None,
+                         str(entry.get("error_message", "error")), json.dumps(counters)))
+            continue
+        unit = ltb_results.TIME_UNITS[entry.get("time_unit", "ns")]
+        cpu = entry.get("cpu_time")
+        rows.append((name, rep, float(entry["real_time"]) * unit,
+                     float(cpu) * unit if isinstance(cpu, (int, float)) else None,
+                     int(entry.get("iterations", 0)), None, json.dumps(counters)))
+    return rows
+
+
+# --- the store ---------------------------------------------------------------
+
+class Store:
+    """An SQLite file or a PostgreSQL database holding runs; migrated to
+    SCHEMA_VERSION when opened. Every write is one transaction: SQLite's
+    BEGIN IMMEDIATE (writers wait their turn, up to a minute), PostgreSQL's
+    row locks and ON CONFLICT."""
+
+    def __init__(self, url=None, migrate_to=SCHEMA_VERSION):
+        self.url = url or default_db()
+        self.postgresql = is_postgresql(self.url)
+        if self.postgresql:
+            try:
+                import psycopg
+            except ImportError:
+                raise BadInput("--db=postgresql://... needs the Python package psycopg: "
+                               "run tools/setup, which installs tools/requirements.txt")
+            try:
+                self.conn = psycopg.connect(self.url, autocommit=True)
+            except psycopg.Error as e:
+                raise BadInput(f"cannot connect to {self.url}: {str(e).strip()}")
+        else:
+            directory = os.path.dirname(os.path.abspath(self.url))
+            try:
+                os.makedirs(directory, exist_ok=True)
+                self.conn = sqlite3.connect(self.url, timeout=60, isolation_level=None)
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                self.conn.execute("PRAGMA foreign_keys=ON")
+            except (OSError, sqlite3.Error) as e:
+                raise BadInput(f"{self.url}: cannot open the results store: {e}")
+        self.migrate(migrate_to)
+
+    def close(self):
+        self.conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _sql(self, sql):
+        return sql.replace("?", "%s") if self.postgresql else sql
+
+    def execute(self, sql, params=()):
+        try:
+            return self.conn.execute(self._sql(sql), params)
+        except sqlite3.DatabaseError as e:
+            raise BadInput(f"{self.url}: {e}")
+
+    def executemany(self, sql, rows):
+        if self.postgresql:
+            with self.conn.cursor() as cur:
+                cur.executemany(self._sql(sql), rows)
+        else:
+            self.conn.executemany(sql, rows)
+
+    @contextlib.contextmanager
+    def transaction(self):
+        if self.postgresql:
+            with self.conn.transaction():
+                yield
+            return
+        self.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def version(self):
+        row = self.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        return row[0] or 0
+
+    def migrate(self, upto=SCHEMA_VERSION):
+        with self.transaction():
+            if self.postgresql:  # one migrating writer at a time
+                self.execute("SELECT pg_advisory_xact_lock(7413004)")
+            self.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            current = self.version()
+            if current > SCHEMA_VERSION:
+                raise BadInput(f"{self.url}: schema version {current} is newer than this "
+                               f"tool's {SCHEMA_VERSION}: update libtorch-bench")
+            for v in range(current + 1, upto + 1):
+                for sql in MIGRATIONS[v]:
+                    self.execute(sql)
+                self.execute("INSERT INTO schema_version (version) VALUES (?)", (v,))
+
+    def add(self, path, commit=None, repo=ltb_results.REPO):
+        """Adds a result file; returns its run id, and whether it was new."""
+        run_id, doc = read_run(path)
+        context = doc["context"]
+        sha, parent, when = commit_of(context, commit, repo)
+        if when is None:
+            when = _date_seconds(run_date(context))
+        digest, fields = fingerprint(context)
+        rows = [(run_id, *row) for row in result_rows(doc)]
+        with self.transaction():
+            cur = self.execute(
+                "INSERT INTO runs (run_id, commit_sha, parent_sha, commit_time, run_date, "
+                "fingerprint, machine, context, source, added_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+                (run_id, sha, parent, when, run_date(context), digest,
+                 json.dumps(fields, sort_keys=True), json.dumps(context, sort_keys=True),
+                 os.path.abspath(path), time.time()))
+            if cur.rowcount == 0:
+                return run_id, False
+            self.executemany(
+                "INSERT INTO results (run_id, name, repetition, real_time_s, cpu_time_s, "
+                "iterations, error, counters) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        return run_id, True
+
+    def runs(self, fingerprint_prefix=None):
+        """Every run as a dict, in commit order."""
+        sql = ("SELECT run_id, commit_sha, parent_sha, commit_time, run_date, fingerprint, "
+               "machine, context, source FROM runs")
+        params = ()
+        if fingerprint_prefix:
+            sql += " WHERE fingerprint LIKE ?"
+            params = (fingerprint_prefix + "%",)
+        sql += " ORDER BY commit_time, run_date, run_id"
+        keys = ("run_id", "commit", "parent", "commit_time", "date", "fingerprint",
+                "machine", "context", "source")
+        out = []
+        for row in self.execute(sql, params).fetchall():
+            run = dict(zip(keys, row))
+            run["machine"] = json.loads(run["machine"])
+            run["context"] = json.loads(run["context"])
+            out.append(run)
+        return out
+
+    def results(self, run_id):
+        """name -> [(time s or None, error, counters)] of a run, by repetition."""
+        out = {}
+        for name, rep, t, error, counters in self.execute(
+                "SELECT name, repetition, real_time_s, error, counters FROM results "
+                "WHERE run_id = ? ORDER BY name, repetition", (run_id,)).fetchall():
+            out.setdefault(name, []).append((t, error, json.loads(counters)))
+        return out
+
+    def series(self, name_regex=None, fingerprint_prefix=None):
+        """{(fingerprint, benchmark): [Point]} over commits: each commit's
+        value is the median over its runs of each run's median step time."""
+        pattern = re.compile(name_regex) if name_regex else None
+        by_key = {}
+        for run in self.runs(fingerprint_prefix):
+            for name, reps in self.results(run["run_id"]).items():
+                if pattern and not pattern.search(name):
+                    continue
+                times = [t for t, error, _ in reps if t is not None and error is None]
+                if not times:
+                    continue
+                points = by_key.setdefault((run["fingerprint"], name), [])
+                if points and points[-1].commit == run["commit"]:
+                    points[-1].run_values.append(statistics.median(times))
+                    points[-1].runs.append(run["run_id"])
+                else:
+                    points.append(Point(run["commit"], run["commit_time"], run["date"],
+                                        [statistics.median(times)], [run["run_id"]]))
+        return by_key
+
+
+class Point:
+    """One commit of a series: its runs' median step times."""
+
+    def __init__(self, commit, commit_time, date, run_values, runs):
+        self.commit, self.commit_time, self.date = commit, commit_time, date
+        self.run_values, self.runs = run_values, runs
+
+    @property
+    def value(self):
+        return statistics.median(self.run_values)
+
+
+# --- change points -------------------------------------------------------------
+
+# PELT's penalty on the standardised log series, in units of log(n): high
+# enough that pure noise of any length in the tests raises no change.
+PENALTY = 6.0
+# The least noise assumed (in log time: 0.2%), below what any clock resolves:
+# a series of equal times still has a scale.
+MIN_NOISE = 0.002
+
+
+def _median3(values):
+    """Each value replaced by the median of it and its neighbours (the ends by
+    the median of the first or last three): one odd value disappears, a step
+    of two or more stays where it is."""
+    n = len(values)
+    if n < 3:
+        return list(values)
+    out = [statistics.median(values[max(0, min(i - 1, n - 3)):][:3]) for i in range(n)]
+    return out
+
+
+def noise_sd(logs):
+    """The series' noise, robustly: the median absolute difference of
+    neighbours over 0.6745 * sqrt(2) (a step moves one difference only)."""
+    diffs = [abs(b - a) for a, b in zip(logs, logs[1:])]
+    if not diffs:
+        return 0.0
+    return statistics.median(diffs) / (0.6745 * math.sqrt(2))
+
+
+class Change:
+    def __init__(self, index, before, after, size, confidence):
+        self.index = index      # the first point at the new level
+        self.before = before    # the last commit at the old level
+        self.after = after      # the first commit at the new level
+        self.size = size        # relative change of the median time (+: slower)
+        self.confidence = confidence  # 1 - Mann-Whitney p of the two segments
+
+    def as_dict(self):
+        return {"index": self.index, "good": self.before, "bad": self.after,
+                "size": self.size, "confidence": self.confidence}
+
+
+def changes(values, min_size=0.0, min_confidence=0.95, commits=None):
+    """The steps of a series of times (one a commit, in order) that PELT
+    (ruptures, l2 cost on the standardised log times, after a 3-point median
+    filter that removes lone outliers) finds, each at least min_size (a
+    fraction) and with a confidence of at least min_confidence."""
+    import numpy as np
+    import ruptures
+    from scipy.stats import mannwhitneyu
+    n = len(values)
+    if n < 4:
+        return []
+    logs = [math.log(v) for v in values]
+    sd = max(noise_sd(logs), MIN_NOISE)
+    smooth = np.array(_median3(logs)).reshape(-1, 1) / sd
+    breaks = ruptures.Pelt(model="l2", min_size=2, jump=1).fit(smooth).predict(
+        pen=PENALTY * math.log(n))
+    bounds = [0] + breaks
+    commits = commits or [str(i) for i in range(n)]
+    out = []
+    for i in range(1, len(bounds) - 1):
+        left = values[bounds[i - 1]:bounds[i]]
+        right = values[bounds[i]:bounds[i + 1]]
+        size = statistics.median(right) / statistics.median(left) - 1
+        p = mannwhitneyu(left, right, alternative="two-sided").pvalue
+        confidence = 1 - float(p)
+        if abs(size) >= min_size and confidence >= min_confidence:
+            k = bounds[i]
+            out.append(Change(k, commits[k - 1], commits[k], size, confidence))
+    return out
+
+
+# --- PyTorch's benchmark database format ------------------------------------------
+
+TRAINING_PHASES = ("forward_backward", "train_step", "train_epoch")
+V3_COUNTERS = {"tokens/s": "tokens_per_sec", "samples/s": "samples_per_sec",
+               "prefill_tokens/s": "prefill_tokens_per_sec",
+               "decode_tokens/s": "decode_tokens_per_sec", "ttft_ms": "ttft_ms",
+               "tpot_ms": "tpot_ms", "peak_mem": "peak_memory_bytes", "mfu": "mfu",
+               "mbu": "mbu"}
+
+
+def v3_records(run, results):
+    """One run as PyTorch's open benchmark database (v3) records: a record a
+    benchmark and metric, its values one a repetition."""
+    ctx = run["context"]
+    gpus = [g for g in str(ctx.get("gpus", "")).split("; ") if g and not g.startswith("none")]
+    runner = {"name": str(ctx.get("host_name", "")),
+              "type": gpus[0] if gpus else str(ctx.get("cpu_model", "cpu")),
+              "cpu_info": str(ctx.get("cpu_model", "")),
+              "cpu_count": ctx.get("num_cpus"),
+              "gpu_info": gpus[0] if gpus else "",
+              "gpu_count": len(gpus),
+              "extra_info": {"fingerprint": run["fingerprint"], **run["machine"]}}
+    deps = {"pytorch": {"repo": "pytorch/pytorch", "version": str(ctx.get("libtorch_version", ""))},
+            "libtorch-bench": {"sha": run["commit"], "parent_sha": run["parent"]}}
+    records = []
+    for name, reps in results.items():
+        fields = ltb_results.parse_name(name)
+        times = [t for t, error, _ in reps if t is not None and error is None]
+        if not times:
+            continue
+        benchmark = {"name": "libtorch-bench",
+                     "mode": "training" if fields["phase"] in TRAINING_PHASES else "inference",
+                     "dtype": fields["dtype"],
+                     "extra_info": {"device": fields["device"], "phase": fields["phase"],
+                                    "settings": fields["settings"], "suite_name": name}}
+        model = {"name": f"{fields['family']}/{fields['size']}", "type": fields["family"],
+                 "backend": "libtorch", "origins": ["libtorch-bench"]}
+        metrics = [("step_time_ms", [t * 1e3 for t in times])]
+        for counter, metric in V3_COUNTERS.items():
+            values = [c[counter] for t, e, c in reps if e is None and counter in c]
+            if values:
+                metrics.append((metric, values))
+        for metric, values in metrics:
+            records.append({"benchmark": benchmark, "model": model,
+                            "metric": {"name": metric, "benchmark_values": values,
+                                       "target_value": None},
+                            "runners": [runner], "dependencies": deps,
+                            "timestamp": int(run["commit_time"])})
+    return records
