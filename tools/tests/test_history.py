@@ -20,6 +20,7 @@ import textwrap
 import time
 import unittest
 
+import browser
 from helpers import REPO
 
 TOOLS = os.path.join(REPO, "tools")
@@ -368,6 +369,15 @@ class ChangesTest(unittest.TestCase):
         marked = [i for i, r in enumerate(points["pointRadius"]) if r > 3]
         self.assertEqual(marked, [9])
         self.assertIn(shas[9][:12], page.stdout)  # the open changes' table
+        # Drawn in headless Chromium where it is installed (tools/setup does).
+        why = browser.unavailable()
+        if why is None:
+            seen = browser.open_page(write_text(os.path.join(tmp, "store.html"), page.stdout))
+            self.assertEqual(seen["console_errors"], [])
+            self.assertEqual(seen["requests"], [seen["url"]])
+            self.assertEqual(seen["drawn"]["sections"], {"store": 16})
+        else:
+            print(f"the store page was not drawn: headless Chromium: {why}", file=sys.stderr)
 
 
 def _pg_binaries():
