@@ -33,7 +33,8 @@ import torch.jit._pickle  # restore_type_tag, for reading torch::pickle_save fil
 import torch.nn.functional as F
 from torch import nn
 
-FAMILIES = ("Transformer", "GPT2", "ResNet", "CNN", "Encoder", "Whisper", "EncDec")
+FAMILIES = ("Transformer", "GPT2", "Llama", "ResNet", "CNN", "Encoder", "Whisper",
+            "EncDec")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,6 +249,147 @@ class GPT2LM(nn.Module):
             x = block(x)
         # The LM head is tied to the token embedding: no parameter of its own.
         return F.linear(self.ln_f(x), self.wte.weight)  # (B, T, V)
+
+
+# ------------------------------------------------------------------- Llama
+# lib/models/llama.{h,cc}: Llama-3-class decoder under Hugging Face's
+# LlamaForCausalLM names: grouped-query attention, Llama 3's scaled RoPE
+# (rotate_half), RMSNorm, SwiGLU, the head tied to embed_tokens or not.
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaOptions:
+    vocab_size: int
+    d_model: int
+    d_ff: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    tied: bool
+    rope_factor: float
+    rope_theta: float = 500000.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_context: int = 8192
+    max_positions: int = 2048  # the benchmark sets what it needs
+    eps: float = 1e-5
+
+
+def llama_inverse_frequencies(o):
+    """transformers' _compute_llama3_parameters, in fp32."""
+    inv_freq = 1.0 / (o.rope_theta ** (torch.arange(0, o.head_dim, 2, dtype=torch.int64)
+                                       .float() / o.head_dim))
+    low_wavelen = o.original_context / o.low_freq_factor
+    high_wavelen = o.original_context / o.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / o.rope_factor, inv_freq)
+    smooth = (o.original_context / wavelen - o.low_freq_factor) / (
+        o.high_freq_factor - o.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / o.rope_factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+class LlamaRotary(nn.Module):
+    def __init__(self, o):
+        super().__init__()
+        if o.head_dim % 2:
+            raise ValueError(f"RoPE needs an even head size, got {o.head_dim}")
+        angles = torch.outer(torch.arange(o.max_positions, dtype=torch.float32),
+                             llama_inverse_frequencies(o))
+        self.register_buffer("cos", angles.cos())  # (P, hs/2)
+        self.register_buffer("sin", angles.sin())
+
+    def forward(self, x, positions):
+        # x: (B, heads, T, hs); the two halves of a head rotate together.
+        cos = self.cos.index_select(0, positions).to(x.dtype)
+        sin = self.sin.index_select(0, positions).to(x.dtype)
+        x1, x2 = x.chunk(2, -1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, o):
+        super().__init__()
+        if o.num_heads % o.num_kv_heads:
+            raise ValueError(f"kv heads ({o.num_kv_heads}) must divide heads ({o.num_heads})")
+        self.q_proj = nn.Linear(o.d_model, o.num_heads * o.head_dim, bias=False)
+        self.k_proj = nn.Linear(o.d_model, o.num_kv_heads * o.head_dim, bias=False)
+        self.v_proj = nn.Linear(o.d_model, o.num_kv_heads * o.head_dim, bias=False)
+        self.o_proj = nn.Linear(o.num_heads * o.head_dim, o.d_model, bias=False)
+        self.rotary = LlamaRotary(o)
+        self.o = o
+
+    def forward(self, x, positions):
+        b, t, _ = x.shape
+        o = self.o
+
+        def heads(y, n):
+            return y.view(b, t, n, o.head_dim).transpose(1, 2)  # (B, n, T, hs)
+
+        q = self.rotary(heads(self.q_proj(x), o.num_heads), positions)
+        k = self.rotary(heads(self.k_proj(x), o.num_kv_heads), positions)
+        v = heads(self.v_proj(x), o.num_kv_heads)
+        rep = o.num_heads // o.num_kv_heads
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, o.num_heads * o.head_dim))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaLayer(nn.Module):
+    def __init__(self, o):
+        super().__init__()
+        self.input_layernorm = RMSNorm(o.d_model, o.eps)
+        self.post_attention_layernorm = RMSNorm(o.d_model, o.eps)
+        self.self_attn = LlamaAttention(o)
+        self.mlp = LlamaMLP(o.d_model, o.d_ff)
+
+    def forward(self, x, positions):
+        h = x + self.self_attn(self.input_layernorm(x), positions)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, o):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(o.vocab_size, o.d_model)
+        self.layers = nn.ModuleList(LlamaLayer(o) for _ in range(o.num_layers))
+        self.norm = RMSNorm(o.d_model, o.eps)
+
+
+class LlamaLM(nn.Module):
+    def __init__(self, o):
+        super().__init__()
+        self.model = LlamaModel(o)
+        if not o.tied:
+            self.lm_head = nn.Linear(o.d_model, o.vocab_size, bias=False)
+        self.options = o
+
+    def forward(self, tokens):
+        # tokens: (B, T) int64 at positions [0, T) -> logits (B, T, V).
+        t = tokens.shape[1]
+        if t > self.options.max_positions:
+            raise ValueError(f"sequence of {t} tokens is longer than the RoPE tables' "
+                             f"{self.options.max_positions} positions")
+        positions = torch.arange(t, device=tokens.device)
+        x = self.model.embed_tokens(tokens)
+        for layer in self.model.layers:
+            x = layer(x, positions)
+        y = self.model.norm(x)
+        head = self.model.embed_tokens.weight if self.options.tied else self.lm_head.weight
+        return F.linear(y, head)  # (B, T, V)
 
 
 # ------------------------------------------------------------------ ResNet
@@ -581,6 +723,12 @@ _SIZES = {
         Size("large", GPT2Options(50257, 1280, 36, 20), 774_030_080),
         Size("xl", GPT2Options(50257, 1600, 48, 25), 1_557_611_200),
     ),
+    "Llama": (
+        Size("nano", LlamaOptions(1000, 64, 256, 2, 4, 2, 16, True, 32.0), 187_200),
+        Size("1B", LlamaOptions(128256, 2048, 8192, 16, 32, 8, 64, True, 32.0), 1_235_814_400),
+        Size("3B", LlamaOptions(128256, 3072, 8192, 28, 24, 8, 128, True, 32.0), 3_212_749_824),
+        Size("8B", LlamaOptions(128256, 4096, 14336, 32, 32, 8, 128, False, 8.0), 8_030_261_248),
+    ),
     "ResNet": (
         Size("nano", ResNetOptions(False, (1, 1, 1, 1), widths=(16, 32, 64, 128), stem=16),
              438_456),
@@ -610,7 +758,7 @@ _SIZES = {
 }
 
 _MODELS = {
-    "Transformer": TransformerLM, "GPT2": GPT2LM, "ResNet": ResNet, "CNN": CNN,
+    "Transformer": TransformerLM, "GPT2": GPT2LM, "Llama": LlamaLM, "ResNet": ResNet, "CNN": CNN,
     "Encoder": Encoder, "Whisper": Whisper, "EncDec": EncDec,
 }
 
@@ -650,6 +798,8 @@ def benchmark_overrides(family, seq=None):
     Transformer's context length is its seq (BuildTransformer)."""
     if family == "Transformer" and seq is not None:
         return {"context_length": seq}
+    if family == "Llama" and seq is not None:
+        return {"max_positions": seq}  # BuildLlama
     return {}
 
 
@@ -678,7 +828,7 @@ def forward_inputs(family, size, batch, seq=None, dtype=torch.float32, device="c
     def floats(*shape):
         return torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
 
-    if family in ("Transformer", "GPT2"):
+    if family in ("Transformer", "GPT2", "Llama"):
         return (ids(o.vocab_size, batch, seq),)  # (B, T)
     if family == "ResNet":
         return (floats(batch, 3, 224, 224),)
@@ -751,7 +901,7 @@ def check_dump(path):
     compares with the C++ output; returns (ok, lines to print)."""
     family, size, tensors = _load_dump(path)
     inputs = [tensors[f"input:{i}"] for i in range(len(tensors)) if f"input:{i}" in tensors]
-    seq = inputs[0].shape[1] if family == "Transformer" else None
+    seq = inputs[0].shape[1] if family in ("Transformer", "Llama") else None
     model = forward_module(family, size, seq=seq)
     state = {}
     for key, value in tensors.items():

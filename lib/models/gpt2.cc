@@ -8,7 +8,6 @@
 #include "models/attention.h"
 #include "models/language_model.h"
 #include "models/size_table.h"
-#include "workloads/generation.h"
 #include "workloads/phases.h"
 
 namespace ltb {
@@ -176,29 +175,6 @@ KVCache GPT2LMImpl::MakeCache(int64_t batch, int64_t positions) const {
   return cache;
 }
 
-at::Tensor GenerateWithCache(GPT2LM& model, const at::Tensor& prompt,
-                             int64_t new_tokens) {
-  KVCache cache = model->MakeCache(prompt.size(0), prompt.size(1) + new_tokens);
-  std::vector<at::Tensor> out;
-  at::Tensor token = model->forward_cached(prompt, 0, cache).argmax(-1, true);  // (B, 1)
-  out.push_back(token);
-  for (int64_t i = 1; i < new_tokens; ++i) {
-    token = model->forward_cached(token, prompt.size(1) + i - 1, cache).argmax(-1, true);
-    out.push_back(token);
-  }
-  return torch::cat(out, 1);
-}
-
-at::Tensor GenerateByRecompute(GPT2LM& model, const at::Tensor& prompt,
-                               int64_t new_tokens) {
-  at::Tensor seq = prompt;
-  for (int64_t i = 0; i < new_tokens; ++i) {
-    const at::Tensor next = model(seq).select(1, seq.size(1) - 1).argmax(-1, true);
-    seq = torch::cat({seq, next}, 1);
-  }
-  return seq.narrow(1, prompt.size(1), new_tokens);
-}
-
 // ----------------------------------------------------------------- family
 
 namespace {
@@ -259,30 +235,11 @@ std::unique_ptr<Workload> BuildGPT2(const BenchSpec& s) {
   const GPT2Options o = GPT2SizeOptions(s.size).value();
   GPT2LM model(o);
   if (s.phase == kGenerate) {
-    PrepareModel(*model, s);
-    const auto on_device = torch::dtype(torch::kLong).device(s.device);
-    const at::Tensor prompt =
-        torch::randint(0, o.vocab_size(), {s.batch, s.prompt}, on_device);
-    auto cache =
-        std::make_shared<KVCache>(model->MakeCache(s.batch, s.prompt + s.new_tokens));
-    GenerateFns fns;
-    fns.module = model.ptr();
-    fns.prefill = [model, prompt, cache]() mutable {
-      return model->forward_cached(prompt, 0, *cache).argmax(-1, true);
-    };
-    fns.decode = [model, cache](const at::Tensor& token, int64_t position) mutable {
-      return model->forward_cached(token, position, *cache).argmax(-1, true);
-    };
-    fns.cache = [cache]() {
-      std::vector<at::Tensor> tensors = cache->keys;
-      tensors.insert(tensors.end(), cache->values.begin(), cache->values.end());
-      return tensors;
-    };
     // A decode step reads every weight once, except wpe: one row of it.
     const double weight_bytes =
         static_cast<double>(GPT2ParamCount(o) - o.max_positions() * o.d_model()) *
         DtypeBytes(s.dtype);
-    return MakeGenerateWorkload(s, std::move(fns), weight_bytes);
+    return MakeDecoderGenerateWorkload(s, model, o.vocab_size(), weight_bytes);
   }
 
   return BuildLanguageModel(

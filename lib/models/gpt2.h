@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "family/family.h"
+#include "models/decoder_generation.h"
 #include "workloads/packed_linear.h"
 
 namespace ltb {
@@ -58,12 +59,6 @@ double GPT2ForwardFlops(const GPT2Options& o, int64_t batch, int64_t seq);
 // only, then N - 1 single-token steps, step i attending to P + i keys.
 double GPT2GenerateFlops(const GPT2Options& o, int64_t batch, int64_t prompt,
                          int64_t new_tokens);
-
-// Keys and values of every layer, (B, heads, max_positions, head size) each,
-// allocated once and written in place as positions fill.
-struct KVCache {
-  std::vector<at::Tensor> keys, values;
-};
 
 class GPT2AttentionImpl : public torch::nn::Module {
  public:
@@ -130,13 +125,6 @@ class GPT2LMImpl : public torch::nn::Module, public CpuPackable {
   PackedLinear head_packed_;
 };
 TORCH_MODULE(GPT2LM);
-
-// Greedy generation of `new_tokens` after `prompt` (B, P): with the cache
-// (prefill, then one token per step) or by recomputing the whole sequence
-// every step. Both return (B, new_tokens).
-at::Tensor GenerateWithCache(GPT2LM& model, const at::Tensor& prompt, int64_t new_tokens);
-at::Tensor GenerateByRecompute(GPT2LM& model, const at::Tensor& prompt,
-                               int64_t new_tokens);
 
 Family GPT2Family();
 

@@ -722,6 +722,8 @@ class SuiteTest(unittest.TestCase):
             self.assertIn(f"GPT2/small/cpu/{phase}/batch:1/seq:64/fp32/manual_time", names)
         self.assertIn("GPT2/small/cpu/generate/batch:1/prompt:32/new:32/fp32/manual_time",
                       names)
+        self.assertIn("Llama/1B/cpu/generate/batch:1/prompt:32/new:8/fp32/manual_time", names)
+        self.assertFalse([n for n in names if n.startswith("Llama/") and "/generate/" not in n])
         for name in ("ResNet/resnet18/cpu/forward/batch:4/fp32",
                      "ResNet/resnet18/cpu/train_step/batch:4/fp32",
                      "CNN/default/cpu/train_step/batch:128/fp32",
@@ -1020,9 +1022,9 @@ class PrecisionTest(unittest.TestCase):
     def test_every_counter_is_finite_and_every_failure_says_why(self):
         import math
         # (phases + CPU inference phases with packed linears) x 3 dtypes:
-        # Transformer 4 + 1, GPT2 4 + 2, ResNet 2 + 1, CNN 2 + 1, Encoder 2,
-        # Whisper 3 + 3, EncDec 3.
-        self.assertEqual(len(self.entries), 3 * (5 + 6 + 3 + 3 + 2 + 6 + 3))
+        # Transformer 4 + 1, GPT2 4 + 2, Llama 4 + 2, ResNet 2 + 1, CNN 2 + 1,
+        # Encoder 2, Whisper 3 + 3, EncDec 3.
+        self.assertEqual(len(self.entries), 3 * (5 + 6 + 6 + 3 + 3 + 2 + 6 + 3))
         bf16_onednn = onednn_runs_bf16()
         for name, b in self.entries.items():
             if b.get("error_occurred"):
@@ -1057,7 +1059,8 @@ class PrecisionTest(unittest.TestCase):
 
     def test_onednn_bf16_runs_exactly_where_aten_allows_it(self):
         bf16 = [b for n, b in self.entries.items() if "/bf16" in n and n.endswith("/onednn")]
-        self.assertEqual(len(bf16), 8)  # Transformer 1, GPT2 2, ResNet 1, CNN 1, Whisper 3
+        # Transformer 1, GPT2 2, Llama 2, ResNet 1, CNN 1, Whisper 3.
+        self.assertEqual(len(bf16), 10)
         refused = [b for b in bf16 if b.get("error_occurred")]
         self.assertEqual(len(refused), 0 if onednn_runs_bf16() else len(bf16))
 
@@ -1097,7 +1100,7 @@ class PrecisionTest(unittest.TestCase):
     def test_onednn_linears_are_a_named_axis_of_cpu_inference_only(self):
         onednn = [n for n in self.entries if n.endswith("/onednn")]
         families = {n.split("/")[0] for n in onednn}
-        self.assertEqual(families, {"Transformer", "GPT2", "ResNet", "CNN", "Whisper"})
+        self.assertEqual(families, {"Transformer", "GPT2", "Llama", "ResNet", "CNN", "Whisper"})
         for n in onednn:
             self.assertIn(n.split("/")[3], ("forward", "encode", "generate", "transcribe"), n)
             self.assertIn(n[:-len("/onednn")], self.entries, "the aten twin ran too")

@@ -19,8 +19,8 @@ std::vector<std::string> Names(const std::vector<Family>& families) {
 TEST(RegisteredFamilies, EveryModelFileRegistersItsFamilyInOrder) {
   ScopedEnv selftest({{"LTB_SELFTEST", nullptr}});
   EXPECT_EQ(Names(RegisteredFamilies().value()),
-            (std::vector<std::string>{"Ops", "Transformer", "GPT2", "ResNet", "CNN",
-                                      "Encoder", "Whisper", "EncDec"}));
+            (std::vector<std::string>{"Ops", "Transformer", "GPT2", "Llama", "ResNet",
+                                      "CNN", "Encoder", "Whisper", "EncDec"}));
 }
 
 TEST(RegisteredFamilies, TestFamiliesOnlyWhenAskedFor) {

@@ -22,6 +22,7 @@
 #include "models/encdec.h"
 #include "models/encoder.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 #include "models/resnet.h"
 #include "models/transformer.h"
 #include "models/whisper.h"
@@ -94,6 +95,14 @@ const std::map<std::string, std::function<Dump()>>& Families() {
        [] {
          GPT2LM model(GPT2SizeOptions("nano").value());
          const at::Tensor ids = TokenInputs(model->options().vocab_size());
+         return Run(*model, {ids}, [&] { return model(ids); });
+       }},
+      {"Llama",
+       [] {
+         LlamaOptions o = LlamaSizeOptions("nano").value();
+         o.max_positions(kSeq);  // as BuildLlama
+         LlamaLM model(o);
+         const at::Tensor ids = TokenInputs(o.vocab_size());
          return Run(*model, {ids}, [&] { return model(ids); });
        }},
       {"ResNet",
@@ -193,7 +202,7 @@ TEST_P(ParityTest, PythonDefinitionComputesTheSameOutput) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ParityTest,
-                         testing::Values("Transformer", "GPT2", "ResNet", "CNN",
+                         testing::Values("Transformer", "GPT2", "Llama", "ResNet", "CNN",
                                          "Encoder", "Whisper", "EncDec"),
                          [](const testing::TestParamInfo<std::string>& info) {
                            return info.param;

@@ -36,7 +36,7 @@ REHEARSAL = {
     "a failing rank stops the others, which write what they measured": "ran",
     "ctest": "skipped",
 }
-FAMILIES = ("Transformer", "GPT2", "ResNet", "CNN", "Encoder", "Whisper", "EncDec")
+FAMILIES = ("Transformer", "GPT2", "Llama", "ResNet", "CNN", "Encoder", "Whisper", "EncDec")
 
 
 def summary_rows(text):

@@ -23,7 +23,8 @@ if torch is not None:
     import ltb_models
 
 # Family -> the C++ file stem of its size table and options struct.
-SOURCES = {"Transformer": "transformer", "GPT2": "gpt2", "ResNet": "resnet", "CNN": "cnn",
+SOURCES = {"Transformer": "transformer", "GPT2": "gpt2", "Llama": "llama", "ResNet": "resnet",
+           "CNN": "cnn",
            "Encoder": "encoder", "Whisper": "whisper", "EncDec": "encdec"}
 
 
@@ -184,6 +185,7 @@ class ForwardInputsTest(unittest.TestCase):
         shapes = {  # batch 2, seq 8: as the C++ Build* functions pass them
             "Transformer": [((2, 8), ids)],
             "GPT2": [((2, 8), ids)],
+            "Llama": [((2, 8), ids)],
             "ResNet": [((2, 3, 224, 224), floats)],
             "CNN": [((2, 3, 32, 32), floats)],
             "Encoder": [((8, 2, 64), floats)],  # (T, B, d)

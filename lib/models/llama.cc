@@ -1,0 +1,340 @@
+#include "models/llama.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "family/registry.h"
+#include "models/attention.h"
+#include "models/language_model.h"
+#include "models/size_table.h"
+#include "workloads/phases.h"
+
+namespace ltb {
+
+const std::vector<LlamaSize>& LlamaSizes() {
+  static const auto* sizes = new std::vector<LlamaSize>{
+      {"nano", LlamaOptions(1000, 64, 256, 2, 4, 2, 16, true, 32.0), 187'200},
+      {"1B", LlamaOptions(128256, 2048, 8192, 16, 32, 8, 64, true, 32.0), 1'235'814'400},
+      {"3B", LlamaOptions(128256, 3072, 8192, 28, 24, 8, 128, true, 32.0), 3'212'749'824},
+      {"8B", LlamaOptions(128256, 4096, 14336, 32, 32, 8, 128, false, 8.0),
+       8'030'261'248},
+  };
+  return *sizes;
+}
+
+absl::StatusOr<LlamaOptions> LlamaSizeOptions(const std::string& size) {
+  return FindSize("Llama", LlamaSizes(), size, &LlamaSize::options);
+}
+
+int64_t LlamaParamCount(const LlamaOptions& o) {
+  const int64_t d = o.d_model(), f = o.d_ff(), v = o.vocab_size();
+  const int64_t q = o.num_heads() * o.head_dim(), k = o.num_kv_heads() * o.head_dim();
+  // q and o are d x (heads x hs), which the card's 2d^2 assumes equal to d^2.
+  return o.num_layers() * (2 * d * q + 2 * d * k + 3 * d * f + 2 * d) + v * d +
+         (o.tied() ? 0 : v * d) + d;
+}
+
+double LlamaLayerFlops(const LlamaOptions& o, double batch, double tokens, double keys) {
+  const double d = o.d_model(), f = o.d_ff();
+  const double q = static_cast<double>(o.num_heads() * o.head_dim());
+  const double k = static_cast<double>(o.num_kv_heads() * o.head_dim());
+  const double projections = 2 * batch * tokens * d * (2 * q + 2 * k);  // q, o; k, v
+  const double attention = 2 * batch * tokens * keys * q * 2;           // QK^T, AV
+  const double mlp = 2 * batch * tokens * d * f * 3;
+  return projections + attention + mlp;
+}
+
+double LlamaForwardFlops(const LlamaOptions& o, int64_t batch, int64_t seq) {
+  return o.num_layers() * LlamaLayerFlops(o, batch, seq, seq) +
+         2.0 * batch * seq * o.d_model() * o.vocab_size();
+}
+
+double LlamaGenerateFlops(const LlamaOptions& o, int64_t batch, int64_t prompt,
+                          int64_t new_tokens) {
+  const double head = 2.0 * batch * o.d_model() * o.vocab_size();
+  double flops = o.num_layers() * LlamaLayerFlops(o, batch, prompt, prompt) + head;
+  for (int64_t i = 1; i < new_tokens; ++i) {
+    flops += o.num_layers() * LlamaLayerFlops(o, batch, 1, prompt + i) + head;
+  }
+  return flops;
+}
+
+// ---------------------------------------------------------------- modules
+
+at::Tensor LlamaInverseFrequencies(const LlamaOptions& o) {
+  // As transformers' _compute_llama3_parameters, in fp32.
+  const int64_t dim = o.head_dim();
+  const at::Tensor inv_freq =
+      1.0 / torch::pow(o.rope_theta(),
+                       torch::arange(0, dim, 2, torch::kLong).to(torch::kFloat) / dim);
+  const double low_wavelen = o.original_context() / o.low_freq_factor();
+  const double high_wavelen = o.original_context() / o.high_freq_factor();
+  const at::Tensor wavelen = 2 * M_PI / inv_freq;
+  at::Tensor scaled =
+      torch::where(wavelen > low_wavelen, inv_freq / o.rope_factor(), inv_freq);
+  const at::Tensor smooth = (o.original_context() / wavelen - o.low_freq_factor()) /
+                            (o.high_freq_factor() - o.low_freq_factor());
+  const at::Tensor smoothed = (1 - smooth) * scaled / o.rope_factor() + smooth * scaled;
+  const at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+  return torch::where(medium, smoothed, scaled);
+}
+
+LlamaRotaryImpl::LlamaRotaryImpl(const LlamaOptions& o) {
+  TORCH_CHECK(o.head_dim() % 2 == 0, "RoPE needs an even head size, got ", o.head_dim());
+  const at::Tensor inv_freq = LlamaInverseFrequencies(o);
+  // fp32 products of position and frequency, as transformers computes them.
+  const at::Tensor angles =
+      torch::outer(torch::arange(o.max_positions(), torch::kFloat), inv_freq);
+  cos_ = register_buffer("cos", angles.cos());  // (P, hs/2)
+  sin_ = register_buffer("sin", angles.sin());
+}
+
+at::Tensor LlamaRotaryImpl::forward(const at::Tensor& x, const at::Tensor& positions) {
+  const at::Tensor cos =
+      cos_.index_select(0, positions).to(x.scalar_type());  // (T, hs/2)
+  const at::Tensor sin = sin_.index_select(0, positions).to(x.scalar_type());
+  const int64_t half = x.size(-1) / 2;
+  const at::Tensor x1 = x.narrow(-1, 0, half);
+  const at::Tensor x2 = x.narrow(-1, half, half);
+  return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+}
+
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions& o)
+    : heads_(o.num_heads()),
+      kv_heads_(o.num_kv_heads()),
+      head_dim_(o.head_dim()),
+      fused_(o.fused_attention()) {
+  TORCH_CHECK(o.num_heads() % o.num_kv_heads() == 0, "kv heads (", o.num_kv_heads(),
+              ") must divide heads (", o.num_heads(), ")");
+  const auto linear = [](int64_t in, int64_t out) {
+    return PackableLinear(torch::nn::LinearOptions(in, out).bias(false));
+  };
+  q_proj = register_module("q_proj", linear(o.d_model(), heads_ * head_dim_));
+  k_proj = register_module("k_proj", linear(o.d_model(), kv_heads_ * head_dim_));
+  v_proj = register_module("v_proj", linear(o.d_model(), kv_heads_ * head_dim_));
+  o_proj = register_module("o_proj", linear(heads_ * head_dim_, o.d_model()));
+  rotary = register_module("rotary", LlamaRotary(o));
+}
+
+at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& positions,
+                                       at::Tensor* cache_k, at::Tensor* cache_v,
+                                       int64_t position) {
+  const int64_t b = x.size(0), t = x.size(1);
+  const auto heads = [&](const at::Tensor& y, int64_t n) {
+    return y.view({b, t, n, head_dim_}).transpose(1, 2);  // (B, n, T, hs)
+  };
+  const at::Tensor q = rotary(heads(q_proj(x), heads_), positions);
+  at::Tensor k = rotary(heads(k_proj(x), kv_heads_), positions);
+  at::Tensor v = heads(v_proj(x), kv_heads_);
+  if (cache_k != nullptr) {
+    TORCH_CHECK(t == 1 || position == 0,
+                "a chunk of several tokens must start at position 0");
+    cache_k->narrow(2, position, t).copy_(k);
+    cache_v->narrow(2, position, t).copy_(v);
+    k = cache_k->narrow(2, 0, position + t);  // (B, kv, position + T, hs)
+    v = cache_v->narrow(2, 0, position + t);
+  }
+  if (kv_heads_ != heads_) {
+    // Each kv head serves heads / kv heads query heads in a row (transformers'
+    // repeat_kv).
+    const int64_t rep = heads_ / kv_heads_, keys = k.size(2);
+    k = k.unsqueeze(2)
+            .expand({b, kv_heads_, rep, keys, head_dim_})
+            .reshape({b, heads_, keys, head_dim_});
+    v = v.unsqueeze(2)
+            .expand({b, kv_heads_, rep, keys, head_dim_})
+            .reshape({b, heads_, keys, head_dim_});
+  }
+  const at::Tensor y = Attention(q, k, v, /*causal=*/t > 1, fused_);  // (B, nh, T, hs)
+  return o_proj(y.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
+}
+
+LlamaMLPImpl::LlamaMLPImpl(int64_t d_model, int64_t d_ff) {
+  const auto linear = [](int64_t in, int64_t out) {
+    return PackableLinear(torch::nn::LinearOptions(in, out).bias(false));
+  };
+  gate_proj = register_module("gate_proj", linear(d_model, d_ff));
+  up_proj = register_module("up_proj", linear(d_model, d_ff));
+  down_proj = register_module("down_proj", linear(d_ff, d_model));
+}
+
+at::Tensor LlamaMLPImpl::forward(const at::Tensor& x) {
+  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+}
+
+LlamaLayerImpl::LlamaLayerImpl(const LlamaOptions& o)
+    : input_layernorm(register_module("input_layernorm", RMSNorm(o.d_model(), o.eps()))),
+      post_attention_layernorm(
+          register_module("post_attention_layernorm", RMSNorm(o.d_model(), o.eps()))),
+      self_attn(register_module("self_attn", LlamaAttention(o))),
+      mlp(register_module("mlp", LlamaMLP(o.d_model(), o.d_ff()))) {}
+
+at::Tensor LlamaLayerImpl::forward(const at::Tensor& x, const at::Tensor& positions,
+                                   at::Tensor* cache_k, at::Tensor* cache_v,
+                                   int64_t position) {
+  const at::Tensor h =
+      x + self_attn(input_layernorm(x), positions, cache_k, cache_v, position);
+  return h + mlp(post_attention_layernorm(h));
+}
+
+LlamaModelImpl::LlamaModelImpl(const LlamaOptions& o)
+    : embed_tokens(register_module("embed_tokens",
+                                   torch::nn::Embedding(o.vocab_size(), o.d_model()))),
+      layers(register_module("layers", torch::nn::ModuleList())),
+      norm(register_module("norm", RMSNorm(o.d_model(), o.eps()))) {
+  for (int64_t i = 0; i < o.num_layers(); ++i) layers->push_back(LlamaLayer(o));
+}
+
+LlamaLMImpl::LlamaLMImpl(const LlamaOptions& o)
+    : model(register_module("model", LlamaModel(o))), options_(o) {
+  if (!o.tied()) {
+    lm_head = register_module(
+        "lm_head",
+        PackableLinear(
+            torch::nn::LinearOptions(o.d_model(), o.vocab_size()).bias(false)));
+  }
+}
+
+at::Tensor LlamaLMImpl::Logits(const at::Tensor& x) {
+  const at::Tensor y = model->norm(x);
+  if (!options_.tied()) return lm_head(y);
+  if (head_packed_.packed()) return head_packed_(y);
+  return at::linear(y, model->embed_tokens->weight);
+}
+
+void LlamaLMImpl::PackForCpuInference() {
+  if (options_.tied())
+    head_packed_ = PackedLinear(model->embed_tokens->weight, at::Tensor());
+}
+
+at::Tensor LlamaLMImpl::forward(const at::Tensor& tokens) {
+  const int64_t t = tokens.size(1);
+  TORCH_CHECK(t <= options_.max_positions(), "sequence of ", t,
+              " tokens is longer than the RoPE tables' ", options_.max_positions(),
+              " positions");
+  const at::Tensor positions =
+      torch::arange(t, torch::dtype(torch::kLong).device(tokens.device()));
+  at::Tensor x = model->embed_tokens(tokens);  // (B, T, d)
+  for (const auto& layer : *model->layers) {
+    x = layer->as<LlamaLayer>()->forward(x, positions);
+  }
+  return Logits(x);  // (B, T, V)
+}
+
+at::Tensor LlamaLMImpl::forward_cached(const at::Tensor& tokens, int64_t position,
+                                       KVCache& cache) {
+  const int64_t t = tokens.size(1);
+  TORCH_CHECK(position + t <= cache.keys.front().size(2), "position ", position + t,
+              " is beyond the cache of ", cache.keys.front().size(2));
+  const at::Tensor positions = torch::arange(
+      position, position + t, torch::dtype(torch::kLong).device(tokens.device()));
+  at::Tensor x = model->embed_tokens(tokens);
+  for (size_t i = 0; i < model->layers->size(); ++i) {
+    x = model->layers[i]->as<LlamaLayer>()->forward(x, positions, &cache.keys[i],
+                                                    &cache.values[i], position);
+  }
+  return Logits(x.select(1, t - 1));  // (B, V)
+}
+
+KVCache LlamaLMImpl::MakeCache(int64_t batch, int64_t positions) const {
+  const auto opts = model->embed_tokens->weight.options();
+  KVCache cache;
+  for (int64_t i = 0; i < options_.num_layers(); ++i) {
+    for (auto* list : {&cache.keys, &cache.values}) {
+      list->push_back(torch::empty(
+          {batch, options_.num_kv_heads(), positions, options_.head_dim()}, opts));
+    }
+  }
+  return cache;
+}
+
+// ----------------------------------------------------------------- family
+
+namespace {
+
+absl::StatusOr<Plan> PlanLlama(const BenchSpec& s) {
+  absl::StatusOr<LlamaOptions> o = LlamaSizeOptions(s.size);
+  if (!o.ok()) return o.status();
+  Plan plan;
+  plan.params = LlamaParamCount(*o);
+  const int64_t d = o->d_model(), v = o->vocab_size(), f = o->d_ff(),
+                layers = o->num_layers();
+  const int64_t q = o->num_heads() * o->head_dim(), k = o->num_kv_heads() * o->head_dim();
+  MemoryEstimate& m = plan.memory;
+  if (s.phase == kGenerate) {
+    if (s.batch <= 0 || s.prompt <= 0 || s.new_tokens <= 0) {
+      return absl::InvalidArgumentError("batch, prompt and new tokens must be positive");
+    }
+    plan.tokens_per_step = s.batch * s.new_tokens;
+    plan.flops_per_step = LlamaGenerateFlops(*o, s.batch, s.prompt, s.new_tokens);
+    plan.reports_weight_bandwidth = true;
+    const int64_t e = DtypeBytes(s.dtype);
+    m.weights = plan.params * e;
+    // The cache (kv heads), the prompt's widest tensors, the logits.
+    m.activations = 2 * layers * s.batch * (s.prompt + s.new_tokens) * k * e +
+                    s.batch * s.prompt * (2 * d + 2 * q + 3 * f) * e + s.batch * v * 4;
+    return plan;
+  }
+  if (s.batch <= 0 || s.seq <= 0) {
+    return absl::InvalidArgumentError("batch and seq must be positive");
+  }
+  const double fwd = LlamaForwardFlops(*o, s.batch, s.seq);
+  plan.flops_per_step = s.training() ? 3 * fwd : fwd;
+  plan.tokens_per_step = s.batch * s.seq;
+  const int64_t tokens = s.batch * s.seq;
+  if (!s.training()) {
+    const int64_t e = DtypeBytes(s.dtype);
+    m.weights = plan.params * e;
+    m.activations = tokens * (2 * d + 2 * q + 3 * f + 2 * v) * e;
+    return plan;
+  }
+  const int64_t e = s.dtype == c10::kFloat ? 4 : 2;
+  m.weights = plan.params * 4 + (s.dtype == c10::kFloat ? 0 : plan.params * 2);
+  m.gradients = plan.params * 4;
+  m.optimizer = s.phase == kTrainStep ? 2 * plan.params * 4 : 0;  // AdamW moments
+  // Saved per layer and token: norms, q/k/v (and k, v repeated to the heads),
+  // attention output, the MLP's three d_ff-wide tensors; then the logits.
+  m.activations =
+      layers * tokens * (4 * d + 4 * q + 2 * k + 3 * f) * e + tokens * v * 4 * 4;
+  return plan;
+}
+
+std::unique_ptr<Workload> BuildLlama(const BenchSpec& s) {
+  LlamaOptions o = LlamaSizeOptions(s.size).value();
+  o.max_positions(s.phase == kGenerate ? s.prompt + s.new_tokens : s.seq);
+  LlamaLM model(o);
+  if (s.phase == kGenerate) {
+    // A decode step reads every weight once, except the embedding: one row
+    // of it, unless the head is tied to it (then all of it, as the head).
+    const int64_t read =
+        LlamaParamCount(o) - (o.tied() ? 0 : o.vocab_size() * o.d_model());
+    return MakeDecoderGenerateWorkload(s, model, o.vocab_size(),
+                                       static_cast<double>(read) * DtypeBytes(s.dtype));
+  }
+  return BuildLanguageModel(
+      s, model.ptr(), [model](const at::Tensor& x) mutable { return model(x); },
+      o.vocab_size());
+}
+
+}  // namespace
+
+Family LlamaFamily() {
+  Family f;
+  f.name = "Llama";
+  for (const LlamaSize& s : LlamaSizes()) f.sizes.push_back(s.name);
+  f.phases = {ForwardPhase(), ForwardBackwardPhase(), TrainStepPhase(), GeneratePhase()};
+  // The default suite: 1B's generation, of 8 new tokens on the CPU (each
+  // decode step reads 5 GB of fp32 weights: about half a second on two cores).
+  f.suite = {"1B/[^/]+/generate/"};
+  f.packs_cpu_linears = true;
+  f.default_batch = 1;
+  f.default_seqs = {2048};
+  f.suite_cpu_seqs = {64};
+  f.suite_cpu_new_tokens = 8;
+  f.plan = PlanLlama;
+  f.build = BuildLlama;
+  return f;
+}
+LTB_REGISTER_FAMILY(LlamaFamily, 35);
+
+}  // namespace ltb

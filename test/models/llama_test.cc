@@ -1,0 +1,201 @@
+#include "models/llama.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "profiled_flops.h"
+#include "spec_for.h"
+#include "workloads/phases.h"
+
+namespace ltb {
+namespace {
+
+LlamaOptions LlamaNano() { return LlamaSizeOptions("nano").value(); }
+
+TEST(LlamaSizes, AnalyticCountEqualsTheCardForEverySize) {
+  const std::map<std::string, int64_t> card = {{"nano", 187'200},
+                                               {"1B", 1'235'814'400},
+                                               {"3B", 3'212'749'824},
+                                               {"8B", 8'030'261'248}};
+  ASSERT_EQ(LlamaSizes().size(), card.size());
+  for (const LlamaSize& s : LlamaSizes()) {
+    EXPECT_EQ(LlamaParamCount(s.options), card.at(s.name)) << s.name;
+    EXPECT_EQ(s.card_params, card.at(s.name)) << s.name;
+  }
+  // The card's shapes: Llama 3.2 1B and 3B tie the head, Llama 3.1 8B does not.
+  const LlamaOptions b8 = LlamaSizeOptions("8B").value();
+  EXPECT_FALSE(b8.tied());
+  EXPECT_EQ(b8.rope_factor(), 8.0);
+  EXPECT_EQ(LlamaSizeOptions("3B")->head_dim(), 128);
+  EXPECT_EQ(LlamaSizeOptions("1B")->num_kv_heads(), 8);
+}
+
+TEST(LlamaSizes, BuiltModelsHaveTheCardsParameterCount) {
+  LlamaLM nano(LlamaNano());
+  EXPECT_EQ(CountParameters(*nano), 187'200);
+  // 1B with 2 layers: the embedding and norm as 1B's, two of its layers.
+  LlamaOptions two = LlamaSizeOptions("1B").value();
+  two.num_layers(2).max_positions(8);
+  LlamaLM model(two);
+  const int64_t d = 2048, layer = 2 * d * d + 2 * d * 512 + 3 * d * 8192 + 2 * d;
+  EXPECT_EQ(CountParameters(*model), 2 * layer + 128256 * d + d);
+}
+
+TEST(LlamaLM, ParameterNamesAreHuggingFaces) {
+  std::set<std::string> tied, untied;
+  for (const auto& p : LlamaLM(LlamaNano())->named_parameters()) tied.insert(p.key());
+  LlamaOptions o = LlamaNano();
+  o.tied(false);
+  for (const auto& p : LlamaLM(o)->named_parameters()) untied.insert(p.key());
+  for (const char* name :
+       {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.0.self_attn.k_proj.weight",
+        "model.layers.0.self_attn.v_proj.weight",
+        "model.layers.0.self_attn.o_proj.weight", "model.layers.1.mlp.gate_proj.weight",
+        "model.layers.1.mlp.up_proj.weight", "model.layers.1.mlp.down_proj.weight",
+        "model.layers.1.input_layernorm.weight",
+        "model.layers.1.post_attention_layernorm.weight", "model.norm.weight"}) {
+    EXPECT_TRUE(tied.count(name)) << name;
+  }
+  EXPECT_EQ(tied.size(), 2u * 9 + 2);  // no lm_head when tied
+  EXPECT_EQ(untied.size(), tied.size() + 1);
+  EXPECT_TRUE(untied.count("lm_head.weight"));
+  // Grouped-query attention: k and v have kv heads (2 x 16), q has 4 x 16.
+  LlamaLM model(LlamaNano());
+  auto* attn = model->model->layers[0]->as<LlamaLayer>()->self_attn.get();
+  EXPECT_EQ(attn->q_proj->weight.sizes(), (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(attn->k_proj->weight.sizes(), (std::vector<int64_t>{32, 64}));
+}
+
+TEST(LlamaRope, Llama3ScalingKeepsHighFrequenciesAndDividesLowOnes) {
+  // 1B: head size 64, theta 500000, factor 32, original context 8192, low
+  // factor 1 (wavelengths over 8192 divided), high factor 4 (under 2048 kept).
+  const LlamaOptions o = LlamaSizeOptions("1B").value();
+  const at::Tensor got = LlamaInverseFrequencies(o).to(at::kDouble);
+  ASSERT_EQ(got.size(0), 32);
+  int kept = 0, divided = 0, smoothed = 0;
+  for (int64_t i = 0; i < 32; ++i) {
+    const double f = std::pow(500000.0, -2.0 * i / 64);
+    const double wavelen = 2 * M_PI / f;
+    double want = f;
+    if (wavelen > 8192) {
+      want = f / 32;
+      ++divided;
+    } else if (wavelen >= 2048) {
+      const double s = (8192 / wavelen - 1) / (4 - 1);
+      want = (1 - s) * f / 32 + s * f;
+      ++smoothed;
+    } else {
+      ++kept;
+    }
+    EXPECT_NEAR(got[i].item<double>(), want, 1e-6 * want) << i;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(smoothed, 0);
+}
+
+TEST(LlamaRope, RotatesTheTwoHalvesOfAHeadTogether) {
+  LlamaOptions o = LlamaNano();
+  o.max_positions(8);
+  LlamaRotary rope(o);
+  const at::Tensor inv = LlamaInverseFrequencies(o);  // (8)
+  const at::Tensor x = torch::randn({1, 1, 1, 16});
+  const at::Tensor y = rope(x, torch::tensor({5}, torch::kLong));
+  for (int64_t i = 0; i < 8; ++i) {
+    const double a = 5 * inv[i].item<double>();
+    const double x1 = x[0][0][0][i].item<double>(), x2 = x[0][0][0][i + 8].item<double>();
+    EXPECT_NEAR(y[0][0][0][i].item<double>(), x1 * std::cos(a) - x2 * std::sin(a), 1e-5);
+    EXPECT_NEAR(y[0][0][0][i + 8].item<double>(), x2 * std::cos(a) + x1 * std::sin(a),
+                1e-5);
+  }
+}
+
+TEST(LlamaLM, IsCausal) {
+  torch::manual_seed(3);
+  LlamaOptions o = LlamaNano();
+  o.max_positions(12);
+  LlamaLM model(o);
+  torch::NoGradGuard no_grad;
+  const at::Tensor a = torch::randint(0, 1000, {1, 12});
+  at::Tensor b = a.clone();
+  b[0][6] = (a[0][6].item<int64_t>() + 1) % 1000;
+  const at::Tensor la = model(a), lb = model(b);
+  EXPECT_TRUE(torch::allclose(la.narrow(1, 0, 6), lb.narrow(1, 0, 6), 1e-5, 1e-6));
+  EXPECT_FALSE(torch::allclose(la.select(1, 6), lb.select(1, 6)));
+}
+
+TEST(LlamaGenerate, CacheOfKvHeadsGivesExactlyTheTokensOfRecomputation) {
+  torch::manual_seed(4);
+  for (const bool tied : {true, false}) {
+    LlamaOptions o = LlamaNano();
+    o.tied(tied).max_positions(64);
+    LlamaLM model(o);
+    torch::NoGradGuard no_grad;
+    for (int64_t batch : {1, 3}) {
+      for (int64_t prompt : {1, 9}) {
+        const at::Tensor p = torch::randint(0, 1000, {batch, prompt});
+        const at::Tensor cached = GenerateWithCache(model, p, 20);
+        EXPECT_TRUE(torch::equal(cached, GenerateByRecompute(model, p, 20)))
+            << "tied " << tied << " batch " << batch << " prompt " << prompt;
+      }
+    }
+    const KVCache cache = model->MakeCache(2, 20);
+    EXPECT_EQ(cache.keys[0].sizes(), (std::vector<int64_t>{2, 2, 20, 16}));  // kv heads
+  }
+}
+
+TEST(LlamaFlops, AnalyticCountsEqualTheProfilers) {
+  LlamaOptions o = LlamaNano();
+  o.fused_attention(false).max_positions(64);
+  LlamaLM model(o);
+  const at::Tensor tokens = torch::randint(0, 1000, {2, 24});
+  const double forward = ProfiledMatmulFlops([&] {
+    torch::NoGradGuard no_grad;
+    model(tokens);
+  });
+  EXPECT_NEAR(forward, LlamaForwardFlops(o, 2, 24), 0.01 * forward);
+  const double generate = ProfiledMatmulFlops([&] {
+    torch::NoGradGuard no_grad;
+    GenerateWithCache(model, tokens.narrow(1, 0, 12), 9);
+  });
+  EXPECT_NEAR(generate, LlamaGenerateFlops(o, 2, 12, 9), 0.01 * generate);
+}
+
+TEST(LlamaFamily, EveryPhaseBuildsAndSteps) {
+  const Family f = LlamaFamily();
+  for (const char* phase : {kForward, kForwardBackward, kTrainStep}) {
+    const BenchSpec s = SpecFor(f.name, "nano", phase, 2, 16);
+    ASSERT_TRUE(f.plan(s).ok());
+    f.build(s)->Step();
+  }
+  BenchSpec g = SpecFor(f.name, "nano", kGenerate, 2);
+  g.prompt = 8;
+  g.new_tokens = 6;
+  const absl::StatusOr<Plan> plan = f.plan(g);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->tokens_per_step, 12);
+  EXPECT_TRUE(plan->reports_weight_bandwidth);
+  std::unique_ptr<Workload> w = f.build(g);
+  w->Step();
+  std::map<std::string, double> c;
+  for (const auto& [name, value] : w->Counters()) c[name] = value;
+  EXPECT_GT(c["decode_tokens/s"], 0);
+}
+
+TEST(LlamaFamily, Training8BInFp32NeedsFarMoreThanAWorkstation) {
+  // The memory guard refuses what does not fit: 8B's fp32 weights,
+  // gradients and AdamW's two moments alone are 16 bytes a parameter.
+  const BenchSpec s = SpecFor("Llama", "8B", kTrainStep, 1, 2048);
+  const absl::StatusOr<Plan> plan = LlamaFamily().plan(s);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->memory.weights + plan->memory.gradients + plan->memory.optimizer,
+            16 * int64_t{8'030'261'248});
+  EXPECT_GT(plan->memory.Total(), int64_t{24} << 30);
+}
+
+}  // namespace
+}  // namespace ltb
