@@ -107,10 +107,11 @@ def read_run(path):
         ok = isinstance(entry, dict) and isinstance(entry.get("name"), str)
         if ok and not entry.get("error_occurred") and entry.get("run_type") != "aggregate":
             ok = (isinstance(entry.get("real_time"), (int, float))
+                  and math.isfinite(entry["real_time"]) and entry["real_time"] >= 0
                   and entry.get("time_unit", "ns") in ltb_results.TIME_UNITS)
         if not ok:
-            raise BadInput(f"{path}: benchmark entry {i} has no name, time or known time "
-                           "unit; nothing was added")
+            raise BadInput(f"{path}: benchmark entry {i} has no name, finite time or known "
+                           "time unit; nothing was added")
     return hashlib.sha256(raw).hexdigest(), doc
 
 
@@ -200,9 +201,12 @@ class Store:
     BEGIN IMMEDIATE (writers wait their turn, up to a minute), PostgreSQL's
     row locks and ON CONFLICT."""
 
-    def __init__(self, url=None, migrate_to=SCHEMA_VERSION):
+    def __init__(self, url=None, migrate_to=SCHEMA_VERSION, create=True):
         self.url = url or default_db()
         self.postgresql = is_postgresql(self.url)
+        if not create and not self.postgresql and not os.path.exists(self.url):
+            raise BadInput(f"no results store at {self.url}: `tools/history add RESULTS.json` "
+                           "makes one (or give --db)")
         if self.postgresql:
             try:
                 import psycopg
@@ -222,7 +226,14 @@ class Store:
                 self.conn.execute("PRAGMA foreign_keys=ON")
             except (OSError, sqlite3.Error) as e:
                 raise BadInput(f"{self.url}: cannot open the results store: {e}")
-        self.migrate(migrate_to)
+        # A store at the schema version opens without writing (read-only
+        # commands need no write lock); an older one is migrated.
+        current = self._current_version()
+        if current is not None and current > SCHEMA_VERSION:
+            raise BadInput(f"{self.url}: schema version {current} is newer than this "
+                           f"tool's {SCHEMA_VERSION}: update libtorch-bench")
+        if current is None or current < migrate_to:
+            self.migrate(migrate_to)
 
     def close(self):
         self.conn.close()
@@ -267,6 +278,13 @@ class Store:
         row = self.execute("SELECT MAX(version) FROM schema_version").fetchone()
         return row[0] or 0
 
+    def _current_version(self):
+        """The schema version, or None before the first migration."""
+        try:
+            return self.conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+        except Exception:  # noqa: BLE001 - no such table, on either database
+            return None
+
     def migrate(self, upto=SCHEMA_VERSION):
         with self.transaction():
             if self.postgresql:  # one migrating writer at a time
@@ -310,9 +328,9 @@ class Store:
         sql = ("SELECT run_id, commit_sha, parent_sha, commit_time, run_date, fingerprint, "
                "machine, context, source FROM runs")
         params = ()
-        if fingerprint_prefix:
-            sql += " WHERE fingerprint LIKE ?"
-            params = (fingerprint_prefix + "%",)
+        if fingerprint_prefix:  # the same test on both databases (LIKE is not)
+            sql += " WHERE substr(fingerprint, 1, ?) = ?"
+            params = (len(fingerprint_prefix), fingerprint_prefix)
         sql += " ORDER BY commit_time, run_date, run_id"
         keys = ("run_id", "commit", "parent", "commit_time", "date", "fingerprint",
                 "machine", "context", "source")
@@ -333,26 +351,34 @@ class Store:
             out.setdefault(name, []).append((t, error, json.loads(counters)))
         return out
 
-    def series(self, name_regex=None, fingerprint_prefix=None):
-        """{(fingerprint, benchmark): [Point]} over commits: each commit's
-        value is the median over its runs of each run's median step time."""
+    def series(self, name_regex=None, fingerprint_prefix=None, dirty=False):
+        """{(fingerprint, benchmark): [Point]} over commits, in commit order
+        (the commit's time, then its first run's date): each commit's value
+        is the median over its runs of each run's median step time. Runs of a
+        checkout with uncommitted changes (commit ending in -dirty) are left
+        out unless `dirty`."""
         pattern = re.compile(name_regex) if name_regex else None
         by_key = {}
         for run in self.runs(fingerprint_prefix):
+            if run["commit"].endswith("-dirty") and not dirty:
+                continue
             for name, reps in self.results(run["run_id"]).items():
                 if pattern and not pattern.search(name):
                     continue
                 times = [t for t, error, _ in reps if t is not None and error is None]
                 if not times:
                     continue
-                points = by_key.setdefault((run["fingerprint"], name), [])
-                if points and points[-1].commit == run["commit"]:
-                    points[-1].run_values.append(statistics.median(times))
-                    points[-1].runs.append(run["run_id"])
+                commits = by_key.setdefault((run["fingerprint"], name), {})
+                point = commits.get(run["commit"])
+                if point is None:
+                    commits[run["commit"]] = Point(run["commit"], run["commit_time"],
+                                                   run["date"], [statistics.median(times)],
+                                                   [run["run_id"]])
                 else:
-                    points.append(Point(run["commit"], run["commit_time"], run["date"],
-                                        [statistics.median(times)], [run["run_id"]]))
-        return by_key
+                    point.run_values.append(statistics.median(times))
+                    point.runs.append(run["run_id"])
+        return {key: sorted(commits.values(), key=lambda p: (p.commit_time, p.date, p.commit))
+                for key, commits in by_key.items()}
 
 
 class Point:

@@ -272,7 +272,6 @@ class LlamaOptions:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_context: int = 8192
-    max_positions: int = 2048  # the benchmark sets what it needs
     eps: float = 1e-5
 
 
@@ -292,21 +291,25 @@ def llama_inverse_frequencies(o):
 
 
 class LlamaRotary(nn.Module):
+    """transformers' LlamaRotaryEmbedding: the inverse frequencies (the
+    model's only buffer); each position's cos and sin computed in fp32 once
+    a forward, then cast to the hidden states' dtype."""
+
     def __init__(self, o):
         super().__init__()
         if o.head_dim % 2:
             raise ValueError(f"RoPE needs an even head size, got {o.head_dim}")
-        angles = torch.outer(torch.arange(o.max_positions, dtype=torch.float32),
-                             llama_inverse_frequencies(o))
-        self.register_buffer("cos", angles.cos())  # (P, hs/2)
-        self.register_buffer("sin", angles.sin())
+        self.register_buffer("inv_freq", llama_inverse_frequencies(o))
 
-    def forward(self, x, positions):
-        # x: (B, heads, T, hs); the two halves of a head rotate together.
-        cos = self.cos.index_select(0, positions).to(x.dtype)
-        sin = self.sin.index_select(0, positions).to(x.dtype)
-        x1, x2 = x.chunk(2, -1)
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1)
+    def forward(self, positions, dtype):
+        angles = torch.outer(positions.float(), self.inv_freq)  # (T, hs/2)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_llama_rotary(x, cos, sin):
+    # x: (B, heads, T, hs); the two halves of a head rotate together.
+    x1, x2 = x.chunk(2, -1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1)
 
 
 class LlamaAttention(nn.Module):
@@ -318,19 +321,19 @@ class LlamaAttention(nn.Module):
         self.k_proj = nn.Linear(o.d_model, o.num_kv_heads * o.head_dim, bias=False)
         self.v_proj = nn.Linear(o.d_model, o.num_kv_heads * o.head_dim, bias=False)
         self.o_proj = nn.Linear(o.num_heads * o.head_dim, o.d_model, bias=False)
-        self.rotary = LlamaRotary(o)
         self.o = o
 
-    def forward(self, x, positions):
+    def forward(self, x, rope):
         b, t, _ = x.shape
         o = self.o
+        cos, sin = rope
 
         def heads(y, n):
             return y.view(b, t, n, o.head_dim).transpose(1, 2)  # (B, n, T, hs)
 
-        q = self.rotary(heads(self.q_proj(x), o.num_heads), positions)
-        k = self.rotary(heads(self.k_proj(x), o.num_kv_heads), positions)
         v = heads(self.v_proj(x), o.num_kv_heads)
+        q = apply_llama_rotary(heads(self.q_proj(x), o.num_heads), cos, sin).to(v.dtype)
+        k = apply_llama_rotary(heads(self.k_proj(x), o.num_kv_heads), cos, sin).to(v.dtype)
         rep = o.num_heads // o.num_kv_heads
         k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
@@ -356,8 +359,8 @@ class LlamaLayer(nn.Module):
         self.self_attn = LlamaAttention(o)
         self.mlp = LlamaMLP(o.d_model, o.d_ff)
 
-    def forward(self, x, positions):
-        h = x + self.self_attn(self.input_layernorm(x), positions)
+    def forward(self, x, rope):
+        h = x + self.self_attn(self.input_layernorm(x), rope)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -367,6 +370,7 @@ class LlamaModel(nn.Module):
         self.embed_tokens = nn.Embedding(o.vocab_size, o.d_model)
         self.layers = nn.ModuleList(LlamaLayer(o) for _ in range(o.num_layers))
         self.norm = RMSNorm(o.d_model, o.eps)
+        self.rotary_emb = LlamaRotary(o)
 
 
 class LlamaLM(nn.Module):
@@ -379,14 +383,11 @@ class LlamaLM(nn.Module):
 
     def forward(self, tokens):
         # tokens: (B, T) int64 at positions [0, T) -> logits (B, T, V).
-        t = tokens.shape[1]
-        if t > self.options.max_positions:
-            raise ValueError(f"sequence of {t} tokens is longer than the RoPE tables' "
-                             f"{self.options.max_positions} positions")
-        positions = torch.arange(t, device=tokens.device)
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
         x = self.model.embed_tokens(tokens)
+        rope = self.model.rotary_emb(positions, x.dtype)
         for layer in self.model.layers:
-            x = layer(x, positions)
+            x = layer(x, rope)
         y = self.model.norm(x)
         head = self.model.embed_tokens.weight if self.options.tied else self.lm_head.weight
         return F.linear(y, head)  # (B, T, V)
@@ -798,8 +799,6 @@ def benchmark_overrides(family, seq=None):
     Transformer's context length is its seq (BuildTransformer)."""
     if family == "Transformer" and seq is not None:
         return {"context_length": seq}
-    if family == "Llama" and seq is not None:
-        return {"max_positions": seq}  # BuildLlama
     return {}
 
 
@@ -901,7 +900,7 @@ def check_dump(path):
     compares with the C++ output; returns (ok, lines to print)."""
     family, size, tensors = _load_dump(path)
     inputs = [tensors[f"input:{i}"] for i in range(len(tensors)) if f"input:{i}" in tensors]
-    seq = inputs[0].shape[1] if family in ("Transformer", "Llama") else None
+    seq = inputs[0].shape[1] if family == "Transformer" else None
     model = forward_module(family, size, seq=seq)
     state = {}
     for key, value in tensors.items():

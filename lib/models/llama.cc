@@ -81,18 +81,19 @@ at::Tensor LlamaInverseFrequencies(const LlamaOptions& o) {
 
 LlamaRotaryImpl::LlamaRotaryImpl(const LlamaOptions& o) {
   TORCH_CHECK(o.head_dim() % 2 == 0, "RoPE needs an even head size, got ", o.head_dim());
-  const at::Tensor inv_freq = LlamaInverseFrequencies(o);
-  // fp32 products of position and frequency, as transformers computes them.
-  const at::Tensor angles =
-      torch::outer(torch::arange(o.max_positions(), torch::kFloat), inv_freq);
-  cos_ = register_buffer("cos", angles.cos());  // (P, hs/2)
-  sin_ = register_buffer("sin", angles.sin());
+  inv_freq = register_buffer("inv_freq", LlamaInverseFrequencies(o));
 }
 
-at::Tensor LlamaRotaryImpl::forward(const at::Tensor& x, const at::Tensor& positions) {
-  const at::Tensor cos =
-      cos_.index_select(0, positions).to(x.scalar_type());  // (T, hs/2)
-  const at::Tensor sin = sin_.index_select(0, positions).to(x.scalar_type());
+std::pair<at::Tensor, at::Tensor> LlamaRotaryImpl::forward(const at::Tensor& positions,
+                                                           c10::ScalarType dtype) {
+  // fp32 products of position and frequency, as transformers computes them.
+  const at::Tensor angles =
+      torch::outer(positions.to(at::kFloat), inv_freq);  // (T, hs/2)
+  return {angles.cos().to(dtype), angles.sin().to(dtype)};
+}
+
+at::Tensor ApplyLlamaRotary(const at::Tensor& x, const at::Tensor& cos,
+                            const at::Tensor& sin) {
   const int64_t half = x.size(-1) / 2;
   const at::Tensor x1 = x.narrow(-1, 0, half);
   const at::Tensor x2 = x.narrow(-1, half, half);
@@ -113,19 +114,25 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions& o)
   k_proj = register_module("k_proj", linear(o.d_model(), kv_heads_ * head_dim_));
   v_proj = register_module("v_proj", linear(o.d_model(), kv_heads_ * head_dim_));
   o_proj = register_module("o_proj", linear(heads_ * head_dim_, o.d_model()));
-  rotary = register_module("rotary", LlamaRotary(o));
 }
 
-at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& positions,
+at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x,
+                                       const std::pair<at::Tensor, at::Tensor>& rope,
                                        at::Tensor* cache_k, at::Tensor* cache_v,
                                        int64_t position) {
   const int64_t b = x.size(0), t = x.size(1);
   const auto heads = [&](const at::Tensor& y, int64_t n) {
     return y.view({b, t, n, head_dim_}).transpose(1, 2);  // (B, n, T, hs)
   };
-  const at::Tensor q = rotary(heads(q_proj(x), heads_), positions);
-  at::Tensor k = rotary(heads(k_proj(x), kv_heads_), positions);
+  const auto& [cos, sin] = rope;
+  // Rotated in the wider of the projections' and the hidden states' dtypes
+  // (fp32 under autocast), as transformers does; then back to v's for the
+  // cache and the attention.
   at::Tensor v = heads(v_proj(x), kv_heads_);
+  const at::Tensor q =
+      ApplyLlamaRotary(heads(q_proj(x), heads_), cos, sin).to(v.scalar_type());
+  at::Tensor k =
+      ApplyLlamaRotary(heads(k_proj(x), kv_heads_), cos, sin).to(v.scalar_type());
   if (cache_k != nullptr) {
     TORCH_CHECK(t == 1 || position == 0,
                 "a chunk of several tokens must start at position 0");
@@ -169,11 +176,12 @@ LlamaLayerImpl::LlamaLayerImpl(const LlamaOptions& o)
       self_attn(register_module("self_attn", LlamaAttention(o))),
       mlp(register_module("mlp", LlamaMLP(o.d_model(), o.d_ff()))) {}
 
-at::Tensor LlamaLayerImpl::forward(const at::Tensor& x, const at::Tensor& positions,
+at::Tensor LlamaLayerImpl::forward(const at::Tensor& x,
+                                   const std::pair<at::Tensor, at::Tensor>& rope,
                                    at::Tensor* cache_k, at::Tensor* cache_v,
                                    int64_t position) {
   const at::Tensor h =
-      x + self_attn(input_layernorm(x), positions, cache_k, cache_v, position);
+      x + self_attn(input_layernorm(x), rope, cache_k, cache_v, position);
   return h + mlp(post_attention_layernorm(h));
 }
 
@@ -181,8 +189,29 @@ LlamaModelImpl::LlamaModelImpl(const LlamaOptions& o)
     : embed_tokens(register_module("embed_tokens",
                                    torch::nn::Embedding(o.vocab_size(), o.d_model()))),
       layers(register_module("layers", torch::nn::ModuleList())),
-      norm(register_module("norm", RMSNorm(o.d_model(), o.eps()))) {
+      norm(register_module("norm", RMSNorm(o.d_model(), o.eps()))),
+      rotary_emb(register_module("rotary_emb", LlamaRotary(o))) {
   for (int64_t i = 0; i < o.num_layers(); ++i) layers->push_back(LlamaLayer(o));
+}
+
+at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, int64_t position,
+                                   KVCache* cache) {
+  const int64_t t = tokens.size(1);
+  if (cache != nullptr) {
+    TORCH_CHECK(position + t <= cache->keys.front().size(2), "position ", position + t,
+                " is beyond the cache of ", cache->keys.front().size(2));
+  }
+  const at::Tensor positions = torch::arange(
+      position, position + t, torch::dtype(torch::kLong).device(tokens.device()));
+  at::Tensor x = embed_tokens(tokens);  // (B, T, d)
+  const auto rope = rotary_emb(positions, x.scalar_type());
+  for (size_t i = 0; i < layers->size(); ++i) {
+    LlamaLayerImpl* layer = layers[i]->as<LlamaLayer>();
+    x = cache == nullptr
+            ? layer->forward(x, rope)
+            : layer->forward(x, rope, &cache->keys[i], &cache->values[i], position);
+  }
+  return norm(x);
 }
 
 LlamaLMImpl::LlamaLMImpl(const LlamaOptions& o)
@@ -195,8 +224,7 @@ LlamaLMImpl::LlamaLMImpl(const LlamaOptions& o)
   }
 }
 
-at::Tensor LlamaLMImpl::Logits(const at::Tensor& x) {
-  const at::Tensor y = model->norm(x);
+at::Tensor LlamaLMImpl::Logits(const at::Tensor& y) {
   if (!options_.tied()) return lm_head(y);
   if (head_packed_.packed()) return head_packed_(y);
   return at::linear(y, model->embed_tokens->weight);
@@ -208,32 +236,13 @@ void LlamaLMImpl::PackForCpuInference() {
 }
 
 at::Tensor LlamaLMImpl::forward(const at::Tensor& tokens) {
-  const int64_t t = tokens.size(1);
-  TORCH_CHECK(t <= options_.max_positions(), "sequence of ", t,
-              " tokens is longer than the RoPE tables' ", options_.max_positions(),
-              " positions");
-  const at::Tensor positions =
-      torch::arange(t, torch::dtype(torch::kLong).device(tokens.device()));
-  at::Tensor x = model->embed_tokens(tokens);  // (B, T, d)
-  for (const auto& layer : *model->layers) {
-    x = layer->as<LlamaLayer>()->forward(x, positions);
-  }
-  return Logits(x);  // (B, T, V)
+  return Logits(model(tokens));  // (B, T, V)
 }
 
 at::Tensor LlamaLMImpl::forward_cached(const at::Tensor& tokens, int64_t position,
                                        KVCache& cache) {
-  const int64_t t = tokens.size(1);
-  TORCH_CHECK(position + t <= cache.keys.front().size(2), "position ", position + t,
-              " is beyond the cache of ", cache.keys.front().size(2));
-  const at::Tensor positions = torch::arange(
-      position, position + t, torch::dtype(torch::kLong).device(tokens.device()));
-  at::Tensor x = model->embed_tokens(tokens);
-  for (size_t i = 0; i < model->layers->size(); ++i) {
-    x = model->layers[i]->as<LlamaLayer>()->forward(x, positions, &cache.keys[i],
-                                                    &cache.values[i], position);
-  }
-  return Logits(x.select(1, t - 1));  // (B, V)
+  const at::Tensor y = model(tokens, position, &cache);
+  return Logits(y.select(1, tokens.size(1) - 1));  // (B, V): the last position only
 }
 
 KVCache LlamaLMImpl::MakeCache(int64_t batch, int64_t positions) const {
@@ -300,8 +309,7 @@ absl::StatusOr<Plan> PlanLlama(const BenchSpec& s) {
 }
 
 std::unique_ptr<Workload> BuildLlama(const BenchSpec& s) {
-  LlamaOptions o = LlamaSizeOptions(s.size).value();
-  o.max_positions(s.phase == kGenerate ? s.prompt + s.new_tokens : s.seq);
+  const LlamaOptions o = LlamaSizeOptions(s.size).value();
   LlamaLM model(o);
   if (s.phase == kGenerate) {
     // A decode step reads every weight once, except the embedding: one row

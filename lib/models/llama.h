@@ -50,8 +50,6 @@ struct LlamaOptions {
   TORCH_ARG(double, low_freq_factor) = 1.0;
   TORCH_ARG(double, high_freq_factor) = 4.0;
   TORCH_ARG(int64_t, original_context) = 8192;
-  // Positions the RoPE tables hold; the benchmark sets what it needs.
-  TORCH_ARG(int64_t, max_positions) = 2048;
   TORCH_ARG(double, eps) = 1e-5;
   TORCH_ARG(bool, fused_attention) = true;
 };
@@ -85,29 +83,37 @@ double LlamaGenerateFlops(const LlamaOptions& o, int64_t batch, int64_t prompt,
 // them (fp32), (head_dim / 2).
 at::Tensor LlamaInverseFrequencies(const LlamaOptions& o);
 
+// Hugging Face's LlamaRotaryEmbedding: one for the model, holding the
+// inverse frequencies (a buffer of head size / 2 floats, the only one the
+// model has); the cos and sin of each position are computed once a forward,
+// in fp32, then cast to the hidden states' dtype.
 class LlamaRotaryImpl : public torch::nn::Module {
  public:
   explicit LlamaRotaryImpl(const LlamaOptions& o);
-  // x: (B, heads, T, hs) at `positions` (T); Hugging Face's rotate_half: the
-  // two halves of a head rotate together.
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& positions);
-
- private:
-  at::Tensor cos_, sin_;  // (max_positions, hs / 2), fp32
+  // (cos, sin) of `positions` (T), (T, hs / 2) each, in `dtype`.
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& positions,
+                                            c10::ScalarType dtype);
+  at::Tensor inv_freq;
 };
 TORCH_MODULE(LlamaRotary);
+
+// x: (B, heads, T, hs) rotated by (cos, sin) of its positions, Hugging
+// Face's rotate_half: the two halves of a head rotate together. The result
+// takes the wider of x's and cos's dtypes, as in PyTorch.
+at::Tensor ApplyLlamaRotary(const at::Tensor& x, const at::Tensor& cos,
+                            const at::Tensor& sin);
 
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
   explicit LlamaAttentionImpl(const LlamaOptions& o);
-  // x: (B, T, d) at positions [position, position + T). With a cache
-  // (B, kv heads, P, hs), writes this chunk's keys and values and attends to
-  // every cached position before it; without, causal over the chunk.
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& positions,
+  // x: (B, T, d) at positions [position, position + T), whose (cos, sin)
+  // are `rope`. With a cache (B, kv heads, P, hs), writes this chunk's keys
+  // and values and attends to every cached position before it; without,
+  // causal over the chunk.
+  at::Tensor forward(const at::Tensor& x, const std::pair<at::Tensor, at::Tensor>& rope,
                      at::Tensor* cache_k = nullptr, at::Tensor* cache_v = nullptr,
                      int64_t position = 0);
   PackableLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-  LlamaRotary rotary{nullptr};
 
  private:
   int64_t heads_, kv_heads_, head_dim_;
@@ -126,7 +132,7 @@ TORCH_MODULE(LlamaMLP);
 class LlamaLayerImpl : public torch::nn::Module {
  public:
   explicit LlamaLayerImpl(const LlamaOptions& o);
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& positions,
+  at::Tensor forward(const at::Tensor& x, const std::pair<at::Tensor, at::Tensor>& rope,
                      at::Tensor* cache_k = nullptr, at::Tensor* cache_v = nullptr,
                      int64_t position = 0);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -135,13 +141,18 @@ class LlamaLayerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LlamaLayer);
 
-// Hugging Face's LlamaModel: embed_tokens, layers, norm.
+// Hugging Face's LlamaModel: embed_tokens, layers, norm, rotary_emb.
 class LlamaModelImpl : public torch::nn::Module {
  public:
   explicit LlamaModelImpl(const LlamaOptions& o);
+  // tokens (B, T) at positions [position, position + T) -> hidden states
+  // (B, T, d) after the final norm; with a cache, using and filling it.
+  at::Tensor forward(const at::Tensor& tokens, int64_t position = 0,
+                     KVCache* cache = nullptr);
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers;
   RMSNorm norm{nullptr};
+  LlamaRotary rotary_emb{nullptr};
 };
 TORCH_MODULE(LlamaModel);
 
@@ -162,7 +173,7 @@ class LlamaLMImpl : public torch::nn::Module, public CpuPackable {
   const LlamaOptions& options() const { return options_; }
 
  private:
-  at::Tensor Logits(const at::Tensor& x);
+  at::Tensor Logits(const at::Tensor& y);  // of the final norm's output
   LlamaOptions options_;
   PackedLinear head_packed_;
 };

@@ -140,24 +140,30 @@ absl::StatusOr<std::map<std::string, SafetensorsEntry>> ParseSafetensorsHeader(
     e.dtype = dt->second.type;
     int64_t numel = 1;
     if (!value["shape"].is_array()) return tensor_bad("has a shape that is not a list");
+    constexpr uint64_t kMaxElements = uint64_t{1} << 50;
     for (const auto& d : value["shape"]) {
       if (!d.is_number_unsigned()) return tensor_bad("has a shape that is not sizes");
-      const int64_t dim = d.get<int64_t>();
-      e.shape.push_back(dim);
-      if (dim != 0 && numel > (int64_t{1} << 50) / dim) return tensor_bad("is too large");
-      numel *= dim;
+      const uint64_t dim = d.get<uint64_t>();
+      if (dim > kMaxElements ||
+          (dim != 0 && static_cast<uint64_t>(numel) > kMaxElements / dim)) {
+        return tensor_bad("is too large");
+      }
+      e.shape.push_back(static_cast<int64_t>(dim));
+      numel *= static_cast<int64_t>(dim);
     }
     const auto& off = value["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
         !off[1].is_number_unsigned()) {
       return tensor_bad("has data_offsets that are not [begin, end]");
     }
-    e.begin = off[0].get<int64_t>();
-    e.end = off[1].get<int64_t>();
-    if (e.begin > e.end || e.end > data_size) {
-      return tensor_bad(absl::StrCat("lies at [", e.begin, ", ", e.end, "), outside the ",
+    // Unsigned, and checked against the data before any arithmetic.
+    const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+    if (begin > end || end > static_cast<uint64_t>(data_size)) {
+      return tensor_bad(absl::StrCat("lies at [", begin, ", ", end, "), outside the ",
                                      data_size, " bytes of data"));
     }
+    e.begin = static_cast<int64_t>(begin);
+    e.end = static_cast<int64_t>(end);
     if (e.end - e.begin != numel * dt->second.bytes) {
       return tensor_bad(absl::StrCat("holds ", e.end - e.begin,
                                      " bytes, but its shape and ", e.dtype_name, " need ",
@@ -229,8 +235,16 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& path) {
         return absl::InvalidArgumentError(absl::StrCat(
             index.string(), ": the weight_map entry of '", name, "' is not a file name"));
       }
-      shard_of[name] = file.get<std::string>();
-      shards.insert(file.get<std::string>());
+      const std::string shard = file.get<std::string>();
+      // A file beside the index, never elsewhere.
+      if (shard.empty() || shard.find('/') != std::string::npos || shard == "." ||
+          shard == "..") {
+        return absl::InvalidArgumentError(
+            absl::StrCat(index.string(), ": tensor '", name, "' is placed in '", shard,
+                         "', which is not a file name beside the index"));
+      }
+      shard_of[name] = shard;
+      shards.insert(shard);
     }
     for (const std::string& shard : shards) {
       files.push_back((index.parent_path() / shard).string());
@@ -247,8 +261,7 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& path) {
     for (auto& [name, e] : *entries) {
       if (!shard_of.empty()) {
         const auto it = shard_of.find(name);
-        if (it == shard_of.end() ||
-            (fs::path(files[i]).filename() != fs::path(it->second).filename())) {
+        if (it == shard_of.end() || fs::path(files[i]).filename() != it->second) {
           return absl::InvalidArgumentError(absl::StrCat(
               files[i], " holds tensor '", name, "', which the index places ",
               it == shard_of.end() ? "nowhere" : absl::StrCat("in ", it->second)));

@@ -213,8 +213,8 @@ void AddContext(const SuiteOptions& o, const std::string& malloc_description,
              "c10d::Reducer is not used: it needs 2.15)"},
       {"dp_buffers",
        "rank 0's buffers (BatchNorm statistics, ...) broadcast to every rank before "
-       "each forward that averages gradients, in 250 MB buckets, as Python DDP's "
-       "broadcast_buffers=True (its default)"},
+       "each forward that averages gradients, in 250 MB buckets (Python DDP's "
+       "broadcast_buffers=True, its default, in a run of averaging steps)"},
       {"cpu_linear",
        "aten: LibTorch's default linear path; names ending in /onednn: linear weights "
        "packed once for oneDNN (CPU inference)"},

@@ -47,8 +47,11 @@ void Trainer::Step(const at::Tensor& batch, bool sync) {
   if (grads) {
     grads->BeforeForward();
     // Rank 0's buffers (BatchNorm's running statistics, ...) before each
-    // forward that averages gradients, as Python DDP's broadcast_buffers
-    // (its default) does: part of what communication costs a step.
+    // forward that averages gradients. Python DDP (broadcast_buffers, its
+    // default) broadcasts before each forward that follows an averaging one:
+    // the same in a run of averaging steps; here the traffic belongs to the
+    // averaging step, so that comm_exposed_ms (averaging steps against
+    // no_sync ones) counts it.
     if (!buffers_.empty()) {
       torch::NoGradGuard no_grad;
       group_->Broadcast(buffers_);

@@ -38,7 +38,7 @@ TEST(LlamaSizes, BuiltModelsHaveTheCardsParameterCount) {
   EXPECT_EQ(CountParameters(*nano), 187'200);
   // 1B with 2 layers: the embedding and norm as 1B's, two of its layers.
   LlamaOptions two = LlamaSizeOptions("1B").value();
-  two.num_layers(2).max_positions(8);
+  two.num_layers(2);
   LlamaLM model(two);
   const int64_t d = 2048, layer = 2 * d * d + 2 * d * 512 + 3 * d * 8192 + 2 * d;
   EXPECT_EQ(CountParameters(*model), 2 * layer + 128256 * d + d);
@@ -61,6 +61,10 @@ TEST(LlamaLM, ParameterNamesAreHuggingFaces) {
     EXPECT_TRUE(tied.count(name)) << name;
   }
   EXPECT_EQ(tied.size(), 2u * 9 + 2);  // no lm_head when tied
+  // The one buffer: the inverse frequencies, as transformers' rotary_emb.
+  std::vector<std::string> buffers;
+  for (const auto& b : LlamaLM(LlamaNano())->named_buffers()) buffers.push_back(b.key());
+  EXPECT_EQ(buffers, std::vector<std::string>{"model.rotary_emb.inv_freq"});
   EXPECT_EQ(untied.size(), tied.size() + 1);
   EXPECT_TRUE(untied.count("lm_head.weight"));
   // Grouped-query attention: k and v have kv heads (2 x 16), q has 4 x 16.
@@ -99,12 +103,13 @@ TEST(LlamaRope, Llama3ScalingKeepsHighFrequenciesAndDividesLowOnes) {
 }
 
 TEST(LlamaRope, RotatesTheTwoHalvesOfAHeadTogether) {
-  LlamaOptions o = LlamaNano();
-  o.max_positions(8);
+  const LlamaOptions o = LlamaNano();
   LlamaRotary rope(o);
   const at::Tensor inv = LlamaInverseFrequencies(o);  // (8)
+  EXPECT_TRUE(torch::equal(rope->inv_freq, inv));
   const at::Tensor x = torch::randn({1, 1, 1, 16});
-  const at::Tensor y = rope(x, torch::tensor({5}, torch::kLong));
+  const auto [cos, sin] = rope(torch::tensor({5}, torch::kLong), at::kFloat);
+  const at::Tensor y = ApplyLlamaRotary(x, cos, sin);
   for (int64_t i = 0; i < 8; ++i) {
     const double a = 5 * inv[i].item<double>();
     const double x1 = x[0][0][0][i].item<double>(), x2 = x[0][0][0][i + 8].item<double>();
@@ -116,9 +121,7 @@ TEST(LlamaRope, RotatesTheTwoHalvesOfAHeadTogether) {
 
 TEST(LlamaLM, IsCausal) {
   torch::manual_seed(3);
-  LlamaOptions o = LlamaNano();
-  o.max_positions(12);
-  LlamaLM model(o);
+  LlamaLM model(LlamaNano());
   torch::NoGradGuard no_grad;
   const at::Tensor a = torch::randint(0, 1000, {1, 12});
   at::Tensor b = a.clone();
@@ -132,7 +135,7 @@ TEST(LlamaGenerate, CacheOfKvHeadsGivesExactlyTheTokensOfRecomputation) {
   torch::manual_seed(4);
   for (const bool tied : {true, false}) {
     LlamaOptions o = LlamaNano();
-    o.tied(tied).max_positions(64);
+    o.tied(tied);
     LlamaLM model(o);
     torch::NoGradGuard no_grad;
     for (int64_t batch : {1, 3}) {
@@ -150,7 +153,7 @@ TEST(LlamaGenerate, CacheOfKvHeadsGivesExactlyTheTokensOfRecomputation) {
 
 TEST(LlamaFlops, AnalyticCountsEqualTheProfilers) {
   LlamaOptions o = LlamaNano();
-  o.fused_attention(false).max_positions(64);
+  o.fused_attention(false);
   LlamaLM model(o);
   const at::Tensor tokens = torch::randint(0, 1000, {2, 24});
   const double forward = ProfiledMatmulFlops([&] {

@@ -99,8 +99,7 @@ const std::map<std::string, std::function<Dump()>>& Families() {
        }},
       {"Llama",
        [] {
-         LlamaOptions o = LlamaSizeOptions("nano").value();
-         o.max_positions(kSeq);  // as BuildLlama
+         const LlamaOptions o = LlamaSizeOptions("nano").value();
          LlamaLM model(o);
          const at::Tensor ids = TokenInputs(o.vocab_size());
          return Run(*model, {ids}, [&] { return model(ids); });

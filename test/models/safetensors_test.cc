@@ -110,6 +110,14 @@ TEST_F(SafetensorsTest, EachBadFileIsOneSentenceNamingItAndTheTensor) {
        -1, "bytes 4 to 8 of the data are no tensor's"},
       {"fields", R"({"t": {"dtype": "F32"}})", "", -1,
        "tensor 't' lacks dtype, shape or"},
+      {"hugeoffset",
+       R"({"t": {"dtype": "F32", "shape": [2],
+                 "data_offsets": [9223372036854775808, 18446744073709551615]}})",
+       eight, -1,
+       "lies at [9223372036854775808, 18446744073709551615), outside the 8 bytes"},
+      {"hugeshape",
+       R"({"t": {"dtype": "F32", "shape": [18446744073709551615, 2], "data_offsets": [0, 8]}})",
+       eight, -1, "tensor 't' is too large"},
   };
   for (const auto& c : cases) {
     std::string path;
@@ -165,8 +173,15 @@ TEST_F(SafetensorsTest, AnIndexedFolderOfShardsLoadsEveryTensorFromItsShard) {
                       "which lacks it"),
             std::string::npos);
   index({{"x", "model-00002-of-00002.safetensors"},
-         {"y", "model-00002-of-00002.safetensors"}});
-  EXPECT_NE(Error(dir_.string()).find("lacks it"), std::string::npos);
+         {"y", "model-00001-of-00002.safetensors"}});
+  EXPECT_NE(
+      Error(dir_.string())
+          .find("model-00001-of-00002.safetensors holds tensor 'x', which the index "
+                "places in model-00002-of-00002.safetensors"),
+      std::string::npos);
+  index({{"x", "../model-00001-of-00002.safetensors"}});
+  EXPECT_NE(Error(dir_.string()).find("which is not a file name beside the index"),
+            std::string::npos);
   std::ofstream((dir_ / "model.safetensors.index.json").string()) << "{";
   EXPECT_NE(Error(dir_.string()).find("is not JSON"), std::string::npos);
 }

@@ -77,7 +77,7 @@ class ModelExportTest(ToolTest):
 
     def test_bad_input_exits_2_naming_the_valid_choices(self):
         for args, expected in (
-                (["aoti", "Llama", "nano"], "unknown family 'Llama'; valid: Transformer, GPT2"),
+                (["aoti", "Mamba", "nano"], "unknown family 'Mamba'; valid: Transformer, GPT2"),
                 (["aoti", "GPT2", "huge"], "unknown GPT2 size 'huge'; valid: nano, small"),
                 (["torchscript", "CNN", "nano", "--batch=0"], "--batch must be positive"),
                 (["aoti", "CNN", "nano", "--device=tpu"], "valid: cpu, cuda, cuda:N")):

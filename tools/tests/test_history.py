@@ -154,9 +154,19 @@ class StoreTest(unittest.TestCase):
         self.assertIn("nothing was added", errors[0])
         self.assertIn("other.json is not a bench result file", errors[1])
         self.assertIn("empty.json is not a bench result file", errors[2])
-        self.assertIn("notime.json: benchmark entry 0 has no name, time", errors[3])
+        self.assertIn("notime.json: benchmark entry 0 has no name, finite time", errors[3])
         self.assertEqual(self.count("runs"), 1)
         self.assertEqual(self.count("results"), 1)
+        nan = write(os.path.join(self.tmp, "nan.json"),
+                    {"context": {}, "benchmarks": [{"name": "A", "real_time": float("nan")}]})
+        refused = history("add", nan, db=self.db, check=False)
+        self.assertEqual(refused.returncode, 2)
+        self.assertIn("nan.json: benchmark entry 0 has no name, finite time", refused.stderr)
+        # Reading a store that is not there says so rather than making one.
+        missing = history("runs", db=os.path.join(self.tmp, "typo.sqlite"), check=False)
+        self.assertEqual(missing.returncode, 2)
+        self.assertIn("no results store at", missing.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "typo.sqlite")))
 
     def test_a_failure_inside_the_transaction_leaves_nothing_half_written(self):
         f = write(os.path.join(self.tmp, "a.json"),
@@ -181,7 +191,7 @@ class StoreTest(unittest.TestCase):
                                    date=f"2026-11-25T10:{w:02d}:{i:02d}+00:00"))
                   for i in range(12)] for w in range(2)]
         shared = write(os.path.join(self.tmp, "shared.json"), result_doc({"X/nano/cpu/forward/fp32": [1.0]}))
-        history("runs", db=self.db)  # the schema, before the race
+        ltb_history.Store(self.db).close()  # the schema, before the race
         added = add_at_once(self, self.db, [mine + [shared] for mine in files])
         self.assertEqual(added, 25)  # shared.json once
         self.assertEqual(self.count("runs"), 25)
@@ -235,6 +245,10 @@ class StoreTest(unittest.TestCase):
             run = store.runs()[0]
         self.assertEqual(run["commit"], shas[1] + "-dirty")
         self.assertEqual(run["parent"], shas[0])
+        # A checkout with uncommitted changes is no point of a series unless asked.
+        with ltb_history.Store(self.db) as store:
+            self.assertEqual(store.series(), {})
+            self.assertEqual(len(store.series(dirty=True)), 1)
         bad = history("add", f, f"--repo={repo}", "--commit=no-such-branch", db=self.db,
                       check=False)
         self.assertEqual(bad.returncode, 2)
