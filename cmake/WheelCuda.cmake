@@ -37,6 +37,7 @@ set(LTB_CUDA_FROM_WHEEL_USED OFF)
 set(LTB_TORCH_CUDA_UNUSABLE OFF)
 set(LTB_CUDA_BUILD_NOTE "")
 set(LTB_CUDA_TOOLKIT_NOTE "")
+set(LTB_WHEEL_CUDA_VERSION "")
 
 # The CUDA version an nvcc reports ("release 12.4, V12.4.131"), or "".
 function(_ltb_nvcc_version nvcc out)
@@ -104,6 +105,7 @@ function(_ltb_cuda_from_wheel)
   endif()
   _ltb_wheel_cuda_version("${prefix}" wheel_version)
   string(REGEX REPLACE "\\..*" "" wheel_major "${wheel_version}")
+  set(LTB_WHEEL_CUDA_VERSION "${wheel_version}" PARENT_SCOPE)
   # What the wheel's cuda.cmake (FindCUDA, then enable_language(CUDA)) would
   # use: an explicit compiler, the toolkit's usual roots, or PATH.
   set(nvcc "")
@@ -146,7 +148,12 @@ function(_ltb_cuda_from_wheel)
     return()
   endif()
   if(LTB_CUDA_FROM_WHEEL STREQUAL "AUTO" AND nvcc AND NOT other_major)
-    return()  # the toolkit, of LibTorch's CUDA major (or of a version unknown)
+    # The toolkit, of LibTorch's CUDA major (or of a version unknown): the
+    # very nvcc inspected, whatever order CMake's own search would take.
+    if(NOT CMAKE_CUDA_COMPILER)
+      set(CMAKE_CUDA_COMPILER "${nvcc}" CACHE FILEPATH "CUDA compiler" FORCE)
+    endif()
+    return()
   endif()
   if(LTB_CUDA_FROM_WHEEL STREQUAL "ON")
     set(why "LTB_CUDA_FROM_WHEEL=ON")

@@ -47,6 +47,18 @@ elseif(LTB_TORCH_HAS_CUDA AND NOT LTB_CUDA_FROM_WHEEL_USED)
     set(_ltb_toolkit "${CUDAToolkit_BIN_DIR}")
   endif()
   set(LTB_CUDA_BUILD_NOTE "the CUDA toolkit ${CUDAToolkit_VERSION} (${_ltb_toolkit})")
+  # The toolkit CMake found must be of LibTorch's CUDA major too (one CUDA
+  # runtime per process), whichever way it was found.
+  string(REGEX REPLACE "\\..*" "" _ltb_wheel_major "${LTB_WHEEL_CUDA_VERSION}")
+  if(_ltb_wheel_major AND CUDAToolkit_VERSION_MAJOR AND
+     NOT CUDAToolkit_VERSION_MAJOR STREQUAL _ltb_wheel_major AND
+     NOT LTB_CUDA_FROM_WHEEL STREQUAL "OFF")
+    message(FATAL_ERROR "libtorch-bench: CMake found the CUDA toolkit "
+      "${CUDAToolkit_VERSION} (${_ltb_toolkit}), but LibTorch is built with CUDA "
+      "${LTB_WHEEL_CUDA_VERSION}: two CUDA runtimes would load in one process. Point "
+      "CUDAToolkit_ROOT (or CMAKE_CUDA_COMPILER) at a CUDA ${_ltb_wheel_major} toolkit, "
+      "or configure with -DLTB_CUDA_FROM_WHEEL=ON to build against the wheel's CUDA.")
+  endif()
   if(LTB_CUDA_TOOLKIT_NOTE)
     string(APPEND LTB_CUDA_BUILD_NOTE ": LTB_CUDA_FROM_WHEEL=OFF, although "
            "${LTB_CUDA_TOOLKIT_NOTE} (two CUDA runtimes in one process)")

@@ -30,6 +30,7 @@ endif()
 message(STATUS "probe used=${{LTB_CUDA_FROM_WHEEL_USED}} libs=${{libs}}")
 message(STATUS "probe note=${{LTB_CUDA_BUILD_NOTE}}")
 message(STATUS "probe toolkit=${{LTB_CUDA_TOOLKIT_NOTE}}")
+message(STATUS "probe compiler=${{CMAKE_CUDA_COMPILER}}")
 """
 
 
@@ -115,6 +116,8 @@ class WheelCudaChoiceTest(unittest.TestCase):
         self.assertEqual(found["used"], "OFF", out)
         self.assertEqual(found["note"], "")  # dependencies.cmake names the toolkit
         self.assertEqual(found["toolkit"], "")
+        # The build uses the very nvcc inspected.
+        self.assertEqual(found["compiler"], os.path.join(self.toolkit, "bin", "nvcc"))
 
     def test_no_toolkit_takes_the_wheels_cuda_and_says_so(self):
         rc, found, out = self._configure()
