@@ -1,0 +1,171 @@
+"""The Llama fixtures (test/models/fixtures, written by tools/llama-fixtures
+with transformers): the checkpoint transformers saved loads into
+tools/ltb_models.py's Llama by its names, which then computes transformers'
+logits and greedy tokens; and the tool writes the same tensors again without
+transformers. None of it needs transformers."""
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+import unittest
+
+import numpy as np
+import torch
+
+from helpers import REPO, TOOLS, ToolTest
+
+sys.path.insert(0, TOOLS)
+import ltb_models  # noqa: E402
+
+FIXTURES = os.path.join(REPO, "test", "models", "fixtures")
+NANO_DIR = os.path.join(FIXTURES, "llama-nano")
+INV_FREQ = "model.rotary_emb.inv_freq"  # computed, never in a checkpoint
+
+
+def load_tool():
+    loader = importlib.machinery.SourceFileLoader("llama_fixtures",
+                                                  os.path.join(TOOLS, "llama-fixtures"))
+    spec = importlib.util.spec_from_loader("llama_fixtures", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+tool = load_tool()
+
+
+def expected(shape):
+    return tool.read_safetensors(os.path.join(FIXTURES, f"llama-{shape}.expected.safetensors"))
+
+
+def nano_checkpoint():
+    return tool.read_safetensors(os.path.join(NANO_DIR, "model.safetensors"))[0]
+
+
+def nano_mirror():
+    """ltb_models' Llama nano with the committed weights, loaded strictly."""
+    model = ltb_models.build("Llama", "nano").eval()
+    state = {name: torch.from_numpy(a.copy()) for name, a in nano_checkpoint().items()}
+    state[INV_FREQ] = model.model.rotary_emb.inv_freq
+    model.load_state_dict(state, strict=True)
+    return model
+
+
+class CheckpointTest(unittest.TestCase):
+    def test_names_and_shapes_are_the_mirrors(self):
+        tensors = nano_checkpoint()
+        model = ltb_models.build("Llama", "nano")
+        want = {name: tuple(t.shape) for name, t in model.state_dict().items()
+                if name != INV_FREQ}
+        self.assertEqual({name: a.shape for name, a in tensors.items()}, want)
+        # The head is tied: transformers saves no lm_head.weight.
+        self.assertEqual(len(tensors), 2 + 9 * 2)
+        self.assertNotIn("lm_head.weight", tensors)
+        self.assertTrue(all(a.dtype == np.float32 for a in tensors.values()))
+        self.assertEqual(sum(a.size for a in tensors.values()),
+                         ltb_models.size_entry("Llama", "nano").card_params)
+        nano_mirror()  # strict
+
+    def test_config_is_the_cpp_models(self):
+        with open(os.path.join(NANO_DIR, "config.json")) as f:
+            saved = json.load(f)
+        config = tool.hf_config("nano")
+        self.assertEqual({k: saved.get(k) for k in config}, config)
+        self.assertEqual(saved["transformers_version"], expected("nano")[1]["transformers_version"])
+        for shape in tool.SHAPES:
+            self.assertEqual(json.loads(expected(shape)[1]["config"]), tool.hf_config(shape))
+        o = ltb_models.options("Llama", "1B")
+        self.assertEqual(tool.shape_options("1B-2L"), ltb_models.options("Llama", "1B",
+                                                                          num_layers=2))
+        self.assertEqual((o.rope_theta, o.rope_factor, o.low_freq_factor, o.high_freq_factor,
+                          o.original_context, o.eps), (500000.0, 32.0, 1.0, 4.0, 8192, 1e-5))
+
+    def test_norm_weights_are_not_ones(self):
+        norm = nano_checkpoint()["model.norm.weight"]
+        self.assertGreater(norm.std(), 0.05)
+
+
+class ExpectedTest(unittest.TestCase):
+    def test_the_files_hold_the_prompt_logits_and_tokens(self):
+        for shape, logits, new_tokens in (("nano", "logits", 16), ("1B-2L", "logits_last", 8)):
+            tensors, meta = expected(shape)
+            vocab = tool.shape_options(shape).vocab_size
+            self.assertEqual(sorted(tensors), sorted(["prompt", logits, "tokens"]))
+            self.assertEqual((tensors["prompt"].dtype, tensors["prompt"].shape),
+                             (np.dtype("<i8"), (1, 8)))
+            self.assertEqual((tensors["tokens"].dtype, tensors["tokens"].shape),
+                             (np.dtype("<i8"), (1, new_tokens)))
+            want = (1, 8, vocab) if shape == "nano" else (1, vocab)
+            self.assertEqual((tensors[logits].dtype, tensors[logits].shape),
+                             (np.dtype("<f4"), want))
+            self.assertTrue(((tensors["tokens"] >= 0) & (tensors["tokens"] < vocab)).all())
+            np.testing.assert_array_equal(tensors["prompt"], tool.prompt(shape))
+            self.assertEqual((meta["shape"], meta["seed"], meta["new_tokens"]),
+                             (shape, str(tool.SEED), str(new_tokens)))
+            for key in ("transformers_version", "torch_version", "numpy_version",
+                        "weights_sha256", "min_top2_margin"):
+                self.assertIn(key, meta)
+
+    def test_the_mirror_reproduces_transformers_logits(self):
+        tensors, _ = expected("nano")
+        want = torch.from_numpy(tensors["logits"].copy())
+        with torch.inference_mode():
+            got = nano_mirror()(torch.from_numpy(tensors["prompt"].copy()))
+        err = ((got - want).abs().max() / want.abs().max()).item()
+        self.assertLessEqual(err, 1e-5, f"relative error {err:.3g}")
+
+    def test_the_mirror_generates_transformers_greedy_tokens(self):
+        tensors, _ = expected("nano")
+        model = nano_mirror()
+        with torch.inference_mode():
+            tokens, _ = tool.greedy_by_recompute(model, torch.from_numpy(tensors["prompt"].copy()),
+                                                 tensors["tokens"].shape[1])
+        self.assertEqual(tokens.tolist(), tensors["tokens"].tolist())
+
+
+class RegenerateTest(ToolTest):
+    def test_weights_rewrites_the_committed_tensors_bit_for_bit(self):
+        out = os.path.join(self.tmp, "nano")
+        self.assertExit(self.run_tool("llama-fixtures", "weights", "nano", out), 0)
+        written, committed = tool.read_safetensors(os.path.join(out, "model.safetensors"))[0], \
+            nano_checkpoint()
+        self.assertEqual(sorted(written), sorted(committed))
+        for name, array in committed.items():
+            self.assertEqual((written[name].dtype, written[name].shape),
+                             (array.dtype, array.shape), name)
+            self.assertEqual(written[name].tobytes(), array.tobytes(), name)
+        with open(os.path.join(out, "config.json")) as f:
+            self.assertEqual(json.load(f), tool.hf_config("nano"))
+
+    def test_the_expected_files_name_the_tensors_they_were_computed_with(self):
+        # nano's whole checkpoint, and a few of 1B-2L's (its whole is 1.5 GB).
+        digests = json.loads(expected("nano")[1]["weights_sha256"])
+        self.assertEqual(digests, {n: tool.sha256(a) for n, a in nano_checkpoint().items()})
+        names = ["model.norm.weight", "model.layers.1.input_layernorm.weight",
+                 "model.layers.0.self_attn.k_proj.weight"]
+        out = os.path.join(self.tmp, "1B-2L")
+        self.assertExit(self.run_tool("llama-fixtures", "weights", "1B-2L", out,
+                                      "--only", ",".join(names)), 0)
+        written = tool.read_safetensors(os.path.join(out, "model.safetensors"))[0]
+        self.assertEqual(sorted(written), sorted(names))
+        digests = json.loads(expected("1B-2L")[1]["weights_sha256"])
+        self.assertEqual(list(digests), tool.tensor_names("1B-2L"))
+        for name in names:
+            self.assertEqual(tool.sha256(written[name]), digests[name], name)
+
+    def test_bad_input_exits_2(self):
+        proc = self.run_tool("llama-fixtures", "weights", "7B", self.tmp)
+        self.assertExit(proc, 2)
+        self.assertIn("unknown shape '7B'; valid: nano, 1B-2L", proc.stderr)
+        proc = self.run_tool("llama-fixtures", "weights", "nano", self.tmp, "--only",
+                             "model.nope.weight")
+        self.assertExit(proc, 2)
+        self.assertIn("no tensor model.nope.weight", proc.stderr)
+        proc = self.run_tool("llama-fixtures", "weights", "nano", self.write("file", ""))
+        self.assertExit(proc, 2)
+        self.assertIn("is not a directory", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
