@@ -119,6 +119,9 @@ add_library(ltb::torch ALIAS ltb_torch)
 # --- zlib (shard checksums) ---
 find_package(ZLIB REQUIRED)
 
+# --- OpenSSL's libcrypto (the SHA-256 of a --weights checkpoint) ---
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+
 # --- nlohmann/json (JSON text the suite writes or reads) ---------------------
 find_package(nlohmann_json 3.10 CONFIG QUIET)
 if(NOT nlohmann_json_FOUND)

@@ -471,8 +471,8 @@ def changes(values, min_size=0.0, min_confidence=0.95, commits=None):
 
 TRAINING_PHASES = ("forward_backward", "train_step", "train_epoch")
 V3_COUNTERS = {"tokens/s": "tokens_per_sec", "samples/s": "samples_per_sec",
-               "prefill_tokens/s": "prefill_tokens_per_sec",
-               "decode_tokens/s": "decode_tokens_per_sec", "ttft_ms": "ttft_ms",
+               "pp_tok/s": "prefill_tokens_per_sec",
+               "tg_tok/s": "decode_tokens_per_sec", "ttft_ms": "ttft_ms",
                "tpot_ms": "tpot_ms", "peak_mem": "peak_memory_bytes", "mfu": "mfu",
                "mbu": "mbu"}
 

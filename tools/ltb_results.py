@@ -27,7 +27,7 @@ import time
 
 THROUGHPUT_COUNTERS = ("tokens/s", "samples/s", "FLOP/s", "bytes/s")
 # Counters compare.py ignores that the gate checks, and which way is better.
-BIGGER_IS_BETTER = ("tokens/s", "samples/s", "prefill_tokens/s", "decode_tokens/s")
+BIGGER_IS_BETTER = ("tokens/s", "samples/s", "pp_tok/s", "tg_tok/s")
 SMALLER_IS_BETTER = ("peak_mem", "ttft_ms", "tpot_ms")
 # Columns of report, in order, when any result has them.
 REPORT_COUNTERS = THROUGHPUT_COUNTERS + ("ttft_ms", "tpot_ms")

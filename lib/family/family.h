@@ -43,6 +43,9 @@ class Workload {
   // model's output, or the generated token ids. Undefined where a workload
   // has no single output. Compares a precision's results with fp32's.
   virtual at::Tensor Evaluate() { return {}; }
+  // Generation: the prompt's token ids (B, P) Evaluate() continues, so that
+  // --print_tokens shows what anyone needs to check the tokens; else undefined.
+  virtual at::Tensor Prompt() const { return {}; }
   // The tensors the workload computes with (parameters, buffers, caches),
   // by name, so that tests can check their dtypes.
   virtual std::vector<std::pair<std::string, at::Tensor>> Tensors() const { return {}; }
@@ -177,7 +180,13 @@ struct Family {
   // filter or a sweep gets the defaults above on every device.
   int64_t suite_cpu_batch = 0;
   std::vector<int64_t> suite_cpu_seqs;
-  int64_t suite_cpu_new_tokens = 0;   // generation, without --new_tokens
+  int64_t suite_cpu_new_tokens = 0;  // generation, without --new_tokens
+  // Its generate phase can start with tokens already in the cache: swept
+  // over --depth (others run at depth 0 only).
+  bool generates_at_depth = false;
+  // Its models load a checkpoint's tensors by name (--weights); others
+  // refuse a spec with weights.
+  bool loads_weights = false;
   bool sweeps_memory_format = false;  // convolution models: --memory_format
   // Its models build their linear layers as PackableLinear: CPU inference
   // phases sweep --cpu_linear.

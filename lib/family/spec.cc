@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "device/device.h"
+#include "models/weights.h"
 
 namespace ltb {
 
@@ -15,6 +16,7 @@ std::string BenchSpec::Name() const {
     if (batch > 0) absl::StrAppend(&name, "/batch:", batch);
     if (seq > 0) absl::StrAppend(&name, "/seq:", seq);
     if (prompt > 0) absl::StrAppend(&name, "/prompt:", prompt, "/new:", new_tokens);
+    if (depth > 0) absl::StrAppend(&name, "/depth:", depth);
     absl::StrAppend(&name, "/", DtypeName(dtype));
   }
   if (tf32) absl::StrAppend(&name, "/tf32");
@@ -23,6 +25,7 @@ std::string BenchSpec::Name() const {
   if (!backend.empty()) absl::StrAppend(&name, "/", backend);
   if (graph) absl::StrAppend(&name, "/graph");
   if (bucket_mb != 25) absl::StrAppend(&name, "/bucket_mb:", bucket_mb);
+  if (!weights.empty()) absl::StrAppend(&name, "/weights:", WeightsName(weights));
   if (!sync) absl::StrAppend(&name, "/nosync");
   return name;
 }

@@ -44,6 +44,9 @@ struct BenchSpec {
   int64_t seq = 0;         // 0: the family has no sequence setting
   int64_t prompt = 0;      // generate: prompt tokens per sequence
   int64_t new_tokens = 0;  // generate: tokens generated per sequence
+  // generate: tokens already in the key/value cache when the prompt starts
+  // (filled once, outside the timed steps), as llama-bench's --n-depth.
+  int64_t depth = 0;
   bool sync = true;
   bool channels_last = false;  // convolution models' input and weights
   // CPU inference phases run linear layers through oneDNN with packed
@@ -56,12 +59,17 @@ struct BenchSpec {
   bool graph = false;
   // Data-parallel training phases: the gradient bucket cap, in MB.
   int64_t bucket_mb = 25;
+  // --weights: a safetensors checkpoint (a file, a folder or its index)
+  // loaded into the model instead of random weights; empty: random.
+  std::string weights;
 
   // Model families: Family/size/device/phase/batch:B/seq:T/dtype[/nosync];
   // TF32 (fp32 as TF32): .../fp32/tf32[...];
   // replayed graphs (--cuda_graphs): ...[/backend]/graph[/nosync];
   // data-parallel buckets other than 25 MB: .../bucket_mb:N[/nosync];
-  // generation: .../batch:B/prompt:P/new:N/dtype[/nosync];
+  // a checkpoint's weights (--weights): .../weights:NAME[/nosync], NAME the
+  // file's name without .safetensors, or the folder's;
+  // generation: .../batch:B/prompt:P/new:N[/depth:D]/dtype[/nosync];
   // convolution models in channels_last: .../dtype/channels_last[/nosync];
   // packed oneDNN linears (--cpu_linear=onednn): .../dtype[/channels_last]/onednn;
   // compiled models: .../dtype/aoti or .../dtype/torchscript.

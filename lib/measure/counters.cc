@@ -113,9 +113,12 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
                                                     per_device * steps_per_s,
                                                     per_device / fastest, spec.Name()));
     }
-    if (c.find("weight_GB/s") != c.end()) {
-      // Decoding's weight reads, averaged over its decode steps.
-      const double rate = c["weight_GB/s"].value * 1e9;
+    if (c.find("read_GB/s") != c.end() || c.find("weight_GB/s") != c.end()) {
+      // Decoding's reads (the weights, and the cache up to each step's
+      // position where the workload counts it), averaged over its decode steps.
+      const double rate =
+          (c.find("read_GB/s") != c.end() ? c["read_GB/s"] : c["weight_GB/s"]).value *
+          1e9;
       report("mbu",
              options.peaks->BandwidthUtilisation(spec.device, rate, rate, spec.Name()));
     } else if (plan.MemoryBound() && !plan.bytes_cross_host_link) {

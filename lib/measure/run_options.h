@@ -22,6 +22,9 @@ struct RunOptions {
   // --profile: profile this many steps apart from the timed ones, into dir.
   std::string profile_dir;
   int profile_steps = 5;
+  // --print_tokens: generate phases print the token ids of one generation
+  // (outside the timed steps) to stderr, one line a sequence.
+  bool print_tokens = false;
 };
 
 }  // namespace ltb

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/interrupt.h"
 #include "device/device.h"
 #include "device/timer.h"
@@ -96,6 +97,21 @@ Workload& PrepareWorkload(const Family& family, const BenchSpec& spec,
   const int64_t launches = LaunchesPerSample(
       median, !BackendOf(spec.device).Caps().host && spec.sync && !epochs && !lockstep);
   p.accuracy = Accuracy(family, spec, options.seed, *workload);
+  if (options.print_tokens && spec.phase == kGenerate) {
+    const auto print = [&](const char* what, const at::Tensor& ids) {
+      const at::Tensor all = ids.to(HostDevice()).to(at::kLong);
+      for (int64_t row = 0; row < all.size(0); ++row) {
+        const at::Tensor r = all[row].contiguous();
+        const int64_t* p = r.data_ptr<int64_t>();
+        std::cerr << name << " " << what << "[" << row
+                  << "]: " << absl::StrJoin(p, p + r.numel(), " ") << "\n";
+      }
+    };
+    if (const at::Tensor prompt = workload->Prompt(); prompt.defined()) {
+      print("prompt", prompt);
+    }
+    print("tokens", workload->Evaluate());
+  }
   if (!options.profile_dir.empty()) {
     absl::StatusOr<ProfileResult> profile =
         ProfileSteps(*workload, spec, options.profile_steps, options.profile_dir);

@@ -21,6 +21,15 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                             /*is_causal=*/causal);
   }
+  if (fused) {
+    // Queries after cached keys (a chunk at a depth): SDPA's is_causal aligns
+    // the mask to the top left, so the mask is given, aligned to the bottom
+    // right (true: attend).
+    const at::Tensor seen =
+        at::ones({tq, tk}, q.options().dtype(at::kBool)).tril(tk - tq);
+    return at::scaled_dot_product_attention(q, k, v, seen, /*dropout_p=*/0.0,
+                                            /*is_causal=*/false);
+  }
 #endif
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) /
                       std::sqrt(static_cast<double>(q.size(-1)));  // (B, nh, Tq, Tk)

@@ -8,7 +8,9 @@
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/randint.h>
+#include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -51,23 +53,37 @@ at::Tensor GenerateByRecompute(Model& model, const at::Tensor& prompt,
   return seq.narrow(1, prompt.size(1), new_tokens);
 }
 
+// Chunks of the depth filled at once: bounds the attention scores a chunk
+// computes (chunk x depth per head) when the depth is long.
+constexpr int64_t kDepthChunk = 512;
+
 // The generate phase of `model` (already built for spec): a random prompt
-// of spec.batch x spec.prompt ids below `vocab`, a cache for prompt + new
-// tokens, and `weight_bytes` read a decode step.
+// of spec.batch x spec.prompt ids below `vocab`, a cache for depth + prompt
+// + new tokens whose first spec.depth positions are filled once here from
+// random tokens (outside the timed steps; every step's prompt then starts at
+// that depth), and `weight_bytes` read a decode step.
 template <typename Model>
 std::unique_ptr<Workload> MakeDecoderGenerateWorkload(const BenchSpec& s, Model model,
                                                       int64_t vocab,
                                                       double weight_bytes) {
   PrepareModel(*model, s);
-  const at::Tensor prompt =
-      at::randint(0, vocab, {s.batch, s.prompt},
-                  at::TensorOptions().dtype(at::kLong).device(s.device));
-  auto cache =
-      std::make_shared<KVCache>(model->MakeCache(s.batch, s.prompt + s.new_tokens));
+  const auto ids = at::TensorOptions().dtype(at::kLong).device(s.device);
+  const at::Tensor prompt = at::randint(0, vocab, {s.batch, s.prompt}, ids);
+  auto cache = std::make_shared<KVCache>(
+      model->MakeCache(s.batch, s.depth + s.prompt + s.new_tokens));
+  {
+    c10::InferenceMode guard;
+    for (int64_t at = 0; at < s.depth; at += kDepthChunk) {
+      const int64_t n = std::min(kDepthChunk, s.depth - at);
+      model->forward_cached(at::randint(0, vocab, {s.batch, n}, ids), at, *cache);
+    }
+  }
+  const int64_t depth = s.depth;
   GenerateFns fns;
   fns.module = model.ptr();
-  fns.prefill = [model, prompt, cache]() mutable {
-    return model->forward_cached(prompt, 0, *cache).argmax(-1, true);
+  fns.prompt = prompt;
+  fns.prefill = [model, prompt, cache, depth]() mutable {
+    return model->forward_cached(prompt, depth, *cache).argmax(-1, true);
   };
   fns.decode = [model, cache](const at::Tensor& token, int64_t position) mutable {
     return model->forward_cached(token, position, *cache).argmax(-1, true);
@@ -76,6 +92,16 @@ std::unique_ptr<Workload> MakeDecoderGenerateWorkload(const BenchSpec& s, Model 
     std::vector<at::Tensor> tensors = cache->keys;
     tensors.insert(tensors.end(), cache->values.begin(), cache->values.end());
     return tensors;
+  };
+  // Keys and values are (B, kv heads, positions, head size) in every layer.
+  double per_position = 0;
+  for (const auto* list : {&cache->keys, &cache->values}) {
+    for (const at::Tensor& t : *list) {
+      per_position += static_cast<double>(t.nbytes()) / static_cast<double>(t.size(2));
+    }
+  }
+  fns.cache_read_bytes = [per_position](int64_t positions) {
+    return per_position * static_cast<double>(positions);
   };
   return MakeGenerateWorkload(s, std::move(fns), weight_bytes);
 }

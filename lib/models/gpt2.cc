@@ -3,11 +3,15 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adamw.h>
 
+#include <algorithm>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "family/registry.h"
 #include "models/attention.h"
 #include "models/language_model.h"
 #include "models/size_table.h"
+#include "models/weights.h"
 #include "workloads/phases.h"
 
 namespace ltb {
@@ -50,11 +54,11 @@ double GPT2ForwardFlops(const GPT2Options& o, int64_t batch, int64_t seq) {
 }
 
 double GPT2GenerateFlops(const GPT2Options& o, int64_t batch, int64_t prompt,
-                         int64_t new_tokens) {
+                         int64_t new_tokens, int64_t depth) {
   const double head = 2.0 * batch * o.d_model() * o.vocab_size();
-  double flops = o.num_layers() * LayerFlops(o, batch, prompt, prompt) + head;
+  double flops = o.num_layers() * LayerFlops(o, batch, prompt, depth + prompt) + head;
   for (int64_t i = 1; i < new_tokens; ++i) {
-    flops += o.num_layers() * LayerFlops(o, batch, 1, prompt + i) + head;
+    flops += o.num_layers() * LayerFlops(o, batch, 1, depth + prompt + i) + head;
   }
   return flops;
 }
@@ -79,14 +83,13 @@ at::Tensor GPT2AttentionImpl::forward(const at::Tensor& x, at::Tensor* cache_k,
   const at::Tensor q = heads(qkv[0]);
   at::Tensor k = heads(qkv[1]), v = heads(qkv[2]);
   if (cache_k != nullptr) {
-    TORCH_CHECK(t == 1 || position == 0,
-                "a chunk of several tokens must start at position 0");
     cache_k->narrow(2, position, t).copy_(k);
     cache_v->narrow(2, position, t).copy_(v);
     k = cache_k->narrow(2, 0, position + t);  // (B, nh, position + T, hs)
     v = cache_v->narrow(2, 0, position + t);
   }
-  // A chunk from position 0 is causal; one new token attends to all before it.
+  // A chunk is causal over itself and sees every cached position before it;
+  // one new token attends to all before it.
   const at::Tensor y = Attention(q, k, v, /*causal=*/t > 1, fused_);  // (B, nh, T, hs)
   return c_proj(y.transpose(1, 2).reshape({b, t, d}));                // (B, T, d)
 }
@@ -179,6 +182,25 @@ KVCache GPT2LMImpl::MakeCache(int64_t batch, int64_t positions) const {
 
 namespace {
 
+// Hugging Face's gpt2 checkpoints: the same names, bare or under
+// "transformer." (GPT2LMHeadModel's), Conv1D weights stored (in, out), the
+// attention masks old files keep as buffers, and the head tied to wte.
+WeightNames GPT2CheckpointNames() {
+  WeightNames names;
+  names.candidates = [](const std::string& name) {
+    return std::vector<std::string>{name, "transformer." + name};
+  };
+  names.transposed = [](const std::string& name) {
+    return absl::EndsWith(name, ".c_attn.weight") ||
+           absl::EndsWith(name, ".c_proj.weight") || absl::EndsWith(name, ".c_fc.weight");
+  };
+  names.ignored = [](const std::string& name) {
+    return absl::EndsWith(name, ".attn.bias") ||
+           absl::EndsWith(name, ".attn.masked_bias") || name == "lm_head.weight";
+  };
+  return names;
+}
+
 absl::StatusOr<Plan> PlanGPT2(const BenchSpec& s) {
   absl::StatusOr<GPT2Options> o = GPT2SizeOptions(s.size);
   if (!o.ok()) return o.status();
@@ -190,19 +212,24 @@ absl::StatusOr<Plan> PlanGPT2(const BenchSpec& s) {
     if (s.batch <= 0 || s.prompt <= 0 || s.new_tokens <= 0) {
       return absl::InvalidArgumentError("batch, prompt and new tokens must be positive");
     }
-    if (s.prompt + s.new_tokens > o->max_positions()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("prompt ", s.prompt, " + new tokens ", s.new_tokens, " = ",
-                       s.prompt + s.new_tokens, " positions, but GPT2 has ",
-                       o->max_positions(), ": lower --prompt or --new_tokens"));
+    if (s.depth + s.prompt + s.new_tokens > o->max_positions()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "depth ", s.depth, " + prompt ", s.prompt, " + new tokens ", s.new_tokens,
+          " = ", s.depth + s.prompt + s.new_tokens, " positions, but GPT2 has ",
+          o->max_positions(), ": lower --depth, --prompt or --new_tokens"));
     }
     plan.tokens_per_step = s.batch * s.new_tokens;
-    plan.flops_per_step = GPT2GenerateFlops(*o, s.batch, s.prompt, s.new_tokens);
+    plan.flops_per_step = GPT2GenerateFlops(*o, s.batch, s.prompt, s.new_tokens, s.depth);
     plan.reports_weight_bandwidth = true;
     const int64_t e = DtypeBytes(s.dtype);
     m.weights = plan.params * e;
-    m.activations = 2 * layers * s.batch * (s.prompt + s.new_tokens) * d * e +  // cache
-                    s.batch * s.prompt * 8 * d * e + s.batch * v * 4;
+    // The cache; the widest of the prompt's and the depth's chunks, with
+    // their attention scores; the logits.
+    const int64_t chunk = std::max(s.prompt, std::min(s.depth, kDepthChunk));
+    m.activations = 2 * layers * s.batch * (s.depth + s.prompt + s.new_tokens) * d * e +
+                    s.batch * chunk * 8 * d * e +
+                    s.batch * o->num_heads() * chunk * (s.depth + s.prompt) * 4 +
+                    s.batch * v * 4;
     return plan;
   }
   if (s.batch <= 0 || s.seq <= 0) {
@@ -234,6 +261,7 @@ absl::StatusOr<Plan> PlanGPT2(const BenchSpec& s) {
 std::unique_ptr<Workload> BuildGPT2(const BenchSpec& s) {
   const GPT2Options o = GPT2SizeOptions(s.size).value();
   GPT2LM model(o);
+  LoadSpecWeights(*model, s, GPT2CheckpointNames());
   if (s.phase == kGenerate) {
     // A decode step reads every weight once, except wpe: one row of it.
     const double weight_bytes =
@@ -260,6 +288,8 @@ Family GPT2Family() {
   f.default_seqs = {512};
   f.suite_cpu_seqs = {64};
   f.suite_cpu_new_tokens = 32;
+  f.generates_at_depth = true;
+  f.loads_weights = true;
   f.plan = PlanGPT2;
   f.build = BuildGPT2;
   return f;

@@ -55,10 +55,11 @@ int64_t GPT2ParamCount(const GPT2Options& o);
 // L(24 B T d^2 + 4 B T^2 d) + 2 B T d V.
 double GPT2ForwardFlops(const GPT2Options& o, int64_t batch, int64_t seq);
 
-// FLOPs of greedy generation: the prompt with logits for its last position
-// only, then N - 1 single-token steps, step i attending to P + i keys.
+// FLOPs of greedy generation after `depth` cached tokens: the prompt
+// attending to depth + P keys with logits for its last position only, then
+// N - 1 single-token steps, step i attending to depth + P + i keys.
 double GPT2GenerateFlops(const GPT2Options& o, int64_t batch, int64_t prompt,
-                         int64_t new_tokens);
+                         int64_t new_tokens, int64_t depth = 0);
 
 class GPT2AttentionImpl : public torch::nn::Module {
  public:

@@ -1,12 +1,15 @@
 #include "models/llama.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "family/registry.h"
 #include "models/attention.h"
 #include "models/language_model.h"
 #include "models/size_table.h"
+#include "models/weights.h"
 #include "workloads/phases.h"
 
 namespace ltb {
@@ -50,11 +53,12 @@ double LlamaForwardFlops(const LlamaOptions& o, int64_t batch, int64_t seq) {
 }
 
 double LlamaGenerateFlops(const LlamaOptions& o, int64_t batch, int64_t prompt,
-                          int64_t new_tokens) {
+                          int64_t new_tokens, int64_t depth) {
   const double head = 2.0 * batch * o.d_model() * o.vocab_size();
-  double flops = o.num_layers() * LlamaLayerFlops(o, batch, prompt, prompt) + head;
+  double flops =
+      o.num_layers() * LlamaLayerFlops(o, batch, prompt, depth + prompt) + head;
   for (int64_t i = 1; i < new_tokens; ++i) {
-    flops += o.num_layers() * LlamaLayerFlops(o, batch, 1, prompt + i) + head;
+    flops += o.num_layers() * LlamaLayerFlops(o, batch, 1, depth + prompt + i) + head;
   }
   return flops;
 }
@@ -134,8 +138,6 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x,
   at::Tensor k =
       ApplyLlamaRotary(heads(k_proj(x), kv_heads_), cos, sin).to(v.scalar_type());
   if (cache_k != nullptr) {
-    TORCH_CHECK(t == 1 || position == 0,
-                "a chunk of several tokens must start at position 0");
     cache_k->narrow(2, position, t).copy_(k);
     cache_v->narrow(2, position, t).copy_(v);
     k = cache_k->narrow(2, 0, position + t);  // (B, kv, position + T, hs)
@@ -152,6 +154,7 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x,
             .expand({b, kv_heads_, rep, keys, head_dim_})
             .reshape({b, heads_, keys, head_dim_});
   }
+  // A chunk is causal over itself and sees every cached position before it.
   const at::Tensor y = Attention(q, k, v, /*causal=*/t > 1, fused_);  // (B, nh, T, hs)
   return o_proj(y.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
 }
@@ -274,14 +277,27 @@ absl::StatusOr<Plan> PlanLlama(const BenchSpec& s) {
     if (s.batch <= 0 || s.prompt <= 0 || s.new_tokens <= 0) {
       return absl::InvalidArgumentError("batch, prompt and new tokens must be positive");
     }
+    if (s.depth + s.prompt + s.new_tokens > kLlamaContext) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "depth ", s.depth, " + prompt ", s.prompt, " + new tokens ", s.new_tokens,
+          " = ", s.depth + s.prompt + s.new_tokens, " positions, but Llama's context is ",
+          kLlamaContext, ": lower --depth, --prompt or --new_tokens"));
+    }
     plan.tokens_per_step = s.batch * s.new_tokens;
-    plan.flops_per_step = LlamaGenerateFlops(*o, s.batch, s.prompt, s.new_tokens);
+    plan.flops_per_step =
+        LlamaGenerateFlops(*o, s.batch, s.prompt, s.new_tokens, s.depth);
     plan.reports_weight_bandwidth = true;
     const int64_t e = DtypeBytes(s.dtype);
     m.weights = plan.params * e;
-    // The cache (kv heads), the prompt's widest tensors, the logits.
-    m.activations = 2 * layers * s.batch * (s.prompt + s.new_tokens) * k * e +
-                    s.batch * s.prompt * (2 * d + 2 * q + 3 * f) * e + s.batch * v * 4;
+    // The cache (kv heads); the widest of the prompt's and the depth's chunks,
+    // with their keys and values repeated to the heads and their attention
+    // scores; the logits.
+    const int64_t chunk = std::max(s.prompt, std::min(s.depth, kDepthChunk));
+    const int64_t keys = s.depth + s.prompt;
+    m.activations = 2 * layers * s.batch * (keys + s.new_tokens) * k * e +
+                    s.batch * chunk * (2 * d + 2 * q + 3 * f) * e +
+                    2 * s.batch * keys * q * e +
+                    s.batch * o->num_heads() * chunk * keys * 4 + s.batch * v * 4;
     return plan;
   }
   if (s.batch <= 0 || s.seq <= 0) {
@@ -311,6 +327,15 @@ absl::StatusOr<Plan> PlanLlama(const BenchSpec& s) {
 std::unique_ptr<Workload> BuildLlama(const BenchSpec& s) {
   const LlamaOptions o = LlamaSizeOptions(s.size).value();
   LlamaLM model(o);
+  // Hugging Face's names; a tied checkpoint may keep lm_head.weight (the
+  // embedding again), and older ones each layer's inv_freq, which the model
+  // computes.
+  WeightNames names;
+  names.ignored = [tied = o.tied()](const std::string& name) {
+    return (tied && name == "lm_head.weight") ||
+           absl::EndsWith(name, "rotary_emb.inv_freq");
+  };
+  LoadSpecWeights(*model, s, names);
   if (s.phase == kGenerate) {
     // A decode step reads every weight once, except the embedding: one row
     // of it, unless the head is tied to it (then all of it, as the head).
@@ -339,6 +364,8 @@ Family LlamaFamily() {
   f.default_seqs = {2048};
   f.suite_cpu_seqs = {64};
   f.suite_cpu_new_tokens = 8;
+  f.generates_at_depth = true;
+  f.loads_weights = true;
   f.plan = PlanLlama;
   f.build = BuildLlama;
   return f;

@@ -74,10 +74,15 @@ int64_t LlamaParamCount(const LlamaOptions& o);
 double LlamaLayerFlops(const LlamaOptions& o, double batch, double tokens, double keys);
 // Every position's logits of (batch, seq) tokens.
 double LlamaForwardFlops(const LlamaOptions& o, int64_t batch, int64_t seq);
-// Greedy generation: the prompt with logits of its last position only, then
-// new_tokens - 1 single-token steps, step i attending to prompt + i keys.
+// Greedy generation after `depth` cached tokens: the prompt attending to
+// depth + prompt keys with logits of its last position only, then
+// new_tokens - 1 single-token steps, step i attending to depth + prompt + i
+// keys.
 double LlamaGenerateFlops(const LlamaOptions& o, int64_t batch, int64_t prompt,
-                          int64_t new_tokens);
+                          int64_t new_tokens, int64_t depth = 0);
+
+// Positions a Llama 3 model handles (max_position_embeddings).
+constexpr int64_t kLlamaContext = 131072;
 
 // The inverse frequencies of Llama 3's scaled RoPE, as Hugging Face computes
 // them (fp32), (head_dim / 2).

@@ -5,11 +5,13 @@
 
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "family/registry.h"
 #include "models/attention.h"
 #include "models/language_model.h"
 #include "models/size_table.h"
+#include "models/weights.h"
 #include "workloads/epoch.h"
 #include "workloads/phases.h"
 
@@ -221,6 +223,12 @@ std::unique_ptr<Workload> BuildTransformer(const BenchSpec& s) {
   TransformerOptions o = TransformerSizeOptions(s.size).value();
   o.context_length(s.seq);
   TransformerLM model(o);
+  // Its RoPE tables are computed for the benchmark's seq, never loaded.
+  WeightNames names;
+  names.ignored = [](const std::string& name) {
+    return absl::EndsWith(name, ".rope.cos") || absl::EndsWith(name, ".rope.sin");
+  };
+  LoadSpecWeights(*model, s, names);
   return BuildLanguageModel(
       s, model.ptr(), [model](const at::Tensor& x) mutable { return model(x); },
       o.vocab_size());
@@ -242,6 +250,7 @@ Family TransformerFamily() {
   f.default_seqs = {512};
   f.suite_cpu_batch = 1;
   f.suite_cpu_seqs = {64};
+  f.loads_weights = true;
   f.plan = PlanTransformer;
   f.build = BuildTransformer;
   return f;

@@ -35,6 +35,10 @@ ABSL_FLAG(ltb::PositiveInts, prompt, ltb::PositiveInts{{32}},
           "Prompt tokens per sequence for generate, e.g. 32,128.");
 ABSL_FLAG(ltb::PositiveInts, new_tokens, ltb::PositiveInts{{ltb::kDefaultNewTokens}},
           "Tokens generated per sequence for generate, e.g. 100.");
+ABSL_FLAG(ltb::WholeInts, depth, ltb::WholeInts{{0}},
+          "generate (GPT2, Llama): tokens already in the key/value cache when the prompt "
+          "starts, e.g. 0,4096 (llama-bench's --n-depth). Names end in /depth:D when D > "
+          "0.");
 ABSL_FLAG(ltb::MemoryFormats, memory_format, ltb::MemoryFormats{{false}},
           "Convolution models' memory format: contiguous, channels_last, or both.");
 ABSL_FLAG(ltb::DtypeList, dtype, ltb::DtypeList{{c10::kFloat}},
@@ -73,6 +77,10 @@ ABSL_FLAG(ltb::PeakBandwidthValue, peak_bandwidth, {},
 ABSL_FLAG(std::string, profile, "",
           "Directory: profile each benchmark's steps (apart from the timed ones) into a "
           "Chrome trace and a table of the top operators.");
+ABSL_FLAG(ltb::Switch, print_tokens, ltb::Switch{false},
+          "generate: print the prompt's and the new tokens' ids of one generation "
+          "(outside the timed steps) to stderr, a line a sequence: 'NAME prompt[0]: "
+          "...' then 'NAME tokens[0]: ...'.");
 ABSL_FLAG(ltb::PositiveCount, profile_steps, ltb::PositiveCount{5},
           "Steps to profile with --profile.");
 ABSL_FLAG(ltb::PositiveCount, epochs, ltb::PositiveCount{2},
@@ -110,6 +118,11 @@ ABSL_FLAG(ltb::PositiveCount, dist_timeout_s, ltb::PositiveCount{300},
           "Data-parallel runs: seconds a rank waits in a collective (or for the "
           "others to join) before it gives up, stops the run and writes its "
           "results, rather than hang on a rank that failed.");
+ABSL_FLAG(std::string, weights, "",
+          "A Hugging Face safetensors checkpoint (a .safetensors file, or a folder with "
+          "model.safetensors.index.json and its shards) loaded by name into Llama, GPT2 "
+          "or Transformer instead of random weights; its shapes must be the size's. "
+          "Names end in /weights:NAME; the context records the files' SHA-256.");
 ABSL_FLAG(std::string, compiled, "",
           "Directory of compiled models tools/export wrote: each runs beside the eager "
           "benchmark it compiles, named like it with /aoti or /torchscript appended.");
@@ -227,6 +240,18 @@ bool AbslParseFlag(absl::string_view text, PositiveInts* out, std::string* error
 std::string AbslUnparseFlag(const PositiveInts& v) {
   return absl::StrJoin(v.values, ",");
 }
+
+bool AbslParseFlag(absl::string_view text, WholeInts* out, std::string* error) {
+  return ParseList(text, &out->values, error,
+                   [&](const std::string& item, int64_t* v, std::string* e) {
+                     if (absl::SimpleAtoi(item, v) && *v >= 0) return true;
+                     *e = absl::StrCat("'", item,
+                                       "' is not a whole number; valid: whole numbers "
+                                       ">= 0 separated by commas, e.g. 0,1024,4096");
+                     return false;
+                   });
+}
+std::string AbslUnparseFlag(const WholeInts& v) { return absl::StrJoin(v.values, ","); }
 
 bool AbslParseFlag(absl::string_view text, DeviceList* out, std::string* error) {
   if (text.empty()) {
@@ -533,6 +558,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   sweep.batches = absl::GetFlag(FLAGS_batch).values;
   sweep.seqs = absl::GetFlag(FLAGS_seq).values;
   sweep.prompts = absl::GetFlag(FLAGS_prompt).values;
+  sweep.depths = absl::GetFlag(FLAGS_depth).values;
   const std::vector<int64_t> new_tokens = absl::GetFlag(FLAGS_new_tokens).values;
   // Not given: the default (in the default suite the CPU generates fewer).
   if (SuiteFlagGiven("new_tokens")) sweep.new_tokens = new_tokens;
@@ -544,10 +570,12 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   sweep.bucket_mb = absl::GetFlag(FLAGS_bucket_mb).value;
   sweep.pack_cpu_linears = absl::GetFlag(FLAGS_cpu_linear).packed;
   sweep.compiled_dir = absl::GetFlag(FLAGS_compiled);
+  sweep.weights = absl::GetFlag(FLAGS_weights);
   // Lists that default to a value must not be emptied ("--dtype=").
   for (const auto& [name, empty] :
        {std::pair<const char*, bool>{"prompt", sweep.prompts.empty()},
         {"new_tokens", new_tokens.empty()},
+        {"depth", sweep.depths.empty()},
         {"memory_format", sweep.channels_last.empty()},
         {"tf32", sweep.tf32.empty()},
         {"cuda_graphs", sweep.graphs.empty()},
@@ -571,6 +599,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   run.warmup_epochs = absl::GetFlag(FLAGS_warmup_epochs).value;
   run.profile_dir = absl::GetFlag(FLAGS_profile);
   run.profile_steps = absl::GetFlag(FLAGS_profile_steps).value;
+  run.print_tokens = absl::GetFlag(FLAGS_print_tokens).value;
   run.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed).value);
   run.memory_guard = absl::GetFlag(FLAGS_memory_guard).value;
 

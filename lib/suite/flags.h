@@ -34,6 +34,9 @@ namespace ltb {
 struct PositiveInts {  // 1,8,32; empty: not given
   std::vector<int64_t> values;
 };
+struct WholeInts {  // 0,1024,4096: whole numbers >= 0
+  std::vector<int64_t> values;
+};
 struct DeviceList {  // cpu,cuda,cuda:1,mps; empty: every available device
   std::vector<c10::Device> values;
 };
@@ -77,6 +80,7 @@ enum class DataSource { kMemory, kDisk };
   bool AbslParseFlag(absl::string_view text, T* out, std::string* error); \
   std::string AbslUnparseFlag(const T& value)
 LTB_FLAG_TYPE(PositiveInts);
+LTB_FLAG_TYPE(WholeInts);
 LTB_FLAG_TYPE(DeviceList);
 LTB_FLAG_TYPE(DtypeList);
 LTB_FLAG_TYPE(MemoryFormats);

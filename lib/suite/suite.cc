@@ -29,6 +29,7 @@
 #include "family/registry.h"
 #include "measure/memory.h"
 #include "measure/runner.h"
+#include "models/weights.h"
 #include "peaks/peaks.h"
 #include "report/context.h"
 #include "report/reporters.h"
@@ -219,6 +220,15 @@ void AddContext(const SuiteOptions& o, const std::string& malloc_description,
        "aten: LibTorch's default linear path; names ending in /onednn: linear weights "
        "packed once for oneDNN (CPU inference)"},
   };
+  if (!o.sweep.weights.empty()) {
+    // What was loaded, by content: the files' SHA-256 (a bad checkpoint says
+    // why here too, and in each benchmark that tried it).
+    extra.emplace_back("weights", o.sweep.weights);
+    absl::StatusOr<std::string> digest = WeightsDigest(o.sweep.weights);
+    extra.emplace_back(
+        "weights_sha256",
+        digest.ok() ? *digest : absl::StrCat("unreadable: ", digest.status().message()));
+  }
   // The peaks are added by the reporters (LateContextReporter): a benchmark
   // may raise a measured one.
   for (const auto& [key, value] : CollectContext(extra)) {

@@ -78,6 +78,10 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
     const std::vector<bool> formats =
         family.sweeps_memory_format ? sweep.channels_last : std::vector<bool>{false};
     for (const Case& c : family.Cases()) {
+      const std::vector<int64_t> depths =
+          c.phase.shape == Shape::kGenerate && family.generates_at_depth
+              ? sweep.depths
+              : std::vector<int64_t>{0};
       // A case whose dtype its model fixes runs in that one; others sweep
       // --dtype, or run in fp32 when they do not sweep it.
       std::vector<c10::ScalarType> dtypes;
@@ -126,21 +130,25 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
                   for (const bool graph : graphs) {
                     for (const int64_t batch : case_batches) {
                       for (const auto& [first, second] : lengths) {
-                        BenchSpec spec = base;
-                        spec.device = device;
-                        spec.dtype = dtype;
-                        spec.batch = batch;
-                        if (c.phase.shape == Shape::kGenerate) {
-                          spec.prompt = first;
-                          spec.new_tokens = second;
-                        } else {
-                          spec.seq = first;
+                        for (const int64_t depth : depths) {
+                          BenchSpec spec = base;
+                          spec.device = device;
+                          spec.dtype = dtype;
+                          spec.batch = batch;
+                          if (c.phase.shape == Shape::kGenerate) {
+                            spec.prompt = first;
+                            spec.new_tokens = second;
+                          } else {
+                            spec.seq = first;
+                          }
+                          spec.channels_last = channels_last;
+                          spec.pack_cpu_linears = pack;
+                          spec.tf32 = tf32;
+                          spec.graph = graph;
+                          spec.depth = depth;
+                          spec.weights = sweep.weights;
+                          out.push_back({&family, spec, c.unit});
                         }
-                        spec.channels_last = channels_last;
-                        spec.pack_cpu_linears = pack;
-                        spec.tf32 = tf32;
-                        spec.graph = graph;
-                        out.push_back({&family, spec, c.unit});
                       }
                     }
                   }

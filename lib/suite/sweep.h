@@ -19,7 +19,8 @@ struct Sweep {
   std::vector<int64_t> batches;  // empty: each family's default
   std::vector<int64_t> seqs;     // empty: each family's default
   std::vector<int64_t> prompts = {32};
-  std::vector<int64_t> new_tokens;  // empty: kDefaultNewTokens, or the suite's CPU one
+  std::vector<int64_t> new_tokens;    // empty: kDefaultNewTokens, or the suite's CPU one
+  std::vector<int64_t> depths = {0};  // --depth: families that generate at a depth
   std::vector<c10::ScalarType> dtypes = {c10::kFloat};
   bool sync = true;
   int64_t bucket_mb = 25;  // --bucket_mb: data-parallel gradient buckets
@@ -28,6 +29,7 @@ struct Sweep {
   std::vector<bool> tf32 = {false};              // --tf32: fp32 on devices with TF32
   std::vector<bool> graphs = {false};            // --cuda_graphs: devices with graphs
   std::string compiled_dir;                      // --compiled: tools/export's files
+  std::string weights;                           // --weights: a checkpoint
   // The default suite: the CPU runs each family's smaller suite shapes, and
   // the other devices measure those too beside their own (when the run
   // includes the CPU), so that the speedup summary compares the same work.

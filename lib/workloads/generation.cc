@@ -16,6 +16,19 @@ namespace {
 
 constexpr int64_t kGrowthWindow = 10;
 
+// The q-quantile of `values` interpolated linearly between the two nearest
+// ranks (numpy's default), 0 when empty.
+double Quantile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  const double rank = q * static_cast<double>(values.size() - 1);
+  const auto lo = static_cast<size_t>(rank);
+  std::nth_element(values.begin(), values.begin() + lo, values.end());
+  const double below = values[lo];
+  if (lo + 1 >= values.size()) return below;
+  const double above = *std::min_element(values.begin() + lo + 1, values.end());
+  return below + (rank - static_cast<double>(lo)) * (above - below);
+}
+
 class GenerateWorkload final : public Workload {
  public:
   GenerateWorkload(const BenchSpec& spec, GenerateFns fns, double weight_bytes)
@@ -26,6 +39,7 @@ class GenerateWorkload final : public Workload {
         batch_(spec.batch),
         prompt_(spec.prompt),
         new_tokens_(spec.new_tokens),
+        depth_(spec.depth),
         weight_bytes_(weight_bytes) {}
 
   bool GraphsItself() const override { return true; }
@@ -44,7 +58,7 @@ class GenerateWorkload final : public Workload {
       if (graphed_) {
         graphs_->Replay(static_cast<size_t>(i - 1));
       } else {
-        token = fns_.decode(token, prompt_ + i - 1);
+        token = fns_.decode(token, depth_ + prompt_ + i - 1);
       }
       timeline_.Mark();
     }
@@ -55,6 +69,7 @@ class GenerateWorkload final : public Workload {
     for (int64_t i = 0; i < decodes; ++i) {
       const double s = t[1 + i];
       decode_s_ += s;
+      decode_steps_.push_back(s);
       if (i < window) early_s_ += s;
       if (i >= decodes - window) late_s_ += s;
     }
@@ -71,11 +86,13 @@ class GenerateWorkload final : public Workload {
         graphs_->Replay(static_cast<size_t>(i - 1));
         tokens.push_back(token_.clone());
       } else {
-        tokens.push_back(fns_.decode(tokens.back(), prompt_ + i - 1));
+        tokens.push_back(fns_.decode(tokens.back(), depth_ + prompt_ + i - 1));
       }
     }
     return at::cat(tokens, 1);  // (B, N)
   }
+
+  at::Tensor Prompt() const override { return fns_.prompt; }
 
   std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
     std::vector<std::pair<std::string, at::Tensor>> out = ModuleTensors(*fns_.module);
@@ -90,6 +107,7 @@ class GenerateWorkload final : public Workload {
 
   void ResetStats() override {
     prefill_s_ = decode_s_ = early_s_ = late_s_ = 0;
+    decode_steps_.clear();
     steps_ = 0;
   }
 
@@ -98,14 +116,32 @@ class GenerateWorkload final : public Workload {
     const double prefill = prefill_s_ / steps_;
     std::vector<std::pair<std::string, double>> c = {
         {"ttft_ms", prefill * 1e3},
-        {"prefill_tokens/s", batch_ * prompt_ / prefill},
+        {"pp_tok/s", batch_ * prompt_ / prefill},
     };
+    if (fns_.cache) {
+      double bytes = 0;
+      for (const at::Tensor& t : fns_.cache()) bytes += static_cast<double>(t.nbytes());
+      c.emplace_back("kv_cache_bytes", bytes);
+    }
     if (new_tokens_ > 1) {
       const double decode = decode_s_ / steps_;
       const double decodes = static_cast<double>(new_tokens_ - 1);
       c.emplace_back("tpot_ms", decode / decodes * 1e3);
-      c.emplace_back("decode_tokens/s", batch_ * decodes / decode);
+      for (const auto& [name, q] : {std::pair<const char*, double>{"tpot_p50_ms", 0.5},
+                                    {"tpot_p90_ms", 0.9},
+                                    {"tpot_p99_ms", 0.99}}) {
+        c.emplace_back(name, Quantile(decode_steps_, q) * 1e3);
+      }
+      c.emplace_back("tg_tok/s", batch_ * decodes / decode);
       c.emplace_back("weight_GB/s", weight_bytes_ * decodes / decode / 1e9);
+      // Step i (1..N-1) feeds the token at depth + prompt + i - 1, which
+      // attends to depth + prompt + i positions.
+      double cache_bytes = 0;
+      if (fns_.cache_read_bytes) {
+        for (int64_t i = 1; i < new_tokens_; ++i)
+          cache_bytes += fns_.cache_read_bytes(depth_ + prompt_ + i);
+      }
+      c.emplace_back("read_GB/s", (weight_bytes_ * decodes + cache_bytes) / decode / 1e9);
       if (early_s_ > 0 && late_s_ > 0) {
         c.emplace_back("tpot_growth_%", (late_s_ / early_s_ - 1) * 100);
       }
@@ -121,7 +157,7 @@ class GenerateWorkload final : public Workload {
     graphs_ = BackendOf(device_).MakeGraphs(device_);
     token_ = fns_.prefill().clone();
     for (int64_t i = 1; i < new_tokens_; ++i) {
-      const int64_t position = prompt_ + i - 1;
+      const int64_t position = depth_ + prompt_ + i - 1;
       graphs_->Capture([this, position] { token_.copy_(fns_.decode(token_, position)); });
     }
   }
@@ -132,9 +168,10 @@ class GenerateWorkload final : public Workload {
   bool graphed_;
   std::unique_ptr<StepGraphs> graphs_;
   at::Tensor token_;  // graphs: the token each decode graph reads and replaces
-  int64_t batch_, prompt_, new_tokens_;
+  int64_t batch_, prompt_, new_tokens_, depth_;
   double weight_bytes_;
   double prefill_s_ = 0, decode_s_ = 0, early_s_ = 0, late_s_ = 0;
+  std::vector<double> decode_steps_;  // every measured decode step, seconds
   int64_t steps_ = 0;
 };
 

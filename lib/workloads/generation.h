@@ -17,18 +17,28 @@ struct GenerateFns {
   std::shared_ptr<torch::nn::Module> module;  // kept alive with the workload
   // Runs the prompt from an empty cache; returns the first new token (B, 1).
   std::function<at::Tensor()> prefill;
+  at::Tensor prompt;  // its token ids (B, P), for --print_tokens
   // Feeds one token per sequence at `position`; returns the next (B, 1).
   std::function<at::Tensor(const at::Tensor& token, int64_t position)> decode;
   // The cache's tensors (keys and values), for checking their dtype.
   std::function<std::vector<at::Tensor>()> cache;
+  // Bytes of the cache a decode step reads when its token attends to
+  // `positions` cached positions (itself included); unset: none counted.
+  std::function<double(int64_t positions)> cache_read_bytes;
 };
 
-// Counters, averaged over the measured steps (N = spec.new_tokens):
+// Counters, averaged over the measured steps (N = spec.new_tokens, D =
+// spec.depth, the tokens in the cache before the prompt):
 //   ttft_ms           prefill time, prompt to first new token
 //   tpot_ms           decode time / (N - 1): time per output token after the first
-//   prefill_tokens/s  batch * prompt / prefill time
-//   decode_tokens/s   batch * (N - 1) / decode time
+//   tpot_p50_ms, tpot_p90_ms, tpot_p99_ms
+//                     percentiles of the single decode steps' times
+//   pp_tok/s          batch * prompt / prefill time (prompt processing)
+//   tg_tok/s          batch * (N - 1) / decode time (token generation)
 //   weight_GB/s       weight_bytes * (N - 1) / decode time / 1e9
+//   read_GB/s         what the decode steps read, the weights and the cache
+//                     up to each step's position, / decode time / 1e9
+//   kv_cache_bytes    the cache's size (D + prompt + N positions)
 //   tpot_growth_%     mean of the last 10 decode steps over the first 10, minus 1
 // so that ttft + (N - 1) * tpot is the step time. Evaluate() returns the
 // generated token ids (B, N).

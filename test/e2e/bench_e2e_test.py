@@ -243,7 +243,7 @@ class GenerateTest(unittest.TestCase):
             self.assertIn("/prompt:16/new:40/", b["run_name"])
             step_ms = b["real_time"] * {"ms": 1, "us": 1e-3, "ns": 1e-6}[b["time_unit"]]
             self.assertAlmostEqual((b["ttft_ms"] + 39 * b["tpot_ms"]) / step_ms, 1, delta=0.05)
-            for counter in ("tokens/s", "prefill_tokens/s", "decode_tokens/s", "weight_GB/s",
+            for counter in ("tokens/s", "pp_tok/s", "tg_tok/s", "weight_GB/s",
                             "tpot_growth_%", "FLOP/s", "peak_mem", "params"):
                 self.assertIn(counter, b)
             batch = int(b["run_name"].split("/batch:")[1].split("/")[0])

@@ -125,7 +125,7 @@ class RehearsalTest(unittest.TestCase):
         generation = self.load("generation")
         gen = [e for n, e in generation.items() if n.startswith("GPT2/nano/cpu/generate/")]
         self.assertTrue(gen)
-        for counter in ("ttft_ms", "tpot_ms", "prefill_tokens/s", "decode_tokens/s"):
+        for counter in ("ttft_ms", "tpot_ms", "pp_tok/s", "tg_tok/s"):
             self.assertIn(counter, gen[0])
         for source in ("memory", "disk"):
             epochs = self.load(f"train_epoch_{source}")
