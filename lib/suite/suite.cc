@@ -339,6 +339,14 @@ absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& comma
         sweep.devices.push_back(d);
     }
   }
+  // Likewise dtypes a filter names ("Llama/1B/cpu/generate/.*/bf16") without
+  // --dtype: registered beside the default, so that the filter selects them.
+  if (!SuiteFlagGiven("dtype")) {
+    for (const c10::ScalarType t : DtypesNamedIn(command_line.filter)) {
+      if (std::find(sweep.dtypes.begin(), sweep.dtypes.end(), t) == sweep.dtypes.end())
+        sweep.dtypes.push_back(t);
+    }
+  }
   if (dist->world_size > 1 || options.force_process_group) {
     // Data-parallel: one device a rank, bound by the backend of the first
     // accelerator asked for (cuda:LOCAL_RANK, or the one GPU a rank sees),

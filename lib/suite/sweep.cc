@@ -200,4 +200,13 @@ std::vector<c10::Device> DevicesNamedIn(const std::string& filter) {
   return devices;
 }
 
+std::vector<c10::ScalarType> DtypesNamedIn(const std::string& filter) {
+  std::vector<c10::ScalarType> dtypes;
+  for (const c10::ScalarType t : {c10::kFloat, c10::kBFloat16, c10::kHalf}) {
+    const std::regex named("(^|/)" + DtypeName(t) + "($|/)");
+    if (std::regex_search(filter, named)) dtypes.push_back(t);
+  }
+  return dtypes;
+}
+
 }  // namespace ltb

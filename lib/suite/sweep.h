@@ -58,4 +58,8 @@ bool FilterSelects(const std::string& filter, const std::string& full_name);
 // so that benchmarks on them are registered and report why they cannot run.
 std::vector<c10::Device> DevicesNamedIn(const std::string& filter);
 
+// Dtypes a --benchmark_filter names as a part of a name ("/bf16", "fp16/"),
+// in the order fp32, bf16, fp16.
+std::vector<c10::ScalarType> DtypesNamedIn(const std::string& filter);
+
 }  // namespace ltb

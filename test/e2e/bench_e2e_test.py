@@ -249,6 +249,30 @@ class GenerateTest(unittest.TestCase):
             batch = int(b["run_name"].split("/batch:")[1].split("/")[0])
             self.assertAlmostEqual(b["tokens/s"] * step_ms / 1e3, batch * 40, delta=0.01 * batch * 40)
 
+    def test_a_depth_fills_the_cache_and_the_reads_count_it(self):
+        doc = run_json("--benchmark_filter=^Llama/nano/cpu/generate/", "--batch=1",
+                       "--prompt=8", "--new_tokens=8", "--depth=0,600",
+                       "--benchmark_min_time=0.05", "--warmup_s=0", *GIVEN_PEAKS)
+        entries = {b["run_name"]: b for b in doc["benchmarks"] if b["run_type"] == "iteration"}
+        base = "Llama/nano/cpu/generate/batch:1/prompt:8/new:8/"
+        self.assertEqual(set(entries), {base + "fp32/manual_time",
+                                        base + "depth:600/fp32/manual_time"})
+        # nano: 2 layers of keys and values, 2 kv heads of 16 fp32 values a
+        # position (512 bytes); a decode step reads the 187,200 weights (the
+        # head is the tied embedding) and the cache up to its position.
+        for depth in (0, 600):
+            b = entries[base + (f"depth:{depth}/" if depth else "") + "fp32/manual_time"]
+            self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
+            self.assertEqual(b["kv_cache_bytes"], 512 * (depth + 16))
+            weights = 187200 * 4 * 7
+            cache = 512 * sum(depth + 8 + i for i in range(1, 8))
+            self.assertAlmostEqual(b["read_GB/s"] / b["weight_GB/s"], (weights + cache) / weights,
+                                   places=9)
+            self.assertLessEqual(b["tpot_p50_ms"], b["tpot_p90_ms"])
+            self.assertLessEqual(b["tpot_p90_ms"], b["tpot_p99_ms"])
+            self.assertAlmostEqual(b["tg_tok/s"] * b["tpot_ms"] / 1e3, 1, places=6)
+            self.assertAlmostEqual(b["mbu"], b["read_GB/s"] * 1e9 / 1e11, places=9)
+
     def test_more_positions_than_the_model_has_is_reported(self):
         doc = run_json("--benchmark_filter=GPT2/nano/cpu/generate", "--prompt=1000",
                        "--new_tokens=100", "--benchmark_min_time=0.01")

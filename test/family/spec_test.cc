@@ -301,5 +301,54 @@ TEST(DevicesNamedIn, FindsDevicesInAFilter) {
   EXPECT_TRUE(DevicesNamedIn("Transformer/small/cpu").empty());
 }
 
+TEST(DtypesNamedIn, FindsDtypesThatArePartsOfANameOnly) {
+  EXPECT_EQ(DtypesNamedIn("Llama/1B/cpu/generate/.*/bf16"),
+            (std::vector<c10::ScalarType>{c10::kBFloat16}));
+  EXPECT_EQ(DtypesNamedIn("GPT2/small/.*/(fp16|fp32)/"),
+            (std::vector<c10::ScalarType>{}));  // inside a group: not a whole part
+  EXPECT_EQ(DtypesNamedIn("/fp16/|/fp32/"),
+            (std::vector<c10::ScalarType>{c10::kFloat, c10::kHalf}));
+  EXPECT_TRUE(DtypesNamedIn("Transformer/small/cpu").empty());
+  EXPECT_TRUE(DtypesNamedIn("Llama/xbf16y").empty());
+}
+
+TEST(ExpandSweep, DepthIsAnAxisOfGenerationOfTheFamiliesThatHaveIt) {
+  const std::vector<Family> families = RegisteredFamilies().value();
+  Sweep sweep;
+  sweep.devices = {c10::Device(c10::kCPU)};
+  sweep.new_tokens = {16};
+  sweep.depths = {0, 1024};
+  std::set<std::string> names;
+  for (const Registration& r : ExpandSweep(families, sweep)) names.insert(r.spec.Name());
+  // Depth 0 keeps its name; another depth follows new:N.
+  EXPECT_TRUE(names.count("Llama/1B/cpu/generate/batch:1/prompt:32/new:16/fp32"));
+  EXPECT_TRUE(
+      names.count("Llama/1B/cpu/generate/batch:1/prompt:32/new:16/depth:1024/fp32"));
+  EXPECT_TRUE(
+      names.count("GPT2/small/cpu/generate/batch:1/prompt:32/new:16/depth:1024/fp32"));
+  // Not an axis of the other phases, nor of Whisper's generation.
+  for (const std::string& name : names) {
+    if (absl::StrContains(name, "/depth:")) {
+      EXPECT_TRUE(absl::StrContains(name, "/generate/")) << name;
+      EXPECT_FALSE(absl::StartsWith(name, "Whisper/")) << name;
+    }
+  }
+}
+
+TEST(BenchSpecName, WeightsNameTheCheckpointAndOtherFamiliesRefuseThem) {
+  BenchSpec s = SpecFor("Llama", "1B", "forward", 1, 8);
+  s.weights = "/models/Llama-3.2-1B/model.safetensors";
+  EXPECT_EQ(s.Name(), "Llama/1B/cpu/forward/batch:1/seq:8/fp32/weights:Llama-3.2-1B");
+  const std::vector<Family> families = RegisteredFamilies().value();
+  const Family* resnet = FindFamily(families, "ResNet").value();
+  BenchSpec r = SpecFor("ResNet", "resnet18", "forward", 1, 0);
+  r.weights = "x.safetensors";
+  const absl::StatusOr<Plan> plan = resnet->PlanFor(r);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(
+      plan.status().message(),
+      "ResNet does not load --weights; the families that do: Transformer, GPT2, Llama");
+}
+
 }  // namespace
 }  // namespace ltb

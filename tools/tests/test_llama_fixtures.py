@@ -3,17 +3,20 @@ with transformers): the checkpoint transformers saved loads into
 tools/ltb_models.py's Llama by its names, which then computes transformers'
 logits and greedy tokens; and the tool writes the same tensors again without
 transformers. None of it needs transformers."""
+import hashlib
 import importlib.machinery
 import importlib.util
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import unittest
 
 import numpy as np
 import torch
 
-from helpers import REPO, TOOLS, ToolTest
+from helpers import REPO, TOOLS, ToolTest, built_bench
 
 sys.path.insert(0, TOOLS)
 import ltb_models  # noqa: E402
@@ -122,6 +125,72 @@ class ExpectedTest(unittest.TestCase):
             tokens, _ = tool.greedy_by_recompute(model, torch.from_numpy(tensors["prompt"].copy()),
                                                  tensors["tokens"].shape[1])
         self.assertEqual(tokens.tolist(), tensors["tokens"].tolist())
+
+
+BENCH = built_bench()
+GIVEN_PEAKS = ["--benchmark_min_time=0.01", "--warmup_s=0", "--peak_flops=1e12",
+               "--peak_bandwidth=1e10", "--benchmark_format=json"]
+
+
+@unittest.skipUnless(os.path.exists(BENCH), f"no built bench at {BENCH}")
+class BenchWeightsTest(unittest.TestCase):
+    """bench --weights with the checkpoint transformers wrote: the tokens it
+    prints are the mirror's greedy tokens for the prompt it prints."""
+
+    def run_bench(self, *args):
+        proc = subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=600)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return json.loads(proc.stdout), proc.stderr
+
+    def test_printed_tokens_are_the_mirrors_for_the_printed_prompt(self):
+        doc, err = self.run_bench("--benchmark_filter=^Llama/nano/cpu/generate/",
+                                  f"--weights={NANO_DIR}", "--print_tokens=true",
+                                  "--prompt=8", "--new_tokens=12", *GIVEN_PEAKS)
+        [entry] = [b for b in doc["benchmarks"] if b["run_type"] == "iteration"]
+        self.assertFalse(entry.get("error_occurred", False), entry.get("error_message"))
+        name = "Llama/nano/cpu/generate/batch:1/prompt:8/new:12/fp32/weights:llama-nano"
+        self.assertEqual(entry["run_name"], name + "/manual_time")
+        lines = dict(line.split(": ", 1) for line in err.splitlines()
+                     if line.startswith(name + " "))
+        prompt = [int(t) for t in lines[name + " prompt[0]"].split()]
+        printed = [int(t) for t in lines[name + " tokens[0]"].split()]
+        self.assertEqual(len(prompt), 8)
+        with torch.inference_mode():
+            want, _ = tool.greedy_by_recompute(nano_mirror(), torch.tensor([prompt]), 12)
+        self.assertEqual(printed, want[0].tolist())
+        with open(os.path.join(NANO_DIR, "model.safetensors"), "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        self.assertEqual(doc["context"]["weights_sha256"], digest)
+        self.assertEqual(doc["context"]["weights"], NANO_DIR)
+
+    def test_a_checkpoint_of_other_names_stops_its_benchmark_alone(self):
+        doc, _ = self.run_bench(
+            "--benchmark_filter=^(Transformer/nano/cpu/forward|Llama/nano/cpu/generate)/",
+            f"--weights={NANO_DIR}", "--seq=16", "--batch=1", "--new_tokens=4", *GIVEN_PEAKS)
+        by_name = {b["run_name"].split("/")[0]: b for b in doc["benchmarks"]}
+        self.assertEqual(set(by_name), {"Transformer", "Llama"})
+        transformer = by_name["Transformer"]
+        self.assertTrue(transformer.get("error_occurred"))
+        self.assertRegex(transformer["error_message"],
+                         r"model\.safetensors has no tensor '[^']+', which Transformer/nano "
+                         r"needs with shape \[")
+        self.assertFalse(by_name["Llama"].get("error_occurred", False))
+
+    def test_a_truncated_checkpoint_is_one_sentence_naming_the_file(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "cut.safetensors")
+            with open(os.path.join(NANO_DIR, "model.safetensors"), "rb") as f:
+                data = f.read()
+            with open(path, "wb") as f:
+                f.write(data[:len(data) // 2])
+            doc, _ = self.run_bench("--benchmark_filter=^Llama/nano/cpu/forward/",
+                                    f"--weights={path}", "--seq=16", "--batch=1",
+                                    *GIVEN_PEAKS)
+        [entry] = doc["benchmarks"]
+        self.assertTrue(entry.get("error_occurred"))
+        self.assertIn(path, entry["error_message"])
+        self.assertEqual(entry["error_message"].count(path), 1, entry["error_message"])
+        self.assertTrue(doc["context"]["weights_sha256"].startswith("unreadable: "))
 
 
 class RegenerateTest(ToolTest):

@@ -38,6 +38,28 @@ class ReportTest(ToolTest):
         self.assertIn(f"| `{FWD}` | 3 | 20 ms | 3k tokens/s | 1G FLOP/s | — | — | 2 KiB |",
                       proc.stdout)
 
+    def test_generation_as_llama_bench_reports_it(self):
+        # pp and tg at depth 0 and 1024: mean and sample standard deviation
+        # over three repetitions; the size is params x the dtype's bytes.
+        at0 = "Llama/1B/cpu/generate/batch:1/prompt:32/new:17/bf16"
+        at1k = "Llama/1B/cpu/generate/batch:1/prompt:32/new:17/depth:1024/bf16"
+        path = self.write("run.json", doc(
+            repeated(at0, [900.0, 900.0, 900.0], pp_tok_per_s=[200.0, 220.0, 240.0],
+                     tg_tok_per_s=[9.0, 10.0, 11.0], params=1235814400.0),
+            repeated(at1k, [999.0], pp_tok_per_s=100.0, tg_tok_per_s=8.5,
+                     params=1235814400.0),
+            entry(FWD, 10.0, tokens_per_s=1.0), intra_op_threads="2"))
+        proc = self.run_tool("report", path)
+        self.assertExit(proc, 0)
+        table = proc.stdout.split("Generation as llama-bench reports it", 1)[1]
+        self.assertIn("| Llama 1B | 2.30 GiB | 1.236G | cpu | bf16 | 2 | pp32 | 220.00 ± 20.00 |",
+                      table)
+        self.assertIn("| Llama 1B | 2.30 GiB | 1.236G | cpu | bf16 | 2 | tg16 | 10.00 ± 1.00 |",
+                      table)
+        self.assertIn("| pp32 @ d1024 | 100.00 |", table)
+        self.assertIn("| tg16 @ d1024 | 8.50 |", table)
+        self.assertNotIn("Transformer", table)
+
     def test_the_spread_of_steps_inside_a_run(self):
         # cs336's table: the mean step (the time), its standard deviation and
         # their ratio; a 40 ms mean with a 5% coefficient of variation has a
