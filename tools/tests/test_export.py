@@ -15,7 +15,7 @@ class ExportTest(ToolTest):
         self.path = self.write("run.json", doc(
             repeated(FWD, [10.0, 12.0, 11.0], tokens_per_s=[6400.0, 5333.0, 5818.0],
                      peak_mem=2048.0),
-            entry(GEN, 500.0, tokens_per_s=200.0, decode_tokens_per_s=210.0, ttft_ms=12.5),
+            entry(GEN, 500.0, tokens_per_s=200.0, tg_tok_per_s=210.0, ttft_ms=12.5),
             entry(BROKEN, 1.0, error="no CUDA device", FLOP_per_s=1.0)))
 
     def export(self, fmt, *args):
