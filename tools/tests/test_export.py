@@ -54,7 +54,7 @@ class ExportTest(ToolTest):
                                                "upper_value": 12e6})
         self.assertEqual(bmf[FWD]["tokens-per-second"]["value"], 5818.0)
         self.assertEqual(bmf[FWD]["peak-mem"]["value"], 2048.0)
-        self.assertIn("decode-tokens-per-second", bmf[GEN])
+        self.assertIn("tg-tok-per-second", bmf[GEN])
         self.assertIn("ttft-ms", bmf[GEN])
 
     def test_bad_input_exits_2(self):
