@@ -219,7 +219,7 @@ class GPT2Attention(nn.Module):
         if cache is not None:
             k, v = _cached(cache, k, v, position)
         # A chunk from position 0 is causal; one new token attends to all before it.
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None or t > 1)
         return self.c_proj(y.transpose(1, 2).reshape(b, t, d))  # (B, T, d)
 
 
@@ -376,7 +376,8 @@ class LlamaAttention(nn.Module):
             k, v = _cached(cache, k, v, position)  # (B, kv, position + T, hs)
         rep = o.num_heads // o.num_kv_heads
         k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1)  # (B, nh, T, hs)
+        y = F.scaled_dot_product_attention(q, k, v,
+                                           is_causal=cache is None or t > 1)  # (B, nh, T, hs)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, o.num_heads * o.head_dim))
 
 
