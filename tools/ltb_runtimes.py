@@ -16,8 +16,8 @@ The ratio is a runtime's mean step time over Python eager's, and its 95%
 confidence interval comes from the repetitions (Welch's t on the logarithms
 of the repetitions' times, so that the interval of a ratio is a ratio's).
 A verdict says "noise" when the interval holds 1, and names the setting
-instead of a speed when the two runs differ in threads, grad mode or
-warm-up: that difference is the settings', not the runtimes'.
+instead of a speed when the two runs differ in threads, grad mode, malloc
+settings or warm-up: that difference is the settings', not the runtimes'.
 """
 import math
 import re
@@ -89,14 +89,24 @@ def settings(doc, phase):
     c = doc["context"]
     grad = "grad" if phase in TRAINING_PHASES else c.get("grad_mode", BENCH_GRAD_MODE)
     return {"threads": c.get("intra_op_threads"), "interop threads": c.get("inter_op_threads"),
-            "grad mode": grad, "warm-up": _warmup(c.get("warmup"))}
+            "grad mode": grad,
+            "malloc": _malloc(c.get("malloc", "system" if c.get("runtime") == "python" else None)),
+            "warm-up": _warmup(c.get("warmup"))}
+
+
+def _malloc(text):
+    """'tuned' or 'system' from a context's malloc; a tools/pybench file
+    from before it tuned malloc ran with glibc's defaults."""
+    if text is None:
+        return None
+    return "tuned" if "tuned" in str(text) else "system"
 
 
 def setting_notes(mine, reference, runtime):
     """Sentences for the settings that differ from the reference run's, and
     for a TorchScript run whose warm-up may have timed its profiling runs."""
     notes = []
-    for key in ("threads", "interop threads", "grad mode"):
+    for key in ("threads", "interop threads", "grad mode", "malloc"):
         if mine[key] is not None and reference[key] is not None and \
                 str(mine[key]) != str(reference[key]):
             notes.append(f"{key} {mine[key]} vs {reference[key]}")

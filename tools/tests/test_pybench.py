@@ -1,7 +1,7 @@
 """tools/pybench runs the work bench runs, and the tools line the two up.
 
 Both sides build the same models (parameters, FLOPs a step) and use the same
-threads, checked against a built bench where the tests find one (LTB_BENCH,
+threads and malloc settings, checked against a built bench where the tests find one (LTB_BENCH,
 as ctest sets it), else against the C++ analytic counts mirrored in
 ltb_models and the FLOPs PyTorch's counter sees the Python model do. What
 noise on a loaded two-core machine cannot break is asserted: counts, names,
@@ -80,6 +80,8 @@ class PybenchTest(ToolTest):
         self.assertEqual(context["runtime"], "python")
         self.assertEqual(context["grad_mode"], "inference_mode")
         self.assertEqual(context["warmup"], ">= 1 steps and >= 0 s")
+        self.assertEqual(context["malloc"], "glibc malloc, tuned: M_MMAP_MAX=0, "
+                                            "M_TRIM_THRESHOLD=1GiB, M_TOP_PAD=64MiB")
 
     def test_same_parameters_and_flops_as_the_cpp_models(self):
         """Against bench's own JSON where a built bench is found; else the
@@ -105,6 +107,7 @@ class PybenchTest(ToolTest):
             self.assertEqual(self.py["context"]["intra_op_threads"], context["intra_op_threads"])
             self.assertEqual(self.py["context"]["inter_op_threads"], context["inter_op_threads"])
             self.assertEqual(self.py["context"]["warmup"], context["warmup"])
+            self.assertEqual(self.py["context"]["malloc"], context["malloc"])
             return
         import ltb_models
         for name, e in py.items():
@@ -270,6 +273,11 @@ class RuntimesTableTest(ToolTest):
                              cpp_context={"warmup": ">= 1 steps and >= 0 s"})
         self.assertIn("warm-up 1 steps/0 s vs 1 steps/0.5 s",
                       self.table(docs)["cpp_eager"]["verdict"])
+        _, docs = self.files([50.0, 51.0, 49.0], [100.0, 101.0, 99.0],
+                             cpp_context={"malloc": "glibc malloc, tuned: M_MMAP_MAX=0"},
+                             py_context={"malloc": "glibc malloc, default settings"})
+        self.assertEqual(self.table(docs)["cpp_eager"]["verdict"],
+                         "settings differ: malloc tuned vs system")
 
     def test_report_has_the_table_and_the_html_section(self):
         paths, _ = self.files([80.0, 81.0, 79.0], [100.0, 101.0, 99.0])
