@@ -13,7 +13,9 @@ import subprocess
 import sys
 import unittest
 
+import browser
 from helpers import COMPARE_PY, TOOLS, ToolTest, built_bench, doc, repeated
+from test_report_html import page_data, points_by_section
 
 sys.path.insert(0, TOOLS)
 import ltb_results  # noqa: E402
@@ -290,6 +292,16 @@ class RuntimesTableTest(ToolTest):
         self.assertExit(proc, 0)
         self.assertIn('<section id="runtimes"><h2>C++ and Python</h2>', proc.stdout)
         self.assertIn("1.25x faster", proc.stdout)
+        # One bar per runtime beside Python eager: C++ eager and torch.compile.
+        data = page_data(proc.stdout)
+        self.assertEqual(points_by_section(data).get("runtimes"), 2)
+        why = browser.unavailable()
+        if why:
+            self.skipTest(f"headless Chromium: {why}")
+        page = self.write("report.html", proc.stdout)
+        seen = browser.open_page(page)
+        self.assertEqual(seen["console_errors"], [])
+        self.assertEqual(seen["drawn"]["sections"].get("runtimes"), 2)
 
 
 if __name__ == "__main__":
