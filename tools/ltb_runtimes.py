@@ -37,8 +37,8 @@ RUNTIMES = {
 LABELS = tuple(r for r in RUNTIMES if r != CPP_EAGER)
 REFERENCE = "py_eager"
 # bench runs inference phases under c10::InferenceMode (lib/workloads/
-# phases.cc, generation.cc); a bench file that does not record its grad
-# mode ran that way.
+# phases.cc, generation.cc) and says so in its context's grad_mode; a bench
+# file from before it did ran that way too.
 BENCH_GRAD_MODE = "inference_mode"
 TRAINING_PHASES = ("forward_backward", "train_step", "train_epoch")
 # TorchScript's profiling executor runs its first calls unoptimised.
