@@ -6,7 +6,7 @@ Chart.js configuration in the page's JSON; every dataset that stands for
 benchmarks (not a ceiling or an ideal line) has ltbKind "benchmarks", so a
 test can count what a chart drew. Sections appear where the results have
 what they need: context, roofline, comparison, scaling, distributions,
-compiled, history, errors.
+compiled, C++ and Python, history, errors.
 """
 import collections
 import html
@@ -22,7 +22,8 @@ UNSTEADY_CV = 5.0  # percent: cs336's rule of thumb for a steady measurement
 CONTEXT_KEYS = ("host_name", "executable", "date", "suite_commit", "libtorch_version",
                 "build_type", "cpu_model", "cpu_capability", "num_cpus", "mhz_per_cpu",
                 "gpus", "cuda_runtime", "cudnn", "blas", "blas_threads",
-                "intra_op_threads", "inter_op_threads", "malloc", "world_size", "world_sizes",
+                "intra_op_threads", "inter_op_threads", "runtime", "torch_version",
+                "grad_mode", "warmup", "malloc", "world_size", "world_sizes",
                 "dp_gradients", "dp_buffers")
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
@@ -473,6 +474,41 @@ def compiled_section(page, docs, labels, compiled_rows):
                  "rel_err"], rows))
 
 
+# --- C++ and Python -----------------------------------------------------------
+
+def runtimes_section(page, docs, labels):
+    import ltb_runtimes
+    found = ltb_runtimes.rows(docs, labels)
+    if not found:
+        return
+    shown = [r for r in found if r["runtime"] != ltb_runtimes.REFERENCE]
+    names = [f"{r['benchmark']} ({ltb_runtimes.RUNTIMES[r['runtime']]})" for r in shown]
+    chart = page.chart("runtimes", {
+        "type": "bar", "data": {"labels": names, "datasets": [{
+            "label": "time / Python eager time", "ltbKind": "benchmarks",
+            "data": [r["ratio"] for r in shown], "backgroundColor": color(2),
+            "tips": [f"{n}\n{ltb_runtimes.format_ratio(r)}\n{r['verdict']}"
+                     for n, r in zip(names, shown)]}]},
+        "options": {"indexAxis": "y", "ltbRefX": 1,
+                    "scales": {"x": axis("time / Python eager (below 1: faster)", zero=True)}}},
+        height=max(200, 26 * len(shown) + 80))
+    rows = [[code(r["benchmark"]), ltb_runtimes.RUNTIMES[r["runtime"]], r["file"],
+             ltb_results.format_seconds(r["time"]), r["reps"], ltb_runtimes.format_ratio(r),
+             r["verdict"], "—" if r["compile_s"] is None else f"{r['compile_s']:.1f} s"]
+            for r in found]
+    classes = ["bad" if r["verdict"].startswith("settings") else "" for r in found]
+    page.add("runtimes", "C++ and Python", (
+        "<p>The same benchmark (model, shapes, work) in each runtime: bench's C++ eager, "
+        "AOTInductor and TorchScript results and tools/pybench's Python eager and "
+        "torch.compile ones. The ratio is a runtime's mean step time over Python eager's, "
+        "with its 95% confidence interval from the repetitions (Welch's t on the "
+        "logarithms); <em>noise</em>: the interval holds 1. Where the two runs differ in "
+        "threads, grad mode or warm-up, the verdict names the setting instead of a "
+        "speed.</p>") + chart
+        + table(["benchmark", "runtime", "file", "mean time", "reps",
+                 "time / Python eager [95% CI]", "verdict", "compile"], rows, classes))
+
+
 # --- history -----------------------------------------------------------------
 
 def history_section(page, runs, gate, verdicts, skipped=()):
@@ -691,6 +727,7 @@ def render(docs, labels, history=(), gate=None, compiled_rows=None, title=None,
     scaling_section(page, shown, shown_labels)
     distributions_section(page, shown, shown_labels)
     compiled_section(page, shown, shown_labels, compiled_rows)
+    runtimes_section(page, shown, shown_labels)
     history_section(page, list(history), gate, verdicts, skipped)
     store_section(page, list(store))
     errors_section(page, list(docs) + [doc for _, doc in history],

@@ -169,6 +169,18 @@ class TransformerLM(nn.Module):
         return self.lm_head(self.ln_final(x))  # (B, T, V)
 
 
+def _cached(cache, k, v, position):
+    """Writes k, v (B, heads, T, hs) into a layer's cache at position and
+    returns every cached key and value up to position + T."""
+    cache_k, cache_v = cache
+    t = k.shape[2]
+    if t != 1 and position != 0:
+        raise ValueError("a chunk of several tokens must start at position 0")
+    cache_k[:, :, position:position + t].copy_(k)
+    cache_v[:, :, position:position + t].copy_(v)
+    return cache_k[:, :, :position + t], cache_v[:, :, :position + t]
+
+
 # -------------------------------------------------------------------- GPT2
 # lib/models/gpt2.{h,cc}: learned positions, LayerNorm, GELU (tanh), LM head
 # tied to wte.
@@ -193,7 +205,9 @@ class GPT2Attention(nn.Module):
         self.c_proj = nn.Linear(o.d_model, o.d_model)
         self.num_heads = o.num_heads
 
-    def forward(self, x):
+    def forward(self, x, cache=None, position=0):
+        # cache: (keys, values) of this layer, (B, nh, positions, hs) each,
+        # written in place at [position, position + T) (C++: forward_cached).
         b, t, d = x.shape
         q, k, v = self.c_attn(x).split(d, -1)  # (B, T, d) each
 
@@ -201,7 +215,11 @@ class GPT2Attention(nn.Module):
             hs = d // self.num_heads
             return y.view(b, t, self.num_heads, hs).transpose(1, 2)  # (B, nh, T, hs)
 
-        y = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
+        q, k, v = heads(q), heads(k), heads(v)
+        if cache is not None:
+            k, v = _cached(cache, k, v, position)
+        # A chunk from position 0 is causal; one new token attends to all before it.
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None or t > 1)
         return self.c_proj(y.transpose(1, 2).reshape(b, t, d))  # (B, T, d)
 
 
@@ -223,8 +241,8 @@ class GPT2Block(nn.Module):
         self.attn = GPT2Attention(o)
         self.mlp = GPT2MLP(o.d_model)
 
-    def forward(self, x):
-        h = x + self.attn(self.ln_1(x))
+    def forward(self, x, cache=None, position=0):
+        h = x + self.attn(self.ln_1(x), cache, position)
         return h + self.mlp(self.ln_2(h))
 
 
@@ -249,6 +267,26 @@ class GPT2LM(nn.Module):
             x = block(x)
         # The LM head is tied to the token embedding: no parameter of its own.
         return F.linear(self.ln_f(x), self.wte.weight)  # (B, T, V)
+
+    def forward_cached(self, tokens, position, cache):
+        """tokens (B, T) at [position, position + T), every layer's keys and
+        values written into cache (make_cache) -> the last position's logits
+        (B, V)."""
+        t = tokens.shape[1]
+        if position + t > cache[0][0].shape[2]:
+            raise ValueError(f"position {position + t} is beyond the cache of "
+                             f"{cache[0][0].shape[2]}")
+        pos = torch.arange(position, position + t, device=tokens.device)
+        x = self.wte(tokens) + self.wpe(pos)  # (B, T, d)
+        for block, layer_cache in zip(self.h, cache):
+            x = block(x, layer_cache, position)
+        return F.linear(self.ln_f(x[:, t - 1]), self.wte.weight)  # (B, V)
+
+    def make_cache(self, batch, positions):
+        o = self.options
+        w = self.wte.weight
+        shape = (batch, o.num_heads, positions, o.d_model // o.num_heads)
+        return [(w.new_empty(shape), w.new_empty(shape)) for _ in range(o.num_layers)]
 
 
 # ------------------------------------------------------------------- Llama
@@ -323,7 +361,7 @@ class LlamaAttention(nn.Module):
         self.o_proj = nn.Linear(o.num_heads * o.head_dim, o.d_model, bias=False)
         self.o = o
 
-    def forward(self, x, rope):
+    def forward(self, x, rope, cache=None, position=0):
         b, t, _ = x.shape
         o = self.o
         cos, sin = rope
@@ -334,9 +372,12 @@ class LlamaAttention(nn.Module):
         v = heads(self.v_proj(x), o.num_kv_heads)
         q = apply_llama_rotary(heads(self.q_proj(x), o.num_heads), cos, sin).to(v.dtype)
         k = apply_llama_rotary(heads(self.k_proj(x), o.num_kv_heads), cos, sin).to(v.dtype)
+        if cache is not None:
+            k, v = _cached(cache, k, v, position)  # (B, kv, position + T, hs)
         rep = o.num_heads // o.num_kv_heads
         k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
+        y = F.scaled_dot_product_attention(q, k, v,
+                                           is_causal=cache is None or t > 1)  # (B, nh, T, hs)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, o.num_heads * o.head_dim))
 
 
@@ -359,8 +400,8 @@ class LlamaLayer(nn.Module):
         self.self_attn = LlamaAttention(o)
         self.mlp = LlamaMLP(o.d_model, o.d_ff)
 
-    def forward(self, x, rope):
-        h = x + self.self_attn(self.input_layernorm(x), rope)
+    def forward(self, x, rope, cache=None, position=0):
+        h = x + self.self_attn(self.input_layernorm(x), rope, cache, position)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -381,16 +422,36 @@ class LlamaLM(nn.Module):
             self.lm_head = nn.Linear(o.d_model, o.vocab_size, bias=False)
         self.options = o
 
-    def forward(self, tokens):
-        # tokens: (B, T) int64 at positions [0, T) -> logits (B, T, V).
-        positions = torch.arange(tokens.shape[1], device=tokens.device)
+    def _hidden(self, tokens, position=0, cache=None):
+        t = tokens.shape[1]
+        if cache is not None and position + t > cache[0][0].shape[2]:
+            raise ValueError(f"position {position + t} is beyond the cache of "
+                             f"{cache[0][0].shape[2]}")
+        positions = torch.arange(position, position + t, device=tokens.device)
         x = self.model.embed_tokens(tokens)
         rope = self.model.rotary_emb(positions, x.dtype)
-        for layer in self.model.layers:
-            x = layer(x, rope)
-        y = self.model.norm(x)
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, rope) if cache is None else layer(x, rope, cache[i], position)
+        return self.model.norm(x)
+
+    def _logits(self, y):
         head = self.model.embed_tokens.weight if self.options.tied else self.lm_head.weight
-        return F.linear(y, head)  # (B, T, V)
+        return F.linear(y, head)
+
+    def forward(self, tokens):
+        # tokens: (B, T) int64 at positions [0, T) -> logits (B, T, V).
+        return self._logits(self._hidden(tokens))  # (B, T, V)
+
+    def forward_cached(self, tokens, position, cache):
+        """As GPT2LM.forward_cached: the last position's logits (B, V)."""
+        y = self._hidden(tokens, position, cache)
+        return self._logits(y[:, tokens.shape[1] - 1])  # (B, V)
+
+    def make_cache(self, batch, positions):
+        o = self.options
+        w = self.model.embed_tokens.weight
+        shape = (batch, o.num_kv_heads, positions, o.head_dim)
+        return [(w.new_empty(shape), w.new_empty(shape)) for _ in range(o.num_layers)]
 
 
 # ------------------------------------------------------------------ ResNet
@@ -847,6 +908,67 @@ def forward_inputs(family, size, batch, seq=None, dtype=torch.float32, device="c
 
 def param_count(model):
     return sum(p.numel() for p in model.parameters())
+
+
+# ------------------------------------------------------- FLOPs of a step
+# The C++ families' analytic counts (lib/models/{transformer,gpt2,llama}.cc:
+# *ForwardFlops, *GenerateFlops), 2 FLOPs a multiply-add, attention over every
+# (query, key) pair; a training step is three forwards.
+
+LANGUAGE_FAMILIES = ("Transformer", "GPT2", "Llama")
+
+
+def _layer_flops(family, o, batch, tokens, keys):
+    if family == "Transformer":
+        d, f = o.d_model, o.d_ff
+        return (2 * batch * tokens * d * d * 4 + 2 * batch * tokens * keys * d * 2
+                + 2 * batch * tokens * d * f * 3)
+    if family == "GPT2":
+        d = o.d_model
+        return 24 * batch * tokens * d * d + 4 * batch * tokens * keys * d
+    if family == "Llama":
+        d, f = o.d_model, o.d_ff
+        q, k = o.num_heads * o.head_dim, o.num_kv_heads * o.head_dim
+        return (2 * batch * tokens * d * (2 * q + 2 * k) + 2 * batch * tokens * keys * q * 2
+                + 2 * batch * tokens * d * f * 3)
+    raise ValueError(f"no FLOP count for '{family}'; valid: {', '.join(LANGUAGE_FAMILIES)}")
+
+
+def _vocab(o):
+    return getattr(o, "vocab_size", None) or o.vocab
+
+
+def forward_flops(family, size, batch, seq):
+    """FLOPs of a forward over (batch, seq) tokens, logits of every position."""
+    o = size_entry(family, size).options
+    return (o.num_layers * _layer_flops(family, o, float(batch), float(seq), float(seq))
+            + 2.0 * batch * seq * o.d_model * _vocab(o))
+
+
+def generate_flops(family, size, batch, prompt, new_tokens):
+    """FLOPs of greedy generation with a cache: the prompt in one pass, then
+    one token a step over every cached key; logits of the last position."""
+    o = size_entry(family, size).options
+    head = 2.0 * batch * o.d_model * _vocab(o)
+    flops = o.num_layers * _layer_flops(family, o, float(batch), float(prompt),
+                                        float(prompt)) + head
+    for i in range(1, new_tokens):
+        flops += o.num_layers * _layer_flops(family, o, float(batch), 1.0,
+                                             float(prompt + i)) + head
+    return flops
+
+
+def decode_weight_elements(family, size):
+    """Weights a decode step reads (C++ Build*'s weight_bytes over the
+    element size): all of them but the position or token embedding's other
+    rows (Llama tied: its embedding is the head, read whole)."""
+    o = size_entry(family, size).options
+    params = size_entry(family, size).card_params
+    if family == "GPT2":
+        return params - o.max_positions * o.d_model
+    if family == "Llama":
+        return params - (0 if o.tied else o.vocab_size * o.d_model)
+    raise ValueError(f"'{family}' has no generate phase")
 
 
 # ------------------------------------------------------------------- check

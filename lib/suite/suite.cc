@@ -195,6 +195,10 @@ void AddContext(const SuiteOptions& o, const std::string& malloc_description,
       {"warmup", absl::StrCat(">= ", o.run.warmup_steps,
                               " steps and >= ", o.run.warmup_seconds, " s")},
       {"seed", absl::StrCat(o.run.seed)},
+      // Inference phases run under c10::InferenceMode (workloads/phases.cc,
+      // generation.cc); tools/pybench records its own, and the C++ and
+      // Python comparison names a difference.
+      {"grad_mode", "inference_mode"},
       {"memory_guard",
        o.run.memory_guard
            ? "on: a benchmark whose estimate does not fit is refused before it is built"

@@ -146,7 +146,7 @@ class NanoJsonTest(unittest.TestCase):
         ctx = self.doc["context"]
         for key in ("libtorch_version", "blas", "intra_op_threads", "inter_op_threads",
                     "blas_threads", "cpu_model", "cuda_runtime", "build_type",
-                    "suite_commit", "malloc", "sync"):
+                    "suite_commit", "malloc", "sync", "grad_mode"):
             self.assertIn(key, ctx)
             self.assertTrue(ctx[key], key)
         # How OpenMP threads wait changes the speed: recorded when set (ctest

@@ -1,0 +1,219 @@
+"""C++ beside Python: one benchmark's runtimes lined up by name.
+
+bench names its eager results Family/size/device/phase/.../dtype and its
+compiled ones .../dtype/aoti or .../dtype/torchscript; tools/pybench names
+PyTorch's .../dtype/py_eager and .../dtype/py_compile. Without the runtime
+label the names are the same benchmark: the same model, shapes and work.
+
+    split_runtime(name)        (name without the runtime, runtime)
+    strip_runtimes(doc, keep)  a document of one runtime a side, named as bench
+    settings(doc, phase)       what decides a comparison besides the code
+    rows(docs, labels)         per benchmark and runtime: time, ratio to Python
+                               eager with its confidence interval, verdict
+    markdown(rows)             the "C++ and Python" table
+
+The ratio is a runtime's mean step time over Python eager's, and its 95%
+confidence interval comes from the repetitions (Welch's t on the logarithms
+of the repetitions' times, so that the interval of a ratio is a ratio's).
+A verdict says "noise" when the interval holds 1, and names the setting
+instead of a speed when the two runs differ in threads, grad mode, malloc
+settings or warm-up: that difference is the settings', not the runtimes'.
+"""
+import math
+import re
+import statistics
+
+import ltb_results
+
+CPP_EAGER = "cpp_eager"
+# Runtimes in the table's order, with what each is.
+RUNTIMES = {
+    CPP_EAGER: "C++ eager (LibTorch)",
+    "aoti": "C++ AOTInductor",
+    "torchscript": "C++ TorchScript",
+    "py_eager": "Python eager",
+    "py_compile": "Python torch.compile",
+}
+LABELS = tuple(r for r in RUNTIMES if r != CPP_EAGER)
+REFERENCE = "py_eager"
+# bench runs inference phases under c10::InferenceMode (lib/workloads/
+# phases.cc, generation.cc) and says so in its context's grad_mode; a bench
+# file from before it did ran that way too.
+BENCH_GRAD_MODE = "inference_mode"
+TRAINING_PHASES = ("forward_backward", "train_step", "train_epoch")
+# TorchScript's profiling executor runs its first calls unoptimised.
+TORCHSCRIPT_PROFILING_RUNS = 2
+_RUNTIME = re.compile(r"/(" + "|".join(LABELS) + r")(?=/|_|$)")
+
+
+def split_runtime(name):
+    """('GPT2/small/cpu/forward/batch:1/seq:64/fp32', 'py_eager') from a
+    suite name (Google Benchmark's suffixes already removed)."""
+    head, _, last = name.rpartition("/")
+    if last in LABELS:
+        return head, last
+    return name, CPP_EAGER
+
+
+def runtime_of(doc):
+    """The eager runtime of a result file: Python's for tools/pybench's."""
+    return REFERENCE if doc["context"].get("runtime") == "python" else CPP_EAGER
+
+
+def strip_runtimes(doc, keep=None):
+    """The document with only the entries of one runtime (`keep`, else the
+    file's eager one), named without it: a bench file and a pybench file
+    then pair by name in compare.py."""
+    keep = keep or runtime_of(doc)
+    kept = []
+    for e in doc["benchmarks"]:
+        _, runtime = split_runtime(ltb_results.base_name(e))
+        if runtime != keep:
+            continue
+        e = dict(e)
+        for key in ("name", "run_name"):
+            if key in e:
+                e[key] = _RUNTIME.sub("", e[key])
+        kept.append(e)
+    return dict(doc, benchmarks=kept)
+
+
+def _warmup(text):
+    """(steps, seconds) from a context's 'warmup': '>= 1 steps and >= 0.5 s'."""
+    m = re.search(r">=\s*(\d+)\s*steps.*?>=\s*([0-9.]+)\s*s", str(text or ""))
+    return (int(m[1]), float(m[2])) if m else None
+
+
+def settings(doc, phase):
+    """What a run's context says about the settings a comparison must share."""
+    c = doc["context"]
+    grad = "grad" if phase in TRAINING_PHASES else c.get("grad_mode", BENCH_GRAD_MODE)
+    return {"threads": c.get("intra_op_threads"), "interop threads": c.get("inter_op_threads"),
+            "grad mode": grad,
+            "malloc": _malloc(c.get("malloc", "system" if c.get("runtime") == "python" else None)),
+            "warm-up": _warmup(c.get("warmup"))}
+
+
+def _malloc(text):
+    """'tuned' or 'system' from a context's malloc; a tools/pybench file
+    from before it tuned malloc ran with glibc's defaults."""
+    if text is None:
+        return None
+    return "tuned" if "tuned" in str(text) else "system"
+
+
+def setting_notes(mine, reference, runtime):
+    """Sentences for the settings that differ from the reference run's, and
+    for a TorchScript run whose warm-up may have timed its profiling runs."""
+    notes = []
+    for key in ("threads", "interop threads", "grad mode", "malloc"):
+        if mine[key] is not None and reference[key] is not None and \
+                str(mine[key]) != str(reference[key]):
+            notes.append(f"{key} {mine[key]} vs {reference[key]}")
+    if mine["warm-up"] and reference["warm-up"] and mine["warm-up"] != reference["warm-up"]:
+        notes.append("warm-up {} steps/{:g} s vs {} steps/{:g} s".format(
+            *mine["warm-up"], *reference["warm-up"]))
+    if runtime == "torchscript" and mine["warm-up"] and \
+            mine["warm-up"][0] < TORCHSCRIPT_PROFILING_RUNS and mine["warm-up"][1] == 0:
+        notes.append(f"warm-up of {mine['warm-up'][0]} step(s): TorchScript's profiling "
+                     f"executor optimises after {TORCHSCRIPT_PROFILING_RUNS} calls")
+    return notes
+
+
+def t_quantile(df):
+    """The 97.5% quantile of Student's t (scipy's when there, else a
+    close approximation)."""
+    try:
+        from scipy import stats
+        return float(stats.t.ppf(0.975, df))
+    except ImportError:
+        z = 1.959964
+        return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+
+
+def ratio_interval(times, reference):
+    """(ratio of means, (low, high) 95% interval or None): Welch's t on the
+    logarithms of the repetitions' times; None with fewer than two a side."""
+    ratio = statistics.fmean(times) / statistics.fmean(reference)
+    if len(times) < 2 or len(reference) < 2:
+        return ratio, None
+    a, b = [math.log(t) for t in times], [math.log(t) for t in reference]
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return ratio, (ratio, ratio)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    centre = statistics.fmean(a) - statistics.fmean(b)
+    half = t_quantile(df) * se
+    return ratio, (math.exp(centre - half), math.exp(centre + half))
+
+
+def verdict(ratio, interval, notes):
+    if notes:
+        return "settings differ: " + "; ".join(notes)
+    if interval is None:
+        return "one repetition: no interval"
+    if interval[0] <= 1 <= interval[1]:
+        return "noise"
+    return f"{1 / ratio:.2f}x faster" if ratio < 1 else f"{ratio:.2f}x slower"
+
+
+def rows(docs, labels):
+    """Per benchmark measured in Python eager, every runtime's result in
+    the files: [{benchmark, runtime, file, time, reps, ratio, interval,
+    verdict, notes}], the reference row (Python eager) first in its group."""
+    found = {}  # base name -> runtime -> (bench, doc, label)
+    order = []
+    for doc, label in zip(docs, labels):
+        for name, bench in ltb_results.collect(doc).items():
+            base, runtime = split_runtime(name)
+            if runtime == CPP_EAGER and runtime_of(doc) == REFERENCE:
+                continue  # not a pybench name
+            if base not in found:
+                found[base] = {}
+                order.append(base)
+            found[base].setdefault(runtime, (bench, doc, label))
+    out = []
+    for base in order:
+        group = found[base]
+        if REFERENCE not in group or len(group) < 2:
+            continue
+        ref_bench, ref_doc, _ = group[REFERENCE]
+        phase = ltb_results.parse_name(base)["phase"]
+        ref_settings = settings(ref_doc, phase)
+        for runtime in RUNTIMES:
+            if runtime not in group:
+                continue
+            bench, doc, label = group[runtime]
+            if runtime == REFERENCE:
+                ratio, interval, notes = 1.0, None, []
+            else:
+                ratio, interval = ratio_interval(bench.times, ref_bench.times)
+                notes = setting_notes(settings(doc, phase), ref_settings, runtime)
+            out.append({
+                "benchmark": base, "runtime": runtime, "file": label,
+                "time": statistics.fmean(bench.times), "reps": bench.repetitions,
+                "ratio": ratio, "interval": interval, "notes": notes,
+                "compile_s": bench.median("compile_s"),
+                "verdict": "reference" if runtime == REFERENCE else verdict(ratio, interval,
+                                                                             notes)})
+    return out
+
+
+def format_ratio(r):
+    if r["runtime"] == REFERENCE:
+        return "1"
+    ci = "" if r["interval"] is None else " [{:.3g}, {:.3g}]".format(*r["interval"])
+    return f"{r['ratio']:.3g}{ci}"
+
+
+def markdown(table):
+    headers = ["benchmark", "runtime", "file", "mean time", "reps",
+               "time / Python eager [95% CI]", "verdict", "compile"]
+    cells = []
+    for r in table:
+        cells.append([f"`{r['benchmark']}`", RUNTIMES[r["runtime"]], r["file"],
+                      ltb_results.format_seconds(r["time"]), str(r["reps"]), format_ratio(r),
+                      r["verdict"],
+                      "—" if r["compile_s"] is None else f"{r['compile_s']:.1f} s"])
+    return ltb_results.markdown_table(headers, cells)

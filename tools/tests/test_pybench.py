@@ -1,0 +1,315 @@
+"""tools/pybench runs the work bench runs, and the tools line the two up.
+
+Both sides build the same models (parameters, FLOPs a step) and use the same
+threads and malloc settings, checked against a built bench where the tests find one (LTB_BENCH,
+as ctest sets it), else against the C++ analytic counts mirrored in
+ltb_models and the FLOPs PyTorch's counter sees the Python model do. What
+noise on a loaded two-core machine cannot break is asserted: counts, names,
+contexts, and a step slowed four times over showing as slower.
+"""
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+import browser
+from helpers import COMPARE_PY, TOOLS, ToolTest, built_bench, doc, repeated
+from test_report_html import page_data, points_by_section
+
+sys.path.insert(0, TOOLS)
+import ltb_results  # noqa: E402
+import ltb_runtimes  # noqa: E402
+
+# Tiny shapes: every language phase of the nano models in about a second.
+FILTER = ("^(Transformer|GPT2|Llama|ResNet|CNN)/nano/cpu/"
+          "(forward|forward_backward|train_step|generate)/")
+SHAPES = ["--batch=2", "--seq=16", "--prompt=4", "--new_tokens=3", "--steps=2",
+          "--warmup_steps=1", "--warmup_s=0", "--peak_flops=1e11", "--peak_bandwidth=1e10"]
+PHASES = ("forward", "forward_backward", "train_step", "generate")
+
+
+def runnable_bench():
+    path = built_bench()
+    return path if os.access(path, os.X_OK) else None
+
+
+def per_step(entry, counter):
+    """A rate counter times the step time: the count a step."""
+    return entry[counter] * entry["real_time"] * 1e-3  # time_unit ms
+
+
+def by_name(path):
+    """Measured entries of a result file by name without the runtime."""
+    with open(path) as f:
+        doc = json.load(f)
+    doc.setdefault("context", {})
+    return {ltb_runtimes.split_runtime(ltb_results.base_name(e))[0]: e
+            for e in ltb_results.iterations(doc)}
+
+
+class PybenchTest(ToolTest):
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+        cls._shared = tempfile.TemporaryDirectory()
+        cls.py_json = os.path.join(cls._shared.name, "py.json")
+        proc = subprocess.run([sys.executable, os.path.join(TOOLS, "pybench"),
+                               f"--benchmark_filter={FILTER}", *SHAPES,
+                               f"--benchmark_out={cls.py_json}"],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        with open(cls.py_json) as f:
+            cls.py = json.load(f)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls._shared.cleanup()
+
+    def pybench(self, *args, timeout=600):
+        return self.run_tool("pybench", *args, timeout=timeout)
+
+    def test_names_are_benchs_with_the_runtime(self):
+        names = [e["name"] for e in self.py["benchmarks"]]
+        # Transformer has no generate phase; ResNet and CNN forward and train_step.
+        self.assertEqual(len(names), 15)
+        self.assertIn("GPT2/nano/cpu/generate/batch:2/prompt:4/new:3/fp32/py_eager/"
+                      "iterations:2/manual_time", names)
+        self.assertIn("Llama/nano/cpu/train_step/batch:2/seq:16/fp32/py_eager/"
+                      "iterations:2/manual_time", names)
+        context = self.py["context"]
+        for key in ("intra_op_threads", "inter_op_threads", "grad_mode", "warmup",
+                    "torch_version", "libtorch_version", "blas", "seed"):
+            self.assertIn(key, context)
+        self.assertEqual(context["runtime"], "python")
+        self.assertEqual(context["grad_mode"], "inference_mode")
+        self.assertEqual(context["warmup"], ">= 1 steps and >= 0 s")
+        self.assertEqual(context["malloc"], "glibc malloc, tuned: M_MMAP_MAX=0, "
+                                            "M_TRIM_THRESHOLD=1GiB, M_TOP_PAD=64MiB")
+
+    def test_same_parameters_and_flops_as_the_cpp_models(self):
+        """Against bench's own JSON where a built bench is found; else the
+        C++ size tables' card counts (test_ltb_models checks them against
+        the C++ source) and the FLOPs PyTorch's counter sees."""
+        py = by_name(self.py_json)
+        bench = runnable_bench()
+        if bench:
+            out = os.path.join(self.tmp, "bench.json")
+            proc = subprocess.run([bench, f"--benchmark_filter={FILTER}", *SHAPES,
+                                   f"--benchmark_out={out}", "--benchmark_out_format=json"],
+                                  capture_output=True, text=True, timeout=600)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            cpp = by_name(out)
+            self.assertEqual(sorted(cpp), sorted(py))
+            for name, e in cpp.items():
+                self.assertEqual(py[name]["params"], e["params"], name)
+                for counter in ("FLOP/s", "tokens/s", "samples/s"):
+                    self.assertEqual(counter in py[name], counter in e, f"{name} {counter}")
+                    if counter not in e:
+                        continue
+                    self.assertAlmostEqual(per_step(py[name], counter) / per_step(e, counter),
+                                           1.0, places=9, msg=f"{name} {counter}")
+            with open(out) as f:
+                context = json.load(f)["context"]
+            self.assertEqual(self.py["context"]["intra_op_threads"], context["intra_op_threads"])
+            self.assertEqual(self.py["context"]["inter_op_threads"], context["inter_op_threads"])
+            self.assertEqual(self.py["context"]["warmup"], context["warmup"])
+            self.assertEqual(self.py["context"]["malloc"], context["malloc"])
+            return
+        import ltb_models
+        for name, e in py.items():
+            fields = name.split("/")
+            family, size, phase = fields[0], fields[1], fields[3]
+            self.assertEqual(e["params"], ltb_models.size_entry(family, size).card_params)
+            if family in ("ResNet", "CNN"):
+                continue  # their FLOPs are PyTorch's counter's: checked against bench's
+            flops = per_step(e, "FLOP/s")
+            if phase == "generate":
+                want = ltb_models.generate_flops(family, size, 2, 4, 3)
+            else:
+                want = ltb_models.forward_flops(family, size, 2, 16) * (
+                    1 if phase == "forward" else 3)
+            self.assertAlmostEqual(flops / want, 1.0, places=9, msg=name)
+
+    def test_the_flops_counted_are_the_work_the_python_model_does(self):
+        """PyTorch's FLOP counter over the Python model's forward and cached
+        generation gives the analytic count pybench reports."""
+        import torch
+        from torch.utils.flop_counter import FlopCounterMode
+
+        import ltb_models
+        for family in ("Transformer", "GPT2", "Llama"):
+            model = ltb_models.build(family, "nano", **ltb_models.benchmark_overrides(family, 16))
+            tokens = torch.randint(0, 1000, (2, 16))
+            with FlopCounterMode(display=False) as counter, torch.inference_mode():
+                model.eval()(tokens)
+            self.assertEqual(counter.get_total_flops(),
+                             ltb_models.forward_flops(family, "nano", 2, 16), family)
+            if family == "Transformer":
+                continue
+            with FlopCounterMode(display=False) as counter, torch.inference_mode():
+                cache = model.make_cache(2, 7)
+                token = model.forward_cached(tokens[:, :4], 0, cache).argmax(-1, keepdim=True)
+                generated = [token]
+                for i in range(1, 3):
+                    token = model.forward_cached(token, 4 + i - 1, cache).argmax(-1, keepdim=True)
+                    generated.append(token)
+            self.assertEqual(counter.get_total_flops(),
+                             ltb_models.generate_flops(family, "nano", 2, 4, 3), family)
+            # The cache computes what recomputing the whole sequence does.
+            with torch.inference_mode():
+                seq = tokens[:, :4]
+                for _ in range(3):
+                    seq = torch.cat([seq, model(seq)[:, -1].argmax(-1, keepdim=True)], 1)
+            self.assertTrue(torch.equal(seq[:, 4:], torch.cat(generated, 1)), family)
+
+    def test_same_threads_as_bench(self):
+        proc = self.pybench(f"--benchmark_filter={FILTER}", "--benchmark_list_tests")
+        self.assertExit(proc, 0)
+        out = os.path.join(self.tmp, "one.json")
+        proc = self.pybench("--benchmark_filter=^GPT2/nano/cpu/forward/", *SHAPES,
+                            "--threads=1", f"--benchmark_out={out}")
+        self.assertExit(proc, 0)
+        with open(out) as f:
+            context = json.load(f)["context"]
+        self.assertEqual(context["intra_op_threads"], "1")
+        self.assertEqual(context["blas_threads"], "1")
+        self.assertEqual(context["inter_op_threads"], "1")
+
+    def test_a_slowed_step_shows_as_slower(self):
+        """A step slowed four times over (busy-waiting three times its own
+        time) is measured slower, with an interval that excludes 1."""
+        runs = {}
+        for slowdown in ("1", "4"):
+            out = os.path.join(self.tmp, f"slow{slowdown}.json")
+            # One thread: a busy neighbour (a build) cannot stall a thread pool.
+            proc = self.pybench("--benchmark_filter=^GPT2/nano/cpu/forward/", "--batch=1",
+                                "--seq=64", "--threads=1", "--benchmark_min_time=0.05",
+                                "--warmup_s=0.02",
+                                "--benchmark_repetitions=3", "--peak_flops=1e11",
+                                f"--slowdown={slowdown}", f"--benchmark_out={out}")
+            self.assertExit(proc, 0)
+            with open(out) as f:
+                runs[slowdown] = [e["real_time"] for e in json.load(f)["benchmarks"]
+                                  if e["run_type"] == "iteration"]
+        ratio, (low, high) = ltb_runtimes.ratio_interval(runs["4"], runs["1"])
+        self.assertGreater(ratio, 2.0, runs)
+        self.assertGreater(low, 1.0, runs)
+
+    def test_a_changed_shape_is_another_benchmark(self):
+        names = {}
+        for seq in ("16", "17"):
+            proc = self.pybench("--benchmark_filter=^GPT2/nano/cpu/forward/", f"--seq={seq}",
+                                "--benchmark_list_tests")
+            self.assertExit(proc, 0)
+            names[seq] = proc.stdout.split()
+        self.assertEqual(names["16"], ["GPT2/nano/cpu/forward/batch:1/seq:16/fp32/py_eager/"
+                                       "manual_time"])
+        self.assertNotEqual(names["16"], names["17"])
+
+    @unittest.skipUnless(os.path.exists(COMPARE_PY), "compare.py (libbenchmark-tools) is missing")
+    def test_compare_refuses_another_shape_and_pairs_the_same(self):
+        other = os.path.join(self.tmp, "seq17.json")
+        proc = self.pybench("--benchmark_filter=^GPT2/nano/cpu/forward/", "--batch=2",
+                            "--seq=17", "--steps=2", "--warmup_s=0", "--peak_flops=1e11",
+                            f"--benchmark_out={other}")
+        self.assertExit(proc, 0)
+        cpp = self.write("cpp.json", doc(
+            repeated("GPT2/nano/cpu/forward/batch:2/seq:16/fp32/iterations:2", [1.0, 1.1]),
+            intra_op_threads=self.py["context"]["intra_op_threads"]))
+        proc = self.run_tool("compare", cpp, other)
+        self.assertExit(proc, 2)
+        self.assertIn("no measured benchmark in common", proc.stderr)
+        proc = self.run_tool("compare", cpp, self.py_json, "--no-color")
+        self.assertExit(proc, 0)
+        self.assertIn("paired by name without the runtime label", proc.stderr)
+        self.assertIn("GPT2/nano/cpu/forward/batch:2/seq:16/fp32/iterations:2/manual_time",
+                      proc.stdout)
+
+    def test_bad_flags_exit_2(self):
+        for args, message in ((["--cuda_graphs=true"], "bench's only"),
+                              (["--bogus=1"], "unknown flag --bogus"),
+                              (["--dtype=fp8"], "valid: fp32, bf16, fp16"),
+                              (["--benchmark_filter=Encoder"], "selects no benchmark"),
+                              (["--runtime=jit"], "valid: eager, compile")):
+            proc = self.pybench(*args)
+            self.assertExit(proc, 2)
+            self.assertIn(message, proc.stderr)
+
+
+NAME = "GPT2/small/cpu/forward/batch:1/seq:64/fp32"
+
+
+class RuntimesTableTest(ToolTest):
+    """ltb_runtimes' ratios, intervals and verdicts, on fixture files."""
+
+    def files(self, cpp_ms, py_ms, cpp_context=None, py_context=None):
+        same = {"intra_op_threads": "2", "inter_op_threads": "1",
+                "warmup": ">= 1 steps and >= 0.5 s"}
+        cpp = doc(repeated(NAME, cpp_ms), **dict(same, **(cpp_context or {})))
+        py = doc(repeated(NAME + "/py_eager", py_ms), repeated(NAME + "/py_compile", py_ms),
+                 **dict(same, runtime="python", grad_mode="inference_mode")
+                 | (py_context or {}))
+        return [self.write("cpp.json", cpp), self.write("py.json", py)], [cpp, py]
+
+    def table(self, docs):
+        return {r["runtime"]: r for r in ltb_runtimes.rows(docs, ["cpp", "py"])}
+
+    def test_faster_noise_and_reference(self):
+        _, docs = self.files([80.0, 81.0, 79.0, 80.5], [100.0, 101.0, 99.0, 100.5])
+        table = self.table(docs)
+        self.assertEqual(list(table), ["cpp_eager", "py_eager", "py_compile"])
+        self.assertAlmostEqual(table["cpp_eager"]["ratio"], 0.8, places=2)
+        self.assertEqual(table["cpp_eager"]["verdict"], "1.25x faster")
+        self.assertEqual(table["py_compile"]["verdict"], "noise")
+        self.assertEqual(table["py_eager"]["verdict"], "reference")
+        _, docs = self.files([99.0, 103.0, 97.0], [100.0, 101.0, 99.0])
+        self.assertEqual(self.table(docs)["cpp_eager"]["verdict"], "noise")
+        _, docs = self.files([80.0], [100.0])
+        self.assertEqual(self.table(docs)["cpp_eager"]["verdict"],
+                         "one repetition: no interval")
+
+    def test_a_settings_difference_is_named_instead_of_a_speed(self):
+        _, docs = self.files([50.0, 51.0, 49.0], [100.0, 101.0, 99.0],
+                             cpp_context={"intra_op_threads": "4"})
+        self.assertEqual(self.table(docs)["cpp_eager"]["verdict"],
+                         "settings differ: threads 4 vs 2")
+        _, docs = self.files([50.0, 51.0, 49.0], [100.0, 101.0, 99.0],
+                             py_context={"grad_mode": "grad"})
+        self.assertIn("grad mode inference_mode vs grad",
+                      self.table(docs)["cpp_eager"]["verdict"])
+        _, docs = self.files([50.0, 51.0, 49.0], [100.0, 101.0, 99.0],
+                             cpp_context={"warmup": ">= 1 steps and >= 0 s"})
+        self.assertIn("warm-up 1 steps/0 s vs 1 steps/0.5 s",
+                      self.table(docs)["cpp_eager"]["verdict"])
+        _, docs = self.files([50.0, 51.0, 49.0], [100.0, 101.0, 99.0],
+                             cpp_context={"malloc": "glibc malloc, tuned: M_MMAP_MAX=0"},
+                             py_context={"malloc": "glibc malloc, default settings"})
+        self.assertEqual(self.table(docs)["cpp_eager"]["verdict"],
+                         "settings differ: malloc tuned vs system")
+
+    def test_report_has_the_table_and_the_html_section(self):
+        paths, _ = self.files([80.0, 81.0, 79.0], [100.0, 101.0, 99.0])
+        proc = self.run_tool("report", *paths)
+        self.assertExit(proc, 0)
+        self.assertIn("C++ and Python", proc.stdout)
+        self.assertIn("| `GPT2/small/cpu/forward/batch:1/seq:64/fp32` | C++ eager (LibTorch) |",
+                      proc.stdout)
+        proc = self.run_tool("report", "--format", "html", *paths)
+        self.assertExit(proc, 0)
+        self.assertIn('<section id="runtimes"><h2>C++ and Python</h2>', proc.stdout)
+        self.assertIn("1.25x faster", proc.stdout)
+        # One bar per runtime beside Python eager: C++ eager and torch.compile.
+        data = page_data(proc.stdout)
+        self.assertEqual(points_by_section(data).get("runtimes"), 2)
+        why = browser.unavailable()
+        if why:
+            self.skipTest(f"headless Chromium: {why}")
+        page = self.write("report.html", proc.stdout)
+        seen = browser.open_page(page)
+        self.assertEqual(seen["console_errors"], [])
+        self.assertEqual(seen["drawn"]["sections"].get("runtimes"), 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
