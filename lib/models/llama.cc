@@ -143,6 +143,16 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x,
     k = cache_k->narrow(2, 0, position + t);  // (B, kv, position + T, hs)
     v = cache_v->narrow(2, 0, position + t);
   }
+  if (t == 1 && kv_heads_ != heads_) {
+    // Decoding one token: the rep query heads a kv head serves attend to the
+    // same keys with no mask, as rep queries of one head would. Grouped so,
+    // attention reads the cache in place, where repeating its keys and
+    // values to every head (below) would copy rep times the cache each step.
+    const int64_t rep = heads_ / kv_heads_;
+    const at::Tensor y = Attention(q.reshape({b, kv_heads_, rep, head_dim_}), k, v,
+                                   /*causal=*/false, fused_);  // (B, kv, rep, hs)
+    return o_proj(y.reshape({b, 1, heads_ * head_dim_}));
+  }
   if (kv_heads_ != heads_) {
     // Each kv head serves heads / kv heads query heads in a row (transformers'
     // repeat_kv).
