@@ -367,8 +367,9 @@ Family LlamaFamily() {
   for (const LlamaSize& s : LlamaSizes()) f.sizes.push_back(s.name);
   f.phases = {ForwardPhase(), ForwardBackwardPhase(), TrainStepPhase(), GeneratePhase()};
   // The default suite: 1B's generation, of 8 new tokens on the CPU (each
-  // decode step reads 5 GB of fp32 weights: about half a second on two cores).
-  f.suite = {"1B/[^/]+/generate/"};
+  // decode step reads 5 GB of fp32 weights: about half a second on two
+  // cores); on GPUs 8B's too (32 GB of fp32 weights, 16 of bf16).
+  f.suite = {"1B/[^/]+/generate/", "8B/cuda[^/]*/generate/"};
   f.packs_cpu_linears = true;
   f.default_batch = 1;
   f.default_seqs = {2048};

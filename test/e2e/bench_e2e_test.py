@@ -748,6 +748,7 @@ class SuiteTest(unittest.TestCase):
                       names)
         self.assertIn("Llama/1B/cpu/generate/batch:1/prompt:32/new:8/fp32/manual_time", names)
         self.assertFalse([n for n in names if n.startswith("Llama/") and "/generate/" not in n])
+        self.assertFalse([n for n in names if n.startswith("Llama/8B/")])  # GPUs only
         for name in ("ResNet/resnet18/cpu/forward/batch:4/fp32",
                      "ResNet/resnet18/cpu/train_step/batch:4/fp32",
                      "CNN/default/cpu/train_step/batch:128/fp32",
