@@ -180,15 +180,13 @@ TEST(GPT2Family, GenerationCountersAddUpToTheStepTime) {
       steps;
   std::map<std::string, double> c;
   for (const auto& [name, value] : w->Counters()) c[name] = value;
-  for (const char* name : {"ttft_ms", "tpot_ms", "pp_tok/s", "tg_tok/s",
-                           "weight_GB/s", "tpot_growth_%"}) {
+  for (const char* name :
+       {"ttft_ms", "tpot_ms", "pp_tok/s", "tg_tok/s", "weight_GB/s", "tpot_growth_%"}) {
     EXPECT_TRUE(c.count(name)) << name;
   }
   EXPECT_NEAR(c["ttft_ms"] + 39 * c["tpot_ms"], step_ms, 0.05 * step_ms);
-  EXPECT_NEAR(c["tg_tok/s"], 2 * 39 / (39 * c["tpot_ms"] / 1e3),
-              1e-6 * c["tg_tok/s"]);
-  EXPECT_NEAR(c["pp_tok/s"], 2 * 32 / (c["ttft_ms"] / 1e3),
-              1e-6 * c["pp_tok/s"]);
+  EXPECT_NEAR(c["tg_tok/s"], 2 * 39 / (39 * c["tpot_ms"] / 1e3), 1e-6 * c["tg_tok/s"]);
+  EXPECT_NEAR(c["pp_tok/s"], 2 * 32 / (c["ttft_ms"] / 1e3), 1e-6 * c["pp_tok/s"]);
 }
 
 TEST(GPT2Family, EveryPhaseBuildsAndSteps) {
