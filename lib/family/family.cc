@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "family/registry.h"
 
 namespace ltb {
 
@@ -42,17 +41,6 @@ absl::StatusOr<Case> Family::FindCase(const std::string& size,
 absl::StatusOr<Plan> Family::PlanFor(const BenchSpec& spec) const {
   absl::StatusOr<Case> c = FindCase(spec.size, spec.phase);
   if (!c.ok()) return c.status();
-  if (!spec.weights.empty() && !loads_weights) {
-    std::vector<std::string> loaders;
-    if (absl::StatusOr<std::vector<Family>> all = RegisteredFamilies(); all.ok()) {
-      for (const Family& f : *all) {
-        if (f.loads_weights) loaders.push_back(f.name);
-      }
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " does not load --weights; the families that do: ",
-                     absl::StrJoin(loaders, ", ")));
-  }
   return plan(spec);
 }
 

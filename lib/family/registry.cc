@@ -49,6 +49,21 @@ absl::StatusOr<std::vector<Family>> RegisteredFamilies(bool include_test_only) {
     if (family->Cases().empty()) continue;
     families.push_back(*std::move(family));
   }
+  // A family that loads no checkpoint refuses --weights, naming those that do.
+  std::vector<std::string> loaders;
+  for (const Family& f : families) {
+    if (f.loads_weights) loaders.push_back(f.name);
+  }
+  for (Family& f : families) {
+    if (f.loads_weights) continue;
+    f.plan = [plan = f.plan, name = f.name,
+              loaders](const BenchSpec& spec) -> absl::StatusOr<Plan> {
+      if (spec.weights.empty()) return plan(spec);
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " does not load --weights; the families that do: ",
+                       absl::StrJoin(loaders, ", ")));
+    };
+  }
   return families;
 }
 

@@ -1,10 +1,24 @@
 #include "family/spec.h"
 
+#include <filesystem>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "device/device.h"
-#include "models/weights.h"
 
 namespace ltb {
+
+std::string WeightsName(const std::string& path) {
+  std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // "dir/"
+  std::string name = p.filename().string();
+  if (absl::EndsWith(name, ".index.json") || name == "model.safetensors") {
+    name = p.parent_path().filename().string();
+  } else if (absl::EndsWith(name, ".safetensors")) {
+    name.resize(name.size() - std::string(".safetensors").size());
+  }
+  return name.empty() ? "checkpoint" : name;
+}
 
 std::string BenchSpec::Name() const {
   std::string name;

@@ -79,4 +79,9 @@ struct BenchSpec {
   bool training() const { return kind == PhaseKind::kTraining; }
 };
 
+// The short name of a --weights path for benchmark names: the file's name
+// without .safetensors, or the folder's name (of a folder, or of the index
+// file or model.safetensors in it).
+std::string WeightsName(const std::string& path);
+
 }  // namespace ltb

@@ -1,11 +1,9 @@
 #include "models/weights.h"
 
 #include <ATen/ATen.h>
-#include <openssl/evp.h>
 #include <torch/nn/module.h>
 
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <set>
 
@@ -20,31 +18,6 @@ namespace fs = std::filesystem;
 
 std::string ShapeText(at::IntArrayRef shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
-absl::StatusOr<std::string> FileSha256(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read it"));
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(),
-                                                              &EVP_MD_CTX_free);
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
-    return absl::InternalError("OpenSSL could not start a SHA-256");
-  }
-  std::vector<char> buffer(8 << 20);
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    if (in.gcount() > 0) {
-      EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<size_t>(in.gcount()));
-    }
-  }
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": a read failed"));
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  EVP_DigestFinal_ex(ctx.get(), digest, &size);
-  std::string hex;
-  for (unsigned int i = 0; i < size; ++i)
-    absl::StrAppend(&hex, absl::Hex(digest[i], absl::kZeroPad2));
-  return hex;
 }
 
 }  // namespace
@@ -118,32 +91,6 @@ void LoadSpecWeights(torch::nn::Module& module, const BenchSpec& spec,
                          spec.training() ? c10::kFloat : spec.dtype, names);
   }
   if (!status.ok()) throw std::runtime_error(std::string(status.message()));
-}
-
-std::string WeightsName(const std::string& path) {
-  fs::path p = fs::path(path).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();  // "dir/"
-  std::string name = p.filename().string();
-  if (absl::EndsWith(name, ".index.json") || name == "model.safetensors") {
-    name = p.parent_path().filename().string();
-  } else {
-    if (absl::EndsWith(name, ".safetensors")) name.resize(name.size() - 12);
-  }
-  return name.empty() ? "checkpoint" : name;
-}
-
-absl::StatusOr<std::string> WeightsDigest(const std::string& path) {
-  absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(path);
-  if (!checkpoint.ok()) return checkpoint.status();
-  std::vector<std::string> parts;
-  for (const std::string& file : checkpoint->files()) {
-    absl::StatusOr<std::string> hex = FileSha256(file);
-    if (!hex.ok()) return hex.status();
-    parts.push_back(checkpoint->files().size() == 1
-                        ? *hex
-                        : absl::StrCat(fs::path(file).filename().string(), "=", *hex));
-  }
-  return absl::StrJoin(parts, ", ");
 }
 
 }  // namespace ltb

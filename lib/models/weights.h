@@ -52,13 +52,4 @@ absl::Status LoadWeights(torch::nn::Module& module, const std::string& model,
 void LoadSpecWeights(torch::nn::Module& module, const BenchSpec& spec,
                      const WeightNames& names = {});
 
-// The short name of a checkpoint path for benchmark names: the file's name
-// without .safetensors, or the folder's name (of a folder, or of the index
-// file in it).
-std::string WeightsName(const std::string& path);
-
-// The SHA-256 of each file of the checkpoint at `path`, "file=hex" joined by
-// ", " (one file: its hex alone), for the run's context.
-absl::StatusOr<std::string> WeightsDigest(const std::string& path);
-
 }  // namespace ltb

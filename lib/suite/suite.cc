@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "base/digest.h"
 #include "base/interrupt.h"
 #include "base/threads.h"
 #include "base/torch_compat.h"
@@ -29,7 +30,6 @@
 #include "family/registry.h"
 #include "measure/memory.h"
 #include "measure/runner.h"
-#include "models/weights.h"
 #include "peaks/peaks.h"
 #include "report/context.h"
 #include "report/reporters.h"
@@ -228,7 +228,7 @@ void AddContext(const SuiteOptions& o, const std::string& malloc_description,
     // What was loaded, by content: the files' SHA-256 (a bad checkpoint says
     // why here too, and in each benchmark that tried it).
     extra.emplace_back("weights", o.sweep.weights);
-    absl::StatusOr<std::string> digest = WeightsDigest(o.sweep.weights);
+    absl::StatusOr<std::string> digest = CheckpointSha256(o.sweep.weights);
     extra.emplace_back(
         "weights_sha256",
         digest.ok() ? *digest : absl::StrCat("unreadable: ", digest.status().message()));

@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/digest.h"
 #include "models/gpt2.h"
 #include "models/llama.h"
 
@@ -226,7 +227,7 @@ TEST(WeightsName, IsTheFileOrFolderName) {
   EXPECT_EQ(WeightsName("tiny.safetensors"), "tiny");
 }
 
-TEST(WeightsDigest, IsTheFilesSha256) {
+TEST(CheckpointSha256, IsTheFilesSha256) {
   // sha256sum of the committed nano checkpoint, computed independently.
   const std::string file = (kFixtures / "llama-nano/model.safetensors").string();
   std::string expected;
@@ -235,9 +236,13 @@ TEST(WeightsDigest, IsTheFilesSha256) {
   char buffer[65] = {};
   ASSERT_EQ(fread(buffer, 1, 64, pipe), 64u);
   pclose(pipe);
-  const absl::StatusOr<std::string> digest = WeightsDigest(file);
+  const absl::StatusOr<std::string> digest = CheckpointSha256(file);
+  const absl::StatusOr<std::string> folder =
+      CheckpointSha256((kFixtures / "llama-nano").string());
   ASSERT_TRUE(digest.ok()) << digest.status();
   EXPECT_EQ(*digest, std::string(buffer, 64));
+  ASSERT_TRUE(folder.ok()) << folder.status();
+  EXPECT_EQ(*folder, *digest);  // the folder's one checkpoint file
 }
 
 }  // namespace
