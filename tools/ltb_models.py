@@ -623,6 +623,23 @@ class WhisperAttention(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # (B, nh, T, hs)
         return self.out(y.transpose(1, 2).flatten(2))  # (B, T, w)
 
+    def forward_cached(self, x, cache, position):
+        # Causal self-attention of x at [position, position + T), writing its
+        # keys and values into cache (C++: forward_cached).
+        k, v = _cached(cache, self._heads(self.key(x)), self._heads(self.value(x)), position)
+        y = F.scaled_dot_product_attention(self._heads(self.query(x)), k, v,
+                                           is_causal=x.shape[1] > 1)  # (B, nh, T, hs)
+        return self.out(y.transpose(1, 2).flatten(2))  # (B, T, w)
+
+    def keys_values(self, xa):
+        # The encoder output's keys and values, (B, nh, S, hs) each.
+        return self._heads(self.key(xa)), self._heads(self.value(xa))
+
+    def cross(self, x, k, v):
+        # Cross-attention of x (B, T, w) over precomputed keys and values.
+        y = F.scaled_dot_product_attention(self._heads(self.query(x)), k, v)  # (B, nh, T, hs)
+        return self.out(y.transpose(1, 2).flatten(2))  # (B, T, w)
+
 
 class WhisperBlock(nn.Module):
     def __init__(self, width, heads, cross):
@@ -702,6 +719,59 @@ class Whisper(nn.Module):
 
     def forward(self, mel, tokens):
         return self.decode(tokens, self.encode(mel))
+
+    # Generation with a cache (C++ WhisperImpl::Start, ComputeCross,
+    # DecodeCached): the self-attention keys and values of every decoder
+    # layer, written as tokens come, and the cross-attention ones computed
+    # once per encoder output.
+    def start(self, xa, positions):
+        """The state of a generation over xa (B, S, w) for `positions`
+        tokens: {"self": [(k, v)], "cross": [(k, v)]} per decoder layer."""
+        o = self.options
+        shape = (xa.shape[0], o.heads, positions, o.width // o.heads)  # (B, nh, P, hs)
+        state = {"self": [(xa.new_empty(shape), xa.new_empty(shape))
+                          for _ in range(o.decoder_layers)], "cross": []}
+        self.compute_cross(xa, state)
+        return state
+
+    def compute_cross(self, xa, state):
+        # Once computed, written in place (a captured decode step reads the same tensors).
+        fresh = [block.cross_attn.keys_values(xa) for block in self.decoder.blocks]
+        old = state["cross"]
+        if len(old) == len(fresh) and all(a.shape == k.shape and a.dtype == k.dtype
+                                           for (a, _), (k, _) in zip(old, fresh)):
+            for (a, b), (k, v) in zip(old, fresh):
+                a.copy_(k)
+                b.copy_(v)
+        else:
+            state["cross"] = fresh
+
+    def decode_cached(self, tokens, position, state):
+        """tokens (B, T) at [position, position + T) -> the last position's
+        logits (B, V)."""
+        d = self.decoder
+        t = tokens.shape[1]
+        if position + t > self.options.text_ctx:
+            raise ValueError(f"position {position + t} is beyond the decoder's "
+                             f"{self.options.text_ctx}")
+        x = d.token_embedding(tokens) + d.positional_embedding[position:position + t]  # (B, T, w)
+        for block, cache, (k, v) in zip(d.blocks, state["self"], state["cross"]):
+            x = x + block.attn.forward_cached(block.attn_ln(x), cache, position)
+            x = x + block.cross_attn.cross(block.cross_attn_ln(x), k, v)
+            x = x + block.mlp(block.mlp_ln(x))
+        return F.linear(d.ln(x[:, t - 1]), d.token_embedding.weight)  # (B, V), tied
+
+    def generate(self, xa, prompt, new_tokens):
+        """Greedy tokens (B, new_tokens) after prompt (B, P) over xa, with a
+        cache (C++ WhisperGenerateWithCache)."""
+        state = self.start(xa, prompt.shape[1] + new_tokens)
+        token = self.decode_cached(prompt, 0, state).argmax(-1, keepdim=True)  # (B, 1)
+        out = [token]
+        for i in range(1, new_tokens):
+            token = self.decode_cached(token, prompt.shape[1] + i - 1, state).argmax(
+                -1, keepdim=True)
+            out.append(token)
+        return torch.cat(out, 1)
 
 
 class WhisperEncode(Whisper):
@@ -958,16 +1028,77 @@ def generate_flops(family, size, batch, prompt, new_tokens):
     return flops
 
 
+# The other families' counts, as their C++ functions compute them
+# (lib/models/{encoder,encdec,whisper}.cc).
+
+def encoder_forward_flops(size, batch, seq):
+    """EncoderForwardFlops: L(8 B T d^2 + 4 B T^2 d + 4 B T d d_ff)."""
+    o = size_entry("Encoder", size).options
+    b, t, d, f = float(batch), float(seq), o.d_model, o.d_ff
+    return o.layers * (8 * b * t * d * d + 4 * b * t * t * d + 4 * b * t * d * f)
+
+
+def encdec_forward_flops(size, batch, src, tgt):
+    """EncDecForwardFlops: encoder layers over the source; decoder layers'
+    self-attention, cross-attention (q and o over the target, k and v over
+    the source, scores T x S) and FFN; the output projection."""
+    o = size_entry("EncDec", size).options
+    b, s, t, d, f = float(batch), float(src), float(tgt), o.d_model, o.d_ff
+    encoder = 8 * b * s * d * d + 4 * b * s * s * d + 4 * b * s * d * f
+    decoder = (8 * b * t * d * d + 4 * b * t * t * d + 4 * b * t * d * d + 4 * b * s * d * d
+               + 4 * b * t * s * d + 4 * b * t * d * f)
+    return o.encoder_layers * encoder + o.decoder_layers * decoder + 2 * b * t * d * o.vocab
+
+
+def whisper_encode_flops(size, batch):
+    """WhisperEncodeFlops: both convolutions, then per layer 24 T w^2 + 4 T^2 w."""
+    o = size_entry("Whisper", size).options
+    w, t = float(o.width), float(o.audio_ctx)
+    convs = 2 * o.mels * w * 3 * o.frames + 2 * w * w * 3 * t
+    return batch * (convs + o.encoder_layers * (24 * t * w * w + 4 * t * t * w))
+
+
+def whisper_generate_flops(size, batch, prompt, new_tokens):
+    """WhisperGenerateFlops: the cross-attention keys and values once, the
+    prompt, then one token a step; logits of the last position of each."""
+    o = size_entry("Whisper", size).options
+    w, layers = float(o.width), o.decoder_layers
+
+    def layer(q, k):  # self q, k, v, o; cross q, o; MLP; both attentions
+        return 28 * q * w * w + 4 * q * k * w + 4 * q * o.audio_ctx * w
+
+    logits = 2.0 * w * o.vocab
+    flops = layers * 4.0 * o.audio_ctx * w * w + layers * layer(prompt, prompt) + logits
+    for i in range(1, new_tokens):
+        flops += layers * layer(1, prompt + i) + logits
+    return batch * flops
+
+
+def whisper_decode_weight_count(size):
+    """WhisperDecodeWeightCount: the decoder's weights a decode step reads
+    (not the position table, nor the cross-attention keys' and values'
+    projections, used once an utterance)."""
+    o = size_entry("Whisper", size).options
+    w = o.width
+    attention, mlp, norm = 4 * w * w + 3 * w, 8 * w * w + 5 * w, 2 * w
+    decoder = (o.vocab * w + o.text_ctx * w
+               + o.decoder_layers * (2 * attention + mlp + 3 * norm) + norm)
+    return decoder - o.text_ctx * w - o.decoder_layers * (2 * w * w + w)
+
+
 def decode_weight_elements(family, size):
     """Weights a decode step reads (C++ Build*'s weight_bytes over the
     element size): all of them but the position or token embedding's other
-    rows (Llama tied: its embedding is the head, read whole)."""
+    rows (Llama tied: its embedding is the head, read whole); Whisper's
+    decoder's, as whisper_decode_weight_count."""
     o = size_entry(family, size).options
     params = size_entry(family, size).card_params
     if family == "GPT2":
         return params - o.max_positions * o.d_model
     if family == "Llama":
         return params - (0 if o.tied else o.vocab_size * o.d_model)
+    if family == "Whisper":
+        return whisper_decode_weight_count(size)
     raise ValueError(f"'{family}' has no generate phase")
 
 

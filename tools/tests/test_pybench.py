@@ -1,6 +1,7 @@
 """tools/pybench runs the work bench runs, and the tools line the two up.
 
-Both sides build the same models (parameters, FLOPs a step) and use the same
+Both sides build the same models (parameters, FLOPs, tokens, samples and audio
+seconds a step, the same counters) and use the same
 threads and malloc settings, checked against a built bench where the tests find one (LTB_BENCH,
 as ctest sets it), else against the C++ analytic counts mirrored in
 ltb_models and the FLOPs PyTorch's counter sees the Python model do. What
@@ -21,12 +22,17 @@ sys.path.insert(0, TOOLS)
 import ltb_results  # noqa: E402
 import ltb_runtimes  # noqa: E402
 
-# Tiny shapes: every language phase of the nano models in about a second.
-FILTER = ("^(Transformer|GPT2|Llama|ResNet|CNN)/nano/cpu/"
-          "(forward|forward_backward|train_step|generate)/")
+# Tiny shapes: every phase of every family's nano model in a few seconds
+# (Whisper's 30 s window is the most of it; an epoch is four steps).
+FILTER = ("^(Transformer|GPT2|Llama|ResNet|CNN|Encoder|Whisper|EncDec)/nano/cpu/"
+          "(forward|forward_backward|train_step|train_epoch|generate|encode|transcribe)/")
 SHAPES = ["--batch=2", "--seq=16", "--prompt=4", "--new_tokens=3", "--steps=2",
-          "--warmup_steps=1", "--warmup_s=0", "--peak_flops=1e11", "--peak_bandwidth=1e10"]
-PHASES = ("forward", "forward_backward", "train_step", "generate")
+          "--warmup_steps=1", "--warmup_s=0", "--peak_flops=1e11", "--peak_bandwidth=1e10",
+          "--dataset_samples=8"]
+WHISPER_PROMPT = 4  # its start-of-transcript tokens, whatever --prompt says
+RATES = ("FLOP/s", "tokens/s", "samples/s", "audio_s/s")
+GENERATION = ("ttft_ms", "tpot_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms", "pp_tok/s",
+              "tg_tok/s", "kv_cache_bytes", "weight_GB/s", "read_GB/s", "mbu")
 
 
 def runnable_bench():
@@ -37,6 +43,40 @@ def runnable_bench():
 def per_step(entry, counter):
     """A rate counter times the step time: the count a step."""
     return entry[counter] * entry["real_time"] * 1e-3  # time_unit ms
+
+
+def analytic(name):
+    """{rate counter: its count a step} of a nano benchmark at SHAPES, from
+    the C++ analytic formulas mirrored in ltb_models; vision's FLOPs are
+    PyTorch's counter's (checked against bench's own where it is found)."""
+    import ltb_models
+    family, size, _, phase = name.split("/")[:4]
+    batch, seq, new, samples = 2, 16, 3, 8
+    if family in ("ResNet", "CNN"):
+        return {"samples/s": batch}
+    if family == "Whisper":
+        encode = ltb_models.whisper_encode_flops(size, batch)
+        generate = ltb_models.whisper_generate_flops(size, batch, WHISPER_PROMPT, new)
+        return {"encode": {"FLOP/s": encode, "samples/s": batch, "audio_s/s": 30.0 * batch},
+                "generate": {"FLOP/s": generate, "tokens/s": batch * new},
+                "transcribe": {"FLOP/s": encode + generate, "tokens/s": batch * new,
+                               "samples/s": batch, "audio_s/s": 30.0 * batch}}[phase]
+    if family == "Encoder":
+        fwd = ltb_models.encoder_forward_flops(size, batch, seq)
+        return {"FLOP/s": fwd * (1 if phase == "forward" else 3), "tokens/s": batch * seq}
+    if family == "EncDec":
+        fwd = ltb_models.encdec_forward_flops(size, batch, seq, seq - 1)
+        steps = samples // batch if phase == "train_epoch" else 1
+        return {"FLOP/s": fwd * (1 if phase == "forward" else 3) * steps,
+                "tokens/s": batch * (2 * seq - 1) * steps, "samples/s": batch * steps}
+    if phase == "generate":
+        return {"FLOP/s": ltb_models.generate_flops(family, size, batch, 4, new),
+                "tokens/s": batch * new}
+    fwd = ltb_models.forward_flops(family, size, batch, seq)
+    if phase == "train_epoch":
+        return {"FLOP/s": 3 * fwd * samples // batch, "tokens/s": samples * seq,
+                "samples/s": samples}
+    return {"FLOP/s": fwd * (1 if phase == "forward" else 3), "tokens/s": batch * seq}
 
 
 def by_name(path):
@@ -71,12 +111,17 @@ class PybenchTest(ToolTest):
 
     def test_names_are_benchs_with_the_runtime(self):
         names = [e["name"] for e in self.py["benchmarks"]]
-        # Transformer has no generate phase; ResNet and CNN forward and train_step.
-        self.assertEqual(len(names), 15)
-        self.assertIn("GPT2/nano/cpu/generate/batch:2/prompt:4/new:3/fp32/py_eager/"
-                      "iterations:2/manual_time", names)
-        self.assertIn("Llama/nano/cpu/train_step/batch:2/seq:16/fp32/py_eager/"
-                      "iterations:2/manual_time", names)
+        # Transformer 4 phases, GPT2 and Llama 4, ResNet and CNN 2, Encoder 2,
+        # Whisper 3, EncDec 3.
+        self.assertEqual(len(names), 24)
+        for name in ("GPT2/nano/cpu/generate/batch:2/prompt:4/new:3",
+                     "Llama/nano/cpu/train_step/batch:2/seq:16",
+                     "Transformer/nano/cpu/train_epoch/batch:2/seq:16",
+                     "Encoder/nano/cpu/forward_backward/batch:2/seq:16",
+                     "Whisper/nano/cpu/encode/batch:2",
+                     "Whisper/nano/cpu/transcribe/batch:2/prompt:4/new:3",
+                     "EncDec/nano/cpu/train_epoch/batch:2/seq:16"):
+            self.assertIn(name + "/fp32/py_eager/iterations:2/manual_time", names)
         context = self.py["context"]
         for key in ("intra_op_threads", "inter_op_threads", "grad_mode", "warmup",
                     "torch_version", "libtorch_version", "blas", "seed"):
@@ -103,7 +148,12 @@ class PybenchTest(ToolTest):
             self.assertEqual(sorted(cpp), sorted(py))
             for name, e in cpp.items():
                 self.assertEqual(py[name]["params"], e["params"], name)
-                for counter in ("FLOP/s", "tokens/s", "samples/s"):
+                # The same counters, but peak_mem (no CPU allocator statistics in Python).
+                self.assertEqual(set(py[name]) - {"name", "run_name"},
+                                 set(e) - {"name", "run_name", "peak_mem", "label"}, name)
+                if "kv_cache_bytes" in e:
+                    self.assertEqual(py[name]["kv_cache_bytes"], e["kv_cache_bytes"], name)
+                for counter in RATES:
                     self.assertEqual(counter in py[name], counter in e, f"{name} {counter}")
                     if counter not in e:
                         continue
@@ -119,17 +169,64 @@ class PybenchTest(ToolTest):
         import ltb_models
         for name, e in py.items():
             fields = name.split("/")
-            family, size, phase = fields[0], fields[1], fields[3]
+            family, size = fields[0], fields[1]
             self.assertEqual(e["params"], ltb_models.size_entry(family, size).card_params)
-            if family in ("ResNet", "CNN"):
-                continue  # their FLOPs are PyTorch's counter's: checked against bench's
-            flops = per_step(e, "FLOP/s")
-            if phase == "generate":
-                want = ltb_models.generate_flops(family, size, 2, 4, 3)
-            else:
-                want = ltb_models.forward_flops(family, size, 2, 16) * (
-                    1 if phase == "forward" else 3)
-            self.assertAlmostEqual(flops / want, 1.0, places=9, msg=name)
+            want = analytic(name)
+            for counter in RATES:
+                if counter == "FLOP/s" and family in ("ResNet", "CNN"):
+                    continue  # PyTorch's counter's: checked against bench's
+                self.assertEqual(counter in e, counter in want, f"{name} {counter}")
+                if counter in want:
+                    self.assertAlmostEqual(per_step(e, counter) / want[counter], 1.0,
+                                           places=9, msg=f"{name} {counter}")
+
+    def test_the_phases_report_benchs_counters(self):
+        """Generation's, Whisper's audio and the epochs' counters, named as
+        bench names them, with values that follow from one another."""
+        py = by_name(self.py_json)
+        for name, e in py.items():
+            phase = name.split("/")[3]
+            for counter in GENERATION:
+                self.assertEqual(counter in e, phase == "generate", f"{name} {counter}")
+            if "audio_s/s" in e:  # wall time per second of audio
+                self.assertAlmostEqual(e["rtf"] * e["audio_s/s"], 1.0, places=9, msg=name)
+            epochs = [k for k in e if k.startswith("epoch_")]
+            self.assertEqual(sorted(epochs), ["epoch_1_s", "epoch_2_s", "epoch_s"]
+                             if phase == "train_epoch" else [], name)
+        whisper = py["Whisper/nano/cpu/generate/batch:2/prompt:4/new:3/fp32"]
+        # Its self-attention cache (prompt + new positions) and the
+        # cross-attention keys and values (1500 positions) of its 2 decoder
+        # layers, (B, heads, positions, head size) fp32 each.
+        self.assertEqual(whisper["kv_cache_bytes"], 2 * 2 * 2 * 64 * (7 + 1500) * 4)
+        self.assertEqual(whisper["read_GB/s"], whisper["weight_GB/s"])
+        gpt2 = py["GPT2/nano/cpu/generate/batch:2/prompt:4/new:3/fp32"]
+        self.assertGreater(gpt2["read_GB/s"], gpt2["weight_GB/s"])  # and its cache
+
+    def test_an_epoch_trains_on_every_whole_batch(self):
+        """The loop itself, counted: with 7 samples in batches of 2, an epoch
+        takes 3 steps of (2, seq + 1) tokens, the tokens and samples a step
+        pybench reports; bench's data for the same seed."""
+        import importlib.machinery
+        import importlib.util
+        loader = importlib.machinery.SourceFileLoader("pybench", os.path.join(TOOLS, "pybench"))
+        pybench = importlib.util.module_from_spec(
+            importlib.util.spec_from_loader("pybench", loader))
+        loader.exec_module(pybench)
+        args = pybench.parse_flags(["--benchmark_filter=^Transformer/nano/cpu/train_epoch/",
+                                    "--batch=2", "--seq=16", "--dataset_samples=7"])
+        [spec] = pybench.specs(args)
+        workload = pybench.Workload(spec, args)
+        seen = []
+        workload._train = lambda batch: seen.append(tuple(batch.shape))
+        workload.step()
+        self.assertEqual(seen, [(2, 17)] * 3)
+        self.assertEqual(workload.tokens_per_step, 3 * 2 * 16)
+        self.assertEqual(workload.samples_per_step, 6)
+        self.assertEqual(len(workload.epochs), 1)
+        # lib/workloads/shards.cc GenerateShard: one shard, generator seeded seed * 1000003.
+        import torch
+        want = torch.randint(1000, (7, 17), generator=torch.Generator().manual_seed(0))
+        self.assertTrue(torch.equal(workload.loader.memory, want[:6]))
 
     def test_the_flops_counted_are_the_work_the_python_model_does(self):
         """PyTorch's FLOP counter over the Python model's forward and cached
@@ -138,6 +235,30 @@ class PybenchTest(ToolTest):
         from torch.utils.flop_counter import FlopCounterMode
 
         import ltb_models
+        model = ltb_models.build("Encoder", "nano").eval()
+        with FlopCounterMode(display=False) as counter, torch.inference_mode():
+            model(torch.randn(16, 2, 64))
+        self.assertEqual(counter.get_total_flops(),
+                         ltb_models.encoder_forward_flops("nano", 2, 16))
+        model = ltb_models.build("EncDec", "nano").eval()
+        with FlopCounterMode(display=False) as counter, torch.inference_mode():
+            model(*ltb_models.forward_inputs("EncDec", "nano", 2, 16))
+        self.assertEqual(counter.get_total_flops(),
+                         ltb_models.encdec_forward_flops("nano", 2, 16, 15))
+        model = ltb_models.build("Whisper", "nano").eval()
+        with FlopCounterMode(display=False) as counter, torch.inference_mode():
+            xa = model.encode(torch.randn(1, 80, 3000))
+        self.assertEqual(counter.get_total_flops(), ltb_models.whisper_encode_flops("nano", 1))
+        prompt = torch.randint(0, 1000, (1, 4))
+        with FlopCounterMode(display=False) as counter, torch.inference_mode():
+            generated = model.generate(xa, prompt, 3)
+        self.assertEqual(counter.get_total_flops(),
+                         ltb_models.whisper_generate_flops("nano", 1, 4, 3))
+        with torch.inference_mode():  # the cache computes what recomputing does
+            seq = prompt
+            for _ in range(3):
+                seq = torch.cat([seq, model.decode(seq, xa)[:, -1].argmax(-1, keepdim=True)], 1)
+        self.assertTrue(torch.equal(seq[:, 4:], generated))
         for family in ("Transformer", "GPT2", "Llama"):
             model = ltb_models.build(family, "nano", **ltb_models.benchmark_overrides(family, 16))
             tokens = torch.randint(0, 1000, (2, 16))
@@ -230,7 +351,9 @@ class PybenchTest(ToolTest):
         for args, message in ((["--cuda_graphs=true"], "bench's only"),
                               (["--bogus=1"], "unknown flag --bogus"),
                               (["--dtype=fp8"], "valid: fp32, bf16, fp16"),
-                              (["--benchmark_filter=Encoder"], "selects no benchmark"),
+                              (["--benchmark_filter=Ops/"], "selects no benchmark"),
+                              (["--data=disk"], "valid: memory"),
+                              (["--data_dir=/tmp"], "bench's only"),
                               (["--runtime=jit"], "valid: eager, compile")):
             proc = self.pybench(*args)
             self.assertExit(proc, 2)
