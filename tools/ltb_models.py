@@ -171,14 +171,25 @@ class TransformerLM(nn.Module):
 
 def _cached(cache, k, v, position):
     """Writes k, v (B, heads, T, hs) into a layer's cache at position and
-    returns every cached key and value up to position + T."""
+    returns every cached key and value up to position + T. A chunk of
+    several tokens after cached ones attends through _attend's mask."""
     cache_k, cache_v = cache
     t = k.shape[2]
-    if t != 1 and position != 0:
-        raise ValueError("a chunk of several tokens must start at position 0")
     cache_k[:, :, position:position + t].copy_(k)
     cache_v[:, :, position:position + t].copy_(v)
     return cache_k[:, :, :position + t], cache_v[:, :, :position + t]
+
+
+def _attend(q, k, v, causal):
+    """lib/models/attention.cc Attention (fused): SDPA, causal from the top
+    left when the queries are the keys; queries after cached keys (a chunk
+    at a depth) with an explicit mask aligned to the bottom right (query i
+    sees keys up to tk - tq + i)."""
+    tq, tk = q.shape[-2], k.shape[-2]
+    if not causal or tq == tk:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    seen = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=seen, is_causal=False)
 
 
 # -------------------------------------------------------------------- GPT2
@@ -218,8 +229,9 @@ class GPT2Attention(nn.Module):
         q, k, v = heads(q), heads(k), heads(v)
         if cache is not None:
             k, v = _cached(cache, k, v, position)
-        # A chunk from position 0 is causal; one new token attends to all before it.
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None or t > 1)
+        # A chunk is causal over itself and sees every cached position before
+        # it; one new token attends to all before it.
+        y = _attend(q, k, v, causal=cache is None or t > 1)
         return self.c_proj(y.transpose(1, 2).reshape(b, t, d))  # (B, T, d)
 
 
@@ -375,9 +387,14 @@ class LlamaAttention(nn.Module):
         if cache is not None:
             k, v = _cached(cache, k, v, position)  # (B, kv, position + T, hs)
         rep = o.num_heads // o.num_kv_heads
+        if t == 1 and rep > 1:
+            # Decoding one token (C++: LlamaAttentionImpl::forward): the rep
+            # query heads of a kv head attend to its keys in place, unmasked,
+            # without repeating the cache.
+            y = _attend(q.reshape(b, o.num_kv_heads, rep, o.head_dim), k, v, causal=False)
+            return self.o_proj(y.reshape(b, 1, o.num_heads * o.head_dim))
         k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        y = F.scaled_dot_product_attention(q, k, v,
-                                           is_causal=cache is None or t > 1)  # (B, nh, T, hs)
+        y = _attend(q, k, v, causal=cache is None or t > 1)  # (B, nh, T, hs)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, o.num_heads * o.head_dim))
 
 
@@ -627,8 +644,8 @@ class WhisperAttention(nn.Module):
         # Causal self-attention of x at [position, position + T), writing its
         # keys and values into cache (C++: forward_cached).
         k, v = _cached(cache, self._heads(self.key(x)), self._heads(self.value(x)), position)
-        y = F.scaled_dot_product_attention(self._heads(self.query(x)), k, v,
-                                           is_causal=x.shape[1] > 1)  # (B, nh, T, hs)
+        q = self._heads(self.query(x))
+        y = _attend(q, k, v, causal=x.shape[1] > 1)  # (B, nh, T, hs)
         return self.out(y.transpose(1, 2).flatten(2))  # (B, T, w)
 
     def keys_values(self, xa):
@@ -1015,16 +1032,17 @@ def forward_flops(family, size, batch, seq):
             + 2.0 * batch * seq * o.d_model * _vocab(o))
 
 
-def generate_flops(family, size, batch, prompt, new_tokens):
-    """FLOPs of greedy generation with a cache: the prompt in one pass, then
-    one token a step over every cached key; logits of the last position."""
+def generate_flops(family, size, batch, prompt, new_tokens, depth=0):
+    """FLOPs of greedy generation with a cache: the prompt in one pass over
+    `depth` cached positions and itself, then one token a step over every
+    cached key; logits of the last position."""
     o = size_entry(family, size).options
     head = 2.0 * batch * o.d_model * _vocab(o)
     flops = o.num_layers * _layer_flops(family, o, float(batch), float(prompt),
-                                        float(prompt)) + head
+                                        float(depth + prompt)) + head
     for i in range(1, new_tokens):
         flops += o.num_layers * _layer_flops(family, o, float(batch), 1.0,
-                                             float(prompt + i)) + head
+                                             float(depth + prompt + i)) + head
     return flops
 
 

@@ -10,12 +10,13 @@ contexts, and a step slowed four times over showing as slower.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import unittest
 
 import browser
-from helpers import COMPARE_PY, TOOLS, ToolTest, built_bench, doc, repeated
+from helpers import COMPARE_PY, REPO, TOOLS, ToolTest, built_bench, doc, repeated
 from test_report_html import page_data, points_by_section
 
 sys.path.insert(0, TOOLS)
@@ -358,6 +359,286 @@ class PybenchTest(ToolTest):
             proc = self.pybench(*args)
             self.assertExit(proc, 2)
             self.assertIn(message, proc.stderr)
+
+
+DEPTH_FILTER = "--benchmark_filter=^(Llama|GPT2)/nano/cpu/generate/"
+DEPTH_SHAPES = ["--batch=1", "--prompt=8", "--new_tokens=8", "--depth=0,600", "--steps=1",
+                "--warmup_steps=1", "--warmup_s=0", "--threads=1", "--peak_flops=1e11",
+                "--peak_bandwidth=1e10"]
+FIXTURE = os.path.join(REPO, "test", "models", "fixtures", "llama-nano")
+PRINTED = re.compile(r"^(\S+) (prompt|tokens)\[(\d+)\]: ([\d ]*)$")
+
+
+def printed(stderr):
+    """{(name, 'prompt' or 'tokens', row): [ids]} of --print_tokens's lines."""
+    out = {}
+    for line in stderr.splitlines():
+        m = PRINTED.match(line)
+        if m:
+            out[(m[1], m[2], int(m[3]))] = [int(x) for x in m[4].split()]
+    return out
+
+
+def mirror_generation(family, size, prompt, new_tokens, weights=None, depth_tokens=None):
+    """Greedy tokens of the Python mirror from `prompt` (a list of ids), with
+    the checkpoint at `weights` (else the seed-0 random model), after
+    `depth_tokens` already in the cache."""
+    import torch
+
+    import ltb_models
+    import ltb_weights
+    torch.manual_seed(0)
+    model = ltb_models.build(family, size).eval()
+    if weights:
+        o = ltb_models.size_entry(family, size).options
+        ltb_weights.load_family_weights(model, family, size, weights, torch.float32,
+                                        tied=getattr(o, "tied", False))
+    depth = 0 if depth_tokens is None else depth_tokens.shape[1]
+    ids = torch.tensor([prompt])
+    with torch.inference_mode():
+        cache = model.make_cache(1, depth + len(prompt) + new_tokens)
+        for at in range(0, depth, 512):
+            model.forward_cached(depth_tokens[:, at:at + 512], at, cache)
+        tokens = [model.forward_cached(ids, depth, cache).argmax(-1, keepdim=True)]
+        for i in range(1, new_tokens):
+            tokens.append(model.forward_cached(tokens[-1], depth + len(prompt) + i - 1,
+                                               cache).argmax(-1, keepdim=True))
+    return torch.cat(tokens, 1)[0].tolist()
+
+
+class DepthAndWeightsTest(ToolTest):
+    """--depth, --weights and --print_tokens as bench has them: the same
+    names, counts and counters; the mirror's cached generation at a depth
+    is the whole sequence's; a checkpoint loads by name with bench's
+    errors."""
+
+    def pybench(self, *args, timeout=300):
+        return self.run_tool("pybench", *args, timeout=timeout)
+
+    def test_depth_names_counts_and_counters_are_benchs(self):
+        import ltb_models
+        out = os.path.join(self.tmp, "py.json")
+        proc = self.pybench(DEPTH_FILTER, *DEPTH_SHAPES, f"--benchmark_out={out}")
+        self.assertExit(proc, 0)
+        py = by_name(out)
+        want = {f"{f}/nano/cpu/generate/batch:1/prompt:8/new:8{d}/fp32"
+                for f in ("GPT2", "Llama") for d in ("", "/depth:600")}
+        self.assertEqual(set(py), want)
+        for name, e in py.items():
+            family = name.split("/")[0]
+            depth = 600 if "/depth:" in name else 0
+            o = ltb_models.size_entry(family, "nano").options
+            kv = o.num_kv_heads * o.head_dim if family == "Llama" else o.d_model
+            per_position = 2 * o.num_layers * kv * 4  # keys and values, fp32
+            self.assertEqual(e["kv_cache_bytes"], per_position * (depth + 8 + 8), name)
+            self.assertAlmostEqual(
+                per_step(e, "FLOP/s")
+                / ltb_models.generate_flops(family, "nano", 1, 8, 8, depth), 1.0, places=9)
+            weights = ltb_models.decode_weight_elements(family, "nano") * 4
+            cache = sum(per_position * (depth + 8 + i) for i in range(1, 8))
+            self.assertAlmostEqual(e["read_GB/s"] / e["weight_GB/s"],
+                                   (7 * weights + cache) / (7 * weights), places=9, msg=name)
+        bench = runnable_bench()
+        if not bench:
+            return
+        cpp_out = os.path.join(self.tmp, "cpp.json")
+        proc = subprocess.run([bench, DEPTH_FILTER, *DEPTH_SHAPES, f"--benchmark_out={cpp_out}",
+                               "--benchmark_out_format=json"],
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        cpp = by_name(cpp_out)
+        self.assertEqual(sorted(cpp), sorted(py))
+        for name, e in cpp.items():
+            self.assertEqual(py[name]["kv_cache_bytes"], e["kv_cache_bytes"], name)
+            self.assertAlmostEqual(per_step(py[name], "FLOP/s") / per_step(e, "FLOP/s"), 1.0,
+                                   places=9, msg=name)
+            self.assertAlmostEqual(py[name]["read_GB/s"] / py[name]["weight_GB/s"],
+                                   e["read_GB/s"] / e["weight_GB/s"], places=9, msg=name)
+
+    def test_the_cache_at_a_depth_computes_the_whole_sequence(self):
+        """A prompt after 600 cached positions (two chunks, the causal mask
+        aligned to the cache's end), then decode steps: the logits of the
+        whole sequence recomputed; Llama's one-token decode groups its
+        query heads in place."""
+        import torch
+
+        import ltb_models
+        for family in ("GPT2", "Llama"):
+            torch.manual_seed(0)
+            model = ltb_models.build(family, "nano").eval()
+            seq = torch.randint(0, 1000, (2, 611))
+            with torch.inference_mode():
+                whole = model(seq)  # (B, T, V)
+                cache = model.make_cache(2, 611)
+                for at in (0, 512):
+                    model.forward_cached(seq[:, at:min(at + 512, 600)], at, cache)
+                got = [model.forward_cached(seq[:, 600:608], 600, cache)]
+                for at in range(608, 611):
+                    got.append(model.forward_cached(seq[:, at:at + 1], at, cache))
+            want = whole[:, 607:611]
+            got = torch.stack(got, 1)
+            scale = want.abs().max().item()
+            self.assertLess((got - want).abs().max().item(), 1e-4 * scale, family)
+
+    def test_refusals_and_bad_flags_are_benchs(self):
+        out = os.path.join(self.tmp, "refused.json")
+        proc = self.pybench("--benchmark_filter=^GPT2/nano/cpu/generate/", "--prompt=8",
+                            "--new_tokens=8", "--depth=1010", "--steps=1", "--warmup_s=0",
+                            "--peak_flops=1e11", f"--benchmark_out={out}")
+        self.assertExit(proc, 1)
+        with open(out) as f:
+            [e] = json.load(f)["benchmarks"]
+        self.assertEqual(e["name"], "GPT2/nano/cpu/generate/batch:1/prompt:8/new:8/depth:1010/"
+                                    "fp32/py_eager/iterations:1/manual_time")
+        self.assertEqual(e["error_message"],
+                         "depth 1010 + prompt 8 + new tokens 8 = 1026 positions, but GPT2 has "
+                         "1024: lower --depth, --prompt or --new_tokens")
+        for args, message in ((["--depth=-1"], "is not a whole number"),
+                              (["--depth="], "--depth needs at least one value"),
+                              (["--print_tokens=maybe"], "valid: true, false")):
+            proc = self.pybench(*args)
+            self.assertExit(proc, 2)
+            self.assertIn(message, proc.stderr)
+
+    def test_printed_tokens_with_weights_are_the_mirrors_as_benchs(self):
+        """--weights=llama-nano --print_tokens=true: each side prints its
+        prompt and the tokens the checkpoint's model generates from it (the
+        mirror, run here from that printed prompt, is checked against
+        transformers by test_llama_fixtures); with the same prompt, the same
+        tokens as bench."""
+        args = ["--benchmark_filter=^Llama/nano/cpu/generate/", "--batch=1", "--prompt=8",
+                "--new_tokens=8", "--steps=1", "--warmup_s=0", "--threads=1",
+                "--peak_flops=1e11", "--peak_bandwidth=1e10", f"--weights={FIXTURE}",
+                "--print_tokens=true"]
+        proc = self.pybench(*args)
+        self.assertExit(proc, 0)
+        py = printed(proc.stderr)
+        name = "Llama/nano/cpu/generate/batch:1/prompt:8/new:8/fp32/weights:llama-nano/py_eager"
+        self.assertEqual(sorted(py), [(name, "prompt", 0), (name, "tokens", 0)])
+        self.assertEqual(len(py[(name, "tokens", 0)]), 8)
+        self.assertEqual(py[(name, "tokens", 0)],
+                         mirror_generation("Llama", "nano", py[(name, "prompt", 0)], 8,
+                                           FIXTURE))
+        bench = runnable_bench()
+        if not bench:
+            return
+        proc = subprocess.run([bench, *args], capture_output=True, text=True, timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        cpp = printed(proc.stderr)
+        cpp_name = name[:-len("/py_eager")]
+        self.assertEqual(sorted(cpp), [(cpp_name, "prompt", 0), (cpp_name, "tokens", 0)])
+        prompt = cpp[(cpp_name, "prompt", 0)]
+        self.assertEqual(cpp[(cpp_name, "tokens", 0)],
+                         mirror_generation("Llama", "nano", prompt, 8, FIXTURE))
+        if prompt == py[(name, "prompt", 0)]:
+            self.assertEqual(cpp[(cpp_name, "tokens", 0)], py[(name, "tokens", 0)])
+
+    def test_a_checkpoint_of_other_names_is_one_sentence_and_the_rest_run(self):
+        """Llama's checkpoint for a Transformer: the file and the missing
+        tensor named, while Llama's benchmark runs; a family without a
+        loader says which families load one; bench's words where found."""
+        import hashlib
+        args = ["--benchmark_filter=^(Transformer|Llama|CNN)/nano/cpu/forward/", "--batch=1",
+                "--seq=8", "--steps=1", "--warmup_s=0", "--threads=1", "--peak_flops=1e11",
+                f"--weights={FIXTURE}"]
+        out = os.path.join(self.tmp, "py.json")
+        proc = self.pybench(*args, f"--benchmark_out={out}")
+        self.assertExit(proc, 1)
+        with open(out) as f:
+            doc = json.load(f)
+        errors = {ltb_runtimes.split_runtime(ltb_results.base_name(e))[0]:
+                  e.get("error_message") for e in doc["benchmarks"]}
+        file = os.path.join(FIXTURE, "model.safetensors")
+        self.assertEqual(errors, {
+            "Transformer/nano/cpu/forward/batch:1/seq:8/fp32/weights:llama-nano":
+                f"error: {file} has no tensor 'token_embeddings.weight', which "
+                "Transformer/nano needs with shape [1000, 64]",
+            "Llama/nano/cpu/forward/batch:1/seq:8/fp32/weights:llama-nano": None,
+            "CNN/nano/cpu/forward/batch:1/fp32/weights:llama-nano":
+                "CNN does not load --weights; the families that do: Transformer, GPT2, Llama"})
+        with open(file, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        self.assertEqual(doc["context"]["weights"], FIXTURE)
+        self.assertEqual(doc["context"]["weights_sha256"], digest)
+        bench = runnable_bench()
+        if bench:
+            cpp_out = os.path.join(self.tmp, "cpp.json")
+            subprocess.run([bench, *args, f"--benchmark_out={cpp_out}",
+                            "--benchmark_out_format=json"], capture_output=True, timeout=300)
+            with open(cpp_out) as f:
+                cpp = json.load(f)
+            self.assertEqual({ltb_results.base_name(e): e.get("error_message")
+                              for e in cpp["benchmarks"]}, errors)
+            self.assertEqual(cpp["context"]["weights_sha256"], digest)
+
+    def test_checkpoints_load_by_name_as_benchs_loader(self):
+        """GPT2 from Hugging Face's layout (under "transformer.", Conv1D
+        weights transposed, the old attention masks); a renamed or extra
+        tensor in bench's words; a folder's digest and the short name."""
+        import hashlib
+
+        import torch
+
+        import ltb_models
+        import ltb_weights
+
+        def save(path, tensors):
+            header, data = {}, b""
+            for key, t in tensors.items():
+                raw = t.contiguous().float().numpy().tobytes()
+                header[key] = {"dtype": "F32", "shape": list(t.shape),
+                               "data_offsets": [len(data), len(data) + len(raw)]}
+                data += raw
+            text = json.dumps(header).encode()
+            with open(path, "wb") as f:
+                f.write(len(text).to_bytes(8, "little") + text + data)
+
+        torch.manual_seed(1)
+        source = ltb_models.build("GPT2", "nano").eval()
+        hf = {"transformer." + k: (v.t() if ltb_weights._conv1d(k) else v)
+              for k, v in source.state_dict().items()}
+        hf["transformer.h.0.attn.bias"] = torch.ones(1, 1, 8, 8)
+        folder = os.path.join(self.tmp, "gpt2-hf")
+        os.makedirs(folder)
+        save(os.path.join(folder, "model.safetensors"), hf)
+        torch.manual_seed(2)
+        model = ltb_models.build("GPT2", "nano").eval()
+        ltb_weights.load_family_weights(model, "GPT2", "nano", folder, torch.float32)
+        tokens = torch.randint(0, 1000, (2, 7))
+        with torch.inference_mode():
+            self.assertTrue(torch.equal(model(tokens), source(tokens)))
+
+        llama = ltb_models.build("Llama", "nano").state_dict()
+        del llama["model.rotary_emb.inv_freq"]
+        renamed = dict(llama)
+        renamed["model.final_norm.weight"] = renamed.pop("model.norm.weight")
+        path = os.path.join(self.tmp, "renamed.safetensors")
+        save(path, renamed)
+        with self.assertRaises(ltb_weights.BadWeights) as caught:
+            ltb_weights.load_family_weights(ltb_models.build("Llama", "nano"), "Llama", "nano",
+                                            path, torch.float32, tied=True)
+        self.assertEqual(str(caught.exception), f"{path} has no tensor 'model.norm.weight', "
+                         "which Llama/nano needs with shape [64]")
+        extra = dict(llama, **{"model.layers.2.mlp.up_proj.weight": torch.zeros(256, 64)})
+        save(path, extra)
+        with self.assertRaises(ltb_weights.BadWeights) as caught:
+            ltb_weights.load_family_weights(ltb_models.build("Llama", "nano"), "Llama", "nano",
+                                            path, torch.float32, tied=True)
+        self.assertEqual(str(caught.exception), f"{path} holds tensor 'model.layers.2.mlp."
+                         "up_proj.weight' of shape [256, 64], which Llama/nano has no "
+                         "parameter or buffer for")
+
+        self.assertEqual(ltb_weights.weights_name("/m/Llama-3.2-1B/model.safetensors"),
+                         "Llama-3.2-1B")
+        self.assertEqual(ltb_weights.weights_name("/m/L/model.safetensors.index.json"), "L")
+        self.assertEqual(ltb_weights.weights_name("/m/Llama-3.1-8B/"), "Llama-3.1-8B")
+        self.assertEqual(ltb_weights.weights_name("tiny.safetensors"), "tiny")
+        save(os.path.join(folder, "model-2.safetensors"), {"x": torch.zeros(1)})
+        hexes = []
+        for name in ("model-2.safetensors", "model.safetensors"):
+            with open(os.path.join(folder, name), "rb") as f:
+                hexes.append(f"{name}={hashlib.sha256(f.read()).hexdigest()}")
+        self.assertEqual(ltb_weights.checkpoint_sha256(folder), ", ".join(hexes))
 
 
 NAME = "GPT2/small/cpu/forward/batch:1/seq:64/fp32"
