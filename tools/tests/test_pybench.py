@@ -28,7 +28,7 @@ import ltb_runtimes  # noqa: E402
 FILTER = ("^(Transformer|GPT2|Llama|ResNet|CNN|Encoder|Whisper|EncDec)/nano/cpu/"
           "(forward|forward_backward|train_step|train_epoch|generate|encode|transcribe)/")
 SHAPES = ["--batch=2", "--seq=16", "--prompt=4", "--new_tokens=3", "--steps=2",
-          "--warmup_steps=1", "--warmup_s=0", "--peak_flops=1e11", "--peak_bandwidth=1e10",
+          "--warmup_steps=1", "--warmup_s=0", "--peak_flops=1e13", "--peak_bandwidth=1e12",
           "--dataset_samples=8"]
 WHISPER_PROMPT = 4  # its start-of-transcript tokens, whatever --prompt says
 RATES = ("FLOP/s", "tokens/s", "samples/s", "audio_s/s")
@@ -308,7 +308,7 @@ class PybenchTest(ToolTest):
             proc = self.pybench("--benchmark_filter=^GPT2/nano/cpu/forward/", "--batch=1",
                                 "--seq=64", "--threads=1", "--benchmark_min_time=0.05",
                                 "--warmup_s=0.02",
-                                "--benchmark_repetitions=3", "--peak_flops=1e11",
+                                "--benchmark_repetitions=3", "--peak_flops=1e13",
                                 f"--slowdown={slowdown}", f"--benchmark_out={out}")
             self.assertExit(proc, 0)
             with open(out) as f:
@@ -333,7 +333,7 @@ class PybenchTest(ToolTest):
     def test_compare_refuses_another_shape_and_pairs_the_same(self):
         other = os.path.join(self.tmp, "seq17.json")
         proc = self.pybench("--benchmark_filter=^GPT2/nano/cpu/forward/", "--batch=2",
-                            "--seq=17", "--steps=2", "--warmup_s=0", "--peak_flops=1e11",
+                            "--seq=17", "--steps=2", "--warmup_s=0", "--peak_flops=1e13",
                             f"--benchmark_out={other}")
         self.assertExit(proc, 0)
         cpp = self.write("cpp.json", doc(
@@ -347,6 +347,17 @@ class PybenchTest(ToolTest):
         self.assertIn("paired by name without the runtime label", proc.stderr)
         self.assertIn("GPT2/nano/cpu/forward/batch:2/seq:16/fp32/iterations:2/manual_time",
                       proc.stdout)
+
+    def test_a_rate_past_a_given_peak_leaves_mfu_out_and_says_why(self):
+        out = os.path.join(self.tmp, "low.json")
+        proc = self.pybench("--benchmark_filter=^GPT2/nano/cpu/forward/", "--batch=2",
+                            "--seq=16", "--steps=2", "--warmup_s=0", "--peak_flops=1",
+                            f"--benchmark_out={out}")
+        self.assertExit(proc, 0)
+        [entry] = [e for e in by_name(out).values()]
+        self.assertNotIn("mfu", entry)
+        self.assertRegex(entry["label"], r"^mfu left out: the rate is [\d.e+]+ times the fp32 "
+                                         r"FLOP/s peak 1 \(given \(--peak_flops\)\)$")
 
     def test_bad_flags_exit_2(self):
         for args, message in ((["--cuda_graphs=true"], "bench's only"),
@@ -363,8 +374,8 @@ class PybenchTest(ToolTest):
 
 DEPTH_FILTER = "--benchmark_filter=^(Llama|GPT2)/nano/cpu/generate/"
 DEPTH_SHAPES = ["--batch=1", "--prompt=8", "--new_tokens=8", "--depth=0,600", "--steps=1",
-                "--warmup_steps=1", "--warmup_s=0", "--threads=1", "--peak_flops=1e11",
-                "--peak_bandwidth=1e10"]
+                "--warmup_steps=1", "--warmup_s=0", "--threads=1", "--peak_flops=1e13",
+                "--peak_bandwidth=1e12"]
 FIXTURE = os.path.join(REPO, "test", "models", "fixtures", "llama-nano")
 PRINTED = re.compile(r"^(\S+) (prompt|tokens)\[(\d+)\]: ([\d ]*)$")
 
@@ -484,7 +495,7 @@ class DepthAndWeightsTest(ToolTest):
         out = os.path.join(self.tmp, "refused.json")
         proc = self.pybench("--benchmark_filter=^GPT2/nano/cpu/generate/", "--prompt=8",
                             "--new_tokens=8", "--depth=1010", "--steps=1", "--warmup_s=0",
-                            "--peak_flops=1e11", f"--benchmark_out={out}")
+                            "--peak_flops=1e13", f"--benchmark_out={out}")
         self.assertExit(proc, 1)
         with open(out) as f:
             [e] = json.load(f)["benchmarks"]
@@ -508,7 +519,7 @@ class DepthAndWeightsTest(ToolTest):
         tokens as bench."""
         args = ["--benchmark_filter=^Llama/nano/cpu/generate/", "--batch=1", "--prompt=8",
                 "--new_tokens=8", "--steps=1", "--warmup_s=0", "--threads=1",
-                "--peak_flops=1e11", "--peak_bandwidth=1e10", f"--weights={FIXTURE}",
+                "--peak_flops=1e13", "--peak_bandwidth=1e12", f"--weights={FIXTURE}",
                 "--print_tokens=true"]
         proc = self.pybench(*args)
         self.assertExit(proc, 0)
@@ -539,7 +550,7 @@ class DepthAndWeightsTest(ToolTest):
         loader says which families load one; bench's words where found."""
         import hashlib
         args = ["--benchmark_filter=^(Transformer|Llama|CNN)/nano/cpu/forward/", "--batch=1",
-                "--seq=8", "--steps=1", "--warmup_s=0", "--threads=1", "--peak_flops=1e11",
+                "--seq=8", "--steps=1", "--warmup_s=0", "--threads=1", "--peak_flops=1e13",
                 f"--weights={FIXTURE}"]
         out = os.path.join(self.tmp, "py.json")
         proc = self.pybench(*args, f"--benchmark_out={out}")
