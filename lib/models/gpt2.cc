@@ -180,11 +180,6 @@ KVCache GPT2LMImpl::MakeCache(int64_t batch, int64_t positions) const {
 
 // ----------------------------------------------------------------- family
 
-namespace {
-
-// Hugging Face's gpt2 checkpoints: the same names, bare or under
-// "transformer." (GPT2LMHeadModel's), Conv1D weights stored (in, out), the
-// attention masks old files keep as buffers, and the head tied to wte.
 WeightNames GPT2CheckpointNames() {
   WeightNames names;
   names.candidates = [](const std::string& name) {
@@ -200,6 +195,8 @@ WeightNames GPT2CheckpointNames() {
   };
   return names;
 }
+
+namespace {
 
 absl::StatusOr<Plan> PlanGPT2(const BenchSpec& s) {
   absl::StatusOr<GPT2Options> o = GPT2SizeOptions(s.size);

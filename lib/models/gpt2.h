@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "family/family.h"
 #include "models/decoder_generation.h"
+#include "models/weights.h"
 #include "workloads/packed_linear.h"
 
 namespace ltb {
@@ -126,6 +127,12 @@ class GPT2LMImpl : public torch::nn::Module, public CpuPackable {
   PackedLinear head_packed_;
 };
 TORCH_MODULE(GPT2LM);
+
+// How Hugging Face's gpt2 checkpoints name GPT2LM's tensors (--weights): the
+// same names, bare or under "transformer." (GPT2LMHeadModel's), Conv1D
+// weights stored (in, out), the attention masks old files keep as buffers,
+// and the head tied to wte.
+WeightNames GPT2CheckpointNames();
 
 Family GPT2Family();
 

@@ -202,16 +202,8 @@ TEST_F(BadWeightsTest, GPT2LoadsHuggingFacesConv1DLayoutTransposed) {
   ASSERT_TRUE(c.ok()) << c.status();
   torch::manual_seed(2);
   GPT2LM model(GPT2SizeOptions("nano").value());
-  WeightNames names;
-  names.candidates = [](const std::string& n) {
-    return std::vector<std::string>{n, "transformer." + n};
-  };
-  names.transposed = [](const std::string& n) {
-    return absl::EndsWith(n, "c_attn.weight") || absl::EndsWith(n, "c_proj.weight") ||
-           absl::EndsWith(n, "c_fc.weight");
-  };
-  names.ignored = [](const std::string& n) { return absl::EndsWith(n, ".attn.bias"); };
-  const absl::Status s = LoadWeights(*model, "GPT2/nano", *c, at::kFloat, names);
+  const absl::Status s =
+      LoadWeights(*model, "GPT2/nano", *c, at::kFloat, GPT2CheckpointNames());
   ASSERT_TRUE(s.ok()) << s;
   source->eval();
   model->eval();
