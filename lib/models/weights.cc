@@ -3,18 +3,13 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
-#include <filesystem>
-#include <memory>
 #include <set>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace ltb {
 namespace {
-
-namespace fs = std::filesystem;
 
 std::string ShapeText(at::IntArrayRef shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
