@@ -22,6 +22,7 @@ compute the same attention, and the Python models always use
 scaled_dot_product_attention.
 """
 import argparse
+import copy
 import dataclasses
 import math
 import os
@@ -151,9 +152,12 @@ class TransformerLM(nn.Module):
     def __init__(self, o):
         super().__init__()
         self.token_embeddings = nn.Embedding(o.vocab_size, o.d_model)
-        self.layers = nn.ModuleList(TransformerBlock(o) for _ in range(o.num_layers))
+        self.layers = nn.ModuleList()
         self.ln_final = RMSNorm(o.d_model, o.eps)
         self.lm_head = nn.Linear(o.d_model, o.vocab_size, bias=False)
+        # The blocks last, as the C++ constructor's body adds them, so that
+        # one seed draws the same weights on both sides.
+        self.layers.extend(TransformerBlock(o) for _ in range(o.num_layers))
         self.options = o
 
     def forward(self, tokens):
@@ -195,6 +199,23 @@ def _attend(q, k, v, causal):
 # -------------------------------------------------------------------- GPT2
 # lib/models/gpt2.{h,cc}: learned positions, LayerNorm, GELU (tanh), LM head
 # tied to wte.
+
+
+def init_like_hugging_face(module, std, layers, residual=()):
+    """Random weights as Hugging Face initialises GPT-2 and Llama, drawn as
+    lib/models/language_model.cc's InitLikeHuggingFace draws them (in the
+    order of the sorted names), so that one seed gives both sides the same
+    weights: matrices and embeddings from N(0, std), those named `residual`
+    from N(0, std / sqrt(2 layers)), biases zero, norms' weights one."""
+    scaled = std / math.sqrt(2 * layers)
+    with torch.no_grad():
+        for name, p in sorted(module.named_parameters()):
+            if p.dim() < 2 and name.endswith("bias"):
+                p.zero_()
+            elif p.dim() < 2:
+                p.fill_(1)
+            else:
+                p.normal_(0, scaled if name.endswith(tuple(residual)) else std)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,6 +287,8 @@ class GPT2LM(nn.Module):
         self.h = nn.ModuleList(GPT2Block(o) for _ in range(o.num_layers))
         self.ln_f = nn.LayerNorm(o.d_model, eps=o.eps)
         self.options = o
+        # GPT2Config's initializer_range, its residual projections scaled.
+        init_like_hugging_face(self, 0.02, o.num_layers, ("c_proj.weight",))
 
     def forward(self, tokens):
         # tokens: (B, T) int64 at positions [0, T) -> logits (B, T, V).
@@ -438,6 +461,7 @@ class LlamaLM(nn.Module):
         if not o.tied:
             self.lm_head = nn.Linear(o.d_model, o.vocab_size, bias=False)
         self.options = o
+        init_like_hugging_face(self, 0.02, o.num_layers)  # LlamaConfig's initializer_range
 
     def _hidden(self, tokens, position=0, cache=None):
         t = tokens.shape[1]
@@ -588,9 +612,10 @@ class EncoderOptions:
 class Encoder(nn.Module):
     def __init__(self, o):
         super().__init__()
-        self.layers = nn.ModuleList(
-            nn.TransformerEncoderLayer(o.d_model, o.heads, dim_feedforward=o.d_ff)
-            for _ in range(o.layers))
+        # Copies of one layer, as LibTorch's TransformerEncoder (and Python's)
+        # clones its layer: one seed draws the same weights on both sides.
+        layer = nn.TransformerEncoderLayer(o.d_model, o.heads, dim_feedforward=o.d_ff)
+        self.layers = nn.ModuleList(copy.deepcopy(layer) for _ in range(o.layers))
 
     def forward(self, x):
         # x: (T, B, d) -> (T, B, d), LibTorch's (seq, batch, d) layout.
@@ -821,8 +846,33 @@ class EncDec(nn.Module):
         self.embedding = nn.Embedding(o.vocab, o.d_model)
         with warnings.catch_warnings():  # nested tensors need batch_first; not used
             warnings.simplefilter("ignore")
+            # LibTorch's Transformer draws as Python's (a layer, copied to
+            # every layer of the stack, then Xavier over every matrix) plus,
+            # for each copy, what its clone() draws and throws away: the
+            # layer again, then each child module again. Drawn the same
+            # here, so that one seed gives both sides the same weights.
+            def layer(kind):
+                return kind(o.d_model, o.heads, dim_feedforward=o.d_ff)
+
+            def clone_draws(kind, attentions, count):
+                for _ in range(count):
+                    layer(kind)
+                    for _ in range(attentions):
+                        nn.MultiheadAttention(o.d_model, o.heads)
+                        nn.Linear(o.d_model, o.d_model)  # its out_proj
+                    nn.Linear(o.d_model, o.d_ff)
+                    nn.Linear(o.d_ff, o.d_model)
+
+            encoder_layer = layer(nn.TransformerEncoderLayer)
+            clone_draws(nn.TransformerEncoderLayer, 1, o.encoder_layers)
+            decoder_layer = layer(nn.TransformerDecoderLayer)
+            clone_draws(nn.TransformerDecoderLayer, 2, o.decoder_layers)
             self.transformer = nn.Transformer(
-                o.d_model, o.heads, o.encoder_layers, o.decoder_layers, o.d_ff)
+                o.d_model, o.heads, o.encoder_layers, o.decoder_layers, o.d_ff,
+                custom_encoder=nn.TransformerEncoder(encoder_layer, o.encoder_layers,
+                                                     nn.LayerNorm(o.d_model)),
+                custom_decoder=nn.TransformerDecoder(decoder_layer, o.decoder_layers,
+                                                     nn.LayerNorm(o.d_model)))
         self.output = nn.Linear(o.d_model, o.vocab)
         self.options = o
 
@@ -1172,17 +1222,29 @@ def check_dump(path):
     family, size, tensors = _load_dump(path)
     inputs = [tensors[f"input:{i}"] for i in range(len(tensors)) if f"input:{i}" in tensors]
     seq = inputs[0].shape[1] if family == "Transformer" else None
+    torch.manual_seed(0)  # as the C++ test before building its model
     model = forward_module(family, size, seq=seq)
-    state = {}
+    state, drawn = {}, {}
     for key, value in tensors.items():
         kind, _, name = key.partition(":")
         if kind in ("param", "buffer"):
             state[name] = value
+        elif kind == "init":  # "init:param:NAME": the C++ model's seed-0 weights
+            drawn[name.partition(":")[2]] = value
     expected, dumped = set(model.state_dict()), set(state)
     if expected != dumped:
         return False, [f"{family}/{size}: names differ: only in Python "
                        f"{sorted(expected - dumped)}, only in C++ {sorted(dumped - expected)}"]
     results = []
+    if drawn:  # the same seed draws the same weights on both sides
+        params = dict(model.named_parameters())
+        differ = sorted(n for n, v in drawn.items()
+                        if n not in params or not torch.equal(params[n].detach(), v))
+        results.append((f"{family}/{size} weights drawn from seed 0: "
+                        + (f"{len(drawn)} parameters equal" if not differ and
+                           len(drawn) == len(params) else
+                           f"differ from C++'s in {differ[:5]} ({len(differ)} of {len(drawn)})"),
+                        not differ and len(drawn) == len(params)))
     # Buffers the models compute (RoPE tables, Whisper's sinusoids) must come
     # out the same in Python, not only load; batch norm's statistics are
     # state (the dump's are random).

@@ -128,6 +128,8 @@ GPT2LMImpl::GPT2LMImpl(const GPT2Options& o)
           torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.d_model()}).eps(o.eps())))),
       options_(o) {
   for (int64_t i = 0; i < o.num_layers(); ++i) h->push_back(GPT2Block(o));
+  // GPT2Config's initializer_range, its residual projections scaled.
+  InitLikeHuggingFace(*this, 0.02, o.num_layers(), {"c_proj.weight"});
 }
 
 at::Tensor GPT2LMImpl::Logits(const at::Tensor& x) {

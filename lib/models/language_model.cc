@@ -1,7 +1,13 @@
 #include "models/language_model.h"
 
 #include <torch/nn/functional/loss.h>
+#include <c10/core/GradMode.h>
 #include <torch/optim/adamw.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/match.h"
 
 #include "workloads/epoch.h"
 #include "workloads/optimizers.h"
@@ -46,6 +52,29 @@ std::unique_ptr<Workload> BuildLanguageModel(
   };
   fns.make_optimizer = adamw;
   return MakePhaseWorkload(s, std::move(fns));
+}
+
+void InitLikeHuggingFace(torch::nn::Module& module, double std, int64_t layers,
+                         const std::vector<std::string>& residual) {
+  c10::NoGradGuard no_grad;
+  std::vector<std::pair<std::string, at::Tensor>> params;
+  for (const auto& p : module.named_parameters()) params.emplace_back(p.key(), p.value());
+  std::sort(params.begin(), params.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  const double residual_std = std / std::sqrt(2.0 * static_cast<double>(layers));
+  for (auto& [name, p] : params) {
+    if (p.dim() < 2) {  // a bias, or a norm's weight
+      if (absl::EndsWith(name, "bias")) {
+        p.zero_();
+      } else {
+        p.fill_(1);
+      }
+      continue;
+    }
+    const bool scaled = std::any_of(residual.begin(), residual.end(),
+                                    [&](const std::string& r) { return absl::EndsWith(name, r); });
+    p.normal_(0, scaled ? residual_std : std);
+  }
 }
 
 }  // namespace ltb

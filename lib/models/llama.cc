@@ -235,6 +235,7 @@ LlamaLMImpl::LlamaLMImpl(const LlamaOptions& o)
         PackableLinear(
             torch::nn::LinearOptions(o.d_model(), o.vocab_size()).bias(false)));
   }
+  InitLikeHuggingFace(*this, 0.02, o.num_layers());  // LlamaConfig's initializer_range
 }
 
 at::Tensor LlamaLMImpl::Logits(const at::Tensor& y) {

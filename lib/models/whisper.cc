@@ -149,9 +149,11 @@ WhisperBlockImpl::WhisperBlockImpl(int64_t width, int64_t heads, bool cross, boo
     cross_attn = register_module("cross_attn", WhisperAttention(width, heads, fused));
     cross_attn_ln = register_module("cross_attn_ln", norm());
   }
-  mlp = register_module(
-      "mlp", torch::nn::Sequential(PackableLinear(width, 4 * width), torch::nn::GELU(),
-                                   PackableLinear(4 * width, width)));
+  // Drawn in order (a function's arguments are constructed in any order),
+  // as the Python model draws them, so that one seed gives the same weights.
+  PackableLinear up(width, 4 * width);
+  PackableLinear down(4 * width, width);
+  mlp = register_module("mlp", torch::nn::Sequential(up, torch::nn::GELU(), down));
   mlp_ln = register_module("mlp_ln", norm());
 }
 

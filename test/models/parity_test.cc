@@ -61,10 +61,18 @@ void Perturb(torch::nn::Module& module) {
 // Eval mode, then `forward` on `inputs` in inference mode, in fp32 on the CPU.
 Dump Run(torch::nn::Module& module, const std::vector<at::Tensor>& inputs,
          const std::function<at::Tensor()>& forward) {
+  // The parameters as the seed drew them ("init:param:NAME"): the Python
+  // model built from the same seed must hold the very same values, so that
+  // tools/pybench and bench measure the same weights.
+  std::vector<std::pair<std::string, at::Tensor>> drawn;
+  for (const auto& p : module.named_parameters()) {
+    drawn.emplace_back(absl::StrCat("init:param:", p.key()), p.value().detach().clone());
+  }
   Perturb(module);
   module.eval();
   Dump dump;
   dump.tensors = ModuleTensors(module);
+  dump.tensors.insert(dump.tensors.end(), drawn.begin(), drawn.end());
   for (size_t i = 0; i < inputs.size(); ++i) {
     dump.tensors.emplace_back(absl::StrCat("input:", i), inputs[i]);
   }
