@@ -1,11 +1,13 @@
 #include "models/llama.h"
 
 #include <gtest/gtest.h>
+#include <torch/nn/functional/loss.h>
 
 #include <cmath>
 #include <map>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "profiled_flops.h"
 #include "spec_for.h"
 #include "workloads/phases.h"
@@ -198,6 +200,37 @@ TEST(LlamaFamily, Training8BInFp32NeedsFarMoreThanAWorkstation) {
   EXPECT_EQ(plan->memory.weights + plan->memory.gradients + plan->memory.optimizer,
             16 * int64_t{8'030'261'248});
   EXPECT_GT(plan->memory.Total(), int64_t{24} << 30);
+}
+
+// Random weights as Hugging Face draws them: every matrix and embedding of
+// standard deviation 0.02, biases zero, norms one. So the random
+// model predicts about uniformly (a next-token loss of about ln V, as an
+// untrained model's), not with the logits in the hundreds that LibTorch's
+// N(0, 1) embedding, tied to the output layer, gave: their softmax holds
+// denormal probabilities, which slowed train_step threefold as it ran.
+TEST(LlamaLM, RandomWeightsAreHuggingFacesAndPredictAboutUniformly) {
+  torch::manual_seed(0);
+  const LlamaOptions o = LlamaSizeOptions("nano").value();
+  LlamaLM model(o);
+  for (const auto& p : model->named_parameters()) {
+    const at::Tensor w = p.value().detach();
+    if (w.dim() < 2) {
+      EXPECT_EQ(w.sub(absl::EndsWith(p.key(), "bias") ? 0 : 1).abs().max().item<float>(), 0)
+          << p.key();
+      continue;
+    }
+    const double want = 0.02;
+    EXPECT_NEAR(w.std().item<double>(), want, 0.1 * want) << p.key();
+    EXPECT_NEAR(w.mean().item<double>(), 0, 0.1 * want) << p.key();
+  }
+  const int64_t vocab = o.vocab_size();
+  const at::Tensor ids = torch::randint(0, vocab, {4, 33}, torch::kLong);
+  c10::InferenceMode guard;
+  const at::Tensor logits = model(ids.narrow(1, 0, 32));
+  const double loss = torch::nn::functional::cross_entropy(logits.reshape({-1, vocab}),
+                                                           ids.narrow(1, 1, 32).reshape({-1}))
+                          .item<double>();
+  EXPECT_NEAR(loss, std::log(static_cast<double>(vocab)), 0.25);
 }
 
 }  // namespace
