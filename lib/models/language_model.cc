@@ -1,14 +1,13 @@
 #include "models/language_model.h"
 
-#include <torch/nn/functional/loss.h>
 #include <c10/core/GradMode.h>
+#include <torch/nn/functional/loss.h>
 #include <torch/optim/adamw.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/match.h"
-
 #include "workloads/epoch.h"
 #include "workloads/optimizers.h"
 #include "workloads/phases.h"
@@ -71,8 +70,9 @@ void InitLikeHuggingFace(torch::nn::Module& module, double std, int64_t layers,
       }
       continue;
     }
-    const bool scaled = std::any_of(residual.begin(), residual.end(),
-                                    [&](const std::string& r) { return absl::EndsWith(name, r); });
+    const bool scaled =
+        std::any_of(residual.begin(), residual.end(),
+                    [&](const std::string& r) { return absl::EndsWith(name, r); });
     p.normal_(0, scaled ? residual_std : std);
   }
 }

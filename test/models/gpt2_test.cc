@@ -216,7 +216,8 @@ TEST(GPT2LM, RandomWeightsAreHuggingFacesAndPredictAboutUniformly) {
   for (const auto& p : model->named_parameters()) {
     const at::Tensor w = p.value().detach();
     if (w.dim() < 2) {
-      EXPECT_EQ(w.sub(absl::EndsWith(p.key(), "bias") ? 0 : 1).abs().max().item<float>(), 0)
+      EXPECT_EQ(w.sub(absl::EndsWith(p.key(), "bias") ? 0 : 1).abs().max().item<float>(),
+                0)
           << p.key();
       continue;
     }
@@ -230,8 +231,8 @@ TEST(GPT2LM, RandomWeightsAreHuggingFacesAndPredictAboutUniformly) {
   const at::Tensor ids = torch::randint(0, vocab, {4, 33}, torch::kLong);
   c10::InferenceMode guard;
   const at::Tensor logits = model(ids.narrow(1, 0, 32));
-  const double loss = torch::nn::functional::cross_entropy(logits.reshape({-1, vocab}),
-                                                           ids.narrow(1, 1, 32).reshape({-1}))
+  const double loss = torch::nn::functional::cross_entropy(
+                          logits.reshape({-1, vocab}), ids.narrow(1, 1, 32).reshape({-1}))
                           .item<double>();
   EXPECT_NEAR(loss, std::log(static_cast<double>(vocab)), 0.25);
 }
