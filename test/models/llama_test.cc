@@ -1,7 +1,6 @@
 #include "models/llama.h"
 
 #include <gtest/gtest.h>
-#include <torch/nn/functional/loss.h>
 
 #include <cmath>
 #include <map>
@@ -9,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "profiled_flops.h"
+#include "random_weights.h"
 #include "spec_for.h"
 #include "workloads/phases.h"
 
@@ -212,26 +212,10 @@ TEST(LlamaLM, RandomWeightsAreHuggingFacesAndPredictAboutUniformly) {
   torch::manual_seed(0);
   const LlamaOptions o = LlamaSizeOptions("nano").value();
   LlamaLM model(o);
-  for (const auto& p : model->named_parameters()) {
-    const at::Tensor w = p.value().detach();
-    if (w.dim() < 2) {
-      EXPECT_EQ(w.sub(absl::EndsWith(p.key(), "bias") ? 0 : 1).abs().max().item<float>(),
-                0)
-          << p.key();
-      continue;
-    }
-    const double want = 0.02;
-    EXPECT_NEAR(w.std().item<double>(), want, 0.1 * want) << p.key();
-    EXPECT_NEAR(w.mean().item<double>(), 0, 0.1 * want) << p.key();
-  }
-  const int64_t vocab = o.vocab_size();
-  const at::Tensor ids = torch::randint(0, vocab, {4, 33}, torch::kLong);
-  c10::InferenceMode guard;
-  const at::Tensor logits = model(ids.narrow(1, 0, 32));
-  const double loss = torch::nn::functional::cross_entropy(
-                          logits.reshape({-1, vocab}), ids.narrow(1, 1, 32).reshape({-1}))
-                          .item<double>();
-  EXPECT_NEAR(loss, std::log(static_cast<double>(vocab)), 0.25);
+  ExpectHuggingFaceWeights(*model, [](const std::string&) { return 0.02; });
+  const double loss =
+      RandomTokensLoss([&](const at::Tensor& x) { return model(x); }, o.vocab_size());
+  EXPECT_NEAR(loss, std::log(static_cast<double>(o.vocab_size())), 0.25);
 }
 
 }  // namespace
