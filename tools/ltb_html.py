@@ -493,7 +493,8 @@ def runtimes_section(page, docs, labels):
                     "scales": {"x": axis("time / Python eager (below 1: faster)", zero=True)}}},
         height=max(200, 26 * len(shown) + 80))
     rows = [[code(r["benchmark"]), ltb_runtimes.RUNTIMES[r["runtime"]], r["file"],
-             ltb_results.format_seconds(r["time"]), r["reps"], ltb_runtimes.format_ratio(r),
+             ltb_results.format_seconds(r["time"]), ltb_runtimes.format_reps(r),
+             ltb_runtimes.format_ratio(r),
              r["verdict"], "—" if r["compile_s"] is None else f"{r['compile_s']:.1f} s"]
             for r in found]
     classes = ["bad" if r["verdict"].startswith("settings") else "" for r in found]
@@ -501,8 +502,9 @@ def runtimes_section(page, docs, labels):
         "<p>The same benchmark (model, shapes, work) in each runtime: bench's C++ eager, "
         "AOTInductor and TorchScript results and tools/pybench's Python eager and "
         "torch.compile ones. The ratio is a runtime's mean step time over Python eager's, "
-        "with its 95% confidence interval from the repetitions (Welch's t on the "
-        "logarithms); <em>noise</em>: the interval holds 1. Where the two runs differ in "
+        "with its 95% confidence interval (Welch's t on the logarithms) from the "
+        "repetitions, or from the rounds' means where each side has two or more files "
+        "(rounds, separate processes); <em>noise</em>: the interval holds 1. Where the two runs differ in "
         "threads, grad mode or warm-up, the verdict names the setting instead of a "
         "speed.</p>") + chart
         + table(["benchmark", "runtime", "file", "mean time", "reps",

@@ -9,12 +9,18 @@ label the names are the same benchmark: the same model, shapes and work.
     strip_runtimes(doc, keep)  a document of one runtime a side, named as bench
     settings(doc, phase)       what decides a comparison besides the code
     rows(docs, labels)         per benchmark and runtime: time, ratio to Python
-                               eager with its confidence interval, verdict
+                               eager with its confidence interval, verdict;
+                               several files of a runtime pooled as rounds
     markdown(rows)             the "C++ and Python" table
 
 The ratio is a runtime's mean step time over Python eager's, and its 95%
-confidence interval comes from the repetitions (Welch's t on the logarithms
-of the repetitions' times, so that the interval of a ratio is a ratio's).
+confidence interval comes from Welch's t on logarithms (so that the interval
+of a ratio is a ratio's). Several files of one runtime are rounds (separate
+processes) and are pooled: with two or more rounds a side, each round's mean
+is one observation, since a process's luck (where its memory and threads
+land) moves all its repetitions together and an interval of repetitions from
+one process does not see it; otherwise the observations are the
+repetitions.
 A verdict says "noise" when the interval holds 1, and names the setting
 instead of a speed when the two runs differ in threads, grad mode, malloc
 settings or warm-up: that difference is the settings', not the runtimes'.
@@ -158,11 +164,31 @@ def verdict(ratio, interval, notes):
     return f"{1 / ratio:.2f}x faster" if ratio < 1 else f"{ratio:.2f}x slower"
 
 
+def pooled_interval(rounds, reference):
+    """(ratio, interval, basis) of the rounds of a runtime (each a list of
+    repetitions' times) against the reference's: with two or more rounds a
+    side, Welch's t over the rounds' means (basis "rounds"); else over all
+    repetitions (basis "repetitions")."""
+    if len(rounds) >= 2 and len(reference) >= 2:
+        ratio, interval = ratio_interval([statistics.fmean(r) for r in rounds],
+                                         [statistics.fmean(r) for r in reference])
+        return ratio, interval, "rounds"
+    ratio, interval = ratio_interval([t for r in rounds for t in r],
+                                     [t for r in reference for t in r])
+    return ratio, interval, "repetitions"
+
+
+def _unique(items):
+    return list(dict.fromkeys(items))
+
+
 def rows(docs, labels):
     """Per benchmark measured in Python eager, every runtime's result in
-    the files: [{benchmark, runtime, file, time, reps, ratio, interval,
-    verdict, notes}], the reference row (Python eager) first in its group."""
-    found = {}  # base name -> runtime -> (bench, doc, label)
+    the files: [{benchmark, runtime, file, time, reps, rounds, basis, ratio,
+    interval, verdict, notes}], the reference row (Python eager) first in
+    its group. Files holding the same runtime of a benchmark are its
+    rounds, pooled (pooled_interval)."""
+    found = {}  # base name -> runtime -> [(bench, doc, label)], a round each
     order = []
     for doc, label in zip(docs, labels):
         for name, bench in ltb_results.collect(doc).items():
@@ -172,32 +198,50 @@ def rows(docs, labels):
             if base not in found:
                 found[base] = {}
                 order.append(base)
-            found[base].setdefault(runtime, (bench, doc, label))
+            found[base].setdefault(runtime, []).append((bench, doc, label))
     out = []
     for base in order:
         group = found[base]
         if REFERENCE not in group or len(group) < 2:
             continue
-        ref_bench, ref_doc, _ = group[REFERENCE]
         phase = ltb_results.parse_name(base)["phase"]
-        ref_settings = settings(ref_doc, phase)
+        ref_rounds = group[REFERENCE]
+        ref_settings = settings(ref_rounds[0][1], phase)
+        # Rounds of the reference that ran with other settings than its first.
+        ref_notes = _unique(n for _, doc, _ in ref_rounds[1:]
+                            for n in setting_notes(settings(doc, phase), ref_settings,
+                                                   REFERENCE))
+        ref_notes = [f"Python eager's rounds: {n}" for n in ref_notes]
+        ref_times = [bench.times for bench, _, _ in ref_rounds]
         for runtime in RUNTIMES:
             if runtime not in group:
                 continue
-            bench, doc, label = group[runtime]
+            rounds = group[runtime]
+            times = [bench.times for bench, _, _ in rounds]
             if runtime == REFERENCE:
-                ratio, interval, notes = 1.0, None, []
+                ratio, interval, basis, notes = 1.0, None, None, ref_notes
             else:
-                ratio, interval = ratio_interval(bench.times, ref_bench.times)
-                notes = setting_notes(settings(doc, phase), ref_settings, runtime)
+                ratio, interval, basis = pooled_interval(times, ref_times)
+                notes = _unique([n for _, doc, _ in rounds
+                                 for n in setting_notes(settings(doc, phase), ref_settings,
+                                                        runtime)] + ref_notes)
+            compile_s = [bench.median("compile_s") for bench, _, _ in rounds]
+            compile_s = [c for c in compile_s if c is not None]
             out.append({
-                "benchmark": base, "runtime": runtime, "file": label,
-                "time": statistics.fmean(bench.times), "reps": bench.repetitions,
+                "benchmark": base, "runtime": runtime,
+                "file": ", ".join(_unique(label for _, _, label in rounds)),
+                "time": statistics.fmean(statistics.fmean(t) for t in times),
+                "reps": sum(len(t) for t in times), "rounds": len(rounds), "basis": basis,
                 "ratio": ratio, "interval": interval, "notes": notes,
-                "compile_s": bench.median("compile_s"),
-                "verdict": "reference" if runtime == REFERENCE else verdict(ratio, interval,
-                                                                             notes)})
+                "compile_s": statistics.median(compile_s) if compile_s else None,
+                "verdict": ("reference" if not notes else verdict(1.0, None, notes))
+                if runtime == REFERENCE else verdict(ratio, interval, notes)})
     return out
+
+
+def format_reps(r):
+    """'5', or '15 in 3 rounds' when the row pools several files."""
+    return str(r["reps"]) if r["rounds"] == 1 else f"{r['reps']} in {r['rounds']} rounds"
 
 
 def format_ratio(r):
@@ -213,7 +257,7 @@ def markdown(table):
     cells = []
     for r in table:
         cells.append([f"`{r['benchmark']}`", RUNTIMES[r["runtime"]], r["file"],
-                      ltb_results.format_seconds(r["time"]), str(r["reps"]), format_ratio(r),
+                      ltb_results.format_seconds(r["time"]), format_reps(r), format_ratio(r),
                       r["verdict"],
                       "—" if r["compile_s"] is None else f"{r['compile_s']:.1f} s"])
     return ltb_results.markdown_table(headers, cells)

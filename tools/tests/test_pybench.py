@@ -328,6 +328,36 @@ class PybenchTest(ToolTest):
         self.assertGreater(ratio, 2.0, runs)
         self.assertGreater(low, 1.0, runs)
 
+    def test_a_fresh_compile_cache_leaves_the_shared_one_alone(self):
+        """torch.compile with --compile_cache=fresh compiles in an empty cache
+        of its own, gone after the run: Inductor's shared cache gains no file,
+        and the context says so. Its result is a py_compile entry with the
+        eager one's work and a compile time."""
+        shared = os.path.join(self.tmp, "inductor")
+        out = os.path.join(self.tmp, "compiled.json")
+        proc = self.run_tool("pybench", "--benchmark_filter=^CNN/nano/cpu/forward/",
+                             "--batch=2", "--steps=2", "--warmup_s=0", "--threads=1",
+                             "--peak_flops=1e13", "--runtime=eager,compile",
+                             "--compile_cache=fresh", f"--benchmark_out={out}",
+                             env={"TORCHINDUCTOR_CACHE_DIR": shared}, timeout=600)
+        self.assertExit(proc, 0)
+        files = [n for _, _, names in os.walk(shared) for n in names] \
+            if os.path.isdir(shared) else []
+        self.assertEqual(files, [])
+        with open(out) as f:
+            result = json.load(f)
+        self.assertTrue(result["context"]["compile_cache"].startswith("fresh: an empty"))
+        entries = {ltb_runtimes.split_runtime(ltb_results.base_name(e))[1]: e
+                   for e in ltb_results.iterations(result)}
+        self.assertEqual(sorted(entries), ["py_compile", "py_eager"])
+        self.assertGreater(entries["py_compile"]["compile_s"], 0)
+        self.assertAlmostEqual(per_step(entries["py_compile"], "FLOP/s")
+                               / per_step(entries["py_eager"], "FLOP/s"), 1.0, places=9)
+        proc = self.pybench("--compile_cache=warm")
+        self.assertExit(proc, 2)
+        self.assertIn("shared", proc.stderr)
+        self.assertIn("fresh", proc.stderr)
+
     def test_a_changed_shape_is_another_benchmark(self):
         names = {}
         for seq in ("16", "17"):
@@ -707,6 +737,67 @@ class RuntimesTableTest(ToolTest):
                              py_context={"malloc": "glibc malloc, default settings"})
         self.assertEqual(self.table(docs)["cpp_eager"]["verdict"],
                          "settings differ: malloc tuned vs system")
+
+    def rounds(self, cpp_rounds, py_rounds, py_contexts=None):
+        """One file per round: cpp1.json, ... and py1.json, ..."""
+        same = {"intra_op_threads": "2", "inter_op_threads": "1",
+                "warmup": ">= 1 steps and >= 0.5 s"}
+        py_contexts = py_contexts or [{}] * len(py_rounds)
+        docs = [doc(repeated(NAME, ms), **same) for ms in cpp_rounds]
+        docs += [doc(repeated(NAME + "/py_eager", ms),
+                     **dict(same, runtime="python", grad_mode="inference_mode") | extra)
+                 for ms, extra in zip(py_rounds, py_contexts)]
+        labels = [f"cpp{i + 1}" for i in range(len(cpp_rounds))]
+        labels += [f"py{i + 1}" for i in range(len(py_rounds))]
+        paths = [self.write(f"{label}.json", d) for label, d in zip(labels, docs)]
+        return paths, docs, labels
+
+    def test_rounds_are_pooled_by_their_means(self):
+        # Each process is steady inside but the processes differ: one round
+        # alone says C++ is faster, the two rounds' means say it is noise.
+        cpp = [[80.0, 80.5, 79.5], [90.0, 90.5, 89.5]]
+        py = [[100.0, 100.5, 99.5], [85.0, 85.5, 84.5]]
+        paths, docs, labels = self.rounds(cpp, py)
+        one = {r["runtime"]: r for r in ltb_runtimes.rows([docs[0], docs[2]],
+                                                          ["cpp1", "py1"])}
+        self.assertEqual(one["cpp_eager"]["verdict"], "1.25x faster")
+        self.assertEqual(one["cpp_eager"]["basis"], "repetitions")
+        table = {r["runtime"]: r for r in ltb_runtimes.rows(docs, labels)}
+        row = table["cpp_eager"]
+        self.assertEqual((row["reps"], row["rounds"], row["basis"]), (6, 2, "rounds"))
+        self.assertEqual(row["file"], "cpp1, cpp2")
+        self.assertEqual(table["py_eager"]["file"], "py1, py2")
+        self.assertAlmostEqual(row["time"], 0.085, places=9)
+        self.assertAlmostEqual(row["ratio"], 85.0 / 92.5, places=9)
+        # The interval is the one of the rounds' means, each one observation.
+        _, expected = ltb_runtimes.ratio_interval([0.080, 0.090], [0.100, 0.085])
+        for got, want in zip(row["interval"], expected):
+            self.assertAlmostEqual(got, want, places=9)
+        self.assertLess(row["interval"][0], 1)
+        self.assertGreater(row["interval"][1], 1)
+        self.assertEqual(row["verdict"], "noise")
+        # One round on a side: the repetitions of every round, pooled.
+        paths1, docs1, labels1 = self.rounds(cpp, py[:1])
+        row = {r["runtime"]: r for r in ltb_runtimes.rows(docs1, labels1)}["cpp_eager"]
+        self.assertEqual((row["reps"], row["rounds"], row["basis"]), (6, 2, "repetitions"))
+        _, expected = ltb_runtimes.ratio_interval(
+            [t / 1e3 for r in cpp for t in r], [t / 1e3 for t in py[0]])
+        for got, want in zip(row["interval"], expected):
+            self.assertAlmostEqual(got, want, places=9)
+        proc = self.run_tool("report", *paths)
+        self.assertExit(proc, 0)
+        self.assertIn("| `GPT2/small/cpu/forward/batch:1/seq:64/fp32` | C++ eager (LibTorch) "
+                      "| cpp1, cpp2 | 85 ms | 6 in 2 rounds |", proc.stdout)
+
+    def test_rounds_of_the_reference_with_other_settings_are_named(self):
+        _, docs, labels = self.rounds([[80.0, 81.0], [80.0, 81.0]],
+                                      [[100.0, 101.0], [50.0, 51.0]],
+                                      [{}, {"intra_op_threads": "4"}])
+        table = {r["runtime"]: r for r in ltb_runtimes.rows(docs, labels)}
+        self.assertEqual(table["py_eager"]["verdict"],
+                         "settings differ: Python eager's rounds: threads 4 vs 2")
+        self.assertEqual(table["cpp_eager"]["verdict"],
+                         "settings differ: Python eager's rounds: threads 4 vs 2")
 
     def test_report_has_the_table_and_the_html_section(self):
         paths, _ = self.files([80.0, 81.0, 79.0], [100.0, 101.0, 99.0])
