@@ -1,5 +1,6 @@
 #include "workloads/optimizers.h"
 
+#include <ATen/TensorOperators.h>
 #include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_foreach_addcdiv.h>
 #include <ATen/ops/_foreach_addcmul.h>
@@ -20,6 +21,28 @@ ForeachAdamW::ForeachAdamW(const std::vector<at::Tensor>& params,
                            torch::optim::AdamWOptions options)
     : torch::optim::AdamW(params, std::move(options)) {}
 
+namespace {
+
+// A parameter's AdamW state, made on its first step as torch::optim::AdamW
+// makes it, and counted one step further.
+torch::optim::AdamWParamState& NextAdamWState(
+    ska::flat_hash_map<void*, std::unique_ptr<torch::optim::OptimizerParamState>>& state,
+    const at::Tensor& p) {
+  auto it = state.find(p.unsafeGetTensorImpl());
+  if (it == state.end()) {
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    s->step(0);
+    s->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
+    s->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+    it = state.emplace(p.unsafeGetTensorImpl(), std::move(s)).first;
+  }
+  auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
+  s.step(s.step() + 1);
+  return s;
+}
+
+}  // namespace
+
 at::Tensor ForeachAdamW::step(LossClosure closure) {
   c10::NoGradGuard no_grad;
   at::Tensor loss;
@@ -36,16 +59,7 @@ at::Tensor ForeachAdamW::step(LossClosure closure) {
     std::vector<at::Scalar> step_sizes, bias_correction2_sqrt;
     for (const at::Tensor& p : group.params()) {
       if (!p.grad().defined()) continue;
-      auto it = state_.find(p.unsafeGetTensorImpl());
-      if (it == state_.end()) {
-        auto s = std::make_unique<torch::optim::AdamWParamState>();
-        s->step(0);
-        s->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
-        s->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
-        it = state_.emplace(p.unsafeGetTensorImpl(), std::move(s)).first;
-      }
-      auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
-      s.step(s.step() + 1);
+      auto& s = NextAdamWState(state_, p);
       params.push_back(p);
       grads.push_back(p.grad());
       exp_avgs.push_back(s.exp_avg());
@@ -63,6 +77,38 @@ at::Tensor ForeachAdamW::step(LossClosure closure) {
     at::_foreach_div_(denom, bias_correction2_sqrt);
     at::_foreach_add_(denom, eps);
     at::_foreach_addcdiv_(params, exp_avgs, denom, step_sizes);
+  }
+  return loss;
+}
+
+PerParameterAdamW::PerParameterAdamW(const std::vector<at::Tensor>& params,
+                                     torch::optim::AdamWOptions options)
+    : torch::optim::AdamW(params, std::move(options)) {}
+
+at::Tensor PerParameterAdamW::step(LossClosure closure) {
+  c10::NoGradGuard no_grad;
+  at::Tensor loss;
+  if (closure != nullptr) {
+    c10::AutoGradMode grad(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups_) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    TORCH_CHECK(!o.amsgrad(), "PerParameterAdamW: amsgrad is not supported");
+    const double lr = o.lr(), eps = o.eps(), wd = o.weight_decay();
+    const auto [beta1, beta2] = o.betas();
+    for (at::Tensor& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      const at::Tensor& grad = p.grad();
+      auto& s = NextAdamWState(state_, p);
+      const double step = static_cast<double>(s.step());
+      if (wd != 0) p.mul_(1 - lr * wd);
+      s.exp_avg().lerp_(grad, 1 - beta1);
+      s.exp_avg_sq().mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+      const at::Tensor denom =
+          (s.exp_avg_sq().sqrt() / std::sqrt(1 - std::pow(beta2, step))).add_(eps);
+      p.addcdiv_(s.exp_avg(), denom, -lr / (1 - std::pow(beta1, step)));
+    }
   }
   return loss;
 }
@@ -127,7 +173,7 @@ std::unique_ptr<torch::optim::Optimizer> MakeAdamW(
     const c10::Device& device, const std::vector<at::Tensor>& params,
     const torch::optim::AdamWOptions& options) {
   if (DefaultsToForeach(device)) return std::make_unique<ForeachAdamW>(params, options);
-  return std::make_unique<torch::optim::AdamW>(params, options);
+  return std::make_unique<PerParameterAdamW>(params, options);
 }
 
 std::unique_ptr<torch::optim::Optimizer> MakeSGD(

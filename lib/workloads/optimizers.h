@@ -22,6 +22,18 @@ class ForeachAdamW final : public torch::optim::AdamW {
   at::Tensor step(LossClosure closure = nullptr) override;
 };
 
+// AdamW stepped parameter by parameter with the kernels of Python's
+// _single_tensor_adamw, its default on the CPU: the first moment in one pass
+// (lerp_), where torch::optim::AdamW makes two (mul_, then add_), one more
+// read and write of every parameter's size a step. Same state and update as
+// torch::optim::AdamW; no amsgrad.
+class PerParameterAdamW final : public torch::optim::AdamW {
+ public:
+  PerParameterAdamW(const std::vector<at::Tensor>& params,
+                    torch::optim::AdamWOptions options);
+  at::Tensor step(LossClosure closure = nullptr) override;
+};
+
 // SGD with momentum stepped with _foreach kernels (Python's
 // _multi_tensor_sgd). Same state and update as torch::optim::SGD; no
 // nesterov.
@@ -36,7 +48,7 @@ class ForeachSGD final : public torch::optim::SGD {
 bool DefaultsToForeach(const c10::Device& device);
 
 // The optimizer Python's default picks for parameters on `device`: foreach
-// or parameter by parameter.
+// or parameter by parameter, with Python's kernels either way.
 std::unique_ptr<torch::optim::Optimizer> MakeAdamW(
     const c10::Device& device, const std::vector<at::Tensor>& params,
     const torch::optim::AdamWOptions& options);

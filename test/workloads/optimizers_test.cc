@@ -2,9 +2,12 @@
 // choice between them by device.
 #include "workloads/optimizers.h"
 
+#include <ATen/record_function.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <map>
+#include <string>
 #include <vector>
 
 namespace ltb {
@@ -60,6 +63,64 @@ TEST(ForeachAdamW, StepsAsLibTorchsAdamW) {
   EXPECT_EQ(foreach.state().size(), reference.state().size());
 }
 
+TEST(PerParameterAdamW, StepsAsLibTorchsAdamW) {
+  auto a = Params(1), b = Params(1);
+  const auto options = torch::optim::AdamWOptions(1e-2).weight_decay(0.1);
+  torch::optim::AdamW reference(a, options);
+  PerParameterAdamW per_parameter(b, options);
+  ExpectSameSteps(reference, a, per_parameter, b);
+  EXPECT_EQ(per_parameter.state().size(), reference.state().size());
+}
+
+// The operators an optimizer's step calls on this thread, by name.
+std::map<std::string, int> OperatorsOfAStep(torch::optim::Optimizer& optimizer) {
+  static thread_local std::map<std::string, int>* calls = nullptr;
+  std::map<std::string, int> counted;
+  calls = &counted;
+  const at::CallbackHandle handle = at::addThreadLocalCallback(
+      at::RecordFunctionCallback([](const at::RecordFunction& fn)
+                                     -> std::unique_ptr<at::ObserverContext> {
+        ++(*calls)[fn.name()];
+        return nullptr;
+      }).scopes({at::RecordScope::FUNCTION}));
+  optimizer.step();
+  at::removeCallback(handle);
+  calls = nullptr;
+  return counted;
+}
+
+// Python's _single_tensor_adamw (its CPU default) moves the first moment
+// with one lerp_ a parameter; LibTorch's AdamW with mul_ and add_.
+TEST(PerParameterAdamW, MovesTheFirstMomentInOnePassAsPython) {
+  auto a = Params(1), b = Params(1);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i].mutable_grad() = torch::ones_like(a[i]);
+    b[i].mutable_grad() = torch::ones_like(b[i]);
+  }
+  const auto options = torch::optim::AdamWOptions(1e-2).weight_decay(0.1);
+  PerParameterAdamW per_parameter(a, options);
+  torch::optim::AdamW libtorch(b, options);
+  const std::map<std::string, int> ours = OperatorsOfAStep(per_parameter);
+  const std::map<std::string, int> theirs = OperatorsOfAStep(libtorch);
+  const int params = static_cast<int>(a.size());
+  EXPECT_EQ(ours.count("aten::lerp_") ? ours.at("aten::lerp_") : 0, params);
+  EXPECT_EQ(theirs.count("aten::lerp_"), 0u);
+  EXPECT_EQ(ours.at("aten::addcdiv_"), params);
+  EXPECT_EQ(ours.at("aten::addcmul_"), params);
+  EXPECT_EQ(ours.at("aten::sqrt"), params);
+  // Both add eps to the denominator; LibTorch's adds the gradient too, one
+  // add_ more a parameter.
+  EXPECT_EQ(theirs.at("aten::add_") - ours.at("aten::add_"), params);
+  EXPECT_EQ(ours.at("aten::mul_"), theirs.at("aten::mul_") - params);
+}
+
+TEST(PerParameterAdamW, RefusesAmsgrad) {
+  auto p = Params(1);
+  for (at::Tensor& t : p) t.mutable_grad() = torch::ones_like(t);
+  PerParameterAdamW adamw(p, torch::optim::AdamWOptions(1e-2).amsgrad(true));
+  EXPECT_THROW(adamw.step(), c10::Error);
+}
+
 TEST(ForeachAdamW, RefusesAmsgrad) {
   auto p = Params(1);
   for (at::Tensor& t : p) t.mutable_grad() = torch::ones_like(t);
@@ -100,8 +161,7 @@ TEST(MakeOptimizer, TheCpuStepsParameterByParameterAsPythonsDefault) {
   const c10::Device cpu(c10::kCPU);
   EXPECT_FALSE(DefaultsToForeach(cpu));
   auto adamw = MakeAdamW(cpu, p, torch::optim::AdamWOptions(1e-3));
-  EXPECT_NE(dynamic_cast<torch::optim::AdamW*>(adamw.get()), nullptr);
-  EXPECT_EQ(dynamic_cast<ForeachAdamW*>(adamw.get()), nullptr);
+  EXPECT_NE(dynamic_cast<PerParameterAdamW*>(adamw.get()), nullptr);
   auto sgd = MakeSGD(cpu, p, torch::optim::SGDOptions(0.1));
   EXPECT_EQ(dynamic_cast<ForeachSGD*>(sgd.get()), nullptr);
 }
