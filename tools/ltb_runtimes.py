@@ -31,6 +31,10 @@ import statistics
 
 import ltb_results
 
+# The intervals' t quantiles are scipy's (a tool run by a Python without it
+# starts again with the project's venv).
+ltb_results.require("scipy")
+
 CPP_EAGER = "cpp_eager"
 # Runtimes in the table's order, with what each is.
 RUNTIMES = {
@@ -127,14 +131,10 @@ def setting_notes(mine, reference, runtime):
 
 
 def t_quantile(df):
-    """The 97.5% quantile of Student's t (scipy's when there, else a
-    close approximation)."""
-    try:
-        from scipy import stats
-        return float(stats.t.ppf(0.975, df))
-    except ImportError:
-        z = 1.959964
-        return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+    """The 97.5% quantile of Student's t, scipy's: exact at the few degrees
+    of freedom that rounds pooled by their means have."""
+    from scipy import stats
+    return float(stats.t.ppf(0.975, df))
 
 
 def ratio_interval(times, reference):

@@ -807,6 +807,70 @@ class RuntimesTableTest(ToolTest):
         self.assertEqual(table["cpp_eager"]["verdict"],
                          "settings differ: Python eager's rounds: threads 4 vs 2")
 
+    def test_the_docs_pooled_rounds_are_the_stored_files(self):
+        """docs/cpp-and-python.md's pooled rounds, recomputed from the
+        result files it says they come from (docs/results/rounds/NAME-cppK
+        and NAME-pyK): each runtime's time, Python eager's and the ratio
+        with its interval, as tools/report writes them."""
+        rounds = os.path.join(REPO, "docs", "results", "rounds")
+        with open(os.path.join(REPO, "docs", "cpp-and-python.md"), encoding="utf-8") as f:
+            text = f.read()
+        groups = {}
+        for name in sorted(os.listdir(rounds)):
+            match = re.fullmatch(r"(.+)-(cpp|py)(\d+)\.json", name)
+            self.assertIsNotNone(match, name)
+            groups.setdefault(match[1], []).append(name)
+        self.assertGreaterEqual(len(groups), 6)
+        checked = 0
+        for group, names in groups.items():
+            self.assertIn(f"`docs/results/rounds/{group}-*`", text)
+            docs = []
+            for name in names:
+                with open(os.path.join(rounds, name)) as f:
+                    docs.append(json.load(f))
+            table = ltb_runtimes.rows(docs, [n[:-5] for n in names])
+            reference = {r["benchmark"]: r["time"] for r in table
+                         if r["runtime"] == ltb_runtimes.REFERENCE}
+            for r in table:
+                if r["runtime"] == ltb_runtimes.REFERENCE:
+                    continue
+                self.assertEqual((r["rounds"], r["basis"]), (3, "rounds"), (group, r))
+                written = "{} against {}: {}".format(
+                    ltb_results.format_seconds(r["time"]),
+                    ltb_results.format_seconds(reference[r["benchmark"]]),
+                    ltb_runtimes.format_ratio(r))
+                self.assertIn(written, text, (group, r["benchmark"], r["runtime"]))
+                checked += 1
+        self.assertEqual(checked, 11)
+
+    def test_the_docs_suite_table_is_the_stored_files(self):
+        """The default-suite table of docs/cpp-and-python.md, recomputed from
+        docs/results/cpp-python-suite-{cpp,py}.json: every cell, but those
+        marked as measured again in rounds."""
+        results = os.path.join(REPO, "docs", "results")
+        docs = []
+        for side in ("cpp", "py"):
+            with open(os.path.join(results, f"cpp-python-suite-{side}.json")) as f:
+                docs.append(json.load(f))
+        with open(os.path.join(REPO, "docs", "cpp-and-python.md"), encoding="utf-8") as f:
+            text = f.read()
+        checked = remeasured = 0
+        for r in ltb_runtimes.rows(docs, ["cpp", "py"]):
+            if r["runtime"] == ltb_runtimes.REFERENCE:
+                continue
+            family, size, _, phase, *shape = r["benchmark"].split("/")
+            label = f"| {family}/{size} {phase}/{'/'.join(shape[:-1])}"  # no dtype
+            row = re.search(re.escape(label) + r"( [†‡])? \|.*", text)
+            self.assertIsNotNone(row, label)
+            # †: every runtime measured again; ‡: C++ and Python eager.
+            if row[1] == " †" or (row[1] == " ‡" and r["runtime"] == ltb_runtimes.CPP_EAGER):
+                remeasured += 1
+                continue
+            self.assertIn(f"{ltb_results.format_seconds(r['time'])}: "
+                          f"{ltb_runtimes.format_ratio(r)}", row[0], label)
+            checked += 1
+        self.assertEqual((checked, remeasured), (47, 5))
+
     def test_report_has_the_table_and_the_html_section(self):
         paths, _ = self.files([80.0, 81.0, 79.0], [100.0, 101.0, 99.0])
         proc = self.run_tool("report", *paths)
