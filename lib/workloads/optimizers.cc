@@ -23,6 +23,13 @@ ForeachAdamW::ForeachAdamW(const std::vector<at::Tensor>& params,
 
 namespace {
 
+// The loss of a step's closure, computed with autograd on (none without one).
+at::Tensor LossOf(const torch::optim::Optimizer::LossClosure& closure) {
+  if (closure == nullptr) return {};
+  c10::AutoGradMode grad(true);
+  return closure();
+}
+
 // A parameter's AdamW state, made on its first step as torch::optim::AdamW
 // makes it, and counted one step further.
 torch::optim::AdamWParamState& NextAdamWState(
@@ -44,12 +51,8 @@ torch::optim::AdamWParamState& NextAdamWState(
 }  // namespace
 
 at::Tensor ForeachAdamW::step(LossClosure closure) {
+  const at::Tensor loss = LossOf(closure);
   c10::NoGradGuard no_grad;
-  at::Tensor loss;
-  if (closure != nullptr) {
-    c10::AutoGradMode grad(true);
-    loss = closure();
-  }
   for (auto& group : param_groups_) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
     TORCH_CHECK(!o.amsgrad(), "ForeachAdamW: amsgrad is not supported");
@@ -86,12 +89,8 @@ PerParameterAdamW::PerParameterAdamW(const std::vector<at::Tensor>& params,
     : torch::optim::AdamW(params, std::move(options)) {}
 
 at::Tensor PerParameterAdamW::step(LossClosure closure) {
+  const at::Tensor loss = LossOf(closure);
   c10::NoGradGuard no_grad;
-  at::Tensor loss;
-  if (closure != nullptr) {
-    c10::AutoGradMode grad(true);
-    loss = closure();
-  }
   for (auto& group : param_groups_) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
     TORCH_CHECK(!o.amsgrad(), "PerParameterAdamW: amsgrad is not supported");
@@ -118,12 +117,8 @@ ForeachSGD::ForeachSGD(const std::vector<at::Tensor>& params,
     : torch::optim::SGD(params, std::move(options)) {}
 
 at::Tensor ForeachSGD::step(LossClosure closure) {
+  const at::Tensor loss = LossOf(closure);
   c10::NoGradGuard no_grad;
-  at::Tensor loss;
-  if (closure != nullptr) {
-    c10::AutoGradMode grad(true);
-    loss = closure();
-  }
   for (auto& group : param_groups_) {
     const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
     TORCH_CHECK(!o.nesterov(), "ForeachSGD: nesterov is not supported");
