@@ -22,8 +22,9 @@ land) moves all its repetitions together and an interval of repetitions from
 one process does not see it; otherwise the observations are the
 repetitions.
 A verdict says "noise" when the interval holds 1, and names the setting
-instead of a speed when the two runs differ in threads, grad mode, malloc
-settings or warm-up: that difference is the settings', not the runtimes'.
+instead of a speed when the two runs differ in machine (host and CPU),
+threads, grad mode, malloc settings or warm-up: that difference is the
+settings', not the runtimes'.
 """
 import math
 import re
@@ -98,7 +99,11 @@ def settings(doc, phase):
     """What a run's context says about the settings a comparison must share."""
     c = doc["context"]
     grad = "grad" if phase in TRAINING_PHASES else c.get("grad_mode", BENCH_GRAD_MODE)
-    return {"threads": c.get("intra_op_threads"), "interop threads": c.get("inter_op_threads"),
+    machine = c.get("host_name")
+    if machine and c.get("cpu_model"):
+        machine = f"{machine} ({c['cpu_model']})"
+    return {"machine": machine,
+            "threads": c.get("intra_op_threads"), "interop threads": c.get("inter_op_threads"),
             "grad mode": grad,
             "malloc": _malloc(c.get("malloc", "system" if c.get("runtime") == "python" else None)),
             "warm-up": _warmup(c.get("warmup"))}
@@ -116,7 +121,7 @@ def setting_notes(mine, reference, runtime):
     """Sentences for the settings that differ from the reference run's, and
     for a TorchScript run whose warm-up may have timed its profiling runs."""
     notes = []
-    for key in ("threads", "interop threads", "grad mode", "malloc"):
+    for key in ("machine", "threads", "interop threads", "grad mode", "malloc"):
         if mine[key] is not None and reference[key] is not None and \
                 str(mine[key]) != str(reference[key]):
             notes.append(f"{key} {mine[key]} vs {reference[key]}")

@@ -806,6 +806,15 @@ class RuntimesTableTest(ToolTest):
                          "settings differ: Python eager's rounds: threads 4 vs 2")
         self.assertEqual(table["cpp_eager"]["verdict"],
                          "settings differ: Python eager's rounds: threads 4 vs 2")
+        # Files of another machine are not rounds of this one.
+        _, docs, labels = self.rounds([[80.0, 81.0], [80.0, 81.0]],
+                                      [[100.0, 101.0], [100.0, 101.0]])
+        for d, host in zip(docs, ["a", "b", "a", "a"]):
+            d["context"].update(host_name=host, cpu_model="Xeon")
+        table = {r["runtime"]: r for r in ltb_runtimes.rows(docs, labels)}
+        self.assertEqual(table["cpp_eager"]["verdict"],
+                         "settings differ: machine b (Xeon) vs a (Xeon)")
+        self.assertEqual(table["py_eager"]["verdict"], "reference")
 
     def test_the_docs_pooled_rounds_are_the_stored_files(self):
         """docs/cpp-and-python.md's pooled rounds, recomputed from the
