@@ -1,10 +1,14 @@
-"""tools/gpu-check: its rehearsal (--devices=cpu, nano sizes) against the
-real bench when it is built, and a failing bench, always."""
+"""tools/gpu-check and tools/gpu-run: the quick rehearsal (--devices=cpu,
+nano sizes) of a whole visit against the real bench when it is built, and
+a failing, a hanging and an interrupted bench, always."""
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import unittest
@@ -36,6 +40,10 @@ REHEARSAL = {
     "a failing rank stops the others, which write what they measured": "ran",
     "ctest": "skipped",
 }
+# What a packed run leaves: plain files alone, at most eight (what comes back
+# from the GPU machine).
+PACKED = {"summary.md", "console.log", "results.tar.gz"}
+VISIT = PACKED | {"visit.md", "setup.log"}
 FAMILIES = ("Transformer", "GPT2", "Llama", "ResNet", "CNN", "Encoder", "Whisper", "EncDec")
 
 
@@ -43,19 +51,29 @@ def summary_rows(text):
     """check -> status from summary.md's table."""
     rows = {}
     for line in text.splitlines():
-        m = re.match(r"^\| (.+?) \| (ran|skipped|FAILED|not offered) \| \d* \|$", line)
+        m = re.match(r"^\| (.+?) \| (ran|skipped|FAILED|not offered|out of time|INTERRUPTED) "
+                     r"\| \d* \|$", line)
         if m:
             rows[m.group(1)] = m.group(2)
     return rows
 
 
-def gpu_check(*args, timeout=900):
-    return subprocess.run([sys.executable, os.path.join(TOOLS, "gpu-check"), *args],
-                          capture_output=True, text=True, timeout=timeout)
+def gpu_check(*args, timeout=900, python=sys.executable, env=None):
+    return subprocess.run([python, os.path.join(TOOLS, "gpu-check"), *args],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})))
+
+
+def archived(path):
+    """name -> bytes of every file in a results.tar.gz."""
+    with tarfile.open(path) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
 
 
 class RehearsalTest(unittest.TestCase):
-    """One rehearsal, run once for the class, on a stable copy of the built bench."""
+    """One visit rehearsed on the CPU, run once for the class on a stable copy
+    of the built bench: tools/gpu-run (no set-up: --bench), which runs
+    tools/gpu-check --quick --devices=cpu."""
 
     @classmethod
     def setUpClass(cls):
@@ -68,19 +86,24 @@ class RehearsalTest(unittest.TestCase):
             raise unittest.SkipTest(f"no bench binary at {built_bench()} (set LTB_BENCH)")
         cls.out = os.path.join(cls.tmp.name, "out")
         start = time.monotonic()
-        cls.proc = gpu_check("--devices=cpu", "--no-ctest", f"--bench={bench}", cls.out)
+        cls.proc = subprocess.run(
+            [sys.executable, os.path.join(TOOLS, "gpu-run"), "--devices=cpu", "--budget=3000",
+             f"--bench={bench}", cls.out], capture_output=True, text=True, timeout=1800)
         cls.seconds = time.monotonic() - start
         with open(os.path.join(cls.out, "summary.md")) as f:
             cls.summary = f.read()
+        cls.files = archived(os.path.join(cls.out, "results.tar.gz"))
 
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
     def load(self, name):
-        with open(os.path.join(self.out, name + ".json")) as f:
-            doc = json.load(f)
+        doc = json.loads(self.files[f"gpu-check/{name}.json"])
         return {e["name"].replace("/manual_time", ""): e for e in doc["benchmarks"]}
+
+    def load_doc(self, name):
+        return json.loads(self.files[f"gpu-check/{name}.json"])
 
     def test_it_passes(self):
         self.assertEqual(self.proc.returncode, 0,
@@ -89,12 +112,42 @@ class RehearsalTest(unittest.TestCase):
         print(f"\ngpu-check rehearsal: {self.seconds:.0f} s", file=sys.stderr)
 
     def test_it_writes_the_log_and_the_summary(self):
-        for name in ("console.log", "summary.md", "default.json", "precision.json"):
+        for name in ("console.log", "summary.md"):
             self.assertTrue(os.path.getsize(os.path.join(self.out, name)) > 0, name)
         with open(os.path.join(self.out, "console.log")) as f:
             log = f.read()
         self.assertIn("=== default suite ===", log)
         self.assertIn("=== summary ===", log)
+
+    def test_it_leaves_eight_plain_files_at_most_and_one_archive_of_every_json(self):
+        self.assertEqual(set(os.listdir(self.out)), VISIT)
+        self.assertTrue(all(os.path.isfile(os.path.join(self.out, n)) for n in VISIT))
+        names = {n[len("gpu-check/"):] for n in self.files}
+        jsons = {n for n in names if n.endswith(".json")}
+        # One JSON per bench run of the rehearsal, each one readable.
+        self.assertEqual(jsons, {
+            "default.json", "precision.json", "generation.json", "train_epoch_memory.json",
+            "train_epoch_disk.json", "profile.json", "sync_true.json", "sync_false.json",
+            "memory_guard.json", "oom_host.json", "data_parallel_1.json",
+            "failing_rank_cpu.json"})
+        for n in jsons:
+            self.assertIn("benchmarks", json.loads(self.files["gpu-check/" + n]), n)
+        self.assertTrue(any(n.startswith("profile/") and n.endswith(".ops.txt") for n in names))
+        self.assertTrue(all(n.startswith("gpu-check/") for n in self.files))
+
+    def test_the_visit_says_what_ran_and_how_long_each_phase_took(self):
+        with open(os.path.join(self.out, "visit.md")) as f:
+            visit = f.read()
+        for text in (visit, self.summary):
+            self.assertIn("## The visit (tools/gpu-run)", text)
+            self.assertRegex(text, r"\| probe \| ran \| \d+ \|")
+            self.assertRegex(text, r"\| setup \| skipped \| \d+ \| --bench ")
+            self.assertRegex(text, r"\| gpu-check \| ran \| \d+ \| --devices=cpu")
+            self.assertRegex(text, r"\| cores \| \d+ \|")
+        self.assertIn("# gpu-check rehearsal on cpu", self.summary)
+        self.assertIn(" --quick", self.summary.splitlines()[0])
+        self.assertRegex(self.summary, r"budget: \d+ s")
+        self.assertIn("files in", self.proc.stdout)
 
     def test_summary_lists_every_check_ran_or_skipped(self):
         rows = summary_rows(self.summary)
@@ -104,7 +157,7 @@ class RehearsalTest(unittest.TestCase):
             self.assertIn(f"## {check}: {rows[check]}", self.summary)
         # What was skipped says why.
         self.assertIn("needs a CUDA GPU", self.summary)
-        self.assertIn("- --no-ctest", self.summary)
+        self.assertIn("- --quick (--ctest runs it)", self.summary)
         # The console ends with the same list.
         for check in REHEARSAL:
             self.assertIn(check, self.proc.stdout)
@@ -143,19 +196,18 @@ class RehearsalTest(unittest.TestCase):
         self.assertRegex(medium[0]["error_message"], "out of host memory|does not fit")
         after = [e for n, e in oom.items() if n.startswith("GPT2/nano/cpu/forward/")]
         self.assertFalse(after[0].get("error_occurred"))
-        with open(os.path.join(self.out, "data_parallel_1.json")) as f:
-            one_rank = json.load(f)
+        one_rank = self.load_doc("data_parallel_1")
         # A process group of one rank, forced through the data-parallel path.
         self.assertEqual(one_rank["context"]["world_size"], "1")
         self.assertEqual(one_rank["context"]["process_group"], "gloo, 1 rank")
         self.assertTrue(all("grad_buckets" in e for e in one_rank["benchmarks"]))
         # Rank 1 failed mid-run: rank 0 wrote what it measured, and the error.
-        with open(os.path.join(self.out, "failing_rank_cpu.json")) as f:
-            failed = {e["name"].split("/")[1]: e for e in json.load(f)["benchmarks"]}
+        failed = {e["name"].split("/")[1]: e
+                  for e in self.load_doc("failing_rank_cpu")["benchmarks"]}
         self.assertFalse(failed["ok"].get("error_occurred"))
         self.assertTrue(failed["rank1_fails"]["error_occurred"])
-        self.assertTrue(any(f.endswith(".ops.txt")
-                            for f in os.listdir(os.path.join(self.out, "profile"))))
+        # The host out-of-memory run's address-space limit follows what bench maps.
+        self.assertRegex(self.summary, r"address-space limit \d+\.\d GiB \(\d+\.\d GiB of files")
 
 
 class FailureTest(ToolTest):
@@ -209,6 +261,30 @@ class FailureTest(ToolTest):
         self.assertExit(proc, 1)
         self.assertIn("default: bench exited with status 124: stopped after 0.5 s", proc.stdout)
 
+    def test_a_step_that_would_start_past_the_budget_is_skipped_as_out_of_time(self):
+        calls = os.path.join(self.tmp, "calls")
+        bench = self.write("bench", f"#!/bin/sh\necho \"$*\" >>{calls}\necho listed\n")
+        os.chmod(bench, 0o755)
+        out = os.path.join(self.tmp, "out")
+        # The rehearsal's default suite needs about 6 s: not started in 5.
+        proc = gpu_check("--quick", "--devices=cpu", "--budget=5", f"--bench={bench}", out,
+                         timeout=300)
+        self.assertExit(proc, 1)
+        with open(os.path.join(out, "summary.md")) as f:
+            summary = f.read()
+        rows = summary_rows(summary)
+        self.assertEqual(rows["default suite"], "out of time")
+        self.assertEqual(rows["precision"], "out of time")
+        self.assertRegex(summary, r"## default suite: out of time\n\n- \d+ s of the 5 s budget "
+                                  r"left, and this step needs about 6 s")
+        self.assertIn("result: FAILED", summary)
+        with open(calls) as f:
+            ran = f.read()
+        # Neither was started (later, cheaper steps may fit in what is left).
+        self.assertNotIn("default.json", ran)
+        self.assertNotIn("precision.json", ran)
+        self.assertEqual(set(os.listdir(out)), PACKED)
+
     def test_bad_usage(self):
         proc = gpu_check(f"--bench={os.path.join(self.tmp, 'missing')}", self.tmp)
         self.assertExit(proc, 2)
@@ -216,6 +292,136 @@ class FailureTest(ToolTest):
         proc = gpu_check("--devices=tpu", self.tmp)
         self.assertExit(proc, 2)
         self.assertIn("--devices", proc.stderr)
+
+    def test_budget_and_ctest_flags(self):
+        bench = self.write("bench", "#!/bin/sh\n")
+        os.chmod(bench, 0o755)
+        proc = gpu_check("--budget=0", f"--bench={bench}", self.tmp)
+        self.assertExit(proc, 2)
+        self.assertIn("--budget", proc.stderr)
+        proc = gpu_check("--ctest", f"--bench={bench}", self.tmp)
+        self.assertExit(proc, 2)
+        self.assertIn("--ctest goes with --quick", proc.stderr)
+
+
+# A bench that lists and answers --help at once, and otherwise records its
+# process id and sleeps: a step that runs for as long as the test likes.
+SLEEPING_BENCH = """#!/bin/sh
+case "$*" in *--benchmark_list_tests*|*--help*) echo Transformer/nano/cpu/forward; exit 0;; esac
+echo $$ >>{pids}
+echo started
+exec sleep 300
+"""
+
+
+class InterruptTest(ToolTest):
+    """A signal in the middle of a step: the step's processes are stopped
+    and the summary names it; every file is still there."""
+
+    def start(self, tool, *args, python=sys.executable, env=None):
+        self.pids = os.path.join(self.tmp, "pids")
+        bench = self.write("bench", SLEEPING_BENCH.format(pids=self.pids))
+        os.chmod(bench, 0o755)
+        self.out = os.path.join(self.tmp, "out")
+        log = open(os.path.join(self.tmp, "stdout"), "w")
+        self.addCleanup(log.close)
+        proc = subprocess.Popen([python, os.path.join(TOOLS, tool), *args, "--devices=cpu",
+                                 f"--bench={bench}", self.out], stdout=log,
+                                stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        # Until the default suite's bench is running (it sleeps).
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            if os.path.exists(self.pids):
+                break
+            time.sleep(0.2)
+        self.assertIsNone(proc.poll(), "it ended before its bench ran")
+        self.assertTrue(os.path.exists(self.pids), "its bench did not start")
+        return proc
+
+    def assertStopped(self):
+        with open(self.pids) as f:
+            pids = [int(p) for p in f.read().split()]
+        self.assertEqual(len(pids), 1)
+        for _ in range(50):
+            try:
+                os.kill(pids[0], 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+        self.fail(f"bench (process {pids[0]}) still runs")
+
+    def summary(self):
+        with open(os.path.join(self.out, "summary.md")) as f:
+            return f.read()
+
+    def test_gpu_check_stopped_by_sigint_names_the_step(self):
+        # Started by a python3 that lacks the tools' packages where this
+        # machine has one: the project's venv runs them.
+        system = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+        proc = self.start("gpu-check", "--quick", python=system)
+        proc.send_signal(signal.SIGINT)
+        self.assertEqual(proc.wait(timeout=120), 128 + signal.SIGINT)
+        self.assertStopped()
+        summary = self.summary()
+        self.assertIn("result: INTERRUPTED by SIGINT during 'default suite'", summary)
+        rows = summary_rows(summary)
+        self.assertEqual(rows["default suite (interrupted)"], "INTERRUPTED")
+        self.assertEqual(rows["bench runs and lists the suite"], "ran")
+        self.assertNotIn("precision", " ".join(rows))  # nothing started after it
+        self.assertEqual(set(os.listdir(self.out)), PACKED)
+        self.assertTrue(all(n.startswith("gpu-check/")
+                            for n in archived(os.path.join(self.out, "results.tar.gz"))))
+        with open(os.path.join(self.out, "console.log")) as f:
+            self.assertIn("SIGINT during the step 'default suite'", f.read())
+        if subprocess.run([system, "-c", "import scipy"], capture_output=True).returncode:
+            self.assertEqual(rows["the tools' Python packages"], "ran", summary)
+            self.assertRegex(summary, r"- \S+ has scipy, matplotlib, yaml")
+
+    def test_gpu_run_stopped_by_sigterm_leaves_its_files(self):
+        proc = self.start("gpu-run", "--budget=3000")
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(timeout=120), 128 + signal.SIGTERM)
+        self.assertStopped()
+        summary = self.summary()
+        self.assertIn("result: INTERRUPTED by SIGTERM during 'default suite'", summary)
+        self.assertIn("INTERRUPTED by SIGTERM during 'gpu-check'", summary)
+        self.assertRegex(summary, r"\| gpu-check \| INTERRUPTED \| \d+ \|")
+        self.assertTrue(set(os.listdir(self.out)) <= VISIT, os.listdir(self.out))
+        self.assertLessEqual(len(os.listdir(self.out)), 8)
+        with open(os.path.join(self.out, "visit.md")) as f:
+            self.assertIn("INTERRUPTED by SIGTERM during 'gpu-check'", f.read())
+
+    def test_gpu_run_refuses_a_folder_of_other_files(self):
+        out = os.path.join(self.tmp, "mine")
+        os.makedirs(out)
+        self.write("mine/thesis.tex", "")
+        bench = self.write("bench", "#!/bin/sh\n")
+        os.chmod(bench, 0o755)
+        proc = subprocess.run([sys.executable, os.path.join(TOOLS, "gpu-run"),
+                               f"--bench={bench}", out], capture_output=True, text=True)
+        self.assertExit(proc, 2)
+        self.assertIn("thesis.tex", proc.stderr)
+        self.assertTrue(os.path.exists(os.path.join(out, "thesis.tex")))
+
+
+class OfflineKitTest(ToolTest):
+    def test_stamp_records_the_commit_the_build_will_name(self):
+        kit = os.path.join(self.tmp, "kit")
+        os.makedirs(kit)
+        proc = subprocess.run([os.path.join(TOOLS, "offline-kit"), "--stamp", kit],
+                              capture_output=True, text=True)
+        self.assertExit(proc, 1)  # not a kit
+        self.write("kit/.ltb-kit", "libbenchmark-dev 1.7.1-1\n")
+        proc = subprocess.run([os.path.join(TOOLS, "offline-kit"), "--stamp", kit],
+                              capture_output=True, text=True)
+        self.assertExit(proc, 0)
+        git = subprocess.run(["git", "-C", TOOLS, "describe", "--always", "--dirty",
+                              "--abbrev=12"], capture_output=True, text=True)
+        if git.returncode != 0:
+            self.skipTest("not a git checkout")
+        with open(os.path.join(kit, "source-commit")) as f:
+            self.assertEqual(f.read().strip(), git.stdout.strip())
 
 
 if __name__ == "__main__":
