@@ -7,5 +7,6 @@
 namespace ltb {
 
 inline constexpr int64_t kMiB = int64_t{1} << 20;
+inline constexpr int64_t kGiB = int64_t{1} << 30;
 
 }  // namespace ltb

@@ -147,6 +147,12 @@ class DeviceBackend {
 
   virtual Capabilities Caps() const = 0;
 
+  // Makes LibTorch ready to use `device`, as its first tensor there would
+  // (CUDA's lazy initialisation: the runtime and the caching allocator), so
+  // that its memory can be asked about before anything has run on it.
+  // Idempotent; every benchmark calls it before its memory guard.
+  virtual void Initialize(const c10::Device& device) const {}
+
   // Blocks until the work queued on `device` has finished.
   virtual void Synchronize(const c10::Device& device) const = 0;
   // Lets fp32 matmuls and convolutions run as TF32, or not (the default:
@@ -166,6 +172,10 @@ class DeviceBackend {
   // bytes (-1: unknown); the peak of tensor memory since ResetPeakMemory (-1:
   // unknown); and giving cached memory back between benchmarks.
   virtual int64_t AvailableBytes(const c10::Device& device) const { return -1; }
+  // What AvailableBytes cannot see, for the memory guard's refusal: "" when
+  // it is the whole story, else a sentence (a VM whose memory grows as it
+  // is used has more to give than it has now).
+  virtual std::string AvailableNote(const c10::Device& device) const { return ""; }
   virtual int64_t TotalBytes(const c10::Device& device) const { return -1; }
   virtual void ResetPeakMemory(const c10::Device& device) const {}
   virtual int64_t PeakMemory(const c10::Device& device) const { return -1; }

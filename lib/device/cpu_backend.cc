@@ -1,19 +1,29 @@
 // The CPU: always there; measured by the host clock; tensor memory counted
-// by a tracking allocator installed into LibTorch (cpu_memory.h); Gloo
+// by a tracking allocator installed into LibTorch, and the memory left read
+// from /proc/meminfo within the memory cgroup's limit (cpu_memory.h); Gloo
 // collectives; peaks measured by the arithmetic loop and the GEMM paths.
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <vector>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/format.h"
 #include "device/backend.h"
 #include "device/cpu_memory.h"
 #include "device/telemetry.h"
@@ -102,6 +112,161 @@ void ResetCpuPeak() {
   if (g_tracker) g_tracker->ResetPeak();
 }
 
+// What the host can give a new benchmark: /proc/meminfo, bounded by the
+// memory cgroup's limit, and what can grow the machine's memory meanwhile.
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A "key value" line's value of `text` (/proc/meminfo's "MemTotal: 8 kB",
+// memory.stat's "inactive_file 8"), or -1.
+int64_t Field(absl::string_view text, absl::string_view key) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    std::vector<absl::string_view> words =
+        absl::StrSplit(line, absl::ByAnyChar(" \t:"), absl::SkipEmpty());
+    int64_t value = 0;
+    if (words.size() >= 2 && words[0] == key && absl::SimpleAtoi(words[1], &value)) {
+      return value;
+    }
+  }
+  return -1;
+}
+
+// A byte count from a cgroup file: -1 for "max" (v2) and for v1's
+// "unlimited", a page-rounded 2^63 - 1.
+int64_t CgroupBytes(const std::string& path) {
+  int64_t bytes = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadText(path)), &bytes)) return -1;
+  return bytes >= (int64_t{1} << 62) ? -1 : bytes;
+}
+
+// The tightest limit from `dir` up to `top`, each level's headroom being its
+// limit less its usage, plus the file cache it can drop.
+void Walk(fs::path dir, const fs::path& top, const char* limit_file,
+          const char* usage_file, const char* cache_key, CgroupMemory* out) {
+  std::error_code ec;
+  // The process's own path may not be under `top` in another cgroup
+  // namespace, where `top` is the namespace's root.
+  if (!fs::is_directory(dir, ec)) dir = top;
+  while (true) {
+    const int64_t limit = CgroupBytes((dir / limit_file).string());
+    const int64_t usage = CgroupBytes((dir / usage_file).string());
+    if (limit >= 0 && usage >= 0) {
+      const int64_t cache = std::max<int64_t>(
+          0, Field(ReadText((dir / "memory.stat").string()), cache_key));
+      const int64_t headroom = std::max<int64_t>(0, limit - usage + cache);
+      if (out->headroom < 0 || headroom < out->headroom) {
+        out->headroom = headroom;
+        out->limit = limit;
+      }
+    }
+    if (dir == top || !dir.has_parent_path() || dir.parent_path() == dir) break;
+    dir = dir.parent_path();
+  }
+}
+
+// Whether driver `dir` (/sys/bus/<bus>/drivers/<name>) has a device bound:
+// an entry besides the driver's own files.
+bool Bound(const std::string& dir) {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name != "bind" && name != "unbind" && name != "uevent" && name != "module" &&
+        name != "new_id" && name != "remove_id") {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+HostMemory HostMemoryFrom(absl::string_view meminfo, const CgroupMemory& cgroup,
+                          const std::string& grows) {
+  HostMemory out;
+  const int64_t total_kib = Field(meminfo, "MemTotal");
+  int64_t available_kib = Field(meminfo, "MemAvailable");
+  if (available_kib < 0) available_kib = Field(meminfo, "MemFree");  // before Linux 3.14
+  if (total_kib >= 0) out.total = total_kib * 1024;
+  if (available_kib >= 0) out.available = available_kib * 1024;
+  if (out.total >= 0 && out.available > out.total) out.available = out.total;
+  if (cgroup.limit >= 0 && (out.total < 0 || cgroup.limit < out.total)) {
+    out.total = cgroup.limit;
+  }
+  if (cgroup.headroom >= 0 && (out.available < 0 || cgroup.headroom < out.available)) {
+    out.available = cgroup.headroom;
+    out.cgroup_bound = true;
+  }
+  if (!out.cgroup_bound) out.grows = grows;
+  return out;
+}
+
+CgroupMemory ReadCgroupMemory(const std::string& root) {
+  CgroupMemory out;
+  const std::string cgroups = ReadText(root + "/proc/self/cgroup");
+  for (absl::string_view line : absl::StrSplit(cgroups, '\n', absl::SkipEmpty())) {
+    // hierarchy:controllers:path
+    std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (parts.size() != 3 || parts[2].empty() || parts[2][0] != '/') continue;
+    const std::string path = parts[2].substr(1);
+    if (parts[0] == "0" && parts[1].empty()) {  // cgroup v2
+      for (const char* mount : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+        const fs::path top = root + mount;
+        Walk(path.empty() ? top : top / path, top, "memory.max", "memory.current",
+             "inactive_file", &out);
+      }
+    } else if (absl::c_linear_search(
+                   std::vector<absl::string_view>(absl::StrSplit(parts[1], ',')),
+                   "memory")) {
+      const fs::path top = root + "/sys/fs/cgroup/memory";
+      Walk(path.empty() ? top : top / path, top, "memory.limit_in_bytes",
+           "memory.usage_in_bytes", "total_inactive_file", &out);
+    }
+  }
+  return out;
+}
+
+std::string MemoryGrowth(const std::string& root) {
+  std::vector<std::string> what;
+  for (const char* driver :
+       {"/sys/bus/virtio/drivers/virtio_balloon", "/sys/bus/virtio/drivers/virtio_mem",
+        "/sys/bus/vmbus/drivers/hv_balloon"}) {
+    if (Bound(root + driver)) what.push_back(fs::path(driver).filename().string());
+  }
+  const std::string online = std::string(absl::StripAsciiWhitespace(
+      ReadText(root + "/sys/devices/system/memory/auto_online_blocks")));
+  if (absl::StartsWith(online, "online")) {
+    what.push_back("hot-plugged memory brought online (auto_online_blocks=" + online +
+                   ")");
+  }
+  return absl::StrJoin(what, ", ");
+}
+
+std::string HostMemoryNote(const HostMemory& memory) {
+  if (memory.cgroup_bound) {
+    return absl::StrCat("under the memory limit of this process's cgroup, ",
+                        FormatBytes(memory.total));
+  }
+  if (memory.grows.empty()) return "";
+  return absl::StrCat("now, of ", FormatBytes(memory.total),
+                      " in all; this machine's memory can grow as it is used, through ",
+                      memory.grows,
+                      ", which MemAvailable does not count: --memory_guard=false runs "
+                      "it anyway");
+}
+
+HostMemory ReadHostMemory() {
+  return HostMemoryFrom(ReadText("/proc/meminfo"), ReadCgroupMemory(""),
+                        MemoryGrowth(""));
+}
+
 namespace {
 
 std::string CpuModelName() {
@@ -161,10 +326,11 @@ class CpuBackend final : public DeviceBackend {
   void Synchronize(const c10::Device&) const override {}
 
   int64_t AvailableBytes(const c10::Device&) const override {
-    return MeminfoBytes("MemAvailable:");
+    return ReadHostMemory().available;
   }
-  int64_t TotalBytes(const c10::Device&) const override {
-    return MeminfoBytes("MemTotal:");
+  int64_t TotalBytes(const c10::Device&) const override { return ReadHostMemory().total; }
+  std::string AvailableNote(const c10::Device&) const override {
+    return HostMemoryNote(ReadHostMemory());
   }
   void ResetPeakMemory(const c10::Device&) const override { ResetCpuPeak(); }
   int64_t PeakMemory(const c10::Device&) const override { return CpuPeakBytes(); }
@@ -183,17 +349,6 @@ class CpuBackend final : public DeviceBackend {
         c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, gloo));
   }
   std::string CollectivesName() const override { return "gloo"; }
-
- private:
-  static int64_t MeminfoBytes(const std::string& want) {
-    std::ifstream in("/proc/meminfo");
-    std::string key, unit;
-    int64_t kib = 0;
-    while (in >> key >> kib >> unit) {
-      if (key == want) return kib * 1024;
-    }
-    return -1;
-  }
 };
 
 }  // namespace

@@ -164,6 +164,7 @@ class CudaBackend final : public DeviceBackend {
     return false;
   }
 
+  void Initialize(const c10::Device&) const override { cuda::Initialize(); }
   void Synchronize(const c10::Device& device) const override {
     torch::cuda::synchronize(Index(device));
   }

@@ -1,6 +1,7 @@
 // CUDA runtime queries for the harness; compiled only when LibTorch has CUDA.
 #include "device/cuda_runtime.h"
 
+#include <ATen/Context.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 
@@ -79,7 +80,25 @@ std::string PciBusId(int index) {
   return id;
 }
 
+namespace {
+
+// at::Context::lazyInitDevice where this LibTorch has it (2.6 and later,
+// which deprecate lazyInitCUDA), else lazyInitCUDA.
+template <typename Context>
+auto LazyInitCuda(Context& context, int) -> decltype(context.lazyInitDevice(c10::kCUDA)) {
+  return context.lazyInitDevice(c10::kCUDA);
+}
+template <typename Context>
+void LazyInitCuda(Context& context, long) {
+  context.lazyInitCUDA();
+}
+
+}  // namespace
+
+void Initialize() { LazyInitCuda(at::globalContext(), 0); }
+
 int64_t AvailableBytes(int index) {
+  Initialize();
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
   size_t free_bytes = 0, total = 0;
   if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return -1;
@@ -92,10 +111,12 @@ int64_t AvailableBytes(int index) {
 }
 
 void ResetPeakAllocated(int index) {
+  Initialize();
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
 }
 
 int64_t PeakAllocated(int index) {
+  Initialize();
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
       static_cast<c10::DeviceIndex>(index));
   constexpr size_t agg = 0;  // StatType::AGGREGATE, in every LibTorch version

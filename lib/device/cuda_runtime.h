@@ -44,6 +44,12 @@ std::string DeviceName(int index);
 // unknown.
 std::string PciBusId(int index);
 
+// LibTorch's lazy CUDA initialisation (the runtime and the caching
+// allocator of every visible device), which its first CUDA tensor would do:
+// before it, the caching allocator refuses to report any device's memory.
+// Idempotent and cheap once done; the memory queries below call it first.
+void Initialize();
+
 // Free and total bytes on the device (cudaMemGetInfo) plus what LibTorch's
 // caching allocator holds but does not use, which it can hand out again.
 int64_t AvailableBytes(int index);

@@ -33,6 +33,7 @@ int DeviceCount(std::string* why) {
 }
 std::string DeviceName(int) { return ""; }
 std::string PciBusId(int) { return ""; }
+void Initialize() {}
 int64_t AvailableBytes(int) { return -1; }
 void ResetPeakAllocated(int) {}
 int64_t PeakAllocated(int) { return -1; }

@@ -78,6 +78,47 @@ class AfterBackwardSync final : public GradientSync {
 };
 
 #if LTB_HAS_REDUCER
+// A c10d::Reducer as Python's DistributedDataParallel makes it by default:
+// dense gradients, every parameter used, gradients as views into the
+// buckets, a first bucket of at most 1 MB. The constructor's arguments are
+// those of this LibTorch's version (torch_compat.h).
+std::unique_ptr<c10d::Reducer> MakeReducer(std::vector<at::Tensor> params,
+                                           std::vector<std::vector<size_t>> buckets,
+                                           std::vector<size_t> per_bucket,
+                                           c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                           int64_t bucket_bytes) {
+  std::vector<bool> sparse(params.size(), false);
+  const bool find_unused = false, as_view = true;
+  const int64_t first_bytes =
+      std::min<int64_t>(c10d::kDefaultFirstBucketBytes, bucket_bytes);
+#if LTB_TORCH_AT_LEAST(2, 7)
+  (void)per_bucket;
+#endif
+#if LTB_TORCH_AT_LEAST(2, 11)
+  return std::make_unique<c10d::Reducer>(
+      std::move(params), std::move(buckets), std::move(group), std::move(sparse),
+      bucket_bytes, find_unused, as_view, std::unordered_map<size_t, std::string>{},
+      first_bytes, /*skip_all_reduce_unused_params=*/false,
+      /*use_python_reducer=*/false, /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
+#elif LTB_TORCH_AT_LEAST(2, 8)
+  return std::make_unique<c10d::Reducer>(
+      std::move(params), std::move(buckets), std::move(group), std::move(sparse),
+      bucket_bytes, find_unused, as_view, std::unordered_map<size_t, std::string>{},
+      first_bytes, /*skip_all_reduce_unused_params=*/false,
+      /*use_python_reducer=*/false);
+#elif LTB_TORCH_AT_LEAST(2, 7)
+  return std::make_unique<c10d::Reducer>(
+      std::move(params), std::move(buckets), std::move(group), std::move(sparse),
+      bucket_bytes, find_unused, as_view, std::unordered_map<size_t, std::string>{},
+      first_bytes);
+#else
+  return std::make_unique<c10d::Reducer>(
+      std::move(params), std::move(buckets), std::move(per_bucket), std::move(group),
+      std::move(sparse), bucket_bytes, find_unused, as_view,
+      std::unordered_map<size_t, std::string>{}, first_bytes);
+#endif
+}
+
 // Python's DistributedDataParallel engine with its defaults: one bucket for
 // the first step, then buckets rebuilt in the order the backward produced
 // the gradients (a first one of 1 MB, then `bucket_bytes`), each all-reduced
@@ -90,15 +131,9 @@ class ReducerSync final : public GradientSync {
     std::vector<size_t> limits = {std::numeric_limits<size_t>::max()};
     auto [buckets, per_bucket] = c10d::compute_bucket_assignment_by_size(params, limits);
     std::reverse(buckets.begin(), buckets.end());
-    reducer_ = std::make_unique<c10d::Reducer>(
-        params, std::move(buckets), std::move(group),
-        std::vector<bool>(params.size(), false), bucket_bytes,
-        /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/true,
-        std::unordered_map<size_t, std::string>{},
-        /*first_bucket_bytes_cap=*/
-        std::min<int64_t>(c10d::kDefaultFirstBucketBytes, bucket_bytes),
-        /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
-        /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
+    std::reverse(per_bucket.begin(), per_bucket.end());
+    reducer_ = MakeReducer(std::move(params), std::move(buckets), std::move(per_bucket),
+                           std::move(group), bucket_bytes);
   }
   void BeforeForward() override {
     reducer_->rebuild_buckets();  // once, after the first step
@@ -221,13 +256,22 @@ class BackendGroup final : public DataParallel {
 
  private:
 #if LTB_HAS_REDUCER
-  // The c10d::ProcessGroup the Reducer needs, over this group's backend.
+  // The c10d::ProcessGroup the Reducer needs, over this group's backend: as
+  // Python's init_process_group makes it, whose arguments changed in 2.6.
   c10::intrusive_ptr<c10d::ProcessGroup> Group() {
     if (!group_) {
+#if LTB_TORCH_AT_LEAST(2, 6)
       group_ = c10::make_intrusive<c10d::ProcessGroup>(store_, rank_, world_);
       group_->setBackend(device_.type(), c10d::ProcessGroup::BackendType::CUSTOM,
                          backend_);
       group_->setDefaultBackend(c10d::ProcessGroup::BackendType::CUSTOM);
+#else
+      group_ = c10::make_intrusive<c10d::ProcessGroup>(
+          store_, rank_, world_,
+          c10::make_intrusive<c10d::ProcessGroup::Options>(backend_->getBackendName(),
+                                                           timeout_));
+      group_->setBackend(device_.type(), group_->getBackendType(), backend_);
+#endif
     }
     return group_;
   }

@@ -4,7 +4,9 @@
 
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
 #include "device/device.h"
+#include "measure/guard.h"
 
 namespace ltb {
 
@@ -17,21 +19,35 @@ std::pair<std::string, double> Drift(const at::Tensor& out, const at::Tensor& re
 
 std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
                                                      const BenchSpec& spec, uint64_t seed,
-                                                     Workload& workload) {
+                                                     Workload& workload,
+                                                     std::string* absent) {
+  absent->clear();
   // Compiled models report their own drift, against the eager outputs.
   if (spec.training() || spec.dtype == c10::kFloat || !spec.backend.empty()) return {};
   const at::Tensor out = workload.Evaluate();
   if (!out.defined()) return {};
   BenchSpec fp32 = spec;
   fp32.dtype = c10::kFloat;
+  fp32.graph = false;
+  fp32.tf32 = false;
+  const auto none = [&](const std::string& why) {
+    *absent = absl::StrCat("no accuracy check: ", why);
+    std::cerr << spec.Name() << ": " << *absent << "\n";
+    return std::vector<std::pair<std::string, double>>{};
+  };
+  // The benchmark's own model stays in memory: the reference must fit beside it.
+  if (absl::StatusOr<Plan> plan = family.PlanFor(fp32); plan.ok()) {
+    if (absl::Status fits = CheckFits(plan->memory, spec.device); !fits.ok()) {
+      return none(absl::StrCat("the fp32 reference does not fit beside the model (",
+                               fits.message(), ")"));
+    }
+  }
   try {
     at::manual_seed(seed);
     const at::Tensor ref = family.build(fp32)->Evaluate();
     return {Drift(out, ref)};
   } catch (const std::exception& e) {
-    std::cerr << spec.Name()
-              << ": no accuracy check, the fp32 reference failed: " << e.what() << "\n";
-    return {};
+    return none(absl::StrCat("the fp32 reference failed: ", e.what()));
   }
 }
 

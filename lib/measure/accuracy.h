@@ -18,10 +18,15 @@ namespace ltb {
 std::pair<std::string, double> Drift(const at::Tensor& out, const at::Tensor& ref);
 
 // Runs the benchmark's model once in fp32, with `seed` (so the same weights
-// and inputs), and measures how far `workload` drifts from it. Empty for
-// fp32, training, or workloads without a single output.
+// and inputs), eagerly and without TF32 (a graphed or TF32 run is checked
+// against the plain fp32 one), and measures how far `workload` drifts from
+// it. Empty for fp32, training, or workloads without a single output. The
+// reference is built beside the benchmark's model only where the memory
+// guard says it fits; where it does not (or fails), `absent` says why there
+// is no check.
 std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
                                                      const BenchSpec& spec, uint64_t seed,
-                                                     Workload& workload);
+                                                     Workload& workload,
+                                                     std::string* absent);
 
 }  // namespace ltb

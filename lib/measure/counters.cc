@@ -80,13 +80,14 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
   // over the device's peak bandwidth.
   const double steps_per_s =
       measured > 0 ? static_cast<double>(state.iterations()) / measured : 0;
+  // What is left out is said in the result's label: a utilisation, or the
+  // accuracy check where one was due.
+  std::vector<std::string> omitted;
   if (options.peaks != nullptr && steps_per_s > 0) {
     const double fastest = m.fastest;
     // Each utilisation comes with the peak it divides by (mfu_peak,
     // mbu_peak): a measured peak may have been raised by an earlier
     // benchmark, or by this one.
-    // A utilisation left out is said in the result's label too.
-    std::vector<std::string> omitted;
     const auto report = [&](const std::string& name, const Utilisation& u) {
       if (!u.note.empty()) std::cerr << "bench: " << name << ": " << u.note << "\n";
       if (u.value >= 0) {
@@ -126,8 +127,11 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
                         spec.device, plan.bytes_per_step * steps_per_s,
                         plan.bytes_per_step / fastest, spec.Name()));
     }
-    if (!omitted.empty()) state.SetLabel(absl::StrJoin(omitted, "; "));
   }
+  if (!CurrentPrepared().accuracy_absent.empty()) {
+    omitted.push_back(CurrentPrepared().accuracy_absent);
+  }
+  if (!omitted.empty()) state.SetLabel(absl::StrJoin(omitted, "; "));
   // Energy per step, token and sample, summed over data-parallel ranks.
   double joules = m.joules;
   if (DataParallel* group = CurrentProcessGroup();

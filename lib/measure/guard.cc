@@ -9,6 +9,14 @@
 #include "distributed/distributed.h"
 
 namespace ltb {
+namespace {
+
+// " (note)", or "" without one.
+std::string Parenthesised(const std::string& note) {
+  return note.empty() ? "" : absl::StrCat(" (", note, ")");
+}
+
+}  // namespace
 
 absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device) {
   const int64_t host_available = DeviceAvailableBytes(HostDevice());
@@ -28,17 +36,20 @@ absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device) {
                            " to build the fp32 model on the host");
     return absl::ResourceExhaustedError(absl::StrCat(
         "does not fit: needs about ", what, " but cpu has ", FormatBytes(host_available),
-        " available; try a smaller size, --batch or --seq"));
+        " available", Parenthesised(BackendOf(HostDevice()).AvailableNote(HostDevice())),
+        "; try a smaller size, --batch or --seq"));
   }
   if (on_cpu) return absl::OkStatus();
   const int64_t available = DeviceAvailableBytes(device);
   if (available < 0 || need.Total() <= available) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "does not fit: needs about ", FormatBytes(need.Total()), " (weights ",
-      FormatBytes(need.weights), ", gradients ", FormatBytes(need.gradients),
-      ", optimizer state ", FormatBytes(need.optimizer), ", activations ",
-      FormatBytes(need.activations), ") but ", DeviceName(device), " has ",
-      FormatBytes(available), " available; try a smaller size, --batch or --seq"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat("does not fit: needs about ", FormatBytes(need.Total()), " (weights ",
+                   FormatBytes(need.weights), ", gradients ", FormatBytes(need.gradients),
+                   ", optimizer state ", FormatBytes(need.optimizer), ", activations ",
+                   FormatBytes(need.activations), ") but ", DeviceName(device), " has ",
+                   FormatBytes(available), " available",
+                   Parenthesised(BackendOf(device).AvailableNote(device)),
+                   "; try a smaller size, --batch or --seq"));
 }
 
 absl::Status AgreeOnFit(absl::Status fits, DataParallel* group) {

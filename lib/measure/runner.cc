@@ -84,9 +84,13 @@ absl::StatusOr<Plan> PlanRun(const Family& family, const BenchSpec& spec) {
 }
 
 // The memory guard, once a benchmark (not at each of Google Benchmark's
-// calls), on the device as the previous benchmark left it.
+// calls), on the device as the previous benchmark left it. The device is
+// initialised first, guard or not: its memory cannot be read before (CUDA's
+// caching allocator refuses), and nothing may have run on it yet, as on a
+// data-parallel rank other than 0, which measures no peaks.
 absl::Status Guard(const BenchSpec& spec, const Plan& plan, bool on) {
   if (CurrentPrepared().name == spec.Name()) return absl::OkStatus();
+  BackendOf(spec.device).Initialize(spec.device);
   ReleaseCachedWorkload();
   if (!on) return absl::OkStatus();
   DataParallel* group = CurrentProcessGroup();

@@ -36,6 +36,7 @@ void ReleaseCachedWorkload() {
   p.gpu_busy = -1;
   p.launches_per_sample = 1;
   p.accuracy.clear();
+  p.accuracy_absent.clear();
   // After a fault the device's synchronisation throws: the device is
   // marked unusable, and the run goes on with the others.
   try {
@@ -96,7 +97,7 @@ Workload& PrepareWorkload(const Family& family, const BenchSpec& spec,
   }
   const int64_t launches = LaunchesPerSample(
       median, !BackendOf(spec.device).Caps().host && spec.sync && !epochs && !lockstep);
-  p.accuracy = Accuracy(family, spec, options.seed, *workload);
+  p.accuracy = Accuracy(family, spec, options.seed, *workload, &p.accuracy_absent);
   if (options.print_tokens && spec.phase == kGenerate) {
     const auto print = [&](const char* what, const at::Tensor& ids) {
       const at::Tensor all = ids.to(HostDevice()).to(at::kLong);

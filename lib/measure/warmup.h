@@ -30,8 +30,10 @@ struct Prepared {
   // Steps queued back to back per timed sample (LaunchesPerSample of the
   // warm-up's median step).
   int64_t launches_per_sample = 1;
-  // rel_err or token_match_% against fp32, for reduced-precision inference.
+  // rel_err or token_match_% against fp32, for reduced-precision inference;
+  // or why there is none where one was due (the label says it).
   std::vector<std::pair<std::string, double>> accuracy;
+  std::string accuracy_absent;
 };
 
 // The kept workload (its `workload` null when there is none).

@@ -118,6 +118,9 @@ ABSL_FLAG(ltb::PositiveCount, dist_timeout_s, ltb::PositiveCount{300},
           "Data-parallel runs: seconds a rank waits in a collective (or for the "
           "others to join) before it gives up, stops the run and writes its "
           "results, rather than hang on a rank that failed.");
+ABSL_FLAG(std::string, suite_skip, "",
+          "Members of the default suite to leave out, as Family/size, e.g. Llama/8B "
+          "(a short check on a lent GPU). Only without --benchmark_filter.");
 ABSL_FLAG(std::string, weights, "",
           "A Hugging Face safetensors checkpoint (a .safetensors file, or a folder with "
           "model.safetensors.index.json and its shards) loaded by name into Llama, GPT2 "
@@ -152,6 +155,29 @@ bool ParseList(absl::string_view text, std::vector<T>* out, std::string* error,
   }
   *out = std::move(values);
   return true;
+}
+
+// A list of two names, one for false and one for true
+// (--memory_format=contiguous,channels_last): each name's value, in order,
+// once each; an unknown name is an error naming `what` and both.
+bool ParseTwoNames(absl::string_view text, const std::string& what, const std::string& off,
+                   const std::string& on, std::vector<bool>* out, std::string* error) {
+  return ParseList(text, out, error,
+                   [&](const std::string& item, bool* value, std::string* e) {
+                     if (item == off || item == on) {
+                       *value = item == on;
+                       return true;
+                     }
+                     *e = absl::StrCat("unknown ", what, " '", item, "'; valid: ", off, ", ",
+                                       on);
+                     return false;
+                   });
+}
+std::string UnparseTwoNames(const std::vector<bool>& values, const std::string& off,
+                            const std::string& on) {
+  std::vector<std::string> names;
+  for (const bool v : values) names.push_back(v ? on : off);
+  return absl::StrJoin(names, ",");
 }
 
 // A scalar flag given a list would silently keep one item: say so instead.
@@ -300,22 +326,11 @@ std::string AbslUnparseFlag(const DtypeList& v) {
 }
 
 bool AbslParseFlag(absl::string_view text, MemoryFormats* out, std::string* error) {
-  return ParseList(text, &out->channels_last, error,
-                   [](const std::string& item, bool* channels_last, std::string* e) {
-                     if (item == "contiguous" || item == "channels_last") {
-                       *channels_last = item == "channels_last";
-                       return true;
-                     }
-                     *e = absl::StrCat("unknown memory format '", item,
-                                       "'; valid: contiguous, channels_last");
-                     return false;
-                   });
+  return ParseTwoNames(text, "memory format", "contiguous", "channels_last",
+                       &out->channels_last, error);
 }
 std::string AbslUnparseFlag(const MemoryFormats& v) {
-  std::vector<std::string> names;
-  for (const bool cl : v.channels_last)
-    names.push_back(cl ? "channels_last" : "contiguous");
-  return absl::StrJoin(names, ",");
+  return UnparseTwoNames(v.channels_last, "contiguous", "channels_last");
 }
 
 bool AbslParseFlag(absl::string_view text, SwitchList* out, std::string* error) {
@@ -434,21 +449,10 @@ std::string AbslUnparseFlag(const DataSource& v) {
 }
 
 bool AbslParseFlag(absl::string_view text, CpuLinearList* out, std::string* error) {
-  return ParseList(text, &out->packed, error,
-                   [](const std::string& item, bool* packed, std::string* e) {
-                     if (item == "aten" || item == "onednn") {
-                       *packed = item == "onednn";
-                       return true;
-                     }
-                     *e = absl::StrCat("unknown linear path '", item,
-                                       "'; valid: aten, onednn");
-                     return false;
-                   });
+  return ParseTwoNames(text, "linear path", "aten", "onednn", &out->packed, error);
 }
 std::string AbslUnparseFlag(const CpuLinearList& v) {
-  std::vector<std::string> names;
-  for (const bool packed : v.packed) names.push_back(packed ? "onednn" : "aten");
-  return absl::StrJoin(names, ",");
+  return UnparseTwoNames(v.packed, "aten", "onednn");
 }
 
 std::vector<const absl::CommandLineFlag*> SuiteFlags() {
@@ -623,6 +627,10 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   o.steps = static_cast<int>(absl::GetFlag(FLAGS_steps).value);
   o.dist_timeout_s = absl::GetFlag(FLAGS_dist_timeout_s).value;
   o.force_process_group = absl::GetFlag(FLAGS_force_process_group).value;
+  for (absl::string_view member :
+       absl::StrSplit(absl::GetFlag(FLAGS_suite_skip), ',', absl::SkipEmpty())) {
+    o.suite_skip.emplace_back(member);
+  }
   return o;
 }
 

@@ -130,6 +130,7 @@ struct SuiteOptions {
   int steps = 0;                                 // --steps; 0: timed
   int dist_timeout_s = 300;                      // --dist_timeout_s
   bool force_process_group = false;              // --force_process_group
+  std::vector<std::string> suite_skip;           // --suite_skip: Family/size
 };
 
 // The options the current flag values give; an error for combinations

@@ -215,7 +215,7 @@ void AddContext(const SuiteOptions& o, const std::string& malloc_description,
            ? "c10d::Reducer (Python DDP's engine): 25 MB buckets (1 MB first), "
              "all-reduced during the backward, gradients as bucket views"
            : "all-reduce of 25 MB buckets after the backward (this LibTorch's "
-             "c10d::Reducer is not used: it needs 2.15)"},
+             "c10d::Reducer is not used: it needs " LTB_REDUCER_VERSION ")"},
       {"dp_buffers",
        "rank 0's buffers (BatchNorm statistics, ...) broadcast to every rank before "
        "each forward that averages gradients, in 250 MB buckets (Python DDP's "
@@ -318,8 +318,19 @@ absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& comma
   absl::StatusOr<std::vector<Family>> families = RegisteredFamilies();
   if (!families.ok()) return families.status();
   state.families = *std::move(families);
-  state.filter = command_line.filter.empty() ? DefaultSuiteFilter(state.families)
-                                             : command_line.filter;
+  if (!command_line.filter.empty()) {
+    if (!options.suite_skip.empty()) {
+      return absl::InvalidArgumentError(
+          "--suite_skip leaves members out of the default suite: it goes without "
+          "--benchmark_filter");
+    }
+    state.filter = command_line.filter;
+  } else {
+    absl::StatusOr<std::string> suite =
+        DefaultSuiteFilter(state.families, options.suite_skip);
+    if (!suite.ok()) return suite.status();
+    state.filter = *std::move(suite);
+  }
   if (absl::Status s = CheckFilter(state.filter); !s.ok()) return s;
   if (absl::Status s = CheckCpuIsaLimit(); !s.ok()) return s;
   if (absl::Status s = CheckWritablePaths(options, command_line); !s.ok()) return s;

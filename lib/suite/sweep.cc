@@ -1,6 +1,7 @@
 #include "suite/sweep.h"
 
 #include <algorithm>
+#include <functional>
 #include <regex>
 
 #include "absl/strings/str_cat.h"
@@ -65,6 +66,46 @@ std::vector<Shapes> ShapesOn(const Family& family, const Case& c, const Sweep& s
   return {usual};
 }
 
+// A point of the sweep's product: the benchmark so far, and the shapes its
+// device runs (which its batch and lengths axes take their values from).
+struct Point {
+  BenchSpec spec;
+  Shapes shapes;
+};
+// One axis: given the point so far (an axis may depend on those before it),
+// the ways to set its value.
+using Setter = std::function<void(Point*)>;
+using Axis = std::function<std::vector<Setter>(const Point&)>;
+
+// Each of `values`, set by `set`.
+template <typename T, typename Set>
+std::vector<Setter> Each(const std::vector<T>& values, Set set) {
+  std::vector<Setter> out;
+  for (const T& v : values) out.push_back([v, set](Point* p) { set(p, v); });
+  return out;
+}
+
+// `values` where `applies`, else the one value `otherwise`.
+template <typename T>
+std::vector<T> Where(bool applies, const std::vector<T>& values, T otherwise) {
+  return applies ? values : std::vector<T>{otherwise};
+}
+
+// Every combination of one value of each axis, from `at` on, the first axis
+// outermost, each emitted in that order.
+void Product(const std::vector<Axis>& axes, size_t at, const Point& point,
+             const std::function<void(const Point&)>& emit) {
+  if (at == axes.size()) {
+    emit(point);
+    return;
+  }
+  for (const Setter& set : axes[at](point)) {
+    Point next = point;
+    set(&next);
+    Product(axes, at + 1, next, emit);
+  }
+}
+
 }  // namespace
 
 std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
@@ -75,13 +116,7 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
       std::any_of(sweep.devices.begin(), sweep.devices.end(),
                   [](const c10::Device& d) { return BackendOf(d).Caps().host; });
   for (const Family& family : families) {
-    const std::vector<bool> formats =
-        family.sweeps_memory_format ? sweep.channels_last : std::vector<bool>{false};
     for (const Case& c : family.Cases()) {
-      const std::vector<int64_t> depths =
-          c.phase.shape == Shape::kGenerate && family.generates_at_depth
-              ? sweep.depths
-              : std::vector<int64_t>{0};
       // A case whose dtype its model fixes runs in that one; others sweep
       // --dtype, or run in fp32 when they do not sweep it.
       std::vector<c10::ScalarType> dtypes;
@@ -92,72 +127,82 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
           if (c.sweeps_dtype || d == c10::kFloat) dtypes.push_back(d);
         }
       }
-      // What every benchmark of the case shares; the loops below set the rest.
-      BenchSpec base;
-      base.family = family.name;
-      base.phase_before_device = family.phase_before_device;
-      base.size = c.size;
-      SetPhase(c.phase, &base);
-      base.sync = sweep.sync;
-      if (c.phase.data_parallel) base.bucket_mb = sweep.bucket_mb;
-      base.backend = c.backend;
-      for (const c10::Device& device : sweep.devices) {
-        if (c.needs_host_transfers && !BackendOf(device).Caps().host_transfers) continue;
-        for (const auto& [case_batches, lengths] :
-             ShapesOn(family, c, sweep, device, has_cpu)) {
-          for (const c10::ScalarType dtype : dtypes) {
-            // Packed linears: CPU inference of the families whose models have them.
-            const bool linears = family.packs_cpu_linears &&
-                                 BackendOf(device).Caps().packed_linears &&
-                                 c.phase.kind == PhaseKind::kInference;
-            const std::vector<bool> packs =
-                linears ? sweep.pack_cpu_linears : std::vector<bool>{false};
-            // TF32: fp32 matmuls and convolutions on devices that have it.
-            const std::vector<bool> tf32s = dtype == c10::kFloat && c.tf32 &&
-                                                    !c.dtype.has_value() &&
-                                                    BackendOf(device).Caps().tf32
-                                                ? sweep.tf32
-                                                : std::vector<bool>{false};
-            // Graphs: inference steps captured once on devices that have them.
-            const std::vector<bool> graphs = c.phase.kind == PhaseKind::kInference &&
-                                                     c.graphs && c.backend.empty() &&
-                                                     BackendOf(device).Caps().graphs
-                                                 ? sweep.graphs
-                                                 : std::vector<bool>{false};
-            for (const bool channels_last : formats) {
-              for (const bool pack : packs) {
-                for (const bool tf32 : tf32s) {
-                  for (const bool graph : graphs) {
-                    for (const int64_t batch : case_batches) {
-                      for (const auto& [first, second] : lengths) {
-                        for (const int64_t depth : depths) {
-                          BenchSpec spec = base;
-                          spec.device = device;
-                          spec.dtype = dtype;
-                          spec.batch = batch;
-                          if (c.phase.shape == Shape::kGenerate) {
-                            spec.prompt = first;
-                            spec.new_tokens = second;
-                          } else {
-                            spec.seq = first;
-                          }
-                          spec.channels_last = channels_last;
-                          spec.pack_cpu_linears = pack;
-                          spec.tf32 = tf32;
-                          spec.graph = graph;
-                          spec.depth = depth;
-                          spec.weights = sweep.weights;
-                          out.push_back({&family, spec, c.unit});
-                        }
-                      }
-                    }
-                  }
-                }
-              }
+      const bool inference = c.phase.kind == PhaseKind::kInference;
+      const auto caps = [](const Point& p) { return BackendOf(p.spec.device).Caps(); };
+      // The axes, outermost first: a new setting is one more line.
+      const std::vector<Axis> axes = {
+          [&](const Point&) {
+            std::vector<c10::Device> devices;
+            for (const c10::Device& d : sweep.devices) {
+              if (!c.needs_host_transfers || BackendOf(d).Caps().host_transfers)
+                devices.push_back(d);
             }
-          }
-        }
-      }
+            return Each(devices, [](Point* p, c10::Device d) { p->spec.device = d; });
+          },
+          [&](const Point& p) {
+            return Each(ShapesOn(family, c, sweep, p.spec.device, has_cpu),
+                        [](Point* q, const Shapes& s) { q->shapes = s; });
+          },
+          [&](const Point&) {
+            return Each(dtypes, [](Point* p, c10::ScalarType t) { p->spec.dtype = t; });
+          },
+          [&](const Point&) {
+            return Each(Where(family.sweeps_memory_format, sweep.channels_last, false),
+                        [](Point* p, bool v) { p->spec.channels_last = v; });
+          },
+          // Packed linears: CPU inference of the families whose models have them.
+          [&](const Point& p) {
+            return Each(Where(family.packs_cpu_linears && caps(p).packed_linears && inference,
+                              sweep.pack_cpu_linears, false),
+                        [](Point* q, bool v) { q->spec.pack_cpu_linears = v; });
+          },
+          // TF32: fp32 matmuls and convolutions on devices that have it.
+          [&](const Point& p) {
+            return Each(Where(p.spec.dtype == c10::kFloat && c.tf32 && !c.dtype.has_value() &&
+                                  caps(p).tf32,
+                              sweep.tf32, false),
+                        [](Point* q, bool v) { q->spec.tf32 = v; });
+          },
+          // Graphs: inference steps captured once on devices that have them.
+          [&](const Point& p) {
+            return Each(
+                Where(inference && c.graphs && c.backend.empty() && caps(p).graphs,
+                      sweep.graphs, false),
+                [](Point* q, bool v) { q->spec.graph = v; });
+          },
+          [&](const Point& p) {
+            return Each(p.shapes.batches, [](Point* q, int64_t b) { q->spec.batch = b; });
+          },
+          [&](const Point& p) {
+            return Each(p.shapes.lengths,
+                        [generate = c.phase.shape == Shape::kGenerate](
+                            Point* q, const std::pair<int64_t, int64_t>& l) {
+                          if (generate) {
+                            q->spec.prompt = l.first;
+                            q->spec.new_tokens = l.second;
+                          } else {
+                            q->spec.seq = l.first;
+                          }
+                        });
+          },
+          [&](const Point&) {
+            return Each(Where(c.phase.shape == Shape::kGenerate && family.generates_at_depth,
+                              sweep.depths, int64_t{0}),
+                        [](Point* p, int64_t d) { p->spec.depth = d; });
+          },
+      };
+      // What every benchmark of the case shares; the axes set the rest.
+      Point base;
+      base.spec.family = family.name;
+      base.spec.phase_before_device = family.phase_before_device;
+      base.spec.size = c.size;
+      SetPhase(c.phase, &base.spec);
+      base.spec.sync = sweep.sync;
+      if (c.phase.data_parallel) base.spec.bucket_mb = sweep.bucket_mb;
+      base.spec.backend = c.backend;
+      base.spec.weights = sweep.weights;
+      Product(axes, 0, base,
+              [&](const Point& p) { out.push_back({&family, p.spec, c.unit}); });
     }
   }
   return out;
@@ -177,6 +222,37 @@ std::string DefaultSuiteFilter(const std::vector<Family>& families) {
                                  absl::StrJoin(family.suite, "|"), ")"));
   }
   return absl::StrCat("^(", absl::StrJoin(parts, "|"), ")");
+}
+
+absl::StatusOr<std::string> DefaultSuiteFilter(const std::vector<Family>& families,
+                                               const std::vector<std::string>& skip) {
+  std::vector<std::string> members;
+  std::vector<Family> kept = families;
+  for (Family& family : kept) {
+    std::vector<std::string> suite;
+    for (const std::string& entry : family.suite) {
+      const std::string member =
+          absl::StrCat(family.name, "/", entry.substr(0, entry.find('/')));
+      if (std::find(members.begin(), members.end(), member) == members.end()) {
+        members.push_back(member);
+      }
+      if (std::find(skip.begin(), skip.end(), member) == skip.end()) suite.push_back(entry);
+    }
+    family.suite = std::move(suite);
+  }
+  for (const std::string& s : skip) {
+    if (std::find(members.begin(), members.end(), s) == members.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--suite_skip: ", s, " is not a member of the default suite; its members: ",
+                       absl::StrJoin(members, ", ")));
+    }
+  }
+  if (std::all_of(kept.begin(), kept.end(), [](const Family& f) { return f.suite.empty(); })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--suite_skip=", absl::StrJoin(skip, ","),
+                     " leaves nothing of the default suite"));
+  }
+  return DefaultSuiteFilter(kept);
 }
 
 bool FilterSelects(const std::string& filter, const std::string& full_name) {

@@ -49,6 +49,12 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
 // Regex selecting each family's suite: what runs with no filter.
 std::string DefaultSuiteFilter(const std::vector<Family>& families);
 
+// The default suite's filter without the members `skip` names (Family/size,
+// as --suite_skip takes them); an error naming the suite's members when one
+// of `skip` is none of them.
+absl::StatusOr<std::string> DefaultSuiteFilter(const std::vector<Family>& families,
+                                               const std::vector<std::string>& skip);
+
 // Whether Google Benchmark's --benchmark_filter selects a benchmark's full
 // name: "all" or "." select everything, a leading '-' negates, otherwise an
 // extended regular expression searched in the name.

@@ -32,6 +32,9 @@
 #if LTB_HAS_AOTI_PACKAGE
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #endif
+#if !LTB_HAS_AOTI_PACKAGE_METADATA
+#include <nlohmann/json.hpp>
+#endif
 
 namespace ltb {
 namespace {
@@ -125,6 +128,29 @@ class AotiRunner final : public ModelRunner {
 };
 #endif
 
+#if !LTB_HAS_AOTI_PACKAGE_METADATA
+// The metadata AOTInductor writes beside the model's code
+// (data/aotinductor/model/<name>_metadata.json, a JSON object of strings),
+// which LibTorch 2.10's load_metadata_from_package reads.
+std::map<std::string, std::string> AotiMetadata(
+    caffe2::serialize::PyTorchStreamReader& reader) {
+  for (const std::string& record : reader.getAllRecords()) {
+    if (!absl::StartsWith(record, "data/aotinductor/model/") ||
+        !absl::EndsWith(record, "_metadata.json")) {
+      continue;
+    }
+    auto [data, size] = reader.getRecord(record);
+    const char* text = static_cast<const char*>(data.get());
+    std::map<std::string, std::string> out;
+    for (const auto& [key, value] : nlohmann::json::parse(text, text + size).items()) {
+      if (value.is_string()) out[key] = value.get<std::string>();
+    }
+    return out;
+  }
+  throw std::runtime_error("no data/aotinductor/model/*_metadata.json in it");
+}
+#endif
+
 class TorchScriptRunner final : public ModelRunner {
  public:
   TorchScriptRunner(const std::string& path, const c10::Device& device)
@@ -159,10 +185,9 @@ std::unique_ptr<ModelRunner> LoadRunner(const ModelFile& file,
 #if LTB_HAS_AOTI_PACKAGE
   return std::make_unique<AotiRunner>(file.path, device);
 #else
-  throw std::runtime_error(
-      absl::StrCat(file.path,
-                   ": AOTInductor packages need LibTorch 2.6 or newer; "
-                   "this one is " TORCH_VERSION));
+  throw std::runtime_error(absl::StrCat(
+      file.path, ": AOTInductor packages need LibTorch " LTB_AOTI_PACKAGE_VERSION
+                 " or newer; this one is " TORCH_VERSION));
 #endif
 }
 
@@ -226,9 +251,8 @@ absl::StatusOr<ModelFile> InspectModelFile(const std::string& path) {
       absl::EndsWith(path, ".pt2") ? ModelFormat::kAoti : ModelFormat::kTorchScript;
 #if !LTB_HAS_AOTI_PACKAGE
   if (file.format == ModelFormat::kAoti) {
-    return Bad(
-        path,
-        "AOTInductor packages need LibTorch 2.6 or newer; this one is " TORCH_VERSION);
+    return Bad(path, "AOTInductor packages need LibTorch " LTB_AOTI_PACKAGE_VERSION
+                     " or newer; this one is " TORCH_VERSION);
   }
 #endif
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
@@ -239,22 +263,20 @@ absl::StatusOr<ModelFile> InspectModelFile(const std::string& path) {
                                   e.what_without_backtrace(), ")"));
   }
   if (file.format == ModelFormat::kAoti) {
-#if LTB_HAS_AOTI_PACKAGE
     try {
+#if LTB_HAS_AOTI_PACKAGE_METADATA
       for (const auto& [k, v] :
            torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path,
                                                                                "model")) {
         file.metadata[k] = v;
       }
+#else
+      file.metadata = AotiMetadata(*reader);
+#endif
     } catch (const std::exception& e) {
       return Bad(path, absl::StrCat("not an AOTInductor package: ", e.what()));
     }
     return file;
-#else
-    return Bad(
-        path,
-        "AOTInductor packages need LibTorch 2.6 or newer; this one is " TORCH_VERSION);
-#endif
   }
   if (!reader->hasRecord("constants.pkl") && !reader->hasRecord("code/__torch__.py")) {
     if (reader->hasRecord("data.pkl")) {

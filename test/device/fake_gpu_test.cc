@@ -5,11 +5,16 @@
 // backend's clock (whose intervals it makes up, so the reported times are
 // known exactly), the host waiting only where the clock reads its marks,
 // memory peaks reset between the warm-up and the measured steps and read
-// from the backend, and the data-parallel collectives on the backend's
+// from the backend (only once the device is initialised, on every
+// data-parallel rank), and the data-parallel collectives on the backend's
 // communicator around the measured steps.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -30,6 +35,7 @@
 #include "measure/health.h"
 #include "measure/runner.h"
 #include "measure/timed_loop.h"
+#include "run_ranks.h"
 #include "spec_for.h"
 #include "workloads/optimizers.h"
 #include "workloads/phases.h"
@@ -242,11 +248,25 @@ class FakeGpuBackend final : public DeviceBackend {
   std::unique_ptr<StepClock> MakeClock(const c10::Device&, bool sync) const override {
     return std::make_unique<FakeClock>(log_, sync);
   }
-  int64_t AvailableBytes(const c10::Device&) const override { return int64_t{1} << 40; }
+  // Its memory can be read only once it is initialised, as CUDA's caching
+  // allocator's.
+  void Initialize(const c10::Device&) const override {
+    if (!initialized_) log_->push_back("init");
+    initialized_ = true;
+  }
+  int64_t AvailableBytes(const c10::Device&) const override {
+    CheckInitialized();
+    log_->push_back("available");
+    return int64_t{1} << 40;
+  }
   void ResetPeakMemory(const c10::Device&) const override {
+    CheckInitialized();
     log_->push_back("reset_peak");
   }
-  int64_t PeakMemory(const c10::Device&) const override { return kPeakBytes; }
+  int64_t PeakMemory(const c10::Device&) const override {
+    CheckInitialized();
+    return kPeakBytes;
+  }
   void ReleaseCache(const c10::Device&) const override { log_->push_back("release"); }
   absl::StatusOr<c10::Device> BindRank(int) const override { return kFake; }
   absl::StatusOr<c10::intrusive_ptr<CommBackend>> MakeCollectives(
@@ -265,8 +285,13 @@ class FakeGpuBackend final : public DeviceBackend {
   std::string CollectivesName() const override { return "fake"; }
 
  private:
+  void CheckInitialized() const {
+    TORCH_CHECK(initialized_, "the fake GPU's memory was read before it was initialised");
+  }
+
   Log* log_;
   mutable bool tf32_ = false;
+  mutable bool initialized_ = false;
 };
 
 class CaptureReporter final : public benchmark::BenchmarkReporter {
@@ -471,6 +496,52 @@ TEST_F(FakeGpuTest, DataParallelCollectivesGoThroughTheBackendAroundTheMeasuredS
 }
 #endif
 
+// The ranks' side of the test below: a data-parallel benchmark on a fake
+// GPU that nothing has run on yet (no rank measured peaks on it), then the
+// benchmark's outcome and the device's log, written where the test reads it.
+TEST_F(FakeGpuTest, RankRunsADataParallelBenchmarkOnAFreshDevice) {
+  const char* out = std::getenv("LTB_FAKE_RANK_OUT");
+  if (out == nullptr) {
+    GTEST_SKIP()
+        << "run by FakeGpuRanks.EveryRankInitialisesItsDeviceBeforeReadingItsMemory";
+  }
+  const DistEnv env = ReadDistEnv().value();
+  absl::StatusOr<std::unique_ptr<DataParallel>> group = JoinProcessGroup(env, kFake);
+  ASSERT_TRUE(group.ok()) << group.status();
+  SetCurrentProcessGroup(*std::move(group));
+  const auto run = Run(TransformerOn("train_step"), 2);
+  SetCurrentProcessGroup(nullptr);
+  std::ofstream result(out);
+  result << (run.error_occurred ? "error: " + run.error_message : "ok") << "\n";
+  for (const std::string& entry : log_) result << entry << "\n";
+}
+
+// A rank other than 0 runs no peak measurement, so its first benchmark's
+// memory guard is the first thing to touch its device: the device must be
+// initialised before its memory is read (CUDA's caching allocator refuses),
+// or that rank fails and rank 0 waits in the guard's vote.
+TEST(FakeGpuRanks, EveryRankInitialisesItsDeviceBeforeReadingItsMemory) {
+  const std::string out =
+      testing::TempDir() + "/ltb_fake_ranks_" + std::to_string(::getpid()) + ".";
+  EXPECT_TRUE(RunRanks("FakeGpuTest.RankRunsADataParallelBenchmarkOnAFreshDevice",
+                       {"LTB_FAKE_RANK_OUT=" + out + "%r"}))
+      << "a rank failed";
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string path = out + std::to_string(rank);
+    std::ifstream in(path);
+    std::string outcome;
+    ASSERT_TRUE(std::getline(in, outcome)) << "rank " << rank << " wrote nothing";
+    EXPECT_EQ(outcome, "ok") << "rank " << rank;
+    Log log;
+    for (std::string entry; std::getline(in, entry);) log.push_back(entry);
+    const size_t available = First(log, "available");
+    ASSERT_LT(available, log.size()) << "rank " << rank << ": the guard read no memory";
+    EXPECT_LT(First(log, "init"), available) << "rank " << rank;
+    EXPECT_EQ(Count(log, "init"), 1u) << "rank " << rank;
+    std::filesystem::remove(path);
+  }
+}
+
 TEST_F(FakeGpuTest, OptimizersStepWithForeachKernelsWhereTheBackendSaysPythonDoes) {
   at::Tensor w = at::ones({3}, at::TensorOptions().device(kFake).requires_grad(true));
   EXPECT_TRUE(DefaultsToForeach(kFake));
@@ -649,6 +720,30 @@ TEST_F(FakeGpuTest, GraphedDecodingCapturesEachPositionAndGeneratesTheSameTokens
   for (const auto& [name, value] : graphed->Counters())
     tpot |= name == "tpot_ms" && value > 0;
   EXPECT_TRUE(tpot);
+}
+
+TEST_F(FakeGpuTest, GraphedBf16DecodingIsCheckedAgainstAnEagerFp32Reference) {
+  // What tools/gpu-check --quick runs for CUDA graphs: a graphed bf16
+  // generation whose token_match_% comes from an fp32 reference that is not
+  // graphed (its decode steps capture nothing).
+  BenchSpec spec = SpecFor("GPT2", "nano", "generate", 2, 0);
+  spec.device = kFake;
+  spec.prompt = 8;
+  spec.new_tokens = 6;
+  spec.dtype = c10::kBFloat16;
+  spec.graph = true;
+  const auto run = Run(spec, 2);
+  ASSERT_FALSE(run.error_occurred) << run.error_message;
+  EXPECT_TRUE(
+      absl::EndsWith(run.benchmark_name(), "/bf16/graph/iterations:2/manual_time"))
+      << run.benchmark_name();
+  ASSERT_EQ(run.counters.count("token_match_%"), 1u);
+  EXPECT_GE(run.counters.at("token_match_%").value, 0);
+  EXPECT_LE(run.counters.at("token_match_%").value, 100);
+  EXPECT_EQ(run.report_label.find("no accuracy check"), std::string::npos)
+      << run.report_label;
+  // One graph per decode position, for the benchmark's own model alone.
+  EXPECT_EQ(Count(log_, "capture"), 5u);
 }
 
 TEST_F(FakeGpuTest, ATf32BenchmarkRunsWithTf32OnAndLeavesItOff) {

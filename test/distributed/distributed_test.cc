@@ -7,9 +7,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -24,15 +22,12 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_replace.h"
-#include "free_port.h"
 #include "models/transformer.h"
+#include "run_ranks.h"
 #include "scoped_env.h"
 #include "workloads/epoch.h"
 #include "workloads/phases.h"
 #include "workloads/trainer.h"
-
-extern char** environ;
 
 namespace ltb {
 namespace {
@@ -109,44 +104,6 @@ at::Tensor Load(const std::string& path, int64_t n) {
   in.read(static_cast<char*>(t.data_ptr()), n * 4);
   EXPECT_TRUE(in) << path;
   return t;
-}
-
-// Starts this test binary as `world` ranks over Gloo on loopback, each
-// running the rank-side test `filter` with `extra` environment; returns
-// whether every rank exited with 0.
-bool RunRanks(const std::string& filter, const std::vector<std::string>& extra,
-              int world = 2) {
-  const int port = FreePort();
-  std::vector<pid_t> children;
-  for (int rank = 0; rank < world; ++rank) {
-    std::vector<std::string> env = {
-        "RANK=" + std::to_string(rank),        "WORLD_SIZE=" + std::to_string(world),
-        "LOCAL_RANK=" + std::to_string(rank),  "MASTER_ADDR=127.0.0.1",
-        "MASTER_PORT=" + std::to_string(port), "OMP_NUM_THREADS=1"};
-    for (const std::string& e : extra)
-      env.push_back(absl::StrReplaceAll(e, {{"%r", std::to_string(rank)}}));
-    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-    std::vector<char*> envp;
-    for (std::string& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
-    std::string flag = "--gtest_filter=" + filter;
-    char* argv[] = {exe.data(), flag.data(), nullptr};
-    pid_t pid = 0;
-    if (::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()) != 0) {
-      ADD_FAILURE() << "cannot start rank " << rank;
-      break;
-    }
-    children.push_back(pid);
-  }
-  bool ok = static_cast<int>(children.size()) == world;
-  for (pid_t pid : children) {
-    int status = 0;
-    const bool exited = ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-                        WEXITSTATUS(status) == 0;
-    ok = ok && exited;
-  }
-  return ok;
 }
 
 // The rank's side, run in a child process the test below starts.

@@ -413,7 +413,7 @@ class EpochTest(unittest.TestCase):
                 # Two ranks of 4 samples: 8 samples a step, the whole 16 an epoch.
                 step = entries["train_step"]
                 self.assertAlmostEqual(step["samples/s"] * step["real_time"] * 1e-3, 8, delta=0.1)
-                # Averaged by c10d::Reducer (LibTorch 2.15 on), and what the
+                # Averaged by c10d::Reducer (LibTorch 2.0 on), and what the
                 # communication adds to a step, measured beside it.
                 self.assertIn("dp_gradients", doc["context"])
                 for b in entries.values():
@@ -1017,15 +1017,15 @@ class CompiledTest(unittest.TestCase):
 
 @unittest.skipUnless(BENCH, "LTB_BENCH is not set")
 class OlderLibTorchTest(unittest.TestCase):
-    @unittest.skipIf(not TORCH_VERSION or tuple(map(int, TORCH_VERSION.split(".")[:2])) >= (2, 6),
+    @unittest.skipIf(not TORCH_VERSION or tuple(map(int, TORCH_VERSION.split(".")[:2])) >= (2, 8),
                      "this LibTorch runs AOTInductor packages")
-    def test_aotinductor_packages_need_libtorch_2_6(self):
+    def test_aotinductor_packages_need_libtorch_2_8(self):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "model.pt2")
             with open(path, "w") as f:
                 f.write("any")
             [entry] = run_json(f"--model={path}", "--inputs=2x4:fp32", *FAST)["benchmarks"]
-            self.assertIn("AOTInductor packages need LibTorch 2.6 or newer", entry["error_message"])
+            self.assertIn("AOTInductor packages need LibTorch 2.8 or newer", entry["error_message"])
 
 
 NANO = ["--benchmark_min_time=0.01", "--warmup_s=0", "--batch=2", "--seq=16", "--prompt=4",

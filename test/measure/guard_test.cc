@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "base/format.h"
+#include "device/cpu_memory.h"
 #include "units.h"
 
 namespace ltb {
@@ -24,6 +25,11 @@ TEST(CheckFits, AcceptsWhatFitsAndNamesBothNumbersOtherwise) {
   EXPECT_NE(msg.find(FormatBytes(huge.Total())), std::string::npos) << msg;
   EXPECT_NE(msg.find("available"), std::string::npos) << msg;
   EXPECT_NE(msg.find("optimizer state 1024.00 GiB"), std::string::npos) << msg;
+  // What the host's figure leaves out (a cgroup's limit, memory that grows
+  // as it is used) is said beside it.
+  const std::string note = HostMemoryNote(ReadHostMemory());
+  if (!note.empty())
+    EXPECT_NE(msg.find(" available (" + note + ")"), std::string::npos) << msg;
 }
 
 TEST(CheckFits, CountsTheFp32HostBuildOfAModelForAnyDevice) {

@@ -1,5 +1,6 @@
 #include "workloads/model_file.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/serialization/pickle.h>
@@ -7,14 +8,54 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <type_traits>
+#include <utility>
 
+#include "base/torch_compat.h"
 #include "spec_for.h"
 #include "suite/compiled.h"
+
+#if __has_include(<torch/csrc/inductor/aoti_package/model_package_loader.h>)
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#define LTB_TEST_AOTI_LOADER 1
+#endif
 
 namespace ltb {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The AOTInductor gates of torch_compat.h against this LibTorch's headers:
+// each is on exactly where its API is there, so that a gate set too early
+// fails to compile model_file.cc and one set too late fails here.
+#ifdef LTB_TEST_AOTI_LOADER
+template <typename Runner, typename = void>
+struct ExtractsConstants : std::false_type {};
+template <typename Runner>
+struct ExtractsConstants<
+    Runner, std::void_t<decltype(std::declval<Runner&>().extract_constants_map(false))>>
+    : std::true_type {};
+template <typename Loader, typename = void>
+struct ReadsMetadataAlone : std::false_type {};
+template <typename Loader>
+struct ReadsMetadataAlone<Loader, std::void_t<decltype(Loader::load_metadata_from_package(
+                                      std::string(), std::string()))>> : std::true_type {
+};
+using Loader = torch::inductor::AOTIModelPackageLoader;
+static_assert(LTB_HAS_AOTI_PACKAGE ==
+                  (std::is_constructible_v<Loader, std::string, std::string, bool, size_t,
+                                           c10::DeviceIndex> &&
+                   ExtractsConstants<torch::inductor::AOTIModelContainerRunner>::value),
+              "LTB_HAS_AOTI_PACKAGE must be on exactly where the loader takes "
+              "num_runners and device_index and its runner extracts its constants");
+static_assert(LTB_HAS_AOTI_PACKAGE_METADATA == ReadsMetadataAlone<Loader>::value,
+              "LTB_HAS_AOTI_PACKAGE_METADATA must be on exactly where the loader has "
+              "load_metadata_from_package");
+#else
+static_assert(!LTB_HAS_AOTI_PACKAGE && !LTB_HAS_AOTI_PACKAGE_METADATA,
+              "the AOTInductor gates are on, but this LibTorch has no package loader");
+#endif
 
 class ModelFileTest : public testing::Test {
  protected:
@@ -131,6 +172,36 @@ TEST_F(ModelFileTest, InputsTheModelRejectsNameTheFileAndTheInputs) {
         std::string::npos)
         << e.what();
   }
+}
+
+TEST_F(ModelFileTest, AnAotiPackagesMetadataIsReadWithoutLoadingItsModel) {
+  // The archive of a package as AOTInductor writes it, holding only the
+  // metadata beside the model's code: enough to inspect, nothing to load.
+  const std::string path = Path("tiny.pt2");
+  {
+    caffe2::serialize::PyTorchStreamWriter writer(path);
+    const std::string meta =
+        R"({"AOTI_DEVICE_KEY": "cpu", "ltb_benchmark": "CNN/default/cpu/forward"})";
+    writer.writeRecord("data/aotinductor/model/cabcwrapper_metadata.json", meta.data(),
+                       meta.size());
+    const std::string code = "// the model's code";
+    writer.writeRecord("data/aotinductor/model/cabcwrapper.cpp", code.data(),
+                       code.size());
+    writer.writeEndOfFile();
+  }
+  const absl::StatusOr<ModelFile> file = InspectModelFile(path);
+#if LTB_HAS_AOTI_PACKAGE
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->format, ModelFormat::kAoti);
+  EXPECT_EQ(file->metadata.at("AOTI_DEVICE_KEY"), "cpu");
+  EXPECT_EQ(file->metadata.at("ltb_benchmark"), "CNN/default/cpu/forward");
+#else
+  ASSERT_FALSE(file.ok());
+  EXPECT_NE(
+      file.status().message().find("AOTInductor packages need LibTorch 2.8 or newer"),
+      std::string::npos)
+      << file.status();
+#endif
 }
 
 TEST_F(ModelFileTest, CompiledBenchmarksNeedTheNameTheyCompile) {
