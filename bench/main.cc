@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
     ltb::ExitWithUsageError(s);
   absl::StatusOr<ltb::SuiteOptions> options = ltb::OptionsFromFlags();
   if (!options.ok()) ltb::ExitWithUsageError(options.status());
+  if (options->list_families) return ltb::PrintFamilyFacts();
   if (absl::Status s = ltb::RegisterSuite(*options, command_line); !s.ok()) {
     ltb::ExitWithUsageError(s);
   }

@@ -65,12 +65,21 @@ double GPT2GenerateFlops(const GPT2Options& o, int64_t batch, int64_t prompt,
 
 // ---------------------------------------------------------------- modules
 
+namespace {
+
+// Every weight is drawn by InitLikeHuggingFace (GPT2LMImpl), none before.
+PackableLinear Linear(int64_t in, int64_t out) {
+  return UndrawnLinear(torch::nn::LinearOptions(in, out));
+}
+
+}  // namespace
+
 GPT2AttentionImpl::GPT2AttentionImpl(const GPT2Options& o)
     : num_heads_(o.num_heads()), fused_(o.fused_attention()) {
   TORCH_CHECK(o.d_model() % o.num_heads() == 0, "heads (", o.num_heads(),
               ") must divide d_model (", o.d_model(), ")");
-  c_attn = register_module("c_attn", PackableLinear(o.d_model(), 3 * o.d_model()));
-  c_proj = register_module("c_proj", PackableLinear(o.d_model(), o.d_model()));
+  c_attn = register_module("c_attn", Linear(o.d_model(), 3 * o.d_model()));
+  c_proj = register_module("c_proj", Linear(o.d_model(), o.d_model()));
 }
 
 at::Tensor GPT2AttentionImpl::forward(const at::Tensor& x, at::Tensor* cache_k,
@@ -95,8 +104,8 @@ at::Tensor GPT2AttentionImpl::forward(const at::Tensor& x, at::Tensor* cache_k,
 }
 
 GPT2MLPImpl::GPT2MLPImpl(int64_t d_model) {
-  c_fc = register_module("c_fc", PackableLinear(d_model, 4 * d_model));
-  c_proj = register_module("c_proj", PackableLinear(4 * d_model, d_model));
+  c_fc = register_module("c_fc", Linear(d_model, 4 * d_model));
+  c_proj = register_module("c_proj", Linear(4 * d_model, d_model));
 }
 
 at::Tensor GPT2MLPImpl::forward(const at::Tensor& x) {
@@ -120,8 +129,8 @@ at::Tensor GPT2BlockImpl::forward(const at::Tensor& x, at::Tensor* cache_k,
 }
 
 GPT2LMImpl::GPT2LMImpl(const GPT2Options& o)
-    : wte(register_module("wte", torch::nn::Embedding(o.vocab_size(), o.d_model()))),
-      wpe(register_module("wpe", torch::nn::Embedding(o.max_positions(), o.d_model()))),
+    : wte(register_module("wte", UndrawnEmbedding(o.vocab_size(), o.d_model()))),
+      wpe(register_module("wpe", UndrawnEmbedding(o.max_positions(), o.d_model()))),
       h(register_module("h", torch::nn::ModuleList())),
       ln_f(register_module(
           "ln_f",
@@ -208,14 +217,9 @@ absl::StatusOr<Plan> PlanGPT2(const BenchSpec& s) {
   const int64_t d = o->d_model(), v = o->vocab_size(), layers = o->num_layers();
   MemoryEstimate& m = plan.memory;
   if (s.phase == kGenerate) {
-    if (s.batch <= 0 || s.prompt <= 0 || s.new_tokens <= 0) {
-      return absl::InvalidArgumentError("batch, prompt and new tokens must be positive");
-    }
-    if (s.depth + s.prompt + s.new_tokens > o->max_positions()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "depth ", s.depth, " + prompt ", s.prompt, " + new tokens ", s.new_tokens,
-          " = ", s.depth + s.prompt + s.new_tokens, " positions, but GPT2 has ",
-          o->max_positions(), ": lower --depth, --prompt or --new_tokens"));
+    if (absl::Status shape = CheckGenerateShape(s, o->max_positions(), "GPT2 has");
+        !shape.ok()) {
+      return shape;
     }
     plan.tokens_per_step = s.batch * s.new_tokens;
     plan.flops_per_step = GPT2GenerateFlops(*o, s.batch, s.prompt, s.new_tokens, s.depth);
@@ -277,18 +281,13 @@ std::unique_ptr<Workload> BuildGPT2(const BenchSpec& s) {
 }  // namespace
 
 Family GPT2Family() {
-  Family f;
-  f.name = "GPT2";
-  for (const GPT2Size& s : GPT2Sizes()) f.sizes.push_back(s.name);
-  f.phases = {ForwardPhase(), ForwardBackwardPhase(), TrainStepPhase(), GeneratePhase()};
+  std::vector<std::string> sizes;
+  for (const GPT2Size& s : GPT2Sizes()) sizes.push_back(s.name);
+  Family f = DecoderFamily("GPT2", sizes);
   f.suite = {"small/"};
-  f.packs_cpu_linears = true;
-  f.default_batch = 1;
   f.default_seqs = {512};
   f.suite_cpu_seqs = {64};
   f.suite_cpu_new_tokens = 32;
-  f.generates_at_depth = true;
-  f.loads_weights = true;
   f.plan = PlanGPT2;
   f.build = BuildGPT2;
   return f;

@@ -112,7 +112,7 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions& o)
   TORCH_CHECK(o.num_heads() % o.num_kv_heads() == 0, "kv heads (", o.num_kv_heads(),
               ") must divide heads (", o.num_heads(), ")");
   const auto linear = [](int64_t in, int64_t out) {
-    return PackableLinear(torch::nn::LinearOptions(in, out).bias(false));
+    return UndrawnLinear(torch::nn::LinearOptions(in, out).bias(false));
   };
   q_proj = register_module("q_proj", linear(o.d_model(), heads_ * head_dim_));
   k_proj = register_module("k_proj", linear(o.d_model(), kv_heads_ * head_dim_));
@@ -171,7 +171,7 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x,
 
 LlamaMLPImpl::LlamaMLPImpl(int64_t d_model, int64_t d_ff) {
   const auto linear = [](int64_t in, int64_t out) {
-    return PackableLinear(torch::nn::LinearOptions(in, out).bias(false));
+    return UndrawnLinear(torch::nn::LinearOptions(in, out).bias(false));
   };
   gate_proj = register_module("gate_proj", linear(d_model, d_ff));
   up_proj = register_module("up_proj", linear(d_model, d_ff));
@@ -199,8 +199,8 @@ at::Tensor LlamaLayerImpl::forward(const at::Tensor& x,
 }
 
 LlamaModelImpl::LlamaModelImpl(const LlamaOptions& o)
-    : embed_tokens(register_module("embed_tokens",
-                                   torch::nn::Embedding(o.vocab_size(), o.d_model()))),
+    : embed_tokens(
+          register_module("embed_tokens", UndrawnEmbedding(o.vocab_size(), o.d_model()))),
       layers(register_module("layers", torch::nn::ModuleList())),
       norm(register_module("norm", RMSNorm(o.d_model(), o.eps()))),
       rotary_emb(register_module("rotary_emb", LlamaRotary(o))) {
@@ -232,8 +232,7 @@ LlamaLMImpl::LlamaLMImpl(const LlamaOptions& o)
   if (!o.tied()) {
     lm_head = register_module(
         "lm_head",
-        PackableLinear(
-            torch::nn::LinearOptions(o.d_model(), o.vocab_size()).bias(false)));
+        UndrawnLinear(torch::nn::LinearOptions(o.d_model(), o.vocab_size()).bias(false)));
   }
   InitLikeHuggingFace(*this, 0.02, o.num_layers());  // LlamaConfig's initializer_range
 }
@@ -285,14 +284,9 @@ absl::StatusOr<Plan> PlanLlama(const BenchSpec& s) {
   const int64_t q = o->num_heads() * o->head_dim(), k = o->num_kv_heads() * o->head_dim();
   MemoryEstimate& m = plan.memory;
   if (s.phase == kGenerate) {
-    if (s.batch <= 0 || s.prompt <= 0 || s.new_tokens <= 0) {
-      return absl::InvalidArgumentError("batch, prompt and new tokens must be positive");
-    }
-    if (s.depth + s.prompt + s.new_tokens > kLlamaContext) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "depth ", s.depth, " + prompt ", s.prompt, " + new tokens ", s.new_tokens,
-          " = ", s.depth + s.prompt + s.new_tokens, " positions, but Llama's context is ",
-          kLlamaContext, ": lower --depth, --prompt or --new_tokens"));
+    if (absl::Status shape = CheckGenerateShape(s, kLlamaContext, "Llama's context is");
+        !shape.ok()) {
+      return shape;
     }
     plan.tokens_per_step = s.batch * s.new_tokens;
     plan.flops_per_step =
@@ -363,21 +357,16 @@ std::unique_ptr<Workload> BuildLlama(const BenchSpec& s) {
 }  // namespace
 
 Family LlamaFamily() {
-  Family f;
-  f.name = "Llama";
-  for (const LlamaSize& s : LlamaSizes()) f.sizes.push_back(s.name);
-  f.phases = {ForwardPhase(), ForwardBackwardPhase(), TrainStepPhase(), GeneratePhase()};
+  std::vector<std::string> sizes;
+  for (const LlamaSize& s : LlamaSizes()) sizes.push_back(s.name);
+  Family f = DecoderFamily("Llama", sizes);
   // The default suite: 1B's generation, of 8 new tokens on the CPU (each
   // decode step reads 5 GB of fp32 weights: about half a second on two
   // cores); on GPUs 8B's too (32 GB of fp32 weights, 16 of bf16).
   f.suite = {"1B/[^/]+/generate/", "8B/cuda[^/]*/generate/"};
-  f.packs_cpu_linears = true;
-  f.default_batch = 1;
   f.default_seqs = {2048};
   f.suite_cpu_seqs = {64};
   f.suite_cpu_new_tokens = 8;
-  f.generates_at_depth = true;
-  f.loads_weights = true;
   f.plan = PlanLlama;
   f.build = BuildLlama;
   return f;

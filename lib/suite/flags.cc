@@ -118,6 +118,10 @@ ABSL_FLAG(ltb::PositiveCount, dist_timeout_s, ltb::PositiveCount{300},
           "Data-parallel runs: seconds a rank waits in a collective (or for the "
           "others to join) before it gives up, stops the run and writes its "
           "results, rather than hang on a rank that failed.");
+ABSL_FLAG(ltb::Switch, list_families, ltb::Switch{false},
+          "Print every family's facts as JSON (sizes with their parameter counts, "
+          "cases, phases, default shapes, the default suite) and exit; tools/pybench "
+          "and the Python models' tests read them.");
 ABSL_FLAG(std::string, suite_skip, "",
           "Members of the default suite to leave out, as Family/size, e.g. Llama/8B "
           "(a short check on a lent GPU). Only without --benchmark_filter.");
@@ -160,18 +164,18 @@ bool ParseList(absl::string_view text, std::vector<T>* out, std::string* error,
 // A list of two names, one for false and one for true
 // (--memory_format=contiguous,channels_last): each name's value, in order,
 // once each; an unknown name is an error naming `what` and both.
-bool ParseTwoNames(absl::string_view text, const std::string& what, const std::string& off,
-                   const std::string& on, std::vector<bool>* out, std::string* error) {
-  return ParseList(text, out, error,
-                   [&](const std::string& item, bool* value, std::string* e) {
-                     if (item == off || item == on) {
-                       *value = item == on;
-                       return true;
-                     }
-                     *e = absl::StrCat("unknown ", what, " '", item, "'; valid: ", off, ", ",
-                                       on);
-                     return false;
-                   });
+bool ParseTwoNames(absl::string_view text, const std::string& what,
+                   const std::string& off, const std::string& on, std::vector<bool>* out,
+                   std::string* error) {
+  return ParseList(
+      text, out, error, [&](const std::string& item, bool* value, std::string* e) {
+        if (item == off || item == on) {
+          *value = item == on;
+          return true;
+        }
+        *e = absl::StrCat("unknown ", what, " '", item, "'; valid: ", off, ", ", on);
+        return false;
+      });
 }
 std::string UnparseTwoNames(const std::vector<bool>& values, const std::string& off,
                             const std::string& on) {
@@ -627,6 +631,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   o.steps = static_cast<int>(absl::GetFlag(FLAGS_steps).value);
   o.dist_timeout_s = absl::GetFlag(FLAGS_dist_timeout_s).value;
   o.force_process_group = absl::GetFlag(FLAGS_force_process_group).value;
+  o.list_families = absl::GetFlag(FLAGS_list_families).value;
   for (absl::string_view member :
        absl::StrSplit(absl::GetFlag(FLAGS_suite_skip), ',', absl::SkipEmpty())) {
     o.suite_skip.emplace_back(member);

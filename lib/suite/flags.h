@@ -131,6 +131,7 @@ struct SuiteOptions {
   int dist_timeout_s = 300;                      // --dist_timeout_s
   bool force_process_group = false;              // --force_process_group
   std::vector<std::string> suite_skip;           // --suite_skip: Family/size
+  bool list_families = false;                    // --list_families
 };
 
 // The options the current flag values give; an error for combinations

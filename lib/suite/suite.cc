@@ -35,6 +35,7 @@
 #include "report/reporters.h"
 #include "report/summary.h"
 #include "suite/compiled.h"
+#include "suite/facts.h"
 #include "suite/sweep.h"
 #include "workloads/model_file.h"
 
@@ -278,7 +279,10 @@ CommandLine ReadCommandLine(int* argc, char** argv) {
                          absl::StartsWith(arg, "--benchmark_format"))) {
       continue;
     }
-    argv[kept++] = argv[i];
+    // A bare switch, as --benchmark_list_tests is: the suite's flags take
+    // a value.
+    static char list_families[] = "--list_families=true";
+    argv[kept++] = arg == "--list_families" ? list_families : argv[i];
     if (arg == "--benchmark_list_tests" || arg == "--benchmark_list_tests=true" ||
         arg == "--benchmark_list_tests=1") {
       c.list_only = true;
@@ -430,6 +434,13 @@ absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& comma
   Register(registrations, options, dist->world_size);
   AddContext(options, malloc_description, dist->world_size);
   return absl::OkStatus();
+}
+
+int PrintFamilyFacts() {
+  absl::StatusOr<std::vector<Family>> families = RegisteredFamilies();
+  if (!families.ok()) ExitWithUsageError(families.status());
+  std::cout << FamilyFactsJson(*families) << "\n";
+  return 0;
 }
 
 int RunSuite() {

@@ -56,6 +56,10 @@ absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& comma
 // data-parallel failure did), after writing what was measured.
 int RunSuite();
 
+// bench --list_families: the registered families' facts (suite/facts.h) on
+// stdout; 0, or 2 with the error when the registry cannot be read.
+int PrintFamilyFacts();
+
 // Prints "bench: <message>" and exits with the usage exit code, 2.
 [[noreturn]] void ExitWithUsageError(const absl::Status& status);
 

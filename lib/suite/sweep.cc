@@ -152,14 +152,15 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
           },
           // Packed linears: CPU inference of the families whose models have them.
           [&](const Point& p) {
-            return Each(Where(family.packs_cpu_linears && caps(p).packed_linears && inference,
-                              sweep.pack_cpu_linears, false),
-                        [](Point* q, bool v) { q->spec.pack_cpu_linears = v; });
+            return Each(
+                Where(family.packs_cpu_linears && caps(p).packed_linears && inference,
+                      sweep.pack_cpu_linears, false),
+                [](Point* q, bool v) { q->spec.pack_cpu_linears = v; });
           },
           // TF32: fp32 matmuls and convolutions on devices that have it.
           [&](const Point& p) {
-            return Each(Where(p.spec.dtype == c10::kFloat && c.tf32 && !c.dtype.has_value() &&
-                                  caps(p).tf32,
+            return Each(Where(p.spec.dtype == c10::kFloat && c.tf32 &&
+                                  !c.dtype.has_value() && caps(p).tf32,
                               sweep.tf32, false),
                         [](Point* q, bool v) { q->spec.tf32 = v; });
           },
@@ -186,9 +187,10 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
                         });
           },
           [&](const Point&) {
-            return Each(Where(c.phase.shape == Shape::kGenerate && family.generates_at_depth,
-                              sweep.depths, int64_t{0}),
-                        [](Point* p, int64_t d) { p->spec.depth = d; });
+            return Each(
+                Where(c.phase.shape == Shape::kGenerate && family.generates_at_depth,
+                      sweep.depths, int64_t{0}),
+                [](Point* p, int64_t d) { p->spec.depth = d; });
           },
       };
       // What every benchmark of the case shares; the axes set the rest.
@@ -201,8 +203,9 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
       if (c.phase.data_parallel) base.spec.bucket_mb = sweep.bucket_mb;
       base.spec.backend = c.backend;
       base.spec.weights = sweep.weights;
-      Product(axes, 0, base,
-              [&](const Point& p) { out.push_back({&family, p.spec, c.unit}); });
+      Product(axes, 0, base, [&](const Point& p) {
+        out.push_back({&family, p.spec, c.unit});
+      });
     }
   }
   return out;
@@ -236,18 +239,20 @@ absl::StatusOr<std::string> DefaultSuiteFilter(const std::vector<Family>& famili
       if (std::find(members.begin(), members.end(), member) == members.end()) {
         members.push_back(member);
       }
-      if (std::find(skip.begin(), skip.end(), member) == skip.end()) suite.push_back(entry);
+      if (std::find(skip.begin(), skip.end(), member) == skip.end())
+        suite.push_back(entry);
     }
     family.suite = std::move(suite);
   }
   for (const std::string& s : skip) {
     if (std::find(members.begin(), members.end(), s) == members.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--suite_skip: ", s, " is not a member of the default suite; its members: ",
-                       absl::StrJoin(members, ", ")));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--suite_skip: ", s, " is not a member of the default suite; its members: ",
+          absl::StrJoin(members, ", ")));
     }
   }
-  if (std::all_of(kept.begin(), kept.end(), [](const Family& f) { return f.suite.empty(); })) {
+  if (std::all_of(kept.begin(), kept.end(),
+                  [](const Family& f) { return f.suite.empty(); })) {
     return absl::InvalidArgumentError(
         absl::StrCat("--suite_skip=", absl::StrJoin(skip, ","),
                      " leaves nothing of the default suite"));

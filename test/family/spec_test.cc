@@ -299,26 +299,31 @@ TEST(DefaultSuiteFilter, LeavesOutTheMembersSuiteSkipNames) {
   const std::vector<Family> families = RegisteredFamilies().value();
   const std::regex all(DefaultSuiteFilter(families));
   const std::regex skipped(DefaultSuiteFilter(families, {"Llama/8B"}).value());
-  const std::string b8 = "Llama/8B/cuda/generate/batch:1/prompt:32/new:128/fp32/manual_time";
-  const std::string b1 = "Llama/1B/cuda/generate/batch:1/prompt:32/new:128/fp32/manual_time";
+  const std::string b8 =
+      "Llama/8B/cuda/generate/batch:1/prompt:32/new:128/fp32/manual_time";
+  const std::string b1 =
+      "Llama/1B/cuda/generate/batch:1/prompt:32/new:128/fp32/manual_time";
   const std::string gpt2 = "GPT2/small/cpu/forward/batch:4/seq:512/fp32/manual_time";
   EXPECT_TRUE(std::regex_search(b8, all));
   EXPECT_FALSE(std::regex_search(b8, skipped));
   EXPECT_TRUE(std::regex_search(b1, skipped));
   EXPECT_TRUE(std::regex_search(gpt2, skipped));
   // A whole family's membership, and errors naming the members.
-  const std::regex no_ops(DefaultSuiteFilter(families, {"Ops/matmul", "Ops/copy"}).value());
+  const std::regex no_ops(
+      DefaultSuiteFilter(families, {"Ops/matmul", "Ops/copy"}).value());
   EXPECT_FALSE(std::regex_search("Ops/matmul/2048x2048/cuda/fp32/manual_time", no_ops));
   EXPECT_TRUE(std::regex_search("Ops/noop/empty/cuda/fp32/manual_time", no_ops));
   const absl::StatusOr<std::string> bad = DefaultSuiteFilter(families, {"Llama/70B"});
   ASSERT_FALSE(bad.ok());
   EXPECT_TRUE(absl::StrContains(bad.status().message(), "Llama/70B is not a member"))
       << bad.status();
-  EXPECT_TRUE(absl::StrContains(bad.status().message(), "Llama/1B, Llama/8B")) << bad.status();
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "Llama/1B, Llama/8B"))
+      << bad.status();
   const absl::StatusOr<std::string> none =
       DefaultSuiteFilter({OpsFamily()}, {"Ops/matmul", "Ops/copy", "Ops/noop"});
   ASSERT_FALSE(none.ok());
-  EXPECT_TRUE(absl::StrContains(none.status().message(), "leaves nothing")) << none.status();
+  EXPECT_TRUE(absl::StrContains(none.status().message(), "leaves nothing"))
+      << none.status();
 }
 
 TEST(DevicesNamedIn, FindsDevicesInAFilter) {

@@ -2,6 +2,7 @@
 two files that include each other, and the device type branched on only
 inside lib/device/ (everything else asks a device's backend)."""
 
+import ast
 import os
 import re
 import unittest
@@ -109,3 +110,115 @@ class LayoutTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# --- tools/: thin commands over one package ------------------------------------
+
+TOOLS = os.path.join(ROOT, "tools")
+PACKAGE = os.path.join(TOOLS, "ltb")
+# Lowest first: a room may import its own modules and those of the rooms
+# before it, never one after it. visit (gpu-check, gpu-run) imports base
+# alone: the GPU machine's Python may lack the tools' packages.
+PY_ROOMS = ["base", "results", "running", "gate", "history", "report", "pysuite", "visit",
+            "commands"]
+LOAD_BY_PATH = re.compile(r"SourceFileLoader|spec_from_file_location|spec_from_loader|"
+                          r"run_path|exec\(open|imp\.load_source")
+
+
+def python_files(folder):
+    for dirpath, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for f in sorted(files):
+            path = os.path.join(dirpath, f)
+            if f.endswith(".py") or is_python_command(path):
+                yield path
+
+
+def is_python_command(path):
+    """An executable file without .py whose first line runs Python."""
+    if path.endswith(".py") or not os.path.isfile(path) or not os.access(path, os.X_OK):
+        return False
+    with open(path, "rb") as f:
+        first = f.readline()
+    return first.startswith(b"#!") and b"python" in first
+
+
+def py_room_of(path):
+    rel = os.path.relpath(path, PACKAGE).split(os.sep)
+    return rel[0][:-3] if rel[0].endswith(".py") else rel[0]
+
+
+def ltb_imports(tree):
+    """Every package module a file imports, wherever the import stands."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "ltb":
+                yield from (f"ltb.{a.name}" for a in node.names)
+            elif node.module.startswith("ltb."):
+                yield node.module
+        elif isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("ltb"))
+
+
+class ToolsLayoutTest(unittest.TestCase):
+    def parse(self, path):
+        with open(path) as f:
+            return ast.parse(f.read(), path)
+
+    def test_every_python_command_is_a_launcher_of_its_modules_main(self):
+        commands = [f for f in sorted(os.listdir(TOOLS))
+                    if is_python_command(os.path.join(TOOLS, f))]
+        self.assertGreater(len(commands), 10)
+        for name in commands:
+            tree = self.parse(os.path.join(TOOLS, name))
+            body = [n for n in tree.body
+                    if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+            imports = [n for n in body if isinstance(n, ast.ImportFrom)]
+            self.assertEqual(len(body), 2, f"tools/{name}: a docstring, one import, one call")
+            self.assertEqual(len(imports), 1, f"tools/{name}")
+            self.assertTrue(imports[0].module.startswith("ltb."), f"tools/{name}")
+            self.assertEqual([a.name for a in imports[0].names], ["main"], f"tools/{name}")
+            self.assertIsInstance(body[1], ast.If, f"tools/{name}")
+            self.assertEqual(ast.unparse(body[1]), "if __name__ == '__main__':\n    main()",
+                             f"tools/{name}")
+
+    def test_every_room_is_known_and_imports_point_down(self):
+        rooms = sorted(py_room_of(p) for p in python_files(PACKAGE)
+                       if os.path.basename(p) != "__init__.py" or os.path.dirname(p) != PACKAGE)
+        self.assertEqual(sorted(set(rooms)), sorted(PY_ROOMS))
+        wrong = []
+        for path in python_files(PACKAGE):
+            room = py_room_of(path)
+            if room == "__init__":
+                continue
+            for module in ltb_imports(self.parse(path)):
+                target = module.split(".")[1]
+                if target not in PY_ROOMS or PY_ROOMS.index(target) > PY_ROOMS.index(room):
+                    wrong.append(f"{os.path.relpath(path, TOOLS)} ({room}) imports {module}")
+                if room == "visit" and target != "base" and target != "visit":
+                    wrong.append(f"{os.path.relpath(path, TOOLS)} (visit) imports {module}")
+        self.assertEqual(wrong, [])
+
+    def test_no_path_edits_and_no_loading_by_path(self):
+        found = []
+        for path in python_files(TOOLS):
+            with open(path) as f:
+                text = f.read()
+            for n, line in enumerate(text.splitlines(), 1):
+                if re.search(r"\bsys\.path\b", line) or LOAD_BY_PATH.search(line):
+                    found.append(f"{os.path.relpath(path, TOOLS)}:{n}: {line.strip()}")
+        self.assertEqual(found, [])
+
+    def test_the_readme_maps_every_command_to_its_module(self):
+        with open(os.path.join(TOOLS, "README.md")) as f:
+            readme = f.read()
+        for name in sorted(os.listdir(TOOLS)):
+            path = os.path.join(TOOLS, name)
+            if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+                continue
+            self.assertIn(f"`{name}`", readme, f"tools/README.md does not name tools/{name}")
+            if is_python_command(path):
+                module = next(n.module for n in self.parse(path).body
+                              if isinstance(n, ast.ImportFrom))
+                shown = "ltb/" + module[len("ltb."):].replace(".", "/") + ".py"
+                self.assertIn(shown, readme, f"tools/README.md does not name {shown}")

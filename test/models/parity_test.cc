@@ -1,7 +1,8 @@
-// The C++ model families and their Python definitions (tools/ltb_models.py)
+// The C++ model families and their Python definitions (tools/ltb/pysuite/)
 // compute the same thing: each family's nano model runs its inference phase
-// here, and `ltb_models.py check` loads the same weights into the Python
-// model, runs the same inputs and compares the outputs.
+// here, and `python -m ltb.pysuite.check` loads the same weights into the
+// Python model, runs the same inputs and compares the outputs.
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <torch/serialize.h>
@@ -58,8 +59,15 @@ void Perturb(torch::nn::Module& module) {
   }
 }
 
+// The default CPU generator's state ("rng:built" when taken right after the
+// model is built): the Python model built from the same seed must leave it
+// the same, so that what bench and tools/pybench draw next (the inputs) is
+// the same too.
+at::Tensor GeneratorState() { return at::detail::getDefaultCPUGenerator().get_state(); }
+
 // Eval mode, then `forward` on `inputs` in inference mode, in fp32 on the CPU.
-Dump Run(torch::nn::Module& module, const std::vector<at::Tensor>& inputs,
+Dump Run(torch::nn::Module& module, const at::Tensor& built,
+         const std::vector<at::Tensor>& inputs,
          const std::function<at::Tensor()>& forward) {
   // The parameters as the seed drew them ("init:param:NAME"): the Python
   // model built from the same seed must hold the very same values, so that
@@ -73,6 +81,7 @@ Dump Run(torch::nn::Module& module, const std::vector<at::Tensor>& inputs,
   Dump dump;
   dump.tensors = ModuleTensors(module);
   dump.tensors.insert(dump.tensors.end(), drawn.begin(), drawn.end());
+  dump.tensors.emplace_back("rng:built", built);
   for (size_t i = 0; i < inputs.size(); ++i) {
     dump.tensors.emplace_back(absl::StrCat("input:", i), inputs[i]);
   }
@@ -96,48 +105,55 @@ const std::map<std::string, std::function<Dump()>>& Families() {
          TransformerOptions o = TransformerSizeOptions("nano").value();
          o.context_length(kSeq);  // as BuildTransformer
          TransformerLM model(o);
+         const at::Tensor built = GeneratorState();
          const at::Tensor ids = TokenInputs(o.vocab_size());
-         return Run(*model, {ids}, [&] { return model(ids); });
+         return Run(*model, built, {ids}, [&] { return model(ids); });
        }},
       {"GPT2",
        [] {
          GPT2LM model(GPT2SizeOptions("nano").value());
+         const at::Tensor built = GeneratorState();
          const at::Tensor ids = TokenInputs(model->options().vocab_size());
-         return Run(*model, {ids}, [&] { return model(ids); });
+         return Run(*model, built, {ids}, [&] { return model(ids); });
        }},
       {"Llama",
        [] {
          const LlamaOptions o = LlamaSizeOptions("nano").value();
          LlamaLM model(o);
+         const at::Tensor built = GeneratorState();
          const at::Tensor ids = TokenInputs(o.vocab_size());
-         return Run(*model, {ids}, [&] { return model(ids); });
+         return Run(*model, built, {ids}, [&] { return model(ids); });
        }},
       {"ResNet",
        [] {
          ResNet model(ResNetSizeOptions("nano").value());
+         const at::Tensor built = GeneratorState();
          const at::Tensor images = torch::randn({kBatch, 3, 224, 224});
-         return Run(*model, {images}, [&] { return model(images); });
+         return Run(*model, built, {images}, [&] { return model(images); });
        }},
       {"CNN",
        [] {
          CNN model(CNNSizeOptions("nano").value());
+         const at::Tensor built = GeneratorState();
          const at::Tensor images = torch::randn({kBatch, 3, 32, 32});
-         return Run(*model, {images}, [&] { return model(images); });
+         return Run(*model, built, {images}, [&] { return model(images); });
        }},
       {"Encoder",
        [] {
          const EncoderOptions o = EncoderSizeOptions("nano").value();
          Encoder model(o);
+         const at::Tensor built = GeneratorState();
          const at::Tensor x = torch::randn({kSeq, kBatch, o.d_model()});  // (T, B, d)
-         return Run(*model, {x}, [&] { return model(x); });
+         return Run(*model, built, {x}, [&] { return model(x); });
        }},
       {"Whisper",
        [] {
          const WhisperOptions o = WhisperSizeOptions("nano").value();
          Whisper model(o);
+         const at::Tensor built = GeneratorState();
          const at::Tensor mel = torch::randn({1, o.mels(), o.frames()});
          const at::Tensor prompt = torch::randint(0, o.vocab(), {1, 4}, torch::kLong);
-         Dump dump = Run(*model, {mel}, [&] { return model->Encode(mel); });
+         Dump dump = Run(*model, built, {mel}, [&] { return model->Encode(mel); });
          // The decoder too (generate's phase), over the encoder output.
          c10::InferenceMode guard;
          const at::Tensor xa = dump.tensors.back().second;  // "output"
@@ -149,13 +165,14 @@ const std::map<std::string, std::function<Dump()>>& Families() {
        [] {
          const EncDecOptions o = EncDecSizeOptions("nano").value();
          EncDec model(o);
+         const at::Tensor built = GeneratorState();
          // As BuildEncDec: source then target in one sample; the forward
          // takes the source and the target without its last token.
          const at::Tensor pairs =
              torch::randint(0, o.vocab(), {kBatch, 2 * kSeq}, torch::kLong);
          const at::Tensor src = pairs.narrow(1, 0, kSeq).contiguous();
          const at::Tensor tgt = pairs.narrow(1, kSeq, kSeq - 1).contiguous();
-         return Run(*model, {src, tgt}, [&] { return model(src, tgt); });
+         return Run(*model, built, {src, tgt}, [&] { return model(src, tgt); });
        }},
   };
   return *families;
@@ -200,9 +217,10 @@ TEST_P(ParityTest, PythonDefinitionComputesTheSameOutput) {
   Save(dump, path);
 
   std::string output;
-  const int status = RunCommand(absl::StrCat("'", python, "' '", LTB_SOURCE_DIR,
-                                             "/tools/ltb_models.py' check '", path, "'"),
-                                &output);
+  const int status =
+      RunCommand(absl::StrCat("cd '", LTB_SOURCE_DIR, "/tools' && '", python,
+                              "' -m ltb.pysuite.check '", path, "'"),
+                 &output);
   std::cout << output;
   EXPECT_EQ(status, 0) << output;
   std::filesystem::remove_all(dir);

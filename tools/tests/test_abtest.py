@@ -1,8 +1,6 @@
 """tools/abtest: the interleaving and the JSON it assembles, with a fake bench
 (fake_bench.py) as both binaries; and end to end with the real bench's
 Selftest/spin (LTB_SELFTEST=1) when it is built."""
-import importlib.machinery
-import importlib.util
 import json
 import os
 import signal
@@ -12,7 +10,7 @@ import sys
 import time
 import unittest
 
-from helpers import (SELFTEST, TOOLS, RealBenchTest, ToolTest, bench_wrapper, fake_bench,
+from tests.helpers import (SELFTEST, TOOLS, RealBenchTest, ToolTest, bench_wrapper, fake_bench,
                      selftest)
 
 OK, FAST, ERROR, KILL, SLEEP = (f"Fake/{k}/cpu/step/fp32/manual_time"
@@ -27,11 +25,8 @@ TRIES = 3
 
 
 def load_abtest():
-    loader = importlib.machinery.SourceFileLoader("abtest", os.path.join(TOOLS, "abtest"))
-    spec = importlib.util.spec_from_loader("abtest", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    from ltb.commands import abtest
+    return abtest
 
 
 class AbtestRunner:

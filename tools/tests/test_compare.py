@@ -2,7 +2,7 @@
 import os
 import unittest
 
-from helpers import COMPARE_PY, ToolTest, doc, entry, repeated
+from tests.helpers import COMPARE_PY, ToolTest, doc, entry, repeated
 
 FWD = "Transformer/nano/cpu/forward/batch:2/seq:32/fp32"
 BROKEN = "Transformer/nano/cuda/forward/batch:2/seq:32/fp32"

@@ -5,7 +5,7 @@ import os
 import re
 import unittest
 
-from helpers import REPO
+from tests.helpers import REPO
 
 README = os.path.join(REPO, "README.md")
 DOCS = os.path.join(REPO, "docs")

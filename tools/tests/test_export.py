@@ -2,7 +2,7 @@
 import json
 import unittest
 
-from helpers import ToolTest, doc, entry, repeated
+from tests.helpers import ToolTest, doc, entry, repeated
 
 FWD = "Transformer/nano/cpu/forward/batch:2/seq:32/fp32"
 GEN = "GPT2/nano/cpu/generate/batch:1/prompt:32/new:100/fp32"
@@ -86,14 +86,7 @@ class ModelExportTest(ToolTest):
             self.assertIn(expected, proc.stderr, args)
 
     def test_names_follow_the_eager_benchmark(self):
-        import importlib.machinery
-        import importlib.util
-        import os
-        from helpers import TOOLS
-        loader = importlib.machinery.SourceFileLoader("export_tool", os.path.join(TOOLS, "export"))
-        spec = importlib.util.spec_from_loader("export_tool", loader)
-        tool = importlib.util.module_from_spec(spec)
-        loader.exec_module(tool)
+        from ltb.commands import export as tool
         self.assertEqual(tool.benchmark_name("Transformer", "nano", "cpu", 2, 16, "bf16"),
                          "Transformer/nano/cpu/forward/batch:2/seq:16/bf16")
         self.assertEqual(tool.benchmark_name("Whisper", "tiny", "cuda:0", 1, None, "fp32"),

@@ -1,7 +1,7 @@
 """tools/gate on fixture JSON files."""
 import unittest
 
-from helpers import ToolTest, doc, entry, repeated
+from tests.helpers import ToolTest, doc, entry, repeated
 
 NANO = "Transformer/nano/cpu/forward/batch:2/seq:32/fp32"
 TRAIN = "Transformer/nano/cpu/train_step/batch:2/seq:32/fp32"

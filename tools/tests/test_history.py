@@ -20,13 +20,13 @@ import textwrap
 import time
 import unittest
 
-import browser
-from helpers import REPO
+from tests import browser
+from tests.helpers import REPO
 
 TOOLS = os.path.join(REPO, "tools")
-sys.path.insert(0, TOOLS)
-import ltb_history  # noqa: E402
-import ltb_results  # noqa: E402
+from ltb.history.changes import changes
+from ltb.history.store import SCHEMA_VERSION, Store
+from ltb.results.names import base_name
 
 HISTORY = os.path.join(TOOLS, "history")
 BISECT = os.path.join(TOOLS, "bisect")
@@ -171,7 +171,7 @@ class StoreTest(unittest.TestCase):
     def test_a_failure_inside_the_transaction_leaves_nothing_half_written(self):
         f = write(os.path.join(self.tmp, "a.json"),
                   result_doc({"A/nano/cpu/forward/fp32": [1.0], "B/nano/cpu/forward/fp32": [2.0]}))
-        store = ltb_history.Store(self.db)
+        store = Store(self.db)
         real = store.executemany
 
         def fail_after_the_run_row(sql, rows):
@@ -191,7 +191,7 @@ class StoreTest(unittest.TestCase):
                                    date=f"2026-11-25T10:{w:02d}:{i:02d}+00:00"))
                   for i in range(12)] for w in range(2)]
         shared = write(os.path.join(self.tmp, "shared.json"), result_doc({"X/nano/cpu/forward/fp32": [1.0]}))
-        ltb_history.Store(self.db).close()  # the schema, before the race
+        Store(self.db).close()  # the schema, before the race
         added = add_at_once(self, self.db, [mine + [shared] for mine in files])
         self.assertEqual(added, 25)  # shared.json once
         self.assertEqual(self.count("runs"), 25)
@@ -201,7 +201,7 @@ class StoreTest(unittest.TestCase):
 
     def test_an_old_store_is_migrated_and_a_newer_one_refused(self):
         f = write(os.path.join(self.tmp, "a.json"), result_doc({"A/nano/cpu/forward/fp32": [1.0]}))
-        old = ltb_history.Store(self.db, migrate_to=1)
+        old = Store(self.db, migrate_to=1)
         old.add(f)
         self.assertEqual(old.version(), 1)
         old.close()
@@ -212,7 +212,7 @@ class StoreTest(unittest.TestCase):
         history("runs", db=self.db)
         with sqlite3.connect(self.db) as c:
             self.assertEqual(c.execute("SELECT MAX(version) FROM schema_version").fetchone()[0],
-                             ltb_history.SCHEMA_VERSION)
+                             SCHEMA_VERSION)
             self.assertEqual(c.execute("SELECT COUNT(*) FROM sqlite_master WHERE "
                                        "name='runs_by_fingerprint'").fetchone()[0], 1)
             c.execute("INSERT INTO schema_version (version) VALUES (99)")
@@ -228,7 +228,7 @@ class StoreTest(unittest.TestCase):
                                                                date="2026-11-26T10:00:00+00:00"))
         c = write(os.path.join(self.tmp, "c.json"), result_doc({name: [5.0]}, cpu_model="Xeon"))
         history("add", a, b, c, db=self.db)
-        with ltb_history.Store(self.db) as store:
+        with Store(self.db) as store:
             series = store.series()
         self.assertEqual(len(series), 2)  # the host name is not part of it; the CPU is
         self.assertEqual(sorted(len(points) for points in series.values()), [1, 1])
@@ -241,12 +241,12 @@ class StoreTest(unittest.TestCase):
         f = write(os.path.join(self.tmp, "a.json"),
                   result_doc({"A/nano/cpu/forward/fp32": [1.0]}, commit=shas[1][:12] + "-dirty"))
         history("add", f, f"--repo={repo}", db=self.db)
-        with ltb_history.Store(self.db) as store:
+        with Store(self.db) as store:
             run = store.runs()[0]
         self.assertEqual(run["commit"], shas[1] + "-dirty")
         self.assertEqual(run["parent"], shas[0])
         # A checkout with uncommitted changes is no point of a series unless asked.
-        with ltb_history.Store(self.db) as store:
+        with Store(self.db) as store:
             self.assertEqual(store.series(), {})
             self.assertEqual(len(store.series(dirty=True)), 1)
         bad = history("add", f, f"--repo={repo}", "--commit=no-such-branch", db=self.db,
@@ -295,14 +295,14 @@ def detection_rates(sizes, cv, trials, seed=7, n=40, at=24):
     """(false alarms on noise alone, false alarms with one slow run, {size:
     share of steps found within one commit of where they are})."""
     rng = random.Random(seed)
-    noise = sum(bool(ltb_history.changes(synthetic(n, n, 0, cv, rng))) for _ in range(trials))
-    lone = sum(bool(ltb_history.changes(synthetic(n, n, 0, cv, rng, outlier=1.5)))
+    noise = sum(bool(changes(synthetic(n, n, 0, cv, rng))) for _ in range(trials))
+    lone = sum(bool(changes(synthetic(n, n, 0, cv, rng, outlier=1.5)))
                for _ in range(trials))
     found = {}
     for size in sizes:
         hits = 0
         for _ in range(trials):
-            steps = ltb_history.changes(synthetic(n, at, size, cv, rng))
+            steps = changes(synthetic(n, at, size, cv, rng))
             hits += any(abs(c.index - at) <= 1 for c in steps)
         found[size] = hits / trials
     return noise / trials, lone / trials, found
@@ -313,7 +313,7 @@ class ChangesTest(unittest.TestCase):
         rng = random.Random(3)
         values = synthetic(30, 18, 0.10, 0.01, rng)
         commits = [f"c{i}" for i in range(30)]
-        steps = ltb_history.changes(values, commits=commits)
+        steps = changes(values, commits=commits)
         self.assertEqual(len(steps), 1)
         self.assertEqual((steps[0].index, steps[0].before, steps[0].after), (18, "c17", "c18"))
         self.assertAlmostEqual(steps[0].size, 0.10, delta=0.02)
@@ -323,14 +323,14 @@ class ChangesTest(unittest.TestCase):
         for i in range(20):
             values = [1e-3] * 20
             values[i] = 3e-3
-            self.assertEqual(ltb_history.changes(values), [], i)
+            self.assertEqual(changes(values), [], i)
         # Two slow runs in a row at the end are a step (the level holds).
         values = [1e-3] * 18 + [1.3e-3] * 2
-        self.assertEqual([c.index for c in ltb_history.changes(values, min_confidence=0.9)], [18])
+        self.assertEqual([c.index for c in changes(values, min_confidence=0.9)], [18])
 
     def test_a_step_back_is_a_second_change(self):
         values = [1e-3] * 12 + [1.2e-3] * 8 + [1e-3] * 10
-        steps = ltb_history.changes(values)
+        steps = changes(values)
         self.assertEqual([(c.index, round(c.size, 3)) for c in steps], [(12, 0.2), (20, -0.167)])
 
     def test_detection_rates_on_synthetic_series(self):
@@ -466,8 +466,8 @@ class PostgreSQLTest(unittest.TestCase):
             g.write(f.read()[:40])
         refused = history("add", cut, db=self.url, check=False)
         self.assertEqual(refused.returncode, 2)
-        with ltb_history.Store(self.url) as store:
-            self.assertEqual(store.version(), ltb_history.SCHEMA_VERSION)
+        with Store(self.url) as store:
+            self.assertEqual(store.version(), SCHEMA_VERSION)
             self.assertEqual(len(store.runs()), 20)
             series = store.series()
         self.assertEqual(len(series), 1)
@@ -495,8 +495,8 @@ class BenchHistoryTest(unittest.TestCase):
         self.assertEqual(run.returncode, 0, run.stderr[-3000:])
         self.assertIn("added: " + out, run.stderr)
         with open(out) as f:
-            names = {ltb_results.base_name(b) for b in json.load(f)["benchmarks"]}
-        with ltb_history.Store(db) as store:
+            names = {base_name(b) for b in json.load(f)["benchmarks"]}
+        with Store(db) as store:
             runs = store.runs()
             self.assertEqual(len(runs), 1)
             self.assertEqual(set(store.results(runs[0]["run_id"])), names)

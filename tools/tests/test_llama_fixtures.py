@@ -1,25 +1,21 @@
 """The Llama fixtures (test/models/fixtures, written by tools/llama-fixtures
 with transformers): the checkpoint transformers saved loads into
-tools/ltb_models.py's Llama by its names, which then computes transformers'
+ltb.pysuite's Llama by its names, which then computes transformers'
 logits and greedy tokens; and the tool writes the same tensors again without
 transformers. None of it needs transformers."""
 import hashlib
-import importlib.machinery
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import unittest
 
 import numpy as np
 import torch
 
-from helpers import REPO, TOOLS, ToolTest, built_bench
+from tests.helpers import REPO, ToolTest, built_bench
 
-sys.path.insert(0, TOOLS)
-import ltb_models  # noqa: E402
+from ltb.pysuite import families as ltb_models
 
 FIXTURES = os.path.join(REPO, "test", "models", "fixtures")
 NANO_DIR = os.path.join(FIXTURES, "llama-nano")
@@ -27,12 +23,8 @@ INV_FREQ = "model.rotary_emb.inv_freq"  # computed, never in a checkpoint
 
 
 def load_tool():
-    loader = importlib.machinery.SourceFileLoader("llama_fixtures",
-                                                  os.path.join(TOOLS, "llama-fixtures"))
-    spec = importlib.util.spec_from_loader("llama_fixtures", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    from ltb.pysuite import llama_fixtures
+    return llama_fixtures
 
 
 tool = load_tool()

@@ -1,18 +1,21 @@
-"""tools/ltb_models.py: its size tables are the C++ ones (read from
+"""ltb.pysuite.families: its size tables are the C++ ones (read from
 lib/models/*.{h,cc}), every size has the card's parameter count, the
 inference inputs have the benchmark's shapes, and each family's nano
 forward_module exports with torch.export. Parity of the computation itself
 is test/models/parity_test.cc's."""
 import ast
+import json
 import os
 import re
-import sys
+import subprocess
 import unittest
+
+from ltb.pysuite import facts
+from tests.helpers import built_bench
 
 TOOLS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = os.path.dirname(TOOLS)
 MODELS = os.path.join(REPO, "lib", "models")
-sys.path.insert(0, TOOLS)
 
 try:
     import torch
@@ -20,7 +23,7 @@ except ImportError:  # the tools' tests also run where torch is not installed
     torch = None
 
 if torch is not None:
-    import ltb_models
+    from ltb.pysuite import families as ltb_models
 
 # Family -> the C++ file stem of its size table and options struct.
 SOURCES = {"Transformer": "transformer", "GPT2": "gpt2", "Llama": "llama", "ResNet": "resnet",
@@ -176,6 +179,53 @@ class SizeTableTest(unittest.TestCase):
     def test_an_unknown_size_names_the_valid_ones(self):
         with self.assertRaisesRegex(ValueError, "valid: nano, small"):
             ltb_models.build("Transformer", "huge")
+
+
+class FactsTest(unittest.TestCase):
+    """bench's family facts (bench --list_families), which the Python suite
+    reads from ltb/pysuite/families.json: the file is what the built bench
+    prints, and every C++ family has its Python twin with bench's sizes."""
+
+    def test_the_committed_facts_are_what_bench_prints(self):
+        bench = built_bench()
+        if not os.access(bench, os.X_OK):
+            self.skipTest(f"no bench binary at {bench}")
+        proc = subprocess.run([bench, "--list_families"], capture_output=True, text=True,
+                              timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        printed = json.loads(proc.stdout)
+        self.assertEqual(printed, facts.load(),
+                         "bench's families changed: run build/bench/bench --list_families "
+                         "> tools/ltb/pysuite/families.json")
+
+    def test_every_cpp_family_has_a_python_twin(self):
+        cpp = {f["name"] for f in facts.load()["families"]} - {"Ops"}
+        self.assertEqual(cpp, set(SOURCES), "a family of lib/models/ not named in SOURCES")
+        for family, stem in SOURCES.items():
+            self.assertTrue(os.path.isfile(os.path.join(MODELS, f"{stem}.cc")), stem)
+            self.assertTrue(os.path.isfile(os.path.join(TOOLS, "ltb", "pysuite", "models",
+                                                        f"{stem}.py")),
+                            f"{family} has no Python twin ltb/pysuite/models/{stem}.py")
+
+    @unittest.skipIf(torch is None, "needs torch (the project's venv)")
+    def test_the_python_families_have_benchs_sizes_and_parameter_counts(self):
+        self.assertEqual(set(ltb_models.FAMILIES), set(facts.names()) - {"Ops"})
+        for family in ltb_models.FAMILIES:
+            sizes = facts.family(family)["sizes"]
+            self.assertEqual(ltb_models.sizes(family), tuple(s["name"] for s in sizes), family)
+            for s in sizes:
+                self.assertEqual(ltb_models.size_entry(family, s["name"]).card_params,
+                                 s["params"], f"{family}/{s['name']}")
+
+    def test_the_settings_pybench_reads(self):
+        gpt2 = facts.settings("GPT2")
+        self.assertEqual(gpt2["phases"], ("forward", "forward_backward", "train_step",
+                                          "generate"))
+        self.assertEqual((gpt2["batch"], gpt2["seqs"], gpt2["cpu_seqs"]), (1, (512,), (64,)))
+        self.assertEqual(facts.settings("Whisper")["fixed_prompt"], 4)
+        self.assertNotIn("fixed_prompt", facts.settings("Llama"))
+        with self.assertRaisesRegex(KeyError, "bench has no family 'Gpt3'; it has .*GPT2"):
+            facts.family("Gpt3")
 
 
 @unittest.skipIf(torch is None, "needs torch (the project's venv)")

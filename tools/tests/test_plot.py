@@ -2,15 +2,13 @@
 from zero, points or lines on a logarithmic one, and a chart only where it
 compares something."""
 import contextlib
-import importlib.machinery
-import importlib.util
 import io
 import os
 import struct
 import sys
 import unittest
 
-from helpers import TOOLS, ToolTest, doc, entry
+from tests.helpers import ToolTest, doc, entry
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -75,10 +73,7 @@ class PlotTest(ToolTest):
     def charts(self, *files):
         """Runs tools/plot in this process and returns, per chart, its axes'
         scales, limits and what they draw (bars or lines)."""
-        loader = importlib.machinery.SourceFileLoader("ltb_plot", os.path.join(TOOLS, "plot"))
-        spec = importlib.util.spec_from_loader("ltb_plot", loader)
-        plot = importlib.util.module_from_spec(spec)
-        loader.exec_module(plot)
+        from ltb.commands import plot
         seen = {}
         original = plot.save
 
@@ -98,7 +93,7 @@ class PlotTest(ToolTest):
         sys.argv = ["plot", *files, "--out", self.tmp]
         try:
             with contextlib.redirect_stdout(io.StringIO()):
-                plot.main()
+                plot.plot_main()
         finally:
             sys.argv = argv
         return seen

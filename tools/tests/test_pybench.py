@@ -15,13 +15,14 @@ import subprocess
 import sys
 import unittest
 
-import browser
-from helpers import COMPARE_PY, REPO, TOOLS, ToolTest, built_bench, doc, repeated
-from test_report_html import page_data, points_by_section
+from tests import browser
+from tests.helpers import COMPARE_PY, REPO, TOOLS, ToolTest, built_bench, doc, repeated
+from tests.test_report_html import page_data, points_by_section
 
-sys.path.insert(0, TOOLS)
-import ltb_results  # noqa: E402
-import ltb_runtimes  # noqa: E402
+from ltb.results.format import format_seconds
+from ltb.results.names import base_name
+from ltb.results.entries import iterations
+from ltb.results import runtimes as ltb_runtimes
 
 # Tiny shapes: every phase of every family's nano model in a few seconds
 # (Whisper's 30 s window is the most of it; an epoch is four steps).
@@ -60,7 +61,7 @@ def analytic(name):
     """{rate counter: its count a step} of a nano benchmark at SHAPES, from
     the C++ analytic formulas mirrored in ltb_models; vision's FLOPs are
     PyTorch's counter's (checked against bench's own where it is found)."""
-    import ltb_models
+    from ltb.pysuite import families as ltb_models
     family, size, _, phase = name.split("/")[:4]
     batch, seq, new, samples = 2, 16, 3, 8
     if family in ("ResNet", "CNN"):
@@ -95,8 +96,8 @@ def by_name(path):
     with open(path) as f:
         doc = json.load(f)
     doc.setdefault("context", {})
-    return {ltb_runtimes.split_runtime(ltb_results.base_name(e))[0]: e
-            for e in ltb_results.iterations(doc)}
+    return {ltb_runtimes.split_runtime(base_name(e))[0]: e
+            for e in iterations(doc)}
 
 
 class PybenchTest(ToolTest):
@@ -173,7 +174,7 @@ class PybenchTest(ToolTest):
             self.assertEqual(self.py["context"]["warmup"], context["warmup"])
             self.assertEqual(self.py["context"]["malloc"], context["malloc"])
             return
-        import ltb_models
+        from ltb.pysuite import families as ltb_models
         for name, e in py.items():
             fields = name.split("/")
             family, size = fields[0], fields[1]
@@ -217,12 +218,7 @@ class PybenchTest(ToolTest):
         """The loop itself, counted: with 7 samples in batches of 2, an epoch
         takes 3 steps of (2, seq + 1) tokens, the tokens and samples a step
         pybench reports; bench's data for the same seed."""
-        import importlib.machinery
-        import importlib.util
-        loader = importlib.machinery.SourceFileLoader("pybench", os.path.join(TOOLS, "pybench"))
-        pybench = importlib.util.module_from_spec(
-            importlib.util.spec_from_loader("pybench", loader))
-        loader.exec_module(pybench)
+        from ltb.pysuite import bench as pybench
         args = pybench.parse_flags(["--benchmark_filter=^Transformer/nano/cpu/train_epoch/",
                                     "--batch=2", "--seq=16", "--dataset_samples=7"])
         [spec] = pybench.specs(args)
@@ -245,7 +241,7 @@ class PybenchTest(ToolTest):
         import torch
         from torch.utils.flop_counter import FlopCounterMode
 
-        import ltb_models
+        from ltb.pysuite import families as ltb_models
         model = ltb_models.build("Encoder", "nano").eval()
         with FlopCounterMode(display=False) as counter, torch.inference_mode():
             model(torch.randn(16, 2, 64))
@@ -352,8 +348,8 @@ class PybenchTest(ToolTest):
         with open(out) as f:
             result = json.load(f)
         self.assertTrue(result["context"]["compile_cache"].startswith("fresh: an empty"))
-        entries = {ltb_runtimes.split_runtime(ltb_results.base_name(e)):
-                   e for e in ltb_results.iterations(result)}
+        entries = {ltb_runtimes.split_runtime(base_name(e)):
+                   e for e in iterations(result)}
         for phase in ("forward_backward", "train_step"):
             base = f"Transformer/nano/cpu/{phase}/batch:2/seq:16/fp32"
             eager, compiled = entries[(base, "py_eager")], entries[(base, "py_compile")]
@@ -444,8 +440,8 @@ def mirror_generation(family, size, prompt, new_tokens, weights=None, depth_toke
     `depth_tokens` already in the cache."""
     import torch
 
-    import ltb_models
-    import ltb_weights
+    from ltb.pysuite import families as ltb_models
+    from ltb.pysuite import weights as ltb_weights
     torch.manual_seed(0)
     model = ltb_models.build(family, size).eval()
     if weights:
@@ -475,7 +471,7 @@ class DepthAndWeightsTest(ToolTest):
         return self.run_tool("pybench", *args, timeout=timeout)
 
     def test_depth_names_counts_and_counters_are_benchs(self):
-        import ltb_models
+        from ltb.pysuite import families as ltb_models
         out = os.path.join(self.tmp, "py.json")
         proc = self.pybench(DEPTH_FILTER, *DEPTH_SHAPES, f"--benchmark_out={out}")
         self.assertExit(proc, 0)
@@ -516,7 +512,7 @@ class DepthAndWeightsTest(ToolTest):
         query heads in place."""
         import torch
 
-        import ltb_models
+        from ltb.pysuite import families as ltb_models
         for family in ("GPT2", "Llama"):
             torch.manual_seed(0)
             model = ltb_models.build(family, "nano").eval()
@@ -587,6 +583,27 @@ class DepthAndWeightsTest(ToolTest):
         if prompt == py[(name, "prompt", 0)]:
             self.assertEqual(cpp[(cpp_name, "tokens", 0)], py[(name, "tokens", 0)])
 
+    def test_random_weights_of_many_chunks_and_the_prompt_after_them_are_benchs(self):
+        """GPT2/small's random weights (its embedding and MLP matrices drawn
+        in several chunks, each from a generator of its own, on two threads)
+        and the prompt drawn after them from the default generator: pybench
+        prints bench's prompt and the same greedy tokens."""
+        bench = runnable_bench()
+        if not bench:
+            return
+        args = ["--benchmark_filter=^GPT2/small/cpu/generate/", "--batch=1", "--prompt=8",
+                "--new_tokens=4", "--steps=1", "--warmup_s=0", "--threads=2",
+                "--peak_flops=1e13", "--peak_bandwidth=1e12", "--print_tokens=true"]
+        proc = self.pybench(*args)
+        self.assertExit(proc, 0)
+        py = {(name[:-len("/py_eager")], *rest): ids
+              for (name, *rest), ids in printed(proc.stderr).items()}
+        cpp = subprocess.run([bench, *args], capture_output=True, text=True, timeout=300)
+        self.assertEqual(cpp.returncode, 0, cpp.stderr)
+        name = "GPT2/small/cpu/generate/batch:1/prompt:8/new:4/fp32"
+        self.assertEqual(sorted(py), [(name, "prompt", 0), (name, "tokens", 0)])
+        self.assertEqual(printed(cpp.stderr), py)
+
     def test_a_checkpoint_of_other_names_is_one_sentence_and_the_rest_run(self):
         """Llama's checkpoint for a Transformer: the file and the missing
         tensor named, while Llama's benchmark runs; a family without a
@@ -600,7 +617,7 @@ class DepthAndWeightsTest(ToolTest):
         self.assertExit(proc, 1)
         with open(out) as f:
             doc = json.load(f)
-        errors = {ltb_runtimes.split_runtime(ltb_results.base_name(e))[0]:
+        errors = {ltb_runtimes.split_runtime(base_name(e))[0]:
                   e.get("error_message") for e in doc["benchmarks"]}
         file = os.path.join(FIXTURE, "model.safetensors")
         self.assertEqual(errors, {
@@ -621,7 +638,7 @@ class DepthAndWeightsTest(ToolTest):
                             "--benchmark_out_format=json"], capture_output=True, timeout=300)
             with open(cpp_out) as f:
                 cpp = json.load(f)
-            self.assertEqual({ltb_results.base_name(e): e.get("error_message")
+            self.assertEqual({base_name(e): e.get("error_message")
                               for e in cpp["benchmarks"]}, errors)
             self.assertEqual(cpp["context"]["weights_sha256"], digest)
 
@@ -633,8 +650,8 @@ class DepthAndWeightsTest(ToolTest):
 
         import torch
 
-        import ltb_models
-        import ltb_weights
+        from ltb.pysuite import families as ltb_models
+        from ltb.pysuite import weights as ltb_weights
 
         def save(path, tensors):
             header, data = {}, b""
@@ -845,8 +862,8 @@ class RuntimesTableTest(ToolTest):
                     continue
                 self.assertEqual((r["rounds"], r["basis"]), (3, "rounds"), (group, r))
                 written = "{} against {}: {}".format(
-                    ltb_results.format_seconds(r["time"]),
-                    ltb_results.format_seconds(reference[r["benchmark"]]),
+                    format_seconds(r["time"]),
+                    format_seconds(reference[r["benchmark"]]),
                     ltb_runtimes.format_ratio(r))
                 self.assertIn(written, text, (group, r["benchmark"], r["runtime"]))
                 checked += 1
@@ -875,7 +892,7 @@ class RuntimesTableTest(ToolTest):
             if row[1] == " †" or (row[1] == " ‡" and r["runtime"] == ltb_runtimes.CPP_EAGER):
                 remeasured += 1
                 continue
-            self.assertIn(f"{ltb_results.format_seconds(r['time'])}: "
+            self.assertIn(f"{format_seconds(r['time'])}: "
                           f"{ltb_runtimes.format_ratio(r)}", row[0], label)
             checked += 1
         self.assertEqual((checked, remeasured), (47, 5))

@@ -3,7 +3,7 @@ import csv
 import io
 import unittest
 
-from helpers import ToolTest, doc, entry, repeated
+from tests.helpers import ToolTest, doc, entry, repeated
 
 FWD = "Transformer/nano/cpu/forward/batch:2/seq:32/fp32"
 GEN = "GPT2/nano/cpu/generate/batch:1/prompt:32/new:100/fp32"

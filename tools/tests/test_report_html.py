@@ -8,8 +8,8 @@ import re
 import subprocess
 import unittest
 
-import browser
-from helpers import ToolTest, built_bench, doc, entry, repeated
+from tests import browser
+from tests.helpers import ToolTest, built_bench, doc, entry, repeated
 
 SEQS = (32, 64, 128)
 FWD = "Transformer/nano/cpu/forward/batch:2/seq:{}/fp32"

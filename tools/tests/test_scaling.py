@@ -8,7 +8,7 @@ import sys
 import textwrap
 import time
 
-from helpers import TOOLS, ToolTest, doc, entry, repeated
+from tests.helpers import TOOLS, ToolTest, doc, entry, repeated
 
 STEP = "EncDec/tiny/cpu/train_step/batch:8/seq:64/fp32"
 TRAIN2 = "EncDec/small/cpu/train_step/batch:8/seq:64/fp32"

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import unittest
 
-from helpers import REPO
+from tests.helpers import REPO
 
 SETUP = os.path.join(REPO, "tools", "setup")
 OFFLINE_KIT = os.path.join(REPO, "tools", "offline-kit")

@@ -10,7 +10,7 @@ import sys
 import time
 import unittest
 
-from helpers import SELFTEST, TOOLS, RealBenchTest, ToolTest, fake_bench, selftest
+from tests.helpers import SELFTEST, TOOLS, RealBenchTest, ToolTest, fake_bench, selftest
 
 FAST = ["--benchmark_min_time=0.01", "--warmup_s=0"]
 OK, SLOW, ABORT, KILL = (selftest(k) for k in ("ok", "slow", "abort", "kill"))

@@ -16,7 +16,7 @@ import tempfile
 import textwrap
 import unittest
 
-from helpers import REPO
+from tests.helpers import REPO
 
 PROBE = """\
 cmake_minimum_required(VERSION 3.18)

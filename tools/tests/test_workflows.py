@@ -6,7 +6,7 @@ import re
 import subprocess
 import unittest
 
-from helpers import REPO
+from tests.helpers import REPO
 
 try:
     import yaml

@@ -30,11 +30,14 @@ import math
 import re
 import statistics
 
-import ltb_results
+from ltb.base import require
+from ltb.results.entries import collect
+from ltb.results.format import format_seconds, markdown_table
+from ltb.results.names import base_name, parse_name
 
 # The intervals' t quantiles are scipy's (a tool run by a Python without it
 # starts again with the project's venv).
-ltb_results.require("scipy")
+require("scipy")
 
 CPP_EAGER = "cpp_eager"
 # Runtimes in the table's order, with what each is.
@@ -78,7 +81,7 @@ def strip_runtimes(doc, keep=None):
     keep = keep or runtime_of(doc)
     kept = []
     for e in doc["benchmarks"]:
-        _, runtime = split_runtime(ltb_results.base_name(e))
+        _, runtime = split_runtime(base_name(e))
         if runtime != keep:
             continue
         e = dict(e)
@@ -196,7 +199,7 @@ def rows(docs, labels):
     found = {}  # base name -> runtime -> [(bench, doc, label)], a round each
     order = []
     for doc, label in zip(docs, labels):
-        for name, bench in ltb_results.collect(doc).items():
+        for name, bench in collect(doc).items():
             base, runtime = split_runtime(name)
             if runtime == CPP_EAGER and runtime_of(doc) == REFERENCE:
                 continue  # not a pybench name
@@ -209,7 +212,7 @@ def rows(docs, labels):
         group = found[base]
         if REFERENCE not in group or len(group) < 2:
             continue
-        phase = ltb_results.parse_name(base)["phase"]
+        phase = parse_name(base)["phase"]
         ref_rounds = group[REFERENCE]
         ref_settings = settings(ref_rounds[0][1], phase)
         # Rounds of the reference that ran with other settings than its first.
@@ -262,7 +265,7 @@ def markdown(table):
     cells = []
     for r in table:
         cells.append([f"`{r['benchmark']}`", RUNTIMES[r["runtime"]], r["file"],
-                      ltb_results.format_seconds(r["time"]), format_reps(r), format_ratio(r),
+                      format_seconds(r["time"]), format_reps(r), format_ratio(r),
                       r["verdict"],
                       "—" if r["compile_s"] is None else f"{r['compile_s']:.1f} s"])
-    return ltb_results.markdown_table(headers, cells)
+    return markdown_table(headers, cells)

@@ -15,9 +15,17 @@ import math
 import os
 import re
 
-import ltb_results
+from ltb.base import REPO
+from ltb.gate.verdicts import IMPROVEMENT, REGRESSION, compare, differences
+from ltb.results import runtimes
+from ltb.results.cost import device_count
+from ltb.results.entries import collect, errors
+from ltb.results.format import format_change, format_seconds, human, series_label
+from ltb.results.names import name_without
+from ltb.results.scaling import DATA_PARALLEL_COUNTERS, scaling_table
+from ltb.results.speedup import device_throughputs
 
-CHARTJS = os.path.join(ltb_results.REPO, "third_party", "chartjs", "chart.min.js")
+CHARTJS = os.path.join(REPO, "third_party", "chartjs", "chart.min.js")
 UNSTEADY_CV = 5.0  # percent: cs336's rule of thumb for a steady measurement
 CONTEXT_KEYS = ("host_name", "executable", "date", "suite_commit", "libtorch_version",
                 "build_type", "cpu_model", "cpu_capability", "num_cpus", "mhz_per_cpu",
@@ -131,10 +139,10 @@ WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 def data_parallel_ranks(bench, doc):
     """The ranks whose work a data-parallel benchmark's counters sum, else 1."""
-    if not any(bench.has(c) for c in ltb_results.DATA_PARALLEL_COUNTERS):
+    if not any(bench.has(c) for c in DATA_PARALLEL_COUNTERS):
         return 1
     return bench.world_size if "world_size" in bench.entries[0] else \
-        ltb_results.device_count(doc)
+        device_count(doc)
 
 
 def bytes_per_step(bench, ranks):
@@ -162,7 +170,7 @@ def roofline_points(doc):
     """(device, dtype) -> [(name, intensity, FLOP/s per device, mfu, mbu,
     intensity is an upper bound)] of every measured benchmark with FLOPs."""
     groups = collections.OrderedDict()
-    for name, bench in ltb_results.collect(doc).items():
+    for name, bench in collect(doc).items():
         flops = bench.median("FLOP/s")
         ranks = data_parallel_ranks(bench, doc)
         moved, lower_bound = bytes_per_step(bench, ranks)
@@ -184,7 +192,7 @@ def roofline_section(page, docs, labels):
         # What bench measured against the memory's bandwidth (it gave them an
         # mbu): memory-bound ops, not transfers over the host link nor ops
         # with FLOPs, whose bytes can come from cache.
-        memory_bound = [b for b in ltb_results.collect(doc).values()
+        memory_bound = [b for b in collect(doc).values()
                         if b.has("mbu") and b.has("bytes/s")]
         for (device, precision), points in roofline_points(doc).items():
             datasets = []
@@ -199,7 +207,7 @@ def roofline_section(page, docs, labels):
                     "data": [{"x": x, "y": y} for _, x, y, _, _, _ in chosen],
                     "tips": [f"{n}\nintensity {x:.3g} FLOP/byte"
                              + (" (at most)" if bound else "")
-                             + f"\n{ltb_results.human(y)} FLOP/s"
+                             + f"\n{human(y)} FLOP/s"
                              + ("" if mfu is None else f"\nmfu {mfu:.3f}")
                              + ("" if mbu is None else f"\nmbu {mbu:.3f}")
                              for n, x, y, mfu, mbu, _ in chosen],
@@ -215,11 +223,11 @@ def roofline_section(page, docs, labels):
             fastest = max(y for _, _, y, _, _, _ in points)
             if peak and fastest > peak:
                 peak = fastest
-                raised.append(f"compute to {ltb_results.human(fastest)} FLOP/s")
+                raised.append(f"compute to {human(fastest)} FLOP/s")
             moved = [b.median("bytes/s") for b in memory_bound if b.fields["device"] == device]
             if bandwidth and moved and max(moved) > bandwidth:
                 bandwidth = max(moved)
-                raised.append(f"bandwidth to {ltb_results.human(bandwidth)}B/s")
+                raised.append(f"bandwidth to {human(bandwidth)}B/s")
             ceiling = []
             if peak and bandwidth:
                 ridge = peak / bandwidth
@@ -233,13 +241,13 @@ def roofline_section(page, docs, labels):
             if ceiling:
                 datasets.append({
                     "label": "ceiling: " + " and ".join(
-                        ([f"{ltb_results.human(peak)} FLOP/s"] if peak else [])
-                        + ([f"{ltb_results.human(bandwidth)}B/s"] if bandwidth else [])),
+                        ([f"{human(peak)} FLOP/s"] if peak else [])
+                        + ([f"{human(bandwidth)}B/s"] if bandwidth else [])),
                     "type": "line", "data": ceiling, "borderColor": "#444",
                     "borderDash": [6, 4], "pointRadius": 0, "fill": False})
             missing = [what for what, v in (("compute", peak), ("bandwidth", bandwidth))
                        if not v]
-            title = ltb_results.series_label(label, f"{device} {precision}", len(docs) > 1)
+            title = series_label(label, f"{device} {precision}", len(docs) > 1)
             parts.append(f"<h3>{esc(title)}</h3>")
             if missing:
                 parts.append(f"<p class='note'>No measured {' or '.join(missing)} ceiling for "
@@ -272,40 +280,42 @@ def roofline_section(page, docs, labels):
 
 # --- comparison --------------------------------------------------------------
 
-def comparison_section(page, docs, labels, gate, verdicts):
+def comparison_section(page, docs, labels, verdicts):
     if len(docs) < 2:
         return
     parts = []
     for doc, label in zip(docs[1:], labels[1:]):
-        rows = [r for r in gate.compare(docs[0], doc, *verdicts.arguments) if r[1] == "time"]
+        rows = [r for r in compare(docs[0], doc, *verdicts.arguments) if r.metric == "time"]
         if not rows:
             parts.append(f"<p>{esc(label)}: no benchmark in common with {esc(labels[0])}.</p>")
             continue
         # Sorted by change, the biggest slowdown first.
-        rows.sort(key=lambda r: -r[4] if math.isfinite(r[4]) else -math.inf)
-        ratios = [r[2] / r[3] if r[3] else None for r in rows]  # base time / new time
+        rows.sort(key=lambda r: -r.change if math.isfinite(r.change) else -math.inf)
+        ratios = [r.baseline / r.contender if r.contender else None
+                  for r in rows]  # base time / new time
         parts.append(f"<h3>{esc(labels[0])} → {esc(label)}</h3>")
         parts.append(page.chart("comparison", {
             "type": "bar",
-            "data": {"labels": [r[0] for r in rows], "datasets": [{
+            "data": {"labels": [r.name for r in rows], "datasets": [{
                 "label": f"speed of {label} over {labels[0]} (x)", "ltbKind": "benchmarks",
                 "data": ratios,
-                "backgroundColor": ["#d62728" if r[6] == gate.REGRESSION else "#2ca02c"
-                                    if r[6] == gate.IMPROVEMENT else "#7f7f7f" for r in rows],
-                "tips": [f"{r[0]}\n{ltb_results.format_seconds(r[2])} → "
-                         f"{ltb_results.format_seconds(r[3])} "
-                         f"({ltb_results.format_change(r[4])} time)\n{r[6]}"
-                         + ("" if r[5] is None else f", p = {r[5]:.3g}") for r in rows]}]},
+                "backgroundColor": ["#d62728" if r.verdict == REGRESSION else "#2ca02c"
+                                    if r.verdict == IMPROVEMENT else "#7f7f7f" for r in rows],
+                "tips": [f"{r.name}\n{format_seconds(r.baseline)} → "
+                         f"{format_seconds(r.contender)} "
+                         f"({format_change(r.change)} time)\n{r.verdict}"
+                         + ("" if r.p is None else f", p = {r.p:.3g}") for r in rows]}]},
             "options": {"indexAxis": "y", "ltbRefX": 1, "scales": {
                 "x": axis("speed ratio (baseline time / this time; 1 = unchanged)", zero=True),
                 "y": {"ticks": {"autoSkip": False, "font": {"size": 10}}}}}},
             height=max(200, 22 * len(rows) + 80)))
         parts.append(table(
             ["benchmark", labels[0], label, "time change", "p-value", "verdict"],
-            [[code(r[0]), ltb_results.format_seconds(r[2]), ltb_results.format_seconds(r[3]),
-              ltb_results.format_change(r[4]), "—" if r[5] is None else f"{r[5]:.3g}", r[6]]
+            [[code(r.name), format_seconds(r.baseline),
+              format_seconds(r.contender), format_change(r.change),
+              "—" if r.p is None else f"{r.p:.3g}", r.verdict]
              for r in rows],
-            ["bad" if r[6] == gate.REGRESSION else "good" if r[6] == gate.IMPROVEMENT else ""
+            ["bad" if r.verdict == REGRESSION else "good" if r.verdict == IMPROVEMENT else ""
              for r in rows]))
     page.add("comparison", "Comparison", (
         f"<p>Each file against the first, sorted by change: the median time's ratio and the "
@@ -342,18 +352,18 @@ def scaling_section(page, docs, labels):
     several = len(docs) > 1
     by_seq, by_batch = collections.OrderedDict(), collections.OrderedDict()
     for doc, label in zip(docs, labels):
-        for name, bench in ltb_results.collect(doc).items():
+        for name, bench in collect(doc).items():
             settings = bench.fields["settings"]
             if isinstance(settings.get("seq"), int) and (bench.median("tokens/s") or 0) > 0:
-                key = ltb_results.name_without(name, "seq")
+                key = name_without(name, "seq")
                 us = 1e6 / bench.median("tokens/s")
-                by_seq.setdefault(ltb_results.series_label(label, key, several), []).append(
+                by_seq.setdefault(series_label(label, key, several), []).append(
                     (settings["seq"], us, f"{name}\n{us:.4g} µs/token"))
             rate, unit = bench.rate()
             if isinstance(settings.get("batch"), int) and rate:
-                key = ltb_results.name_without(name, "batch")
-                by_batch.setdefault(ltb_results.series_label(label, key, several), []).append(
-                    (settings["batch"], rate, f"{name}\n{ltb_results.human(rate)} {unit}/s"))
+                key = name_without(name, "batch")
+                by_batch.setdefault(series_label(label, key, several), []).append(
+                    (settings["batch"], rate, f"{name}\n{human(rate)} {unit}/s"))
     by_seq = {k: v for k, v in by_seq.items() if len(v) >= 2}
     by_batch = {k: v for k, v in by_batch.items() if len(v) >= 2}
     if by_seq:
@@ -366,9 +376,9 @@ def scaling_section(page, docs, labels):
                                "throughput (tokens/s or samples/s)")]
     efficiency = collections.OrderedDict()
     for doc, label in zip(docs, labels):
-        for key, (counter, points) in ltb_results.scaling_table(doc).items():
-            efficiency[ltb_results.series_label(label, key, several)] = [
-                (n, e, f"{key}\n{n} ranks: {ltb_results.human(rate)} {counter}, "
+        for key, (counter, points) in scaling_table(doc).items():
+            efficiency[series_label(label, key, several)] = [
+                (n, e, f"{key}\n{n} ranks: {human(rate)} {counter}, "
                        f"efficiency {e * 100:.0f}%") for n, (rate, e) in points.items()]
     if efficiency:
         parts += ["<h3>Data-parallel weak-scaling efficiency against ranks</h3>",
@@ -377,7 +387,7 @@ def scaling_section(page, docs, labels):
                   series_chart(page, "scaling", efficiency, "ranks", "efficiency",
                                logy=False, ref_y=1)]
     speedups = []
-    for key, found in ltb_results.device_throughputs(docs).items():
+    for key, found in device_throughputs(docs).items():
         if "cpu" in found:
             for device, (value, counter) in found.items():
                 if device != "cpu":
@@ -401,7 +411,7 @@ def distributions_section(page, docs, labels):
     rows, classes, names, p50, p90, p99, tips = [], [], [], [], [], [], []
     several = len(docs) > 1
     for doc, label in zip(docs, labels):
-        for name, bench in ltb_results.collect(doc).items():
+        for name, bench in collect(doc).items():
             if not bench.has("step_p50_ms"):
                 continue
             values = [bench.median(c) for c in ("step_p50_ms", "step_p90_ms", "step_p99_ms")]
@@ -409,7 +419,7 @@ def distributions_section(page, docs, labels):
                 continue
             cv = bench.median("step_cv_%")
             unsteady = cv is not None and cv > UNSTEADY_CV
-            shown = ltb_results.series_label(label, name, several)
+            shown = series_label(label, name, several)
             names.append(shown)
             for target, v in zip((p50, p90, p99), values):
                 target.append(v)
@@ -451,7 +461,7 @@ def compiled_section(page, docs, labels, compiled_rows):
     if not found:
         return
     several = len(docs) > 1
-    names = [ltb_results.series_label(r["file"], f"{r['benchmark']} ({r['backend']})", several)
+    names = [series_label(r["file"], f"{r['benchmark']} ({r['backend']})", several)
              for r in found]
     chart = page.chart("compiled", {
         "type": "bar", "data": {"labels": names, "datasets": [{
@@ -461,8 +471,8 @@ def compiled_section(page, docs, labels, compiled_rows):
         "options": {"indexAxis": "y", "ltbRefX": 1,
                     "scales": {"x": axis("speedup (x)", zero=True)}}},
         height=max(200, 26 * len(found) + 80))
-    rows = [[code(n), ltb_results.format_seconds(r["eager"]),
-             ltb_results.format_seconds(r["compiled"]), f"{r['speedup']:.2f}x",
+    rows = [[code(n), format_seconds(r["eager"]),
+             format_seconds(r["compiled"]), f"{r['speedup']:.2f}x",
              "—" if r.get("memory_ratio") is None else f"{r['memory_ratio']:.2f}x",
              "—" if r["compile_s"] is None else f"{r['compile_s']:.1f} s",
              "—" if r["rel_err"] is None else f"{r['rel_err']:.2g}"]
@@ -477,24 +487,24 @@ def compiled_section(page, docs, labels, compiled_rows):
 # --- C++ and Python -----------------------------------------------------------
 
 def runtimes_section(page, docs, labels):
-    import ltb_runtimes
-    found = ltb_runtimes.rows(docs, labels)
+
+    found = runtimes.rows(docs, labels)
     if not found:
         return
-    shown = [r for r in found if r["runtime"] != ltb_runtimes.REFERENCE]
-    names = [f"{r['benchmark']} ({ltb_runtimes.RUNTIMES[r['runtime']]})" for r in shown]
+    shown = [r for r in found if r["runtime"] != runtimes.REFERENCE]
+    names = [f"{r['benchmark']} ({runtimes.RUNTIMES[r['runtime']]})" for r in shown]
     chart = page.chart("runtimes", {
         "type": "bar", "data": {"labels": names, "datasets": [{
             "label": "time / Python eager time", "ltbKind": "benchmarks",
             "data": [r["ratio"] for r in shown], "backgroundColor": color(2),
-            "tips": [f"{n}\n{ltb_runtimes.format_ratio(r)}\n{r['verdict']}"
+            "tips": [f"{n}\n{runtimes.format_ratio(r)}\n{r['verdict']}"
                      for n, r in zip(names, shown)]}]},
         "options": {"indexAxis": "y", "ltbRefX": 1,
                     "scales": {"x": axis("time / Python eager (below 1: faster)", zero=True)}}},
         height=max(200, 26 * len(shown) + 80))
-    rows = [[code(r["benchmark"]), ltb_runtimes.RUNTIMES[r["runtime"]], r["file"],
-             ltb_results.format_seconds(r["time"]), ltb_runtimes.format_reps(r),
-             ltb_runtimes.format_ratio(r),
+    rows = [[code(r["benchmark"]), runtimes.RUNTIMES[r["runtime"]], r["file"],
+             format_seconds(r["time"]), runtimes.format_reps(r),
+             runtimes.format_ratio(r),
              r["verdict"], "—" if r["compile_s"] is None else f"{r['compile_s']:.1f} s"]
             for r in found]
     classes = ["bad" if r["verdict"].startswith("settings") else "" for r in found]
@@ -513,7 +523,7 @@ def runtimes_section(page, docs, labels):
 
 # --- history -----------------------------------------------------------------
 
-def history_section(page, runs, gate, verdicts, skipped=()):
+def history_section(page, runs, verdicts, skipped=()):
     """runs: [(label, doc)] in time order; skipped: [(path, why)]."""
     left_out = ""
     if skipped:
@@ -526,12 +536,12 @@ def history_section(page, runs, gate, verdicts, skipped=()):
         return
     failed = collections.defaultdict(set)  # run index -> names the gate failed
     for i in range(1, len(runs)):
-        for row in gate.compare(runs[i - 1][1], runs[i][1], *verdicts.arguments):
-            if row[6] == gate.REGRESSION:
-                failed[i].add(row[0])
-        lost = gate.differences(runs[i - 1][1], runs[i][1])[0]
+        for row in compare(runs[i - 1][1], runs[i][1], *verdicts.arguments):
+            if row.verdict == REGRESSION:
+                failed[i].add(row.name)
+        lost = differences(runs[i - 1][1], runs[i][1])[0]
         failed[i].update(name for name, _ in lost)
-    collected = [ltb_results.collect(doc) for _, doc in runs]
+    collected = [collect(doc) for _, doc in runs]
     names = list(collections.OrderedDict.fromkeys(n for found in collected for n in found))
     parts, total_failed = [], 0
     dates = [label for label, _ in runs]
@@ -554,7 +564,7 @@ def history_section(page, runs, gate, verdicts, skipped=()):
                 "label": what, "ltbKind": "benchmarks", "data": points,
                 "borderColor": color(0), "pointBackgroundColor": colors,
                 "pointBorderColor": colors, "pointRadius": [7 if b else 3 for b in bad],
-                "tips": [f"{name}\n{dates[p['x']]}\n{ltb_results.human(p['y'])} {what}"
+                "tips": [f"{name}\n{dates[p['x']]}\n{human(p['y'])} {what}"
                          + ("\nthe gate failed here" if b else "")
                          for p, b in zip(points, bad)]}]},
             "options": {"ltbXLabels": dates, "plugins": {"legend": {"display": False}},
@@ -588,7 +598,7 @@ def store_section(page, store):
                   "#2ca02c" if i in marks else color(0) for i in range(len(commits))]
         tips = []
         for i, (commit, value) in enumerate(zip(commits, s["values"])):
-            tip = f"{s['name']}\n{commit}\n{ltb_results.human(value * 1e3)} ms"
+            tip = f"{s['name']}\n{commit}\n{human(value * 1e3)} ms"
             if i in marks:
                 c = marks[i]
                 tip += (f"\nchange: {c.size * 100:+.1f}% since {c.before[:12]} "
@@ -623,7 +633,7 @@ def store_section(page, store):
 
 def errors_section(page, docs, labels):
     rows = [[code(name), label, message] for doc, label in zip(docs, labels)
-            for name, message in ltb_results.errors(doc).items()]
+            for name, message in errors(doc).items()]
     if rows:
         page.add("errors", "Errored benchmarks", table(["benchmark", "file", "error"], rows))
 
@@ -714,7 +724,7 @@ class Verdicts:
                 f"alpha {self.arguments[2]:g}")
 
 
-def render(docs, labels, history=(), gate=None, compiled_rows=None, title=None,
+def render(docs, labels, history=(), compiled_rows=None, title=None,
            verdicts=None, skipped=(), store=()):
     """The page for result files (docs, labels) and a history [(label,
     doc)] in time order (skipped: the files of its directories left out,
@@ -725,12 +735,12 @@ def render(docs, labels, history=(), gate=None, compiled_rows=None, title=None,
     shown_labels = list(labels) or [label for label, _ in history[-1:]]
     context_section(page, shown, shown_labels)
     roofline_section(page, shown, shown_labels)
-    comparison_section(page, shown, shown_labels, gate, verdicts)
+    comparison_section(page, shown, shown_labels, verdicts)
     scaling_section(page, shown, shown_labels)
     distributions_section(page, shown, shown_labels)
     compiled_section(page, shown, shown_labels, compiled_rows)
     runtimes_section(page, shown, shown_labels)
-    history_section(page, list(history), gate, verdicts, skipped)
+    history_section(page, list(history), verdicts, skipped)
     store_section(page, list(store))
     errors_section(page, list(docs) + [doc for _, doc in history],
                    list(labels) + [label for label, _ in history])
@@ -751,35 +761,6 @@ def render(docs, labels, history=(), gate=None, compiled_rows=None, title=None,
             f"<script>{chartjs}</script>"
             f'<script type="application/json" id="ltb-data">{data}</script>'
             f"<script>{SCRIPT}</script></body></html>\n")
-
-
-def history_runs(directory):
-    """([(label, doc)] of the result JSON files under directory in the order
-    of their context's date (then path), [(path, why skipped)]). Skipped:
-    what is not a bench result (unreadable, not JSON, no benchmarks) and the
-    runs of a world-size sweep (tools/scaling's merged file and its
-    .ranksN.json runs), which are not points in time of one setting."""
-    paths = sorted(os.path.join(root, f) for root, _, files in os.walk(directory)
-                   for f in files if f.endswith(".json"))
-    if not paths:
-        raise ltb_results.BadInput(f"{directory}: no .json result files in it")
-    runs, skipped = [], []
-    for path in paths:
-        try:
-            doc = ltb_results.load(path)
-        except ltb_results.BadInput as e:
-            skipped.append((path, str(e).replace(f"{path}: ", "")))
-            continue
-        if "world_sizes" in doc["context"] or re.search(r"\.ranks\d+\.json$", path):
-            skipped.append((path, "a run of a world-size sweep (tools/scaling)"))
-            continue
-        runs.append((path, doc))
-    if not runs:
-        raise ltb_results.BadInput(f"{directory}: no bench result among its .json files: "
-                                   + "; ".join(f"{p}: {why}" for p, why in skipped))
-    runs.sort(key=lambda r: (str(r[1]["context"].get("date", "")), r[0]))
-    return [(f"{str(doc['context'].get('date', ''))[:16] or os.path.basename(path)}"
-             f" {os.path.relpath(path, directory)}", doc) for path, doc in runs], skipped
 
 
 def finite(value):

@@ -1,5 +1,5 @@
 """Hugging Face safetensors checkpoints loaded by name into the Python
-mirrors (tools/ltb_models.py), as bench's --weights loads them into the C++
+mirrors (ltb/pysuite/models/), as bench's --weights loads them into the C++
 modules: lib/models/safetensors.cc (Checkpoint::Open, the header's checks),
 lib/models/weights.cc (LoadWeights), the families' names (llama.cc,
 gpt2.cc, transformer.cc BuildX), lib/family/spec.cc WeightsName and

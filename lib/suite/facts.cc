@@ -1,0 +1,110 @@
+#include "suite/facts.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "base/dtype.h"
+#include "suite/sweep.h"
+
+namespace ltb {
+namespace {
+
+const char* KindName(PhaseKind kind) {
+  return kind == PhaseKind::kTraining ? "training" : "inference";
+}
+
+const char* ShapeName(Shape shape) {
+  switch (shape) {
+    case Shape::kNone:
+      return "none";
+    case Shape::kBatch:
+      return "batch";
+    case Shape::kSequence:
+      return "sequence";
+    case Shape::kGenerate:
+      return "generate";
+  }
+  return "";
+}
+
+// A size's parameter count, from the plan of its first case at the
+// family's default shapes; -1 where no plan gives one.
+int64_t ParamsOf(const Family& family, const std::string& size) {
+  const Sweep defaults;
+  for (const Case& c : family.Cases()) {
+    if (c.size != size) continue;
+    BenchSpec spec;
+    spec.family = family.name;
+    spec.phase_before_device = family.phase_before_device;
+    spec.size = c.size;
+    SetPhase(c.phase, &spec);
+    spec.dtype = c.dtype.value_or(c10::kFloat);
+    spec.batch = c.default_batch > 0 ? c.default_batch
+                                     : std::max<int64_t>(family.default_batch, 1);
+    spec.seq = family.default_seqs.empty() ? 0 : family.default_seqs.front();
+    spec.prompt = c.fixed_prompt > 0 ? c.fixed_prompt : defaults.prompts.front();
+    spec.new_tokens = kDefaultNewTokens;
+    absl::StatusOr<Plan> plan = family.PlanFor(spec);
+    if (plan.ok()) return plan->params;
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::string FamilyFactsJson(const std::vector<Family>& families) {
+  const Sweep defaults;
+  nlohmann::ordered_json doc;
+  doc["default_new_tokens"] = kDefaultNewTokens;
+  doc["default_prompt"] = defaults.prompts.front();
+  doc["dtypes"] = {"fp32", "bf16", "fp16"};
+  doc["default_suite"] = DefaultSuiteFilter(families);
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const Family& family : families) {
+    nlohmann::ordered_json f;
+    f["name"] = family.name;
+    nlohmann::ordered_json sizes = nlohmann::ordered_json::array();
+    for (const std::string& size : family.sizes) {
+      sizes.push_back({{"name", size}, {"params", ParamsOf(family, size)}});
+    }
+    f["sizes"] = sizes;
+    // The phases in the order the family registers them.
+    std::vector<std::string> phases;
+    nlohmann::ordered_json cases = nlohmann::ordered_json::array();
+    for (const Case& c : family.Cases()) {
+      if (std::find(phases.begin(), phases.end(), c.phase.name) == phases.end())
+        phases.push_back(c.phase.name);
+      nlohmann::ordered_json one = {{"size", c.size},
+                                    {"phase", c.phase.name},
+                                    {"kind", KindName(c.phase.kind)},
+                                    {"shape", ShapeName(c.phase.shape)},
+                                    {"data_parallel", c.phase.data_parallel},
+                                    {"epochs", c.phase.iterations == Iterations::kEpochs},
+                                    {"sweeps_dtype", c.sweeps_dtype},
+                                    {"tf32", c.tf32},
+                                    {"graphs", c.graphs},
+                                    {"fixed_prompt", c.fixed_prompt},
+                                    {"default_batch", c.default_batch}};
+      if (c.dtype.has_value()) one["dtype"] = DtypeName(*c.dtype);
+      cases.push_back(one);
+    }
+    f["phases"] = phases;
+    f["cases"] = cases;
+    f["suite"] = family.suite;
+    f["default_batch"] = family.default_batch;
+    f["default_seqs"] = family.default_seqs;
+    f["suite_cpu_batch"] = family.suite_cpu_batch;
+    f["suite_cpu_seqs"] = family.suite_cpu_seqs;
+    f["suite_cpu_new_tokens"] = family.suite_cpu_new_tokens;
+    f["generates_at_depth"] = family.generates_at_depth;
+    f["loads_weights"] = family.loads_weights;
+    f["packs_cpu_linears"] = family.packs_cpu_linears;
+    f["sweeps_memory_format"] = family.sweeps_memory_format;
+    f["phase_before_device"] = family.phase_before_device;
+    list.push_back(f);
+  }
+  doc["families"] = list;
+  return doc.dump(2);
+}
+
+}  // namespace ltb

@@ -1,0 +1,107 @@
+"""What every tool shares, below every other room: bad input and the exit
+codes, running a tool's main, the project's venv (tools start themselves
+again in it when this Python lacks a package), and writing files whole.
+
+Every tool exits 0 on success, 1 on a negative verdict (a regression) and 2
+on bad input (an unreadable file, not a benchmark JSON, nothing to compare),
+with a message on stderr. Standard library only: tools/gpu-check runs where
+the tools' packages may be missing.
+"""
+
+import hashlib
+import importlib.util
+import json
+import os
+import signal
+import sys
+
+
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class BadInput(Exception):
+    """Input a tool cannot use; tools exit 2 with its message."""
+
+
+def venv_dir():
+    """The project's virtual environment, where tools/setup puts it."""
+    if os.environ.get("LTB_VENV"):
+        return os.environ["LTB_VENV"]
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(cache, "libtorch-bench", "venv")
+
+
+def require(*modules):
+    """Makes sure the modules a tool imports are there: when this Python
+    lacks one, the tool is started again with the project's venv Python
+    (which tools/setup makes); when that fails too, exit 2 saying so."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if not missing:
+        return
+    python = os.path.join(venv_dir(), "bin", "python")
+    here = os.path.realpath(sys.prefix) == os.path.realpath(venv_dir())
+    if os.path.exists(python) and not here and not os.environ.get("LTB_REEXEC"):
+        os.environ["LTB_REEXEC"] = "1"
+        os.execv(python, [python, os.path.abspath(sys.argv[0]), *sys.argv[1:]])
+    fail(f"needs the Python packages {', '.join(missing)}: run tools/setup, which "
+         f"installs tools/requirements.txt into {venv_dir()}")
+
+
+def fail(message):
+    print(f"{os.path.basename(sys.argv[0])}: {message}", file=sys.stderr)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def run(main):
+    """Runs a tool's main(), turning BadInput into exit 2 with its message."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BadInput as e:
+        fail(str(e))
+    except BrokenPipeError:  # the reader (head, less) stopped reading
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = EXIT_OK
+    sys.exit(code or EXIT_OK)
+
+
+def write_json(path, doc):
+    """Writes a result file whole or not at all."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=2)
+    os.replace(tmp, path)
+
+
+def sha256_file(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def clock(seconds):
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class Signalled(Exception):
+    """SIGINT or SIGTERM arrived (raise_on_signals): the command stops what
+    it runs and writes what it has."""
+
+    def __init__(self, signum):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def raise_on_signals():
+    """SIGINT and SIGTERM raise Signalled from here on; returns the handlers
+    they had."""
+    def handler(signum, _frame):
+        raise Signalled(signum)
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}

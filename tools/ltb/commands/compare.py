@@ -1,0 +1,118 @@
+"""Google Benchmark's compare.py over two bench result files, without the
+errored entries.
+
+    tools/compare BASELINE.json CONTENDER.json [compare.py options ...]
+
+In Google Benchmark 1.7.1 an errored entry (a device that is missing, a
+model that does not fit) still carries times, which compare.py would compare
+as if they were measurements. This drops them (and their aggregates), says
+on stderr which were dropped, and runs `compare.py [options] benchmarks` on
+what is left. Options such as --display_aggregates_only or --no-utest are
+passed to compare.py.
+
+C++ against Python: when the two files have no name in common but do once
+the runtime label is taken off (a bench file and a tools/pybench file: the
+same benchmark is .../fp32 in one and .../fp32/py_eager in the other), each
+side keeps one runtime, named without its label, and compare.py pairs them:
+by default each file's eager one (bench's eager, pybench's py_eager);
+--runtimes BASE,CONTENDER chooses others (cpp_eager, aoti, torchscript,
+py_eager, py_compile). Settings the two contexts differ in (threads, grad
+mode, warm-up) are named on stderr: such a difference is not the runtimes'. compare.py is Debian's libbenchmark-tools copy
+(/usr/share/benchmark/compare.py), or $LTB_COMPARE_PY.
+Exit 0 on success, 2 on bad input or when no benchmark is in both files.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from ltb.base import BadInput, require, run
+from ltb.results import runtimes
+from ltb.results.entries import collect, errors
+from ltb.results.load import load
+from ltb.results.names import base_name, parse_name
+
+require("scipy", "numpy")
+
+
+def compare_py():
+    path = os.environ.get("LTB_COMPARE_PY", "/usr/share/benchmark/compare.py")
+    if not os.path.exists(path):
+        raise BadInput(f"compare.py not found at {path}: install Debian's "
+                                   "libbenchmark-tools or set LTB_COMPARE_PY")
+    return path
+
+
+def without_errors(doc):
+    """The document without errored entries and the aggregates of errored
+    benchmarks; and the names dropped."""
+    dropped = errors(doc)
+    kept = [e for e in doc["benchmarks"] if base_name(e) not in dropped]
+    return dict(doc, benchmarks=kept), list(dropped)
+
+
+def by_runtime(docs, chosen):
+    """The two documents with one runtime each, named without it, and the
+    names they share; the settings they differ in, on stderr."""
+    keep = [None, None]
+    if chosen:
+        keep = chosen.split(",")
+        if len(keep) != 2 or any(k not in runtimes.RUNTIMES for k in keep):
+            raise BadInput(f"--runtimes={chosen}: expected BASE,CONTENDER from "
+                           + ", ".join(runtimes.RUNTIMES))
+    keep = [k or runtimes.runtime_of(d) for k, d in zip(keep, docs)]
+    stripped = [runtimes.strip_runtimes(d, k) for d, k in zip(docs, keep)]
+    names = set(collect(stripped[0])) & set(collect(stripped[1]))
+    if names:
+        print(f"compare: paired by name without the runtime label: "
+              f"{runtimes.RUNTIMES[keep[0]]} against {runtimes.RUNTIMES[keep[1]]}",
+              file=sys.stderr)
+        for phase in sorted({parse_name(n)["phase"] for n in names}):
+            notes = runtimes.setting_notes(runtimes.settings(docs[0], phase),
+                                           runtimes.settings(docs[1], phase), keep[0])
+            if notes:
+                print(f"compare: {phase}: the runs' settings differ, so a difference is "
+                      f"not the runtimes' alone: {'; '.join(notes)}", file=sys.stderr)
+    return stripped, names
+
+
+def write_temp(doc, directory, name):
+    with open(os.path.join(directory, name), "w") as f:
+        json.dump(doc, f)
+    return name
+
+
+def compare_main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("baseline", help="bench JSON of the baseline")
+    parser.add_argument("contender", help="bench JSON of the contender")
+    parser.add_argument("--runtimes", metavar="BASE,CONTENDER",
+                        help="pair these runtimes of the two files by name without the "
+                             "runtime label (default: each file's eager one, where the "
+                             "files share no name)")
+    args, options = parser.parse_known_args()
+    script = compare_py()
+    docs = []
+    for label, path in (("baseline", args.baseline), ("contender", args.contender)):
+        doc, dropped = without_errors(load(path))
+        for name in dropped:
+            print(f"compare: dropped errored {name} ({label} {path})", file=sys.stderr)
+        docs.append(doc)
+    names = set(collect(docs[0])) & set(collect(docs[1]))
+    if args.runtimes or not names:
+        docs, names = by_runtime(docs, args.runtimes)
+    if not names:
+        raise BadInput(f"no measured benchmark in common between "
+                                   f"{args.baseline} and {args.contender}")
+    with tempfile.TemporaryDirectory() as tmp:
+        files = [write_temp(doc, tmp, f"{label}.json")
+                 for doc, label in zip(docs, ("baseline", "contender"))]
+        return subprocess.run([sys.executable, script, *options, "benchmarks", *files],
+                              cwd=tmp).returncode
+
+
+
+def main():
+    run(compare_main)

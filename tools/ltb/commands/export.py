@@ -1,0 +1,238 @@
+"""bench results in the formats of benchmark dashboards, and the suite's
+models as compiled files.
+
+    tools/export FORMAT RESULTS.json [-o OUT.json]
+    tools/export {aoti,torchscript} FAMILY SIZE [--batch B] [--seq T]
+                 [--dtype fp32|bf16|fp16] [--device cpu|cuda] [--seed N]
+                 [--dynamic-batch] [--out DIR]
+
+Results: FORMAT is one of
+  bigger    github-action-benchmark's customBiggerIsBetter: the throughput
+            counters (tokens/s, samples/s, FLOP/s, bytes/s, and generation's
+            pp_tok/s, tg_tok/s, weight_GB/s)
+  smaller   github-action-benchmark's customSmallerIsBetter: the median time
+            (in the benchmark's time unit), peak_mem (bytes), and
+            generation's ttft_ms, tpot_ms and tpot_growth_%
+  bencher   Bencher Metric Format: every metric of both, the time as the
+            built-in `latency` measure (ns), with the lowest and highest
+            repetition as lower_value and upper_value
+Each metric is named `BENCHMARK - METRIC`; repetitions are reduced to their
+median, with their spread as github-action-benchmark's range. Aggregates and
+errored entries are left out. Exit 0 on success, 2 on bad input or when
+nothing is left to export.
+
+Models: a family's inference benchmark (forward; Whisper's encode) at a size,
+batch, sequence length and dtype, from its Python definition
+(ltb/pysuite/, whose outputs the tests prove equal to the C++
+module's), compiled with AOTInductor (torch.export, then
+torch._inductor.aoti_compile_and_package: a .pt2) or traced to TorchScript
+(torch.jit.trace: a .pt). The file is named after the eager benchmark it
+compiles and its backend (Transformer-nano-cpu-forward-batch2-seq16-fp32-aoti.pt2)
+and carries
+that benchmark's name and its dtype as metadata; beside it <stem>.io.pt holds
+the example inputs, the eager model's outputs on them and the compile time
+(torch.export and AOTInductor, or tracing).
+`bench --compiled=DIR` runs it beside the eager benchmark, named like it with
+/aoti or /torchscript appended; `bench --model=FILE` runs it as Model/<stem>.
+The weights are the Python model's, seeded (--seed): the compiled benchmark's
+rel_err compares its outputs with the eager ones saved beside it. The path of
+the file is printed. Exit 0 on success, 2 on bad input or when the model
+cannot be exported.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+
+from ltb.base import BadInput, require, run
+from ltb.results.entries import TIME_UNITS, collect
+from ltb.results.load import load
+
+SMALLER_COUNTERS = ("peak_mem", "ttft_ms", "tpot_ms", "tpot_growth_%")
+UNITS = {"peak_mem": "bytes", "ttft_ms": "ms", "tpot_ms": "ms", "tpot_growth_%": "%"}
+
+
+def metrics(bench, bigger):
+    """(metric, unit, values) of one benchmark, bigger or smaller is better."""
+    if bigger:
+        counters = sorted({k for e in bench.entries for k in e if k.endswith("/s")})
+        return [(c, c, bench.values(c)) for c in counters if bench.has(c)]
+    unit = bench.entries[0].get("time_unit", "ns")
+    times = [t / TIME_UNITS[unit] for t in bench.times]
+    return [("time", unit, times)] + [(c, UNITS[c], bench.values(c))
+                                      for c in SMALLER_COUNTERS if bench.has(c)]
+
+
+def github_entries(benches, bigger):
+    out = []
+    for bench in benches:
+        for metric, unit, values in metrics(bench, bigger):
+            entry = {"name": f"{bench.name} - {metric}", "unit": unit,
+                     "value": statistics.median(values)}
+            if len(values) > 1:
+                entry["range"] = f"± {statistics.stdev(values):.6g}"
+                entry["extra"] = f"median of {len(values)} repetitions"
+            out.append(entry)
+    return out
+
+
+def slug(metric):
+    """A Bencher measure slug: 'tokens/s' -> 'tokens-per-second'."""
+    text = metric.lower().replace("/s", "-per-second").replace("%", "-percent")
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
+
+
+def bencher(benches):
+    out = {}
+    for bench in benches:
+        measures = {}
+        for metric, unit, values in metrics(bench, False) + metrics(bench, True):
+            if metric == "time":
+                values = [t * 1e9 for t in bench.times]
+            measures["latency" if metric == "time" else slug(metric)] = {
+                "value": statistics.median(values),
+                "lower_value": min(values), "upper_value": max(values)}
+        out[bench.name] = measures
+    return out
+
+
+MODEL_FORMATS = ("aoti", "torchscript")
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+# Families whose benchmarks have a sequence length, and each one's inference
+# phase; they name the eager benchmark a file compiles.
+SEQUENCE_FAMILIES = ("Transformer", "GPT2", "Llama", "Encoder", "EncDec")
+DEFAULT_SEQ = {"Transformer": 512, "GPT2": 512, "Llama": 2048, "Encoder": 128, "EncDec": 128}
+DEFAULT_BATCH = {"Transformer": 4, "GPT2": 1, "Llama": 1, "ResNet": 32, "CNN": 128,
+                 "Encoder": 8, "Whisper": 1, "EncDec": 64}
+
+
+def benchmark_name(family, size, device, batch, seq, dtype):
+    """The eager benchmark's name, as bench writes it."""
+    phase = "encode" if family == "Whisper" else "forward"
+    device = "cuda" if device in ("cuda", "cuda:0") else device
+    name = f"{family}/{size}/{device}/{phase}/batch:{batch}"
+    if family in SEQUENCE_FAMILIES:
+        name += f"/seq:{seq}"
+    return f"{name}/{dtype}"
+
+
+def file_stem(name):
+    """bench's FileStem: the name with / and : replaced."""
+    return name.replace("/", "-").replace(":", "")
+
+
+def export_model(argv):
+    parser = argparse.ArgumentParser(prog="tools/export", description="the suite's models as "
+                                     "compiled files (see tools/export --help)")
+    parser.add_argument("format", choices=MODEL_FORMATS)
+    parser.add_argument("family")
+    parser.add_argument("size")
+    parser.add_argument("--batch", type=int)
+    parser.add_argument("--seq", type=int)
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="fp32")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dynamic-batch", action="store_true",
+                        help="AOTInductor: compile for any batch (bench --model --batch sweeps it)")
+    parser.add_argument("--out", default="exports", help="directory (default: exports)")
+    args = parser.parse_args(argv)
+    require("torch")
+    import time
+
+    import torch
+
+    from ltb.pysuite import families
+    if args.family not in families.FAMILIES:
+        raise BadInput(f"unknown family '{args.family}'; valid: "
+                                   f"{', '.join(families.FAMILIES)}")
+    if args.size not in families.sizes(args.family):
+        raise BadInput(f"unknown {args.family} size '{args.size}'; valid: "
+                                   f"{', '.join(families.sizes(args.family))}")
+    for flag in ("batch", "seq"):
+        if getattr(args, flag) is not None and getattr(args, flag) <= 0:
+            raise BadInput(f"--{flag} must be positive")
+    if args.device != "cpu" and not args.device.startswith("cuda"):
+        raise BadInput(f"unknown --device '{args.device}'; valid: cpu, cuda, cuda:N")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise BadInput(f"--device={args.device}: this PyTorch sees no CUDA device")
+    batch = args.batch or DEFAULT_BATCH[args.family]
+    seq = (args.seq or DEFAULT_SEQ[args.family]) if args.family in SEQUENCE_FAMILIES else None
+    dtype = getattr(torch, DTYPES[args.dtype])
+    name = benchmark_name(args.family, args.size, args.device, batch, seq, args.dtype)
+    stem = os.path.join(args.out, f"{file_stem(name)}-{args.format}")
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as e:
+        raise BadInput(f"--out={args.out}: {e.strerror}")
+
+    torch.manual_seed(args.seed)
+    model = families.forward_module(args.family, args.size, seq=seq).to(args.device, dtype)
+    inputs = families.forward_inputs(args.family, args.size, batch, seq, dtype, args.device,
+                                       generator=torch.Generator().manual_seed(args.seed))
+    with torch.inference_mode():
+        expected = model(*inputs)
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+
+    meta = {"ltb_benchmark": name, "ltb_dtype": args.dtype, "ltb_torch_version": torch.__version__}
+    start = time.monotonic()
+    if args.format == "aoti":
+        path = stem + ".pt2"
+        dynamic = None
+        if args.dynamic_batch:
+            dim = torch.export.Dim("batch", min=1, max=4096)
+            dynamic = tuple({0: dim} for _ in inputs)
+        try:
+            with torch.no_grad():
+                program = torch.export.export(model, tuple(inputs), dynamic_shapes=dynamic)
+                torch._inductor.aoti_compile_and_package(
+                    program, package_path=path, inductor_configs={"aot_inductor.metadata": meta})
+        except Exception as e:  # the compiler's own errors, with its message
+            raise BadInput(f"{name}: cannot compile with AOTInductor: {e}")
+    else:
+        path = stem + ".pt"
+        try:
+            with torch.no_grad():
+                traced = torch.jit.trace(model, tuple(inputs), check_trace=False)
+            torch.jit.save(traced, path, _extra_files={
+                "ltb_meta.txt": "".join(f"{k}: {v}\n" for k, v in meta.items())})
+        except Exception as e:
+            raise BadInput(f"{name}: cannot trace to TorchScript: {e}")
+    compile_s = time.monotonic() - start  # export and compile, or trace
+    torch.save({"inputs": [t.cpu() for t in inputs], "expected": [t.cpu() for t in expected],
+                "compile_s": compile_s}, stem + ".io.pt")
+    print(path)
+    print(f"export: {name} -> {path} in {compile_s:.1f} s", file=sys.stderr)
+
+
+def export_main():
+    if len(sys.argv) > 1 and sys.argv[1] in MODEL_FORMATS:
+        return export_model(sys.argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("format", choices=("bigger", "smaller", "bencher", *MODEL_FORMATS))
+    parser.add_argument("file", help="bench JSON")
+    parser.add_argument("-o", "--output", help="write here instead of stdout")
+    args = parser.parse_args()
+    benches = list(collect(load(args.file)).values())
+    if args.format == "bencher":
+        result = bencher(benches)
+    else:
+        result = github_entries(benches, args.format == "bigger")
+    if not result:
+        raise BadInput(f"{args.file}: no measured benchmark with "
+                                   f"{'throughput counters' if args.format == 'bigger' else 'times'}")
+    text = json.dumps(result, indent=2)
+    if args.output:
+        try:
+            with open(args.output, "w") as f:
+                f.write(text + "\n")
+        except OSError as e:
+            raise BadInput(f"{args.output}: cannot write: {e.strerror}")
+    else:
+        print(text)
+
+
+
+def main():
+    run(export_main)

@@ -1,0 +1,32 @@
+"""Device speedup summary from saved bench JSON, as bench prints at the end
+of a run that measured the same benchmark on several devices.
+
+    tools/speedup results/run.json [more.json ...]
+
+Each benchmark measured on two or more devices is listed with every device's
+throughput (tokens/s, else samples/s, FLOP/s, bytes/s) and its speedup over
+the CPU. Repetitions are averaged; errored entries are left out.
+Exit 0 on success, 2 on bad input or when no benchmark ran on two devices.
+"""
+import argparse
+
+from ltb.base import BadInput, run
+from ltb.results.load import load_all
+from ltb.results.speedup import device_speedup_lines
+
+
+def speedup_main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="+", help="bench --benchmark_format=json output")
+    args = parser.parse_args()
+    lines = device_speedup_lines(load_all(args.files))
+    if not lines:
+        raise BadInput("no benchmark was measured on two or more devices in "
+                                   + ", ".join(args.files))
+    print("Device speedup (throughput, and speedup over cpu):")
+    print("\n".join(lines))
+
+
+
+def main():
+    run(speedup_main)

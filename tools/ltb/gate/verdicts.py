@@ -1,0 +1,156 @@
+"""The gate's comparison: per benchmark and metric, the change between two
+result files, the Mann-Whitney U test over their repetitions, and the
+verdict against the threshold; the benchmarks lost, new or errored; the
+Markdown the gate prints. tools/gate's documentation says how it judges."""
+import dataclasses
+import math
+import os
+import typing
+from statistics import median
+
+from ltb.results.entries import BIGGER_IS_BETTER, SMALLER_IS_BETTER, all_names, collect, errors
+from ltb.results.format import format_change, format_value, markdown_table, relative_change
+
+REGRESSION, IMPROVEMENT, NOISE, OK = "regression", "improvement", "not significant", "ok"
+
+
+def threshold_for(name, rules, default):
+    for regex, value in rules:
+        if regex.search(name):
+            return value
+    return default
+
+
+def u_test(a, b):
+    """Two-sided Mann-Whitney U p-value, or None unless both sides repeat."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    from scipy.stats import mannwhitneyu  # only when needed: it takes a second to load
+    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+def smallest_p(n1, n2):
+    """The smallest two-sided p-value the exact U test can give n1 and n2
+    distinct values."""
+    return 2 / math.comb(n1 + n2, n1)
+
+
+def verdict(change, p, bigger_is_better, threshold, alpha):
+    worse = -change if bigger_is_better else change
+    if abs(worse) <= threshold:
+        return OK
+    if p is not None and not p < alpha:
+        return NOISE
+    return REGRESSION if worse > 0 else IMPROVEMENT
+
+
+def metrics(base, new):
+    """(metric, baseline values, contender values, bigger is better) of
+    everything both sides measured."""
+    yield "time", base.times, new.times, False
+    for counter in BIGGER_IS_BETTER + SMALLER_IS_BETTER:
+        if base.has(counter) and new.has(counter):
+            yield (counter, base.values(counter), new.values(counter),
+                   counter in BIGGER_IS_BETTER)
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One benchmark's metric, compared."""
+    name: str
+    metric: str  # "time" or a counter
+    baseline: float  # the median of each side
+    contender: float
+    change: float  # contender / baseline - 1
+    p: typing.Optional[float]  # the U test's, where both sides repeat
+    verdict: str  # REGRESSION, IMPROVEMENT, NOISE or OK
+
+
+def compare(base_doc, new_doc, rules, default, alpha):
+    """One Row per benchmark and metric both files measured."""
+    base, new = collect(base_doc), collect(new_doc)
+    rows = []
+    for name in base:
+        if name not in new:
+            continue
+        threshold = threshold_for(name, rules, default)
+        for metric, a, b, bigger in metrics(base[name], new[name]):
+            change = relative_change(median(a), median(b))
+            p = u_test(a, b)
+            rows.append(Row(name, metric, median(a), median(b), change, p,
+                            verdict(change, p, bigger, threshold, alpha)))
+    return rows
+
+
+def differences(base_doc, new_doc):
+    """(lost, appeared, disappeared, errored) benchmarks. Lost: ran without
+    an error in the baseline but errored in, or are missing from, the
+    contender, as (name, contender's status). Disappeared and errored are
+    the others: missing from the contender, and errors as (name,
+    'baseline' or 'contender', message)."""
+    base_names, new_names = all_names(base_doc), all_names(new_doc)
+    base_errors, new_errors = errors(base_doc), errors(new_doc)
+    lost = [(n, "missing" if n not in new_names else f"error: {new_errors[n]}")
+            for n in base_names
+            if n not in base_errors and (n not in new_names or n in new_errors)]
+    lost_names = {n for n, _ in lost}
+    appeared = [n for n in new_names if n not in base_names]
+    disappeared = [n for n in base_names if n not in new_names and n not in lost_names]
+    errored = [(n, side, message)
+               for side, doc in (("baseline", base_doc), ("contender", new_doc))
+               for n, message in errors(doc).items() if n not in lost_names]
+    return lost, appeared, disappeared, errored
+
+
+def repetition_note(base_doc, new_doc, alpha):
+    counts = [b.repetitions for doc in (base_doc, new_doc)
+              for b in collect(doc).values()]
+    n = min(counts)
+    if n >= 2 and smallest_p(n, n) >= alpha:
+        return (f"Note: with {n} repetitions per side the U test's smallest p-value for "
+                f"times is {smallest_p(n, n):.3g}, not below alpha {alpha}: no time change "
+                f"can be called significant. Use 9 or more repetitions.")
+    return None
+
+
+def render(rows, lists, args, note):
+    lost, appeared, disappeared, errored = lists
+    out = [f"## Benchmark gate: {os.path.basename(args.baseline)} → "
+           f"{os.path.basename(args.contender)}", "",
+           f"Threshold {args.threshold * 100:g}%"
+           + (f" (per benchmark from {args.thresholds})" if args.thresholds else "")
+           + f"; Mann–Whitney U at alpha {args.alpha:g} where both sides have repetitions.",
+           ""]
+    table = [(f"`{r.name}`", r.metric, format_value(r.metric, r.baseline),
+              format_value(r.metric, r.contender), format_change(r.change),
+              "—" if r.p is None else f"{r.p:.3g}",
+              f"**{r.verdict}**" if r.verdict == REGRESSION else r.verdict)
+             for r in rows]
+    out.append(markdown_table(
+        ["benchmark", "metric", "baseline", "contender", "change", "p-value", "verdict"], table))
+    regressions = sum(1 for row in rows if row.verdict == REGRESSION)
+    failures = [plural(regressions, "regression")]
+    if not args.allow_missing:
+        failures.append(plural(len(lost), "lost benchmark"))
+    failures = [f for f in failures if f]
+    out += ["", f"**{', '.join(failures)}**" if failures else "No regression."]
+    if note:
+        out += ["", note]
+    if lost:
+        why = ("allowed by --allow-missing" if args.allow_missing
+               else "this fails the gate unless --allow-missing is given")
+        out += ["", f"Lost: ran in the baseline, errored in or missing from the contender "
+                    f"({why}):", "",
+                markdown_table(["benchmark", "baseline", "contender"],
+                                           [(f"`{n}`", "ok", status) for n, status in lost])]
+    for title, names in (("New in the contender", appeared),
+                         ("Missing from the contender", disappeared)):
+        if names:
+            out += ["", f"{title}:", *[f"- `{n}`" for n in names]]
+    if errored:
+        out += ["", "Errored:", *[f"- `{n}` ({side}): {message}" for n, side, message in errored]]
+    return "\n".join(out)
+
+
+def plural(n, noun):
+    return f"{n} {noun}{'s' if n != 1 else ''}" if n else ""

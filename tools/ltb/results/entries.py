@@ -1,0 +1,115 @@
+"""A result file's entries: the measured ones, their times and counters,
+and each benchmark's repetitions with their medians."""
+
+import collections
+import math
+import statistics
+
+from ltb.base import BadInput
+from ltb.results.names import base_name, parse_name
+
+
+THROUGHPUT_COUNTERS = ("tokens/s", "samples/s", "FLOP/s", "bytes/s")
+
+
+# Counters compare.py ignores that the gate checks, and which way is better.
+BIGGER_IS_BETTER = ("tokens/s", "samples/s", "pp_tok/s", "tg_tok/s")
+
+
+SMALLER_IS_BETTER = ("peak_mem", "ttft_ms", "tpot_ms")
+
+
+# Columns of report, in order, when any result has them.
+REPORT_COUNTERS = THROUGHPUT_COUNTERS + ("ttft_ms", "tpot_ms")
+
+
+TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def iterations(doc):
+    """Entries that are measurements (not aggregates) and did not fail."""
+    return [b for b in doc["benchmarks"]
+            if b.get("run_type", "iteration") == "iteration" and not b.get("error_occurred")]
+
+
+def seconds(entry):
+    """An entry's (manual, real) time per iteration in seconds."""
+    unit = entry.get("time_unit", "ns")
+    if unit not in TIME_UNITS:
+        raise BadInput(f"{entry['name']}: unknown time unit {unit!r}")
+    return float(entry["real_time"]) * TIME_UNITS[unit]
+
+
+def throughput_counter(entry):
+    for name in THROUGHPUT_COUNTERS:
+        if name in entry:
+            return name
+    return None
+
+
+class Benchmark:
+    """One benchmark's measured repetitions in one result file."""
+
+    def __init__(self, name):
+        self.name = name
+        self.fields = parse_name(name)
+        self.entries = []
+
+    @property
+    def repetitions(self):
+        return len(self.entries)
+
+    @property
+    def times(self):
+        return [seconds(e) for e in self.entries]
+
+    def values(self, counter):
+        return [float(e[counter]) for e in self.entries
+                if isinstance(e.get(counter), (int, float)) and math.isfinite(e[counter])]
+
+    def has(self, counter):
+        return bool(self.values(counter))
+
+    @property
+    def median_time(self):
+        return statistics.median(self.times)
+
+    def median(self, counter):
+        values = self.values(counter)
+        return statistics.median(values) if values else None
+
+    @property
+    def world_size(self):
+        """Ranks of this benchmark's run where its entries say (a file of
+        several world sizes, from tools/scaling), else 1."""
+        return int(self.entries[0].get("world_size", 1)) if self.entries else 1
+
+    def rate(self):
+        """(tokens/s or samples/s median, 'tokens' or 'samples'), or (None, None)."""
+        for counter in ("tokens/s", "samples/s"):
+            if self.has(counter):
+                return self.median(counter), counter.split("/")[0]
+        return None, None
+
+
+def collect(doc):
+    """Benchmark name -> Benchmark, in file order, from measured entries."""
+    found = collections.OrderedDict()
+    for entry in iterations(doc):
+        name = base_name(entry)
+        found.setdefault(name, Benchmark(name)).entries.append(entry)
+    return found
+
+
+def errors(doc):
+    """Benchmark name -> error message of every errored entry, in file order."""
+    found = collections.OrderedDict()
+    for entry in doc["benchmarks"]:
+        if entry.get("error_occurred"):
+            found.setdefault(base_name(entry), entry.get("error_message") or "error")
+    return found
+
+
+def all_names(doc):
+    """Every benchmark the file mentions, measured or errored."""
+    return list(collections.OrderedDict.fromkeys(base_name(e) for e in doc["benchmarks"]))

@@ -1,0 +1,126 @@
+"""Data-parallel weak scaling: files of one run per world size merged into
+one, and the efficiency table."""
+
+import collections
+
+from ltb.base import BadInput
+from ltb.results.entries import collect
+from ltb.results.format import format_value, markdown_table
+from ltb.results.names import base_name, split_ranks, with_ranks
+from ltb.results.records import in_family, split_contexts
+
+
+# Counters only a data-parallel step reports (several ranks averaging).
+DATA_PARALLEL_COUNTERS = ("grad_buckets", "comm_exposed_ms")
+
+
+def world_size(doc, path="results"):
+    """The number of ranks a run used, from its context (1 when absent)."""
+    value = doc.get("context", {}).get("world_size", 1)
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1:
+        raise BadInput(f"{path}: context world_size {value!r} is not a number of ranks")
+    return n
+
+
+def scaling_table(doc):
+    """The weak scaling of a file of several world sizes (tools/scaling):
+    benchmark name without /ranks -> (counter, ranks -> (throughput,
+    efficiency)), for each benchmark that ran data-parallel (it reports
+    grad_buckets or comm_exposed_ms at some world size above 1) and was
+    measured at the file's fewest ranks. Efficiency at N ranks is the
+    throughput per rank over that at the fewest ranks: T(N) / (N x T(1))
+    when one rank was measured."""
+    series = collections.OrderedDict()  # name -> ranks -> Benchmark
+    for name, bench in collect(doc).items():
+        key, ranks = split_ranks(name)
+        if ranks:
+            series.setdefault(key, {})[ranks] = bench
+    table = collections.OrderedDict()
+    sizes = [int(n) for n in str(doc["context"].get("world_sizes", "")).split(",") if n.isdigit()]
+    fewest = min(sizes or [n for by_ranks in series.values() for n in by_ranks] or [1])
+    for key, by_ranks in series.items():
+        parallel = any(n > 1 and any(b.has(c) for c in DATA_PARALLEL_COUNTERS)
+                       for n, b in by_ranks.items())
+        rates = {n: b.rate() for n, b in by_ranks.items()}
+        rates = {n: (rate, unit) for n, (rate, unit) in rates.items() if rate}
+        # Every benchmark against the same base: one without a measurement at
+        # the fewest ranks has no efficiency.
+        if not parallel or fewest not in rates or len(rates) < 2:
+            continue
+        base = fewest
+        per_rank = rates[base][0] / base
+        table[key] = (rates[base][1] + "/s", collections.OrderedDict(
+            (n, (rates[n][0], rates[n][0] / n / per_rank)) for n in sorted(rates)))
+    return table
+
+
+def scaling_markdown(doc):
+    """The scaling table as Markdown: per data-parallel benchmark, the
+    throughput at each world size with its efficiency, and the exposed
+    communication of a step at the largest."""
+    table = scaling_table(doc)
+    if not table:
+        return ""
+    sizes = sorted({n for _, points in table.values() for n in points})
+    exposed = {}
+    for name, bench in collect(doc).items():
+        key, ranks = split_ranks(name)
+        if key in table and ranks == max(table[key][1]) and bench.has("comm_exposed_ms"):
+            exposed[key] = bench.median("comm_exposed_ms")
+    headers = ["benchmark"] + [f"{n} rank{'s' if n > 1 else ''}" for n in sizes] + [
+        "comm_exposed_ms at the most ranks"]
+    rows = []
+    for key, (counter, points) in table.items():
+        cells = [f"`{key}`"]
+        for n in sizes:
+            if n not in points:
+                cells.append("—")
+                continue
+            rate, efficiency = points[n]
+            cells.append(f"{format_value(counter, rate)} ({efficiency * 100:.0f}%)")
+        cells.append(format_value("comm_exposed_ms", exposed.get(key)))
+        rows.append(cells)
+    return markdown_table(headers, rows)
+
+
+def merge_world_sizes(docs, paths):
+    """One Google Benchmark JSON from runs of the same benchmarks at several
+    world sizes: every entry named with /ranks:N and carrying world_size,
+    and each data-parallel benchmark's entries its scaling_efficiency. The
+    context holds what every run reported alike, world_sizes, and how the
+    efficiency is defined; each run's own context values stay in its
+    entries."""
+    sizes = [world_size(doc, path) for doc, path in zip(docs, paths)]
+    for i, n in enumerate(sizes):
+        if n in sizes[:i]:
+            raise BadInput(f"{paths[i]}: a second run at {n} rank{'s' if n > 1 else ''} "
+                           f"(also {paths[sizes.index(n)]}); give one file per world size")
+    order = sorted(range(len(docs)), key=lambda i: sizes[i])
+    records = [{"status": "ok", "context": docs[i]["context"]} for i in order]
+    context, own = split_contexts(records)
+    context.pop("world_size", None)
+    entries = []
+    for record, i in zip(records, order):
+        mine = dict(own.get(id(record), {}))
+        mine.pop("world_size", None)
+        for entry in docs[i]["benchmarks"]:
+            renamed = with_ranks(entry, sizes[i])
+            entries.append(dict(renamed, context=mine) if mine else renamed)
+    context["world_sizes"] = ",".join(str(sizes[i]) for i in order)
+    context["scaling"] = ("weak: --batch is per rank; scaling_efficiency at N ranks is the "
+                          "throughput per rank over that at the fewest ranks measured, "
+                          "T(N) / (N x T(1)) from one rank")
+    names = list(collections.OrderedDict.fromkeys(base_name(e) for e in entries))
+    entries = [in_family(e, names.index(base_name(e))) for e in entries]
+    merged = {"context": context, "benchmarks": entries}
+    table = scaling_table(merged)
+    for entry in entries:
+        key, ranks = split_ranks(base_name(entry))
+        if (key in table and ranks in table[key][1] and not entry.get("error_occurred")
+                and entry.get("run_type", "iteration") == "iteration"):
+            entry["scaling_efficiency"] = table[key][1][ranks][1]
+    return merged
