@@ -582,11 +582,19 @@ class TwoMachinesTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "out.json")
             port = self.port()
+            # 3000 steps: the forward's take a few seconds on the slowest CPU,
+            # the training's (with its collectives) far longer on the fastest.
             args = ("--benchmark_filter=Transformer/nano/cpu/(forward|train_step)/",
-                    "--steps=100000", "--dist_timeout_s=5")
+                    "--steps=3000", "--dist_timeout_s=5")
             second = self.node(1, port, *args)
             first = self.node(0, port, *args, out=out)
-            time.sleep(8)  # the forward measured, the training under way
+            # Node 1 dies once node 0 has measured the forward (its line is
+            # printed) and begun the training.
+            deadline = time.monotonic() + 300
+            for line in first.stdout:
+                if "Transformer/nano/cpu/forward/" in line or time.monotonic() > deadline:
+                    break
+            time.sleep(1)
             os.killpg(second.pid, signal.SIGKILL)
             second.communicate()
             start = time.monotonic()

@@ -13,7 +13,7 @@ import tempfile
 import time
 import unittest
 
-from tests.helpers import TOOLS, ToolTest, built_bench, stable_copy
+from tests.helpers import REPO, TOOLS, ToolTest, built_bench, stable_copy
 
 # Each check of the summary, and the status the rehearsal gives it.
 REHEARSAL = {
@@ -424,6 +424,22 @@ class OfflineKitTest(ToolTest):
             self.skipTest("not a git checkout")
         with open(os.path.join(kit, "source-commit")) as f:
             self.assertEqual(f.read().strip(), git.stdout.strip())
+
+    def test_a_tree_without_git_names_the_commit_it_was_given(self):
+        # What the build records where .git did not travel (tools/setup
+        # --offline and tools/gpu-run pass the kit's stamp as LTB_SOURCE_COMMIT).
+        out = os.path.join(self.tmp, "build_info.cc")
+        script = os.path.join(REPO, "cmake", "WriteBuildInfo.cmake")
+        for env, want in (({}, '"unknown"'),
+                          ({"LTB_SOURCE_COMMIT": "abc123 (recorded by tools/offline-kit)"},
+                           '"abc123 (recorded by tools/offline-kit)"')):
+            proc = subprocess.run(["cmake", f"-DSOURCE_DIR={self.tmp}", f"-DOUTPUT={out}",
+                                   "-DBUILD_TYPE=Release", "-P", script],
+                                  capture_output=True, text=True,
+                                  env=dict(os.environ, GIT_CEILING_DIRECTORIES=self.tmp, **env))
+            self.assertExit(proc, 0)
+            with open(out) as f:
+                self.assertIn(f"kGitCommit[] = {want};", f.read())
 
 
 if __name__ == "__main__":
