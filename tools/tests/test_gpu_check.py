@@ -21,6 +21,7 @@ REHEARSAL = {
     "the tools' Python packages": "ran",
     "default suite": "ran",
     "CPU/GPU speedup summary": "skipped",
+    "the matrix rate and the memory bandwidth against the peaks": "ran",
     "every family and phase in fp32, bf16, fp16": "ran",
     "TF32 (--tf32=true)": "skipped|not offered",
     "CUDA graphs (--cuda_graphs=true)": "skipped|not offered",
@@ -72,8 +73,8 @@ def archived(path):
 
 class RehearsalTest(unittest.TestCase):
     """One visit rehearsed on the CPU, run once for the class on a stable copy
-    of the built bench: tools/gpu-run (no set-up: --bench), which runs
-    tools/gpu-check --quick --devices=cpu."""
+    of the built bench: tools/gpu-run (no set-up: --prebuilt, which starts
+    here), which runs tools/gpu-check --quick --devices=cpu."""
 
     @classmethod
     def setUpClass(cls):
@@ -88,7 +89,7 @@ class RehearsalTest(unittest.TestCase):
         start = time.monotonic()
         cls.proc = subprocess.run(
             [sys.executable, os.path.join(TOOLS, "gpu-run"), "--devices=cpu", "--budget=3000",
-             f"--bench={bench}", cls.out], capture_output=True, text=True, timeout=1800)
+             f"--prebuilt={bench}", cls.out], capture_output=True, text=True, timeout=1800)
         cls.seconds = time.monotonic() - start
         with open(os.path.join(cls.out, "summary.md")) as f:
             cls.summary = f.read()
@@ -120,7 +121,7 @@ class RehearsalTest(unittest.TestCase):
         self.assertIn("=== summary ===", log)
 
     def test_it_leaves_eight_plain_files_at_most_and_one_archive_of_every_json(self):
-        # No setup.log: --bench skips the set-up.
+        # No setup.log: a --prebuilt bench that starts skips the set-up.
         self.assertEqual(set(os.listdir(self.out)), VISIT - {"setup.log"})
         self.assertTrue(all(os.path.isfile(os.path.join(self.out, n))
                             for n in os.listdir(self.out)))
@@ -128,7 +129,7 @@ class RehearsalTest(unittest.TestCase):
         jsons = {n for n in names if n.endswith(".json") and "/" not in n}
         # One JSON per bench run of the rehearsal, each one readable.
         self.assertEqual(jsons, {
-            "default.json", "precision.json", "generation.json", "train_epoch_memory.json",
+            "default.json", "roofline.json", "precision.json", "generation.json", "train_epoch_memory.json",
             "train_epoch_disk.json", "profile.json", "sync_true.json", "sync_false.json",
             "memory_guard.json", "oom_host.json", "data_parallel_1.json",
             "failing_rank_cpu.json"})
@@ -143,7 +144,8 @@ class RehearsalTest(unittest.TestCase):
         for text in (visit, self.summary):
             self.assertIn("## The visit (tools/gpu-run)", text)
             self.assertRegex(text, r"\| probe \| ran \| \d+ \|")
-            self.assertRegex(text, r"\| setup \| skipped \| \d+ \| --bench ")
+            self.assertRegex(text, r"\| setup \| skipped \| \d+ \| --prebuilt \S+ starts here: "
+                                   r"no build")
             self.assertRegex(text, r"\| gpu-check \| ran \| \d+ \| --devices=cpu")
             self.assertRegex(text, r"\| cores \| \d+ \|")
         self.assertIn("# gpu-check rehearsal on cpu", self.summary)
@@ -405,6 +407,69 @@ class InterruptTest(ToolTest):
         self.assertExit(proc, 2)
         self.assertIn("thesis.tex", proc.stderr)
         self.assertTrue(os.path.exists(os.path.join(out, "thesis.tex")))
+
+
+class PrebuiltTest(ToolTest):
+    """gpu-run --prebuilt: a bench built elsewhere is used where it starts,
+    with the Python's torch and nvidia libraries and the kit's on
+    LD_LIBRARY_PATH; where it does not start, why, and the build runs."""
+
+    def visit(self, script):
+        import argparse
+        from ltb.visit import gpu_run
+        bench = self.write("prebuilt", "#!/bin/sh\n" + script)
+        os.chmod(bench, 0o755)
+        kit = os.path.join(self.tmp, "kit")
+        args = argparse.Namespace(outdir=os.path.join(self.tmp, "out"), budget=540,
+                                  kit=kit, setup="none", bench=None, prebuilt=bench,
+                                  devices="cpu")
+        v = gpu_run.Visit(args)
+        v.prebuilt = None
+        return v, bench
+
+    def test_a_prebuilt_that_starts_is_used_with_its_libraries_found(self):
+        seen = os.path.join(self.tmp, "seen")
+        v, bench = self.visit(f'echo "$LD_LIBRARY_PATH" > {seen}; exit 0\n')
+        old = os.environ.get("LD_LIBRARY_PATH")
+        try:
+            status, note = v.do_setup()
+            passed = os.environ["LD_LIBRARY_PATH"]
+        finally:
+            if old is None:
+                os.environ.pop("LD_LIBRARY_PATH", None)
+            else:
+                os.environ["LD_LIBRARY_PATH"] = old
+        self.assertEqual((status, note), ("skipped", f"--prebuilt {bench} starts here: no build"))
+        self.assertEqual(v.prebuilt, bench)
+        with open(seen) as f:
+            self.assertEqual(f.read().strip(), passed)
+        self.assertIn(os.path.join(self.tmp, "kit", "usr", "lib", "x86_64-linux-gnu"),
+                      passed.split(":"))
+
+    def test_a_prebuilt_that_does_not_start_says_why_and_falls_back(self):
+        v, bench = self.visit("echo 'libtorch_cuda.so: cannot open shared object file' >&2; "
+                              "exit 127\n")
+        status, note = v.do_setup()
+        self.assertIsNone(v.prebuilt)
+        # --setup=none: the fallback is no build at all, and it says so.
+        self.assertEqual(status, "skipped")
+        self.assertEqual(note, f"--prebuilt did not start ({bench} --help exited with status "
+                               "127: libtorch_cuda.so: cannot open shared object file); "
+                               "--setup=none")
+
+    def test_bench_and_prebuilt_together_are_refused(self):
+        bench = self.write("b", "#!/bin/sh\n")
+        os.chmod(bench, 0o755)
+        proc = subprocess.run([sys.executable, os.path.join(TOOLS, "gpu-run"), f"--bench={bench}",
+                               f"--prebuilt={bench}", os.path.join(self.tmp, "o")],
+                              capture_output=True, text=True)
+        self.assertExit(proc, 2)
+        self.assertIn("--bench and --prebuilt", proc.stderr)
+        proc = subprocess.run([sys.executable, os.path.join(TOOLS, "gpu-run"),
+                               f"--prebuilt={self.tmp}/nothing", os.path.join(self.tmp, "o")],
+                              capture_output=True, text=True)
+        self.assertExit(proc, 2)
+        self.assertIn("is not an executable file", proc.stderr)
 
 
 class OfflineKitTest(ToolTest):

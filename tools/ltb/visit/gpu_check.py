@@ -87,7 +87,7 @@ GENERATION_COUNTERS = ("ttft_ms", "tpot_ms", "pp_tok/s", "tg_tok/s")
 FAST = ["--benchmark_min_time=0.05", "--warmup_s=0.1"]
 # Peaks given to the rehearsal's CPU-only runs after the first, so that each
 # does not measure the CPU's peaks again (mfu there is not what is checked).
-REHEARSAL_PEAKS = ["--peak_flops=1e12", "--peak_bandwidth=3e10"]
+REHEARSAL_PEAKS = ["--peak_flops=1e13", "--peak_bandwidth=1e12"]
 # One thread: on a small machine that others share, two OpenMP threads that
 # wait on each other can run a nano model ten times slower.
 REHEARSAL_THREADS = ["--threads=1"]
@@ -98,6 +98,11 @@ REHEARSAL_SHAPE = ["--batch=2", "--seq=64", "--dataset_samples=16", "--new_token
 # and its Ops: the smallest matmul (a CPU without bf16 or fp16 arithmetic
 # takes a minute over a 2048x2048 one in those dtypes).
 REHEARSAL_OPS = "Ops/(matmul/256x256|copy/256MiB|noop/empty)/"
+# The hardware's two ceilings: the matrix product the datasheet's rate is
+# quoted at and a copy far larger than any cache, in bf16 and fp32 (the
+# rehearsal's CPU takes the smallest of each).
+ROOFLINE_OPS = "Ops/(matmul/8192x8192|copy/2048MiB)/"
+REHEARSAL_ROOFLINE_OPS = "Ops/(matmul/256x256|copy/256MiB)/"
 # The host out-of-memory check's address-space limit: what bench maps before
 # it allocates (its own file and every shared library it loads, the CUDA
 # ones included), plus OOM_HEADROOM for its heap, thread stacks and
@@ -120,7 +125,7 @@ QUICK_GRAPHS = "^(Transformer/small/{d}/forward/|GPT2/small/{d}/generate/|Llama/
 # The least time each step needs on a GPU with --quick (seconds, after the
 # build): a step is not started with less than this left of --budget. The
 # rehearsal on a CPU uses a tenth of these.
-STEP_SECONDS = {"bench": 5, "default suite": 60, "precision": 60, "tf32 and graphs": 30,
+STEP_SECONDS = {"bench": 5, "default suite": 60, "roofline": 10, "precision": 60, "tf32 and graphs": 30,
                 "generation": 20, "train_epoch": 30, "profile": 15, "transfers": 10,
                 "sync": 10, "memory guard": 5, "out of memory": 20, "data-parallel": 30,
                 "ctest": 120}
@@ -457,7 +462,7 @@ class GpuCheck:
 
     # --- the checks ---------------------------------------------------------
 
-    STEPS = (("bench", "sanity"), ("default suite", "default_suite"),
+    STEPS = (("bench", "sanity"), ("default suite", "default_suite"), ("roofline", "roofline"),
              ("precision", "precision"), ("tf32 and graphs", "tf32_and_graphs"),
              ("generation", "generation"), ("train_epoch", "train_epoch"),
              ("profile", "profile"), ("transfers", "transfers"), ("sync", "sync"),
@@ -624,6 +629,25 @@ class GpuCheck:
                           + ["^Ops/matmul/", "^Ops/copy/", "^Ops/noop/"])
         seen, _ = self.families_phases(doc)
         c.notes += [f"{k}: {', '.join(sorted(v))}" for k, v in seen.items()]
+
+    def roofline(self):
+        """The two ceilings every mfu and mbu is judged against: the matrix
+        product at the datasheet's size and a copy of HBM far past the L2,
+        each with its rate and its utilisation (neither above 1)."""
+        self.section("roofline")
+        c = self.check("the matrix rate and the memory bandwidth against the peaks")
+        devices = self.gpus if self.gpu else self.devices
+        ops = ROOFLINE_OPS if self.gpu else REHEARSAL_ROOFLINE_OPS
+        doc = self.bench_run(c, "roofline", [f"--devices={','.join(devices)}",
+                                             "--dtype=bf16,fp32", *FAST,
+                                             f"--benchmark_filter=^{ops}{self.dev_re}/"])
+        self.expect_names(c, "roofline", doc, ["^Ops/matmul/.*/bf16", "^Ops/copy/.*/bf16"])
+        for e in self.counters(c, "roofline", doc, "^Ops/matmul/", ["FLOP/s", "mfu"]):
+            c.notes.append(f"{short(e['name'])}: {e['FLOP/s'] / 1e12:.4g} TFLOP/s, "
+                           f"mfu {fmt(e['mfu'])}")
+        for e in self.counters(c, "roofline", doc, "^Ops/copy/", ["bytes/s", "mbu"]):
+            c.notes.append(f"{short(e['name'])}: {e['bytes/s'] / 1e12:.4g} TB/s "
+                           f"(read + written), mbu {fmt(e['mbu'])}")
 
     def precision(self):
         self.section("precision")

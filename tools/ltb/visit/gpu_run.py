@@ -1,12 +1,13 @@
 """A whole visit to a GPU machine in one command, inside one time budget:
 
     tools/gpu-run [--budget=SECONDS] [--kit=DIR] [--setup=offline|online|none]
-                  [--bench=PATH] [--devices=LIST] OUTDIR
+                  [--bench=PATH | --prebuilt=PATH] [--devices=LIST] OUTDIR
 
   probe      the GPU (name, memory, driver), nvcc, cmake, the compiler, the
              Python's torch and its CUDA runtime, the cores and the memory
   setup      tools/setup --offline KIT building bench alone (LTB_TARGETS=bench);
-             online where there is no kit; none with --bench
+             online where there is no kit; none with --bench, or with
+             --prebuilt when that bench starts there
   gpu-check  tools/gpu-check --quick under what is left of the budget
 
 and leaves in OUTDIR at most eight plain files: summary.md (gpu-check's,
@@ -19,6 +20,12 @@ and the build left, less 20 s to write the summary and the archive, so that
 the visit ends inside a command limit of --budget + 60 s. On SIGINT or
 SIGTERM the running phase is stopped (gpu-check writes its summary and
 archive, naming the interrupted step) and visit.md says which phase it was.
+
+--prebuilt: a bench built elsewhere against the same LibTorch version (the
+GPU machine's torch; docs/devices.md says how), found at run time through
+LD_LIBRARY_PATH (that Python's torch/lib and nvidia/*/lib, and the kit's
+libraries). When it starts (bench --help), the build is skipped and its
+minutes go to the check; when it does not, bench is built as without it.
 
 --devices: what gpu-check checks (default: cuda where nvidia-smi lists a
 GPU, else cpu, the rehearsal). Exit status: gpu-check's; 1 when the set-up
@@ -223,12 +230,51 @@ class Visit:
         except OSError:
             return ""
 
+    def library_path(self):
+        """LD_LIBRARY_PATH for a bench built elsewhere: the Python's
+        torch/lib and the nvidia packages' lib folders beside it, then the
+        kit's libraries (Abseil, Google Benchmark)."""
+        python = os.environ.get("LTB_PYTHON", "python3")
+        dirs = []
+        try:
+            proc = subprocess.run([python, "-c", (
+                "import glob, os, torch; t = os.path.dirname(torch.__file__); "
+                "print('\\n'.join([os.path.join(t, 'lib')] + sorted(glob.glob("
+                "os.path.join(os.path.dirname(t), 'nvidia', '*', 'lib')))))")],
+                capture_output=True, text=True, timeout=120)
+            if proc.returncode == 0:
+                dirs = [d for d in proc.stdout.split("\n") if d.strip()]
+        except (OSError, subprocess.SubprocessError):
+            pass
+        dirs += [os.path.join(self.kit(), "usr", "lib", "x86_64-linux-gnu"),
+                 os.path.join(self.kit(), "usr", "lib")]
+        old = os.environ.get("LD_LIBRARY_PATH", "")
+        return ":".join(dict.fromkeys(dirs + ([old] if old else [])))
+
+    def try_prebuilt(self):
+        """The prebuilt bench, if it starts here; else None (and why)."""
+        path = os.path.abspath(self.args.prebuilt)
+        env = {"LD_LIBRARY_PATH": self.library_path()}
+        with open(os.devnull, "w") as quiet:
+            rc, out = self.run([path, "--help"], env=env, timeout=120, log=quiet)
+        if rc != 0:
+            return None, f"{path} --help exited with status {rc}: {last_line(out)[:200]}"
+        os.environ["LD_LIBRARY_PATH"] = env["LD_LIBRARY_PATH"]  # gpu-check's and bench's
+        return path, ""
+
     def do_setup(self):
         mode = self.args.setup
         if self.args.bench:
             return "skipped", f"--bench {self.args.bench}"
+        why_not = ""
+        if self.args.prebuilt:
+            self.prebuilt, why_not = self.try_prebuilt()
+            if self.prebuilt:
+                return "skipped", f"--prebuilt {self.prebuilt} starts here: no build"
+            self.say(f"--prebuilt: {why_not}; building bench")
+            why_not = f"--prebuilt did not start ({why_not}); "
         if mode == "none":
-            return "skipped", "--setup=none"
+            return "skipped", f"{why_not}--setup=none"
         cmd = [os.path.join(TOOLS, "setup")]
         if mode == "offline":
             cmd += ["--offline", self.kit()]
@@ -240,8 +286,9 @@ class Visit:
         with open(os.path.join(self.out, "setup.log"), "w") as log:
             rc, out = self.run(cmd, log=log, env=env, timeout=max(left, 30))
         if rc != 0:
-            return "FAILED", f"tools/setup exited with status {rc}: {last_line(out)[:300]}"
-        return "ran", f"{mode}; bench built" + (f"; commit {commit}" if commit else "")
+            return "FAILED", (f"{why_not}tools/setup exited with status {rc}: "
+                              f"{last_line(out)[:300]}")
+        return "ran", f"{why_not}{mode}; bench built" + (f"; commit {commit}" if commit else "")
 
     def do_check(self):
         left = self.args.budget - self.elapsed() - RESERVE
@@ -249,7 +296,7 @@ class Visit:
             return "out of time", f"{left:.0f} s left"
         devices = self.args.devices or ("cuda" if self.gpu_found else "cpu")
         build = os.environ.get("LTB_BUILD_DIR") or os.path.join(REPO, "build")
-        bench = self.args.bench or os.path.join(build, "bench", "bench")
+        bench = self.args.bench or self.prebuilt or os.path.join(build, "bench", "bench")
         cmd = [sys.executable, os.path.join(TOOLS, "gpu-check"), "--quick",
                f"--budget={left:.0f}", f"--devices={devices}", f"--bench={bench}", self.out]
         self.check_rc, out = self.run(cmd, timeout=left + RESERVE + 30)
@@ -264,7 +311,7 @@ class Visit:
                 shutil.rmtree(path)
             else:
                 os.remove(path)
-        self.gpu_found, self.check_rc = False, 1
+        self.gpu_found, self.check_rc, self.prebuilt = False, 1, None
         handlers = raise_on_signals()
         rc = 0
         try:
@@ -305,6 +352,8 @@ def main():
     parser.add_argument("--setup", choices=("offline", "online", "none"), default=None,
                         help="how bench is built (default: offline where the kit is, else online)")
     parser.add_argument("--bench", default=None, help="check this bench; no set-up")
+    parser.add_argument("--prebuilt", default=None,
+                        help="a bench built elsewhere: checked if it starts here, else built")
     parser.add_argument("--devices", default=None, help="gpu-check's --devices")
     args = parser.parse_args()
     if not args.budget > LEAST_CHECK + RESERVE:
@@ -319,7 +368,12 @@ def main():
         if other:
             parser.error(f"{args.outdir} holds other files than a visit's ({', '.join(other[:5])}): "
                          "name an empty or new folder")
-    if args.bench and not os.access(args.bench, os.X_OK):
-        parser.error(f"--bench: {args.bench} is not an executable file")
+    for flag in ("bench", "prebuilt"):
+        path = getattr(args, flag)
+        if path and not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            parser.error(f"--{flag}: {path} is not an executable file")
+    if args.bench and args.prebuilt:
+        parser.error("--bench and --prebuilt: name one (--bench skips the set-up, "
+                     "--prebuilt builds when it does not start)")
     sys.exit(Visit(args).main())
 
