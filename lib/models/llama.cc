@@ -88,6 +88,12 @@ LlamaRotaryImpl::LlamaRotaryImpl(const LlamaOptions& o) {
   inv_freq = register_buffer("inv_freq", LlamaInverseFrequencies(o));
 }
 
+void LlamaRotaryImpl::to(torch::Device device, torch::Dtype, bool non_blocking) {
+  torch::nn::Module::to(device, non_blocking);
+}
+
+void LlamaRotaryImpl::to(torch::Dtype, bool) {}
+
 std::pair<at::Tensor, at::Tensor> LlamaRotaryImpl::forward(const at::Tensor& positions,
                                                            c10::ScalarType dtype) {
   // fp32 products of position and frequency, as transformers computes them.

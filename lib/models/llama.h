@@ -98,6 +98,12 @@ class LlamaRotaryImpl : public torch::nn::Module {
   // (cos, sin) of `positions` (T), (T, hs / 2) each, in `dtype`.
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& positions,
                                             c10::ScalarType dtype);
+  // The inverse frequencies move with the model but stay fp32 whatever its
+  // dtype, as transformers' from_pretrained(torch_dtype=...) keeps them:
+  // rounded to bf16, they turn position 2047's angles by whole radians.
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Dtype dtype, bool non_blocking = false) override;
+  using torch::nn::Module::to;
   at::Tensor inv_freq;
 };
 TORCH_MODULE(LlamaRotary);

@@ -121,6 +121,38 @@ TEST(LlamaRope, RotatesTheTwoHalvesOfAHeadTogether) {
   }
 }
 
+TEST(LlamaRope, FrequenciesStayFp32InABf16ModelSoLatePositionsKeepTheirAngles) {
+  // A model cast to bf16 for inference keeps its inverse frequencies in
+  // fp32 (rounded to bf16 they are off by up to 2^-9, which at position
+  // 2047 turns the fastest pair by radians); cos and sin are then only
+  // rounded to bf16 once, at the end.
+  const LlamaOptions o = LlamaSizeOptions("1B").value();
+  LlamaRotary rope(o);
+  rope->to(at::kBFloat16);
+  EXPECT_EQ(rope->inv_freq.scalar_type(), at::kFloat);
+  rope->to(torch::kCPU, at::kHalf);
+  EXPECT_EQ(rope->inv_freq.scalar_type(), at::kFloat);
+  EXPECT_TRUE(torch::equal(rope->inv_freq, LlamaInverseFrequencies(o)));
+  // And inside a whole model cast as bench casts one for inference.
+  LlamaLM model(LlamaNano());
+  BenchSpec spec = SpecFor("Llama", "nano", "forward");
+  spec.device = torch::kCPU;
+  spec.dtype = at::kBFloat16;
+  PrepareModel(*model, spec);
+  for (const auto& b : model->named_buffers()) {
+    if (absl::EndsWith(b.key(), "inv_freq")) {
+      EXPECT_EQ(b.value().scalar_type(), at::kFloat) << b.key();
+    }
+  }
+  const at::Tensor positions = torch::arange(2048, torch::kLong);
+  const auto [cos, sin] = rope(positions, at::kBFloat16);
+  const at::Tensor angles = torch::outer(positions.to(at::kDouble),
+                                         LlamaInverseFrequencies(o).to(at::kDouble));
+  // bf16 rounding of values in [-1, 1]: 2^-9 at most.
+  EXPECT_LT((cos.to(at::kDouble) - angles.cos()).abs().max().item<double>(), 4e-3);
+  EXPECT_LT((sin.to(at::kDouble) - angles.sin()).abs().max().item<double>(), 4e-3);
+}
+
 TEST(LlamaLM, IsCausal) {
   torch::manual_seed(3);
   LlamaLM model(LlamaNano());

@@ -63,6 +63,11 @@ TEST_F(PrecisionTest, EveryNanoPhaseRunsInItsDtype) {
     for (const auto& [name, t] : tensors) {
       cache = cache || name.rfind("cache:", 0) == 0;
       if (!at::isFloatingType(t.scalar_type())) continue;
+      if (name.size() >= 8 && name.compare(name.size() - 8, 8, "inv_freq") == 0) {
+        // RoPE's inverse frequencies stay fp32 in every dtype (llama.h).
+        EXPECT_EQ(t.scalar_type(), c10::kFloat) << name;
+        continue;
+      }
       EXPECT_EQ(t.scalar_type(), weights) << name;
     }
     if (s.phase == "generate") EXPECT_TRUE(cache) << "generation exposes its cache";

@@ -54,6 +54,15 @@ class LlamaRotary(nn.Module):
             raise ValueError(f"RoPE needs an even head size, got {o.head_dim}")
         self.register_buffer("inv_freq", llama_inverse_frequencies(o))
 
+    def _apply(self, fn, recurse=True):
+        # The frequencies move with the model but stay fp32 whatever its
+        # dtype, as from_pretrained(torch_dtype=...) keeps them (and bench):
+        # rounded to bf16 they turn position 2047's angles by radians.
+        inv_freq = self.inv_freq
+        super()._apply(fn, recurse)
+        self.inv_freq = inv_freq.to(self.inv_freq.device)
+        return self
+
     def forward(self, positions, dtype):
         angles = torch.outer(positions.float(), self.inv_freq)  # (T, hs/2)
         return angles.cos().to(dtype), angles.sin().to(dtype)
