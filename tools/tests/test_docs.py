@@ -90,3 +90,43 @@ class DocsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class GpuResultsPageTest(unittest.TestCase):
+    """docs/gpu-results.md's tables are what ltb.report.gpu_page writes from
+    the JSON they name: a number edited by hand, or a file replaced without
+    the page, fails here."""
+
+    PAGE = os.path.join(DOCS, "gpu-results.md")
+    MARK = re.compile(r"<!-- tables from (\S+) -->\n(.*?)<!-- end of tables -->", re.S)
+
+    def test_the_tables_are_written_from_the_json(self):
+        from ltb.report import gpu_page
+        found = self.MARK.findall(read(self.PAGE))
+        self.assertTrue(found, "no <!-- tables from DIR --> in docs/gpu-results.md")
+        for folder, tables in found:
+            self.assertEqual(tables, gpu_page.render(os.path.join(DOCS, folder)), folder)
+
+    def test_every_family_and_phase_at_its_small_size_ran_in_three_dtypes(self):
+        from ltb.report import gpu_page
+        folder = self.MARK.search(read(self.PAGE)).group(1)
+        ran = gpu_page.entries(os.path.join(DOCS, folder), "precision")
+        for family, size in gpu_page.SMALL.items():
+            phases = {n.split("/")[3] for n in ran if n.startswith(f"{family}/{size}/cuda/")}
+            self.assertTrue(phases, family)
+            for phase in phases:
+                for dtype in gpu_page.DTYPES:
+                    self.assertTrue(any(n.startswith(f"{family}/{size}/cuda/{phase}/")
+                                        and f"/{dtype}" in n for n in ran),
+                                    f"{family}/{size} {phase} {dtype}")
+        for name, e in ran.items():  # a peak a benchmark beats is a wrong peak
+            for u in ("mfu", "mbu"):
+                self.assertLessEqual(e.get(u, 0), 1, f"{name}: {u}")
+
+    def test_a_folder_without_the_files_is_named(self):
+        from ltb.base import BadInput
+        from ltb.report import gpu_page
+        with self.assertRaisesRegex(BadInput, "no-such-visit: no such folder"):
+            gpu_page.render(os.path.join(DOCS, "no-such-visit"))
+        with self.assertRaisesRegex(BadInput, "roofline.json: no such file"):
+            gpu_page.roofline(DOCS)

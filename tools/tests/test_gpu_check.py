@@ -490,6 +490,19 @@ class OfflineKitTest(ToolTest):
         with open(os.path.join(kit, "source-commit")) as f:
             self.assertEqual(f.read().strip(), git.stdout.strip())
 
+    def test_prebuilt_wants_a_kit_and_a_torch_version(self):
+        kit = os.path.join(self.tmp, "kit")
+        os.makedirs(kit)
+        proc = subprocess.run([os.path.join(TOOLS, "offline-kit"), "--prebuilt=2.11.0", kit],
+                              capture_output=True, text=True)
+        self.assertExit(proc, 1)
+        self.assertIn("is not a kit", proc.stderr)
+        self.write("kit/.ltb-kit", "libbenchmark-dev 1.7.1-1\n")
+        proc = subprocess.run([os.path.join(TOOLS, "offline-kit"), "--prebuilt=latest", kit],
+                              capture_output=True, text=True)
+        self.assertExit(proc, 2)
+        self.assertIn("--prebuilt=latest: a torch version, e.g. --prebuilt=2.11.0", proc.stderr)
+
     def test_a_tree_without_git_names_the_commit_it_was_given(self):
         # What the build records where .git did not travel (tools/setup
         # --offline and tools/gpu-run pass the kit's stamp as LTB_SOURCE_COMMIT).
