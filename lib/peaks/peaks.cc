@@ -21,6 +21,7 @@
 #include "device/device.h"
 #include "device/timer.h"
 #include "family/spec.h"
+#include "peaks/cpu_bandwidth.h"
 #include "peaks/cpu_peak.h"
 
 namespace ltb {
@@ -223,6 +224,9 @@ void Peaks::Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandw
     } else if (sheet != nullptr) {
       p = {sheet->bandwidth,
            absl::StrCat("datasheet: ", sheet->model, " (", sheet->source, ")")};
+    } else if (BackendOf(device).FlopsPeakMethod() == PeakMethod::kCpuLimit) {
+      const BandwidthPeak measured = MeasureCpuBandwidth();
+      p = {measured.bytes_per_s, DescribeBandwidthPeak(measured), true};
     } else {
       p = {MeasureCopyPeak(device),
            "measured: the faster of a 256MiB copy (bytes read + written) and a "

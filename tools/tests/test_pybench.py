@@ -37,6 +37,21 @@ GENERATION = ("ttft_ms", "tpot_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms",
               "tg_tok/s", "kv_cache_bytes", "weight_GB/s", "read_GB/s", "mbu")
 
 
+def pybench_in_process(*args):
+    """(exit status, stderr) of pybench ARGS run in this process: flags that
+    are refused before anything runs, without a Python start-up each."""
+    import contextlib
+    import io
+    from ltb.pysuite import bench as pybench
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            code = pybench.pybench_main(list(args))
+        except SystemExit as e:
+            code = e.code
+    return code, err.getvalue()
+
+
 def runnable_bench():
     path = built_bench()
     return path if os.access(path, os.X_OK) else None
@@ -411,9 +426,13 @@ class PybenchTest(ToolTest):
                               (["--data=disk"], "valid: memory"),
                               (["--data_dir=/tmp"], "bench's only"),
                               (["--runtime=jit"], "valid: eager, compile")):
-            proc = self.pybench(*args)
-            self.assertExit(proc, 2)
-            self.assertIn(message, proc.stderr)
+            code, stderr = pybench_in_process(*args)
+            self.assertEqual(code, 2, (args, stderr))
+            self.assertIn(message, stderr)
+        # And through the command, as a user runs it.
+        proc = self.pybench("--bogus=1")
+        self.assertExit(proc, 2)
+        self.assertIn("unknown flag --bogus", proc.stderr)
 
 
 DEPTH_FILTER = "--benchmark_filter=^(Llama|GPT2)/nano/cpu/generate/"
@@ -546,9 +565,9 @@ class DepthAndWeightsTest(ToolTest):
         for args, message in ((["--depth=-1"], "is not a whole number"),
                               (["--depth="], "--depth needs at least one value"),
                               (["--print_tokens=maybe"], "valid: true, false")):
-            proc = self.pybench(*args)
-            self.assertExit(proc, 2)
-            self.assertIn(message, proc.stderr)
+            code, stderr = pybench_in_process(*args)
+            self.assertEqual(code, 2, (args, stderr))
+            self.assertIn(message, stderr)
 
     def test_printed_tokens_with_weights_are_the_mirrors_as_benchs(self):
         """--weights=llama-nano --print_tokens=true: each side prints its
