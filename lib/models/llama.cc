@@ -367,11 +367,11 @@ Family LlamaFamily() {
   for (const LlamaSize& s : LlamaSizes()) sizes.push_back(s.name);
   Family f = DecoderFamily("Llama", sizes);
   // The default suite: 1B's generation, of 4 new tokens on the CPU (each
-  // decode step reads 5 GB of fp32 weights: 0.27 s on the slowest two-core
-  // CPU, whose 32-token prompt takes 0.9 s; a step of 1.8 s leaves Google
-  // Benchmark room for three or more within the suite's 5 s, which 8
-  // tokens, 3.2 s, did not); on GPUs 8B's too (32 GB of fp32 weights, 16
-  // of bf16).
+  // decode step reads 5 GB of fp32 weights, 0.27 to 0.38 s on two-core AVX2
+  // EPYCs, whose 32-token prompt takes 0.9 to 2.1 s: a step of 1.8 to 3.2 s,
+  // which Google Benchmark measures three times or more within the suite's
+  // 5 s up to about 2.8 s, and twice beyond); on GPUs 8B's too (32 GB of
+  // fp32 weights, 16 of bf16).
   f.suite = {"1B/[^/]+/generate/", "8B/cuda[^/]*/generate/"};
   f.default_seqs = {2048};
   f.suite_cpu_seqs = {64};
