@@ -114,19 +114,23 @@ int64_t BandwidthBufferBytes(int64_t llc_bytes, int threads) {
 
 BandwidthPeak MeasureCpuBandwidth(int threads, int64_t buffer_bytes) {
   if (threads <= 0) threads = at::get_num_threads();
-  if (buffer_bytes <= 0) buffer_bytes = BandwidthBufferBytes(LastLevelCacheBytes(), threads);
-  const int64_t n = buffer_bytes / 4;
+  const int64_t llc = LastLevelCacheBytes();
+  if (buffer_bytes <= 0) buffer_bytes = BandwidthBufferBytes(llc, threads);
   // On 2 MiB pages where the kernel grants them (transparent huge pages in
   // "madvise" mode, Linux's default, need asking): on 4 KiB pages the TLB's
   // misses hold a stream down (here 19 GB/s against 23 on huge pages, and
   // torch.sum over a large tensor, which gets them, would beat the peak).
   // Written once before any timing, so that every page is mapped.
   constexpr size_t kHugePage = size_t{2} << 20;
+  // Where the address space is limited (ulimit -v), a smaller buffer: half
+  // as large each time down to 256 MiB, the size the context then names.
   void* raw = nullptr;
-  if (posix_memalign(&raw, kHugePage, static_cast<size_t>(buffer_bytes)) != 0) {
-    throw std::bad_alloc();
+  while (posix_memalign(&raw, kHugePage, static_cast<size_t>(buffer_bytes)) != 0) {
+    if (buffer_bytes / 2 < (int64_t{256} << 20)) throw std::bad_alloc();
+    buffer_bytes = buffer_bytes / 2 / (8192 * 4) * (8192 * 4);
   }
   std::unique_ptr<void, decltype(&free)> owned(raw, &free);
+  const int64_t n = buffer_bytes / 4;
 #ifdef MADV_HUGEPAGE
   madvise(raw, static_cast<size_t>(buffer_bytes), MADV_HUGEPAGE);
 #endif
@@ -148,6 +152,7 @@ BandwidthPeak MeasureCpuBandwidth(int threads, int64_t buffer_bytes) {
   };
   BandwidthPeak peak;
   peak.buffer_bytes = buffer_bytes;
+  peak.llc_bytes = llc;
   peak.threads = threads;
   std::vector<double> best(methods.size(), 0);
   int steady = 0;
@@ -176,10 +181,11 @@ std::string DescribeBandwidthPeak(const BandwidthPeak& p) {
     each.push_back(absl::StrFormat("%s %.4g", m.name, m.bytes_per_s));
   }
   return absl::StrFormat(
-      "measured: %s, the fastest of %d ways to stream %.3g GiB (4x the last-level cache, "
-      "at least 1 GiB) on %d threads, best of %d rounds: %s",
+      "measured: %s, the fastest of %d ways to stream %.3g GiB (the last-level cache: "
+      "%.3g MiB) on %d threads, best of %d rounds: %s",
       p.method, static_cast<int>(p.methods.size()),
-      static_cast<double>(p.buffer_bytes) / kOneGiB, p.threads, p.rounds,
+      static_cast<double>(p.buffer_bytes) / kOneGiB,
+      static_cast<double>(p.llc_bytes) / (1 << 20), p.threads, p.rounds,
       absl::StrJoin(each, ", "));
 }
 
