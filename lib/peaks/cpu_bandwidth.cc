@@ -2,18 +2,18 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/mv.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/ops/mv.h>
 #include <ATen/ops/ones.h>
-#include <sys/mman.h>
 #include <ATen/ops/sum.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <new>
@@ -85,8 +85,10 @@ double SecondsOf(const std::function<void()>& op) {
 int64_t ParseCacheSize(std::string text) {
   absl::string_view v = absl::StripAsciiWhitespace(text);
   int64_t scale = 1;
-  if (absl::ConsumeSuffix(&v, "K")) scale = 1024;
-  else if (absl::ConsumeSuffix(&v, "M")) scale = 1024 * 1024;
+  if (absl::ConsumeSuffix(&v, "K"))
+    scale = 1024;
+  else if (absl::ConsumeSuffix(&v, "M"))
+    scale = 1024 * 1024;
   int64_t n = 0;
   return absl::SimpleAtoi(v, &n) ? n * scale : 0;
 }
@@ -108,7 +110,8 @@ int64_t LastLevelCacheBytes() {
 
 int64_t BandwidthBufferBytes(int64_t llc_bytes, int threads) {
   const int64_t want = std::max(kOneGiB, 4 * llc_bytes);
-  const int64_t unit = int64_t{4096} * std::max(1, threads) * 8192;  // whole pages, mv rows
+  const int64_t unit =
+      int64_t{4096} * std::max(1, threads) * 8192;  // whole pages, mv rows
   return (want + unit - 1) / unit * unit;
 }
 
@@ -136,7 +139,8 @@ BandwidthPeak MeasureCpuBandwidth(int threads, int64_t buffer_bytes) {
 #endif
   const at::Tensor buffer = at::from_blob(raw, {n}, at::kFloat);
   buffer.fill_(1);
-  const at::Tensor half_a = buffer.narrow(0, 0, n / 2), half_b = buffer.narrow(0, n / 2, n / 2);
+  const at::Tensor half_a = buffer.narrow(0, 0, n / 2),
+                   half_b = buffer.narrow(0, n / 2, n / 2);
   const at::Tensor matrix = buffer.view({-1, 8192});
   const at::Tensor vector = at::ones({8192}, at::kFloat);
   at::Tensor product = at::empty({matrix.size(0)}, at::kFloat);
@@ -146,9 +150,13 @@ BandwidthPeak MeasureCpuBandwidth(int threads, int64_t buffer_bytes) {
   // (the copy reads one half and writes the other).
   const std::vector<std::pair<std::string, std::function<double()>>> methods = {
       {"streaming read", [&] { return StreamingRead(data, n, threads); }},
-      {"sum", [&] { return SecondsOf([&] { read_sink.store(at::sum(buffer).item<float>()); }); }},
+      {"sum",
+       [&] {
+         return SecondsOf([&] { read_sink.store(at::sum(buffer).item<float>()); });
+       }},
       {"copy", [&] { return SecondsOf([&] { half_b.copy_(half_a); }); }},
-      {"matrix-vector", [&] { return SecondsOf([&] { at::mv_out(product, matrix, vector); }); }},
+      {"matrix-vector",
+       [&] { return SecondsOf([&] { at::mv_out(product, matrix, vector); }); }},
   };
   BandwidthPeak peak;
   peak.buffer_bytes = buffer_bytes;
@@ -159,7 +167,8 @@ BandwidthPeak MeasureCpuBandwidth(int threads, int64_t buffer_bytes) {
   for (int round = 0; round < 12 && steady < 2; ++round) {
     const double before = *std::max_element(best.begin(), best.end());
     for (size_t m = 0; m < methods.size(); ++m) {
-      for (int pass = 0; pass < 3; ++pass) best[m] = std::max(best[m], bytes / methods[m].second());
+      for (int pass = 0; pass < 3; ++pass)
+        best[m] = std::max(best[m], bytes / methods[m].second());
     }
     const double after = *std::max_element(best.begin(), best.end());
     steady = round >= 2 && after <= before * 1.01 ? steady + 1 : 0;

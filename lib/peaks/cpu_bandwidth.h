@@ -18,10 +18,10 @@ struct BandwidthMethod {
 };
 
 struct BandwidthPeak {
-  double bytes_per_s = 0;   // the fastest method's
-  std::string method;       // which one set it
+  double bytes_per_s = 0;  // the fastest method's
+  std::string method;      // which one set it
   int64_t buffer_bytes = 0;
-  int64_t llc_bytes = 0;    // the last-level cache's, as read (0: unknown)
+  int64_t llc_bytes = 0;  // the last-level cache's, as read (0: unknown)
   int threads = 0;
   int rounds = 0;
   std::vector<BandwidthMethod> methods;  // each one's best

@@ -146,8 +146,8 @@ TEST(LlamaRope, FrequenciesStayFp32InABf16ModelSoLatePositionsKeepTheirAngles) {
   }
   const at::Tensor positions = torch::arange(2048, torch::kLong);
   const auto [cos, sin] = rope(positions, at::kBFloat16);
-  const at::Tensor angles = torch::outer(positions.to(at::kDouble),
-                                         LlamaInverseFrequencies(o).to(at::kDouble));
+  const at::Tensor angles =
+      torch::outer(positions.to(at::kDouble), LlamaInverseFrequencies(o).to(at::kDouble));
   // bf16 rounding of values in [-1, 1]: 2^-9 at most.
   EXPECT_LT((cos.to(at::kDouble) - angles.cos()).abs().max().item<double>(), 4e-3);
   EXPECT_LT((sin.to(at::kDouble) - angles.sin()).abs().max().item<double>(), 4e-3);

@@ -42,7 +42,8 @@ TEST(MeasureCpuBandwidth, TheFastestOfFourWaysSetsThePeakAndIsNamed) {
     EXPECT_GT(m.bytes_per_s, 0) << m.name;
     fastest = std::max(fastest, m.bytes_per_s);
   }
-  EXPECT_EQ(names, (std::set<std::string>{"streaming read", "sum", "copy", "matrix-vector"}));
+  EXPECT_EQ(names,
+            (std::set<std::string>{"streaming read", "sum", "copy", "matrix-vector"}));
   // torch.sum over the buffer is one of the ways: it cannot beat the peak.
   EXPECT_EQ(p.bytes_per_s, fastest);
   EXPECT_TRUE(names.count(p.method));
@@ -55,8 +56,10 @@ TEST(MeasureCpuBandwidth, TheFastestOfFourWaysSetsThePeakAndIsNamed) {
   EXPECT_EQ(p.buffer_bytes, 64 * kMiB);
   EXPECT_EQ(p.threads, 2);
   const std::string text = DescribeBandwidthPeak(p);
-  EXPECT_EQ(text.rfind("measured: " + p.method + ", the fastest of 4 ways", 0), 0u) << text;
-  for (const BandwidthMethod& m : p.methods) EXPECT_NE(text.find(m.name + " "), std::string::npos);
+  EXPECT_EQ(text.rfind("measured: " + p.method + ", the fastest of 4 ways", 0), 0u)
+      << text;
+  for (const BandwidthMethod& m : p.methods)
+    EXPECT_NE(text.find(m.name + " "), std::string::npos);
   EXPECT_NE(text.find("on 2 threads"), std::string::npos) << text;
 }
 
