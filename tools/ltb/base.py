@@ -21,6 +21,11 @@ EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# Each family's small size: the default suite's, which a GPU visit checks
+# every phase of (tools/gpu-check) and its results page tabulates.
+SMALL_SIZES = {"Transformer": "small", "GPT2": "small", "Llama": "1B", "ResNet": "resnet18",
+               "CNN": "default", "Encoder": "default", "Whisper": "tiny", "EncDec": "tiny"}
+
 
 class BadInput(Exception):
     """Input a tool cannot use; tools exit 2 with its message."""

@@ -14,13 +14,12 @@ import os
 import re
 import sys
 
-from ltb.base import BadInput, run
+from ltb.base import SMALL_SIZES, BadInput, run
 from ltb.results.entries import iterations
 from ltb.results.format import human, markdown_table
 from ltb.results.load import load
 
-SMALL = {"Transformer": "small", "GPT2": "small", "Llama": "1B", "ResNet": "resnet18",
-         "CNN": "default", "Encoder": "default", "Whisper": "tiny", "EncDec": "tiny"}
+SMALL = SMALL_SIZES
 DTYPES = ("fp32", "bf16", "fp16")
 
 

@@ -74,14 +74,12 @@ import tempfile
 import threading
 import time
 
-from ltb.base import REPO, Signalled, raise_on_signals, venv_dir
+from ltb.base import REPO, SMALL_SIZES, Signalled, raise_on_signals, venv_dir
 
 TOOLS = os.path.join(REPO, "tools")
 
 # Every family's size in the default suite, and the rehearsal's.
-SMALL = {"Transformer": "small", "GPT2": "small", "Llama": "1B", "ResNet": "resnet18",
-         "CNN": "default",
-         "Encoder": "default", "Whisper": "tiny", "EncDec": "tiny"}
+SMALL = SMALL_SIZES
 NANO = {family: "nano" for family in SMALL}
 SUITE_OPS = "Ops/(matmul/2048x2048|copy/256MiB|noop/empty)/"
 TRANSFERS = ("h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable", "d2d")
@@ -141,6 +139,18 @@ def has_modules(python, modules):
     except (OSError, subprocess.SubprocessError):
         return False
     return probe.returncode == 0
+
+
+def read_results(check, name, path, rc):
+    """The JSON document a command wrote at path, or None; a command that
+    exited 0 without one fails the check."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        if rc == 0:
+            check.fail(f"{name}: no JSON results ({e})")
+        return None
 
 
 def ran_after(check, what, entries, i):
@@ -374,13 +384,7 @@ class GpuCheck:
         rc, output = self.command([self.bench, *args, *extra, f"--benchmark_out={path}",
                                    "--benchmark_out_format=json"], env=env, limit_as=limit_as)
         self.last_output = output
-        doc = None
-        try:
-            with open(path) as f:
-                doc = json.load(f)
-        except (OSError, ValueError) as e:
-            if rc == 0:
-                check.fail(f"{name}: no JSON results ({e})")
+        doc = read_results(check, name, path, rc)
         if rc != 0:
             tail = [line for line in output.strip().splitlines() if line.strip()][-1:]
             check.fail(f"{name}: bench exited with status {rc}"
@@ -1049,12 +1053,8 @@ class GpuCheck:
                               f"--benchmark_out={path}", "--benchmark_out_format=json"])
         if rc != 0:
             c.fail(f"tools/launch exited with status {rc}")
-        try:
-            with open(path) as f:
-                doc = json.load(f)
-        except (OSError, ValueError) as e:
-            if rc == 0:
-                c.fail(f"data_parallel: no JSON results ({e})")
+        doc = read_results(c, "data_parallel", path, rc)
+        if doc is None:
             return
         context = doc.get("context", {})
         world = context.get("world_size")
