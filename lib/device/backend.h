@@ -37,6 +37,17 @@ struct Capabilities {
   bool host = false;
   // oneDNN's packed linear layers (--cpu_linear=onednn).
   bool packed_linears = false;
+  // Quantised linear layers (--quant): the activation dtypes LibTorch's
+  // weight-only kernels take on this device (int8: _weight_int8pack_mm; int4:
+  // _weight_int4pack_mm, or its _for_cpu twin); empty: no such kernel.
+  std::vector<c10::ScalarType> int8_weight_dtypes;
+  std::vector<c10::ScalarType> int4_weight_dtypes;
+  // How int4 weights are packed: the CPU kernel's (int32 values 0..15, N x K)
+  // or the GPUs' (two values a byte, N x K/2, in tiles).
+  bool int4_cpu_packing = false;
+  // FBGEMM's dynamic int8 linear (quantized::linear_dynamic): fp32
+  // activations quantised at run time (x86 CPUs).
+  bool dynamic_int8_linear = false;
   // Host <-> device copies cross a link (the Ops transfer benchmarks).
   bool host_transfers = false;
   // Step capture and replay as a graph.

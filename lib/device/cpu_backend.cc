@@ -2,6 +2,7 @@
 // by a tracking allocator installed into LibTorch, and the memory left read
 // from /proc/meminfo within the memory cgroup's limit (cpu_memory.h); Gloo
 // collectives; peaks measured by the arithmetic loop and the GEMM paths.
+#include <ATen/Context.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 
@@ -269,6 +270,12 @@ HostMemory ReadHostMemory() {
 
 namespace {
 
+// FBGEMM (x86's quantised kernels) is built into this LibTorch.
+bool HasFbgemm() {
+  const auto engines = at::globalContext().supportedQEngines();
+  return std::find(engines.begin(), engines.end(), at::QEngine::FBGEMM) != engines.end();
+}
+
 std::string CpuModelName() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -321,6 +328,10 @@ class CpuBackend final : public DeviceBackend {
     Capabilities c;
     c.host = true;
     c.packed_linears = true;
+    c.int8_weight_dtypes = {c10::kFloat, c10::kBFloat16, c10::kHalf};
+    c.int4_weight_dtypes = {c10::kFloat, c10::kBFloat16, c10::kHalf};
+    c.int4_cpu_packing = true;
+    c.dynamic_int8_linear = HasFbgemm();
     return c;
   }
   void Synchronize(const c10::Device&) const override {}

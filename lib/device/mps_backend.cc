@@ -59,7 +59,12 @@ class MpsBackend final : public DeviceBackend {
     if (Available(c10::Device(c10::kMPS), &why)) return "mps: available\n";
     return absl::StrCat("mps: ", why, "\n");
   }
-  Capabilities Caps() const override { return {}; }
+  Capabilities Caps() const override {
+    Capabilities c;
+    c.int8_weight_dtypes = {c10::kFloat, c10::kBFloat16, c10::kHalf};
+    c.int4_weight_dtypes = {c10::kBFloat16, c10::kHalf};
+    return c;
+  }
   void Synchronize(const c10::Device&) const override {
 #if LTB_HAS_MPS_API
     torch::mps::synchronize();

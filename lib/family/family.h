@@ -46,6 +46,10 @@ class Workload {
   // Generation: the prompt's token ids (B, P) Evaluate() continues, so that
   // --print_tokens shows what anyone needs to check the tokens; else undefined.
   virtual at::Tensor Prompt() const { return {}; }
+  // Generation: the logits of the prompt's positions (B, P, V), computed
+  // once outside the timed steps, so that quantised weights are checked on
+  // their predictions as well as on their tokens; else undefined.
+  virtual at::Tensor Logits() { return {}; }
   // The tensors the workload computes with (parameters, buffers, caches),
   // by name, so that tests can check their dtypes.
   virtual std::vector<std::pair<std::string, at::Tensor>> Tensors() const { return {}; }
@@ -191,6 +195,9 @@ struct Family {
   // Its models build their linear layers as PackableLinear: CPU inference
   // phases sweep --cpu_linear.
   bool packs_cpu_linears = false;
+  // Its models' linear layers (PackableLinear) and output head can be
+  // quantised: its phases sweep --quant (inference ones run it).
+  bool quantizes = false;
   // Matmuls whose fastest step the measured FLOP/s peak of a device is at
   // least (Ops: every matmul it registers, so none of them exceeds the peak).
   std::vector<MatmulShape> peak_matmul_shapes;

@@ -20,6 +20,20 @@ std::string WeightsName(const std::string& path) {
   return name.empty() ? "checkpoint" : name;
 }
 
+std::string Quant::Name() const {
+  switch (kind) {
+    case QuantKind::kNone:
+      return "none";
+    case QuantKind::kInt8:
+      return "int8";
+    case QuantKind::kInt4:
+      return absl::StrCat("int4:g", group);
+    case QuantKind::kInt8Dyn:
+      return "int8dyn";
+  }
+  return "";
+}
+
 std::string BenchSpec::Name() const {
   std::string name;
   if (phase_before_device) {
@@ -35,6 +49,7 @@ std::string BenchSpec::Name() const {
   }
   if (tf32) absl::StrAppend(&name, "/tf32");
   if (channels_last) absl::StrAppend(&name, "/channels_last");
+  if (!quant.none()) absl::StrAppend(&name, "/", quant.Name());
   if (pack_cpu_linears) absl::StrAppend(&name, "/onednn");
   if (!backend.empty()) absl::StrAppend(&name, "/", backend);
   if (graph) absl::StrAppend(&name, "/graph");

@@ -25,6 +25,30 @@ enum class Iterations {
   kEpochs,  // --epochs, one epoch an iteration (warm-up: --warmup_epochs)
 };
 
+// Linear layers' weights quantised for inference (--quant): none; int8 per
+// output channel, symmetric (LibTorch's _weight_int8pack_mm); int4 in groups
+// of `group` input elements with a scale and a zero each, as torchao's int4
+// weight-only (_weight_int4pack_mm); int8 weights with activations quantised
+// at run time (FBGEMM's quantized::linear_dynamic, what quantize_dynamic
+// runs on x86).
+enum class QuantKind { kNone, kInt8, kInt4, kInt8Dyn };
+
+struct Quant {
+  QuantKind kind = QuantKind::kNone;
+  int64_t group = 0;  // int4: input elements sharing a scale and a zero
+
+  bool none() const { return kind == QuantKind::kNone; }
+  // "none", "int8", "int4:g32", "int8dyn": the flag's value and the name's part.
+  std::string Name() const;
+  bool operator==(const Quant& o) const { return kind == o.kind && group == o.group; }
+  bool operator!=(const Quant& o) const { return !(*this == o); }
+};
+
+// The --quant names, in the flag's order.
+inline constexpr const char* kQuantNames[] = {"none", "int8", "int4", "int8dyn"};
+// The int4 group sizes --quant_group takes (Q4_0's blocks are 32).
+inline constexpr int64_t kQuantGroups[] = {32, 64, 128};
+
 struct BenchSpec {
   std::string family;                          // "Transformer"
   std::string size;                            // "small"; for Ops, the operation
@@ -52,6 +76,9 @@ struct BenchSpec {
   // CPU inference phases run linear layers through oneDNN with packed
   // weights (families that support it); false: LibTorch's default path.
   bool pack_cpu_linears = false;
+  // Inference phases of the language models: their linear layers' weights
+  // quantised once, outside the timed steps (--quant).
+  Quant quant;
   // fp32 matmuls and convolutions run as TF32 (devices with TF32 only).
   bool tf32 = false;
   // Steps replayed from CUDA graphs captured once (--cuda_graphs): a forward
@@ -71,6 +98,8 @@ struct BenchSpec {
   // file's name without .safetensors, or the folder's;
   // generation: .../batch:B/prompt:P/new:N[/depth:D]/dtype[/nosync];
   // convolution models in channels_last: .../dtype/channels_last[/nosync];
+  // quantised weights (--quant): .../dtype/int8, .../dtype/int4:g32,
+  // .../dtype/int8dyn;
   // packed oneDNN linears (--cpu_linear=onednn): .../dtype[/channels_last]/onednn;
   // compiled models: .../dtype/aoti or .../dtype/torchscript.
   // Families that name the phase first (Ops, whose phase is the shape):

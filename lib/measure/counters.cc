@@ -104,7 +104,11 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
         omitted.push_back(std::move(why));
       }
     };
-    if (plan.flops_per_step > 0) {
+    if (plan.flops_per_step > 0 && spec.quant.kind == QuantKind::kInt8Dyn) {
+      omitted.push_back(
+          "mfu left out: FBGEMM's dynamic int8 linear multiplies in int8, whose peak the "
+          "suite does not measure");
+    } else if (plan.flops_per_step > 0) {
       // Throughput counts every rank; the peak is one device's.
       const int devices = CurrentProcessGroup() && spec.data_parallel
                               ? CurrentProcessGroup()->world_size()

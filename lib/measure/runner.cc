@@ -18,6 +18,7 @@
 #include "measure/health.h"
 #include "measure/timed_loop.h"
 #include "measure/warmup.h"
+#include "workloads/quant.h"
 
 namespace ltb {
 namespace {
@@ -68,11 +69,23 @@ absl::StatusOr<Plan> PlanRun(const Family& family, const BenchSpec& spec) {
   std::string why;
   if (!DeviceAvailable(spec.device, &why)) return absl::UnavailableError(why);
   if (!DtypeRuns(spec.device, spec.dtype, &why)) return absl::UnimplementedError(why);
+  if (!CanQuantize(spec, &why)) return absl::UnimplementedError(why);
   absl::StatusOr<Plan> plan = family.PlanFor(spec);
   if (!plan.ok()) return plan.status();
   plan->memory.host_build = plan->params * 4;
   // Packed linears keep a second copy of the weights in oneDNN's layout.
   if (spec.pack_cpu_linears) plan->memory.weights *= 2;
+  // Quantised weights are made from the loaded ones: both are held at once
+  // (at most every parameter quantised, a tied head's copy included).
+  if (!spec.quant.none()) {
+    const double per_weight =
+        spec.quant.kind == QuantKind::kInt4
+            ? 0.5 + 2.0 * static_cast<double>(DtypeBytes(spec.dtype)) /
+                        static_cast<double>(spec.quant.group)
+            : 1.0;
+    plan->memory.weights +=
+        static_cast<int64_t>(static_cast<double>(plan->params) * per_weight);
+  }
   if (DataParallel* group = CurrentProcessGroup();
       group && spec.data_parallel && spec.iterations == Iterations::kTimed) {
     // Throughput of a data-parallel step is every rank's.

@@ -66,7 +66,9 @@ template <typename Model>
 std::unique_ptr<Workload> MakeDecoderGenerateWorkload(const BenchSpec& s, Model model,
                                                       int64_t vocab,
                                                       double weight_bytes) {
-  PrepareModel(*model, s);
+  // Quantised layers read their packed bytes instead of the weights'.
+  const WeightChange change = PrepareModel(*model, s);
+  weight_bytes += static_cast<double>(change.added - change.removed);
   const auto ids = at::TensorOptions().dtype(at::kLong).device(s.device);
   const at::Tensor prompt = at::randint(0, vocab, {s.batch, s.prompt}, ids);
   auto cache = std::make_shared<KVCache>(
@@ -88,6 +90,7 @@ std::unique_ptr<Workload> MakeDecoderGenerateWorkload(const BenchSpec& s, Model 
   fns.decode = [model, cache](const at::Tensor& token, int64_t position) mutable {
     return model->forward_cached(token, position, *cache).argmax(-1, true);
   };
+  fns.logits = [model, prompt]() mutable { return model->forward(prompt); };
   fns.cache = [cache]() {
     std::vector<at::Tensor> tensors = cache->keys;
     tensors.insert(tensors.end(), cache->values.begin(), cache->values.end());

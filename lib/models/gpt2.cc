@@ -143,8 +143,16 @@ GPT2LMImpl::GPT2LMImpl(const GPT2Options& o)
 
 at::Tensor GPT2LMImpl::Logits(const at::Tensor& x) {
   const at::Tensor y = ln_f(x);
+  if (head_quantized_.quantized()) return head_quantized_(y);
   if (head_packed_.packed()) return head_packed_(y);
   return at::linear(y, wte->weight);  // tied to the token embedding
+}
+
+WeightChange GPT2LMImpl::Quantize(const Quant& quant) {
+  head_quantized_ = QuantizedLinear(wte->weight, at::Tensor(), quant);
+  // A decode step reads the quantised head instead of wte (one row of which
+  // the lookup reads, as it does of wpe).
+  return {static_cast<int64_t>(wte->weight.nbytes()), head_quantized_.bytes()};
 }
 
 void GPT2LMImpl::PackForCpuInference() {

@@ -98,7 +98,7 @@ class GPT2BlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GPT2Block);
 
-class GPT2LMImpl : public torch::nn::Module, public CpuPackable {
+class GPT2LMImpl : public torch::nn::Module, public CpuPackable, public Quantizable {
  public:
   explicit GPT2LMImpl(const GPT2Options& o);
 
@@ -114,6 +114,8 @@ class GPT2LMImpl : public torch::nn::Module, public CpuPackable {
   // Packs the tied LM head for oneDNN (the blocks' layers pack themselves);
   // for CPU inference after the weights are final (see packed_linear.h).
   void PackForCpuInference() override;
+  // Quantises a copy of the tied head (the lookup keeps wte in the run's dtype).
+  WeightChange Quantize(const Quant& quant) override;
 
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::ModuleList h;
@@ -125,6 +127,7 @@ class GPT2LMImpl : public torch::nn::Module, public CpuPackable {
   at::Tensor Logits(const at::Tensor& x);  // tied LM head
   GPT2Options options_;
   PackedLinear head_packed_;
+  QuantizedLinear head_quantized_;
 };
 TORCH_MODULE(GPT2LM);
 

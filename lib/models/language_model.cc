@@ -160,6 +160,7 @@ Family DecoderFamily(std::string name, std::vector<std::string> sizes) {
   f.sizes = std::move(sizes);
   f.phases = {ForwardPhase(), ForwardBackwardPhase(), TrainStepPhase(), GeneratePhase()};
   f.packs_cpu_linears = true;
+  f.quantizes = true;
   f.default_batch = 1;
   f.generates_at_depth = true;
   f.loads_weights = true;

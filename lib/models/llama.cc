@@ -245,6 +245,7 @@ LlamaLMImpl::LlamaLMImpl(const LlamaOptions& o)
 
 at::Tensor LlamaLMImpl::Logits(const at::Tensor& y) {
   if (!options_.tied()) return lm_head(y);
+  if (head_quantized_.quantized()) return head_quantized_(y);
   if (head_packed_.packed()) return head_packed_(y);
   return at::linear(y, model->embed_tokens->weight);
 }
@@ -252,6 +253,15 @@ at::Tensor LlamaLMImpl::Logits(const at::Tensor& y) {
 void LlamaLMImpl::PackForCpuInference() {
   if (options_.tied())
     head_packed_ = PackedLinear(model->embed_tokens->weight, at::Tensor());
+}
+
+WeightChange LlamaLMImpl::Quantize(const Quant& quant) {
+  if (!options_.tied()) return {};
+  const at::Tensor& embedding = model->embed_tokens->weight;
+  head_quantized_ = QuantizedLinear(embedding, at::Tensor(), quant);
+  // A decode step reads the quantised head instead of the embedding (one
+  // row of which the lookup reads).
+  return {static_cast<int64_t>(embedding.nbytes()), head_quantized_.bytes()};
 }
 
 at::Tensor LlamaLMImpl::forward(const at::Tensor& tokens) {

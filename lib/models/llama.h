@@ -168,7 +168,7 @@ class LlamaModelImpl : public torch::nn::Module {
 TORCH_MODULE(LlamaModel);
 
 // LlamaForCausalLM: `model` and, untied, `lm_head`.
-class LlamaLMImpl : public torch::nn::Module, public CpuPackable {
+class LlamaLMImpl : public torch::nn::Module, public CpuPackable, public Quantizable {
  public:
   explicit LlamaLMImpl(const LlamaOptions& o);
   // tokens (B, T) at positions [0, T) -> logits (B, T, V); no cache.
@@ -178,6 +178,9 @@ class LlamaLMImpl : public torch::nn::Module, public CpuPackable {
   at::Tensor forward_cached(const at::Tensor& tokens, int64_t position, KVCache& cache);
   KVCache MakeCache(int64_t batch, int64_t positions) const;
   void PackForCpuInference() override;
+  // Tied: quantises a copy of the head (the lookup keeps the embedding in
+  // the run's dtype); untied, lm_head quantises itself.
+  WeightChange Quantize(const Quant& quant) override;
 
   LlamaModel model{nullptr};
   PackableLinear lm_head{nullptr};  // untied sizes only
@@ -187,6 +190,7 @@ class LlamaLMImpl : public torch::nn::Module, public CpuPackable {
   at::Tensor Logits(const at::Tensor& y);  // of the final norm's output
   LlamaOptions options_;
   PackedLinear head_packed_;
+  QuantizedLinear head_quantized_;
 };
 TORCH_MODULE(LlamaLM);
 

@@ -246,6 +246,7 @@ Family TransformerFamily() {
   // covers train_epoch with EncDec/tiny instead.
   f.suite = {"small/[^/]+/(forward|forward_backward|train_step)/"};
   f.packs_cpu_linears = true;
+  f.quantizes = true;
   f.default_batch = 4;
   f.default_seqs = {512};
   f.suite_cpu_batch = 1;

@@ -58,6 +58,8 @@ std::string FamilyFactsJson(const std::vector<Family>& families) {
   doc["default_new_tokens"] = kDefaultNewTokens;
   doc["default_prompt"] = defaults.prompts.front();
   doc["dtypes"] = {"fp32", "bf16", "fp16"};
+  doc["quants"] = kQuantNames;
+  doc["quant_groups"] = kQuantGroups;
   doc["default_suite"] = DefaultSuiteFilter(families);
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const Family& family : families) {
@@ -99,6 +101,7 @@ std::string FamilyFactsJson(const std::vector<Family>& families) {
     f["generates_at_depth"] = family.generates_at_depth;
     f["loads_weights"] = family.loads_weights;
     f["packs_cpu_linears"] = family.packs_cpu_linears;
+    f["quantizes"] = family.quantizes;
     f["sweeps_memory_format"] = family.sweeps_memory_format;
     f["phase_before_device"] = family.phase_before_device;
     list.push_back(f);

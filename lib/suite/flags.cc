@@ -68,6 +68,14 @@ ABSL_FLAG(ltb::MallocMode, malloc, ltb::MallocMode::kTuned,
 ABSL_FLAG(ltb::CpuLinearList, cpu_linear, ltb::CpuLinearList{{false}},
           "Linear layers of CPU inference: aten (LibTorch's default path), onednn "
           "(weights packed once for oneDNN; names end in /onednn), or both.");
+ABSL_FLAG(ltb::QuantList, quant, ltb::QuantList{{ltb::QuantKind::kNone}},
+          "Linear layers' weights for inference of Transformer, GPT2 and Llama: none, "
+          "int8 (per output channel), int4 (in groups of --quant_group), int8dyn "
+          "(FBGEMM's dynamic int8, fp32 on x86 CPUs), or a list; names end in /int8, "
+          "/int4:gN, /int8dyn.");
+ABSL_FLAG(ltb::QuantGroups, quant_group, ltb::QuantGroups{{32}},
+          "--quant=int4's group sizes: input elements sharing a scale and a zero "
+          "(32, 64, 128, or a list).");
 ABSL_FLAG(ltb::PeakFlopsValue, peak_flops, {},
           "Peak FLOP/s for mfu: one number for every dtype, or dtype=number pairs "
           "(fp32=6.7e13,bf16=9.9e14). Default: a known GPU's datasheet, else measured.");
@@ -459,6 +467,49 @@ std::string AbslUnparseFlag(const CpuLinearList& v) {
   return UnparseTwoNames(v.packed, "aten", "onednn");
 }
 
+bool AbslParseFlag(absl::string_view text, QuantList* out, std::string* error) {
+  if (text.empty()) {  // OptionsFromFlags says a list is needed
+    out->values.clear();
+    return true;
+  }
+  return ParseList(text, &out->values, error,
+                   [](const std::string& item, QuantKind* kind, std::string* e) {
+                     for (size_t i = 0; i < std::size(kQuantNames); ++i) {
+                       if (item == kQuantNames[i]) {
+                         *kind = static_cast<QuantKind>(i);
+                         return true;
+                       }
+                     }
+                     *e = absl::StrCat("unknown quantisation '", item,
+                                       "'; valid: ", absl::StrJoin(kQuantNames, ", "));
+                     return false;
+                   });
+}
+std::string AbslUnparseFlag(const QuantList& v) {
+  std::vector<std::string> names;
+  for (const QuantKind k : v.values) names.push_back(kQuantNames[static_cast<int>(k)]);
+  return absl::StrJoin(names, ",");
+}
+
+bool AbslParseFlag(absl::string_view text, QuantGroups* out, std::string* error) {
+  if (text.empty()) {
+    out->values.clear();
+    return true;
+  }
+  return ParseList(
+      text, &out->values, error, [](const std::string& item, int64_t* g, std::string* e) {
+        if (absl::SimpleAtoi(item, g) &&
+            std::find(std::begin(kQuantGroups), std::end(kQuantGroups), *g) !=
+                std::end(kQuantGroups)) {
+          return true;
+        }
+        *e = absl::StrCat("unknown group size '", item,
+                          "'; valid: ", absl::StrJoin(kQuantGroups, ", "));
+        return false;
+      });
+}
+std::string AbslUnparseFlag(const QuantGroups& v) { return absl::StrJoin(v.values, ","); }
+
 std::vector<const absl::CommandLineFlag*> SuiteFlags() {
   std::vector<const absl::CommandLineFlag*> flags;
   for (const auto& [name, flag] : absl::GetAllFlags()) {
@@ -577,6 +628,16 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   sweep.sync = absl::GetFlag(FLAGS_sync).value;
   sweep.bucket_mb = absl::GetFlag(FLAGS_bucket_mb).value;
   sweep.pack_cpu_linears = absl::GetFlag(FLAGS_cpu_linear).packed;
+  const std::vector<QuantKind> quants = absl::GetFlag(FLAGS_quant).values;
+  const std::vector<int64_t> groups = absl::GetFlag(FLAGS_quant_group).values;
+  sweep.quants.clear();
+  for (const QuantKind kind : quants) {
+    if (kind != QuantKind::kInt4) {
+      sweep.quants.push_back({kind, 0});
+      continue;
+    }
+    for (const int64_t g : groups) sweep.quants.push_back({kind, g});
+  }
   sweep.compiled_dir = absl::GetFlag(FLAGS_compiled);
   sweep.weights = absl::GetFlag(FLAGS_weights);
   // Lists that default to a value must not be emptied ("--dtype=").
@@ -588,6 +649,8 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
         {"tf32", sweep.tf32.empty()},
         {"cuda_graphs", sweep.graphs.empty()},
         {"cpu_linear", sweep.pack_cpu_linears.empty()},
+        {"quant", quants.empty()},
+        {"quant_group", groups.empty()},
         {"dtype", sweep.dtypes.empty()}}) {
     if (empty) {
       return absl::InvalidArgumentError(

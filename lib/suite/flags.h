@@ -43,6 +43,12 @@ struct DeviceList {  // cpu,cuda,cuda:1,mps; empty: every available device
 struct CpuLinearList {  // aten,onednn -> packed or not
   std::vector<bool> packed;
 };
+struct QuantList {  // none,int8,int4,int8dyn
+  std::vector<QuantKind> values;
+};
+struct QuantGroups {  // 32,64,128: int4's group sizes
+  std::vector<int64_t> values;
+};
 struct DtypeList {  // fp32,bf16,fp16
   std::vector<c10::ScalarType> values;
 };
@@ -95,6 +101,8 @@ LTB_FLAG_TYPE(OptionalPositive);
 LTB_FLAG_TYPE(MallocMode);
 LTB_FLAG_TYPE(DataSource);
 LTB_FLAG_TYPE(CpuLinearList);
+LTB_FLAG_TYPE(QuantList);
+LTB_FLAG_TYPE(QuantGroups);
 #undef LTB_FLAG_TYPE
 
 // --- the suite's flags --------------------------------------------------------

@@ -150,12 +150,21 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
             return Each(Where(family.sweeps_memory_format, sweep.channels_last, false),
                         [](Point* p, bool v) { p->spec.channels_last = v; });
           },
-          // Packed linears: CPU inference of the families whose models have them.
-          [&](const Point& p) {
+          // Quantised weights: the families that quantise their linear
+          // layers, every phase (training and devices without the kernel
+          // say why they cannot), eager models only.
+          [&](const Point&) {
             return Each(
-                Where(family.packs_cpu_linears && caps(p).packed_linears && inference,
-                      sweep.pack_cpu_linears, false),
-                [](Point* q, bool v) { q->spec.pack_cpu_linears = v; });
+                Where(family.quantizes && c.backend.empty(), sweep.quants, Quant{}),
+                [](Point* q, const Quant& v) { q->spec.quant = v; });
+          },
+          // Packed linears: CPU inference of the families whose models have
+          // them, unquantised.
+          [&](const Point& p) {
+            return Each(Where(family.packs_cpu_linears && caps(p).packed_linears &&
+                                  inference && p.spec.quant.none(),
+                              sweep.pack_cpu_linears, false),
+                        [](Point* q, bool v) { q->spec.pack_cpu_linears = v; });
           },
           // TF32: fp32 matmuls and convolutions on devices that have it.
           [&](const Point& p) {

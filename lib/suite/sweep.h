@@ -25,6 +25,7 @@ struct Sweep {
   bool sync = true;
   int64_t bucket_mb = 25;  // --bucket_mb: data-parallel gradient buckets
   std::vector<bool> pack_cpu_linears = {false};  // --cpu_linear: aten, onednn
+  std::vector<Quant> quants = {Quant{}};          // --quant x --quant_group
   std::vector<bool> channels_last = {false};     // --memory_format
   std::vector<bool> tf32 = {false};              // --tf32: fp32 on devices with TF32
   std::vector<bool> graphs = {false};            // --cuda_graphs: devices with graphs

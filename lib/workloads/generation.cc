@@ -94,6 +94,12 @@ class GenerateWorkload final : public Workload {
 
   at::Tensor Prompt() const override { return fns_.prompt; }
 
+  at::Tensor Logits() override {
+    if (!fns_.logits) return {};
+    c10::InferenceMode guard;
+    return fns_.logits();
+  }
+
   std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
     std::vector<std::pair<std::string, at::Tensor>> out = ModuleTensors(*fns_.module);
     if (fns_.cache) {
@@ -123,6 +129,9 @@ class GenerateWorkload final : public Workload {
       for (const at::Tensor& t : fns_.cache()) bytes += static_cast<double>(t.nbytes());
       c.emplace_back("kv_cache_bytes", bytes);
     }
+    // What a decode step reads of the weights (packed quantised ones, with
+    // their scales and zeros, under --quant).
+    c.emplace_back("weight_bytes", weight_bytes_);
     if (new_tokens_ > 1) {
       const double decode = decode_s_ / steps_;
       const double decodes = static_cast<double>(new_tokens_ - 1);

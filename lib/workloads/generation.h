@@ -25,6 +25,8 @@ struct GenerateFns {
   // Bytes of the cache a decode step reads when its token attends to
   // `positions` cached positions (itself included); unset: none counted.
   std::function<double(int64_t positions)> cache_read_bytes;
+  // The prompt's logits (B, P, V) from the model's plain forward; unset: none.
+  std::function<at::Tensor()> logits;
 };
 
 // Counters, averaged over the measured steps (N = spec.new_tokens, D =
@@ -40,6 +42,7 @@ struct GenerateFns {
 //                     up to each step's position, / decode time / 1e9 (where
 //                     cache_read_bytes is set: GPT2, Llama)
 //   kv_cache_bytes    the cache's size (D + prompt + N positions)
+//   weight_bytes      what a decode step reads of the weights
 //   tpot_growth_%     mean of the last 10 decode steps over the first 10, minus 1
 // so that ttft + (N - 1) * tpot is the step time. Evaluate() returns the
 // generated token ids (B, N).

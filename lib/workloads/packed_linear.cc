@@ -1,6 +1,7 @@
 #include "workloads/packed_linear.h"
 
 #include <ATen/Context.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/mkldnn_linear.h>
 
 #include "absl/status/statusor.h"
@@ -44,7 +45,20 @@ at::Tensor PackedLinear::operator()(const at::Tensor& x) const {
 }
 
 at::Tensor PackableLinearImpl::forward(const at::Tensor& x) {
+  if (quantized_.quantized()) return quantized_(x);
   return packed_.packed() ? packed_(x) : torch::nn::LinearImpl::forward(x);
+}
+
+WeightChange PackableLinearImpl::Quantize(const Quant& quant) {
+  quantized_ = QuantizedLinear(weight, bias, quant);
+  WeightChange change;
+  change.added = quantized_.bytes();
+  for (at::Tensor* t : {&weight, &bias}) {
+    if (!t->defined()) continue;
+    change.removed += t->nbytes();
+    t->set_data(at::empty({0}, t->options()));
+  }
+  return change;
 }
 
 void PackableLinearImpl::PackForCpuInference() { packed_ = PackedLinear(weight, bias); }

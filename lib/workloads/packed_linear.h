@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "workloads/quant.h"
 
 namespace ltb {
 
@@ -44,15 +45,20 @@ class CpuPackable {
   virtual void PackForCpuInference() = 0;
 };
 
-// torch::nn::Linear, packed on request.
-class PackableLinearImpl : public torch::nn::LinearImpl, public CpuPackable {
+// torch::nn::Linear, packed or quantised on request.
+class PackableLinearImpl : public torch::nn::LinearImpl,
+                           public CpuPackable,
+                           public Quantizable {
  public:
   using torch::nn::LinearImpl::LinearImpl;
   at::Tensor forward(const at::Tensor& x);
   void PackForCpuInference() override;
+  // Frees the unquantised weight and bias (left empty, in their dtype).
+  WeightChange Quantize(const Quant& quant) override;
 
  private:
   PackedLinear packed_;
+  QuantizedLinear quantized_;
 };
 TORCH_MODULE(PackableLinear);
 

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "family/family.h"
+#include "workloads/quant.h"
 
 namespace ltb {
 
@@ -47,8 +48,10 @@ struct ModelFns {
 // spec.dtype (mixed precision), as training does in practice. PrepareModel
 // applies the device, weight dtype and mode by the phase's kind, and for
 // inference with spec.pack_cpu_linears packs the model's linear layers for
-// oneDNN (throwing, with the reason, where that cannot run).
-void PrepareModel(torch::nn::Module& module, const BenchSpec& spec);
+// oneDNN, and with spec.quant quantises them (throwing, with the reason,
+// where that cannot run). Returns what quantising changed in the bytes of
+// weights a step reads.
+WeightChange PrepareModel(torch::nn::Module& module, const BenchSpec& spec);
 
 // The dtype a phase's floating-point inputs take: the spec's for inference,
 // fp32 for training (autocast converts inside the model).

@@ -48,6 +48,20 @@ TEST(DtypeList, KnowsThreePrecisions) {
             std::string::npos);
 }
 
+TEST(QuantList, KnowsFourPathsAndTheGroupSizes) {
+  EXPECT_EQ(Parsed<QuantList>("none,int8,int4,int8dyn,int8").values,
+            (std::vector<QuantKind>{QuantKind::kNone, QuantKind::kInt8, QuantKind::kInt4,
+                                    QuantKind::kInt8Dyn}));
+  EXPECT_EQ(absl::UnparseFlag(Parsed<QuantList>("int4,none")), "int4,none");
+  const std::string error = ErrorOf<QuantList>("int8,q4_0");
+  EXPECT_NE(error.find("unknown quantisation 'q4_0'; valid: none, int8, int4, int8dyn"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(Parsed<QuantGroups>("128,32").values, (std::vector<int64_t>{128, 32}));
+  EXPECT_NE(ErrorOf<QuantGroups>("32,16").find("'16'; valid: 32, 64, 128"),
+            std::string::npos);
+}
+
 TEST(DeviceList, ParsesAndNamesTheBadDevice) {
   EXPECT_EQ(Parsed<DeviceList>("cpu,cuda:1,cpu").values.size(), 2u);
   EXPECT_TRUE(Parsed<DeviceList>("").values.empty());
