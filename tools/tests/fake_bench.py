@@ -18,6 +18,18 @@ load_avg of its own. Other builds: FAKE_BENCH_ONLY, a regex, hides the
 benchmarks it does not match; FAKE_BENCH_KILL, a regex, makes those it
 matches SIGKILL themselves too. FAKE_BENCH_LOG names a file each start
 appends FAKE_BENCH_ID and its arguments to, as a JSON list.
+
+FAKE_BENCH_LLAMA=1 makes it a bench of Llama generation instead (for
+tools/vs-llamacpp): Llama/{nano,1B}/cpu/generate/batch:1/prompt:P/new:N
+[/depth:D]/DTYPE[/QUANT][/weights:STEM] for every --dtype (fp32, bf16) and
+every --quant (none; int8, int8dyn, and int4 at each --quant_group G as
+int4:gG), from --prompt, --new_tokens, --depth and --weights. --quant and
+--quant_group are refused as unknown flags (exit 2), as a bench without
+them refuses them, unless FAKE_BENCH_QUANT=1. Its counters: pp_tok/s,
+FAKE_BENCH_PP (default 100), and tg_tok/s, FAKE_BENCH_TG (default 10), each
+times 2 in bf16, times 3, 4, 5 for int8, int8dyn, int4, and times 1 + 0.01 x
+the repetition's index. FAKE_BENCH_ERROR, a regex: the benchmarks it matches
+report an error.
 """
 import datetime
 import json
@@ -61,6 +73,8 @@ def main(argv):
         with open(os.environ["FAKE_BENCH_LOG"], "a") as f:
             f.write(json.dumps([os.environ.get("FAKE_BENCH_ID", ""), *argv]) + "\n")
     print("cpu: 2 cores (fake)", file=sys.stderr)
+    if os.environ.get("FAKE_BENCH_LLAMA"):
+        return llama_main(argv)
     dtype = flag(argv, "--dtype", "fp32")
     if dtype != "fp32":
         print(f"bench: unknown --dtype '{dtype}' (valid: fp32)", file=sys.stderr)
@@ -81,6 +95,65 @@ def main(argv):
                "num_cpus": 2, "load_avg": [random.random()], "library_build_type": "release",
                "libtorch_version": os.environ.get("FAKE_BENCH_LIBTORCH", "2.9.0"),
                "suite_commit": os.environ.get("FAKE_BENCH_COMMIT", "fa4e000")}
+    print(json.dumps({"context": context, "benchmarks": benchmarks}, indent=2))
+    return 0
+
+
+LLAMA_DTYPES = {"fp32": 1, "bf16": 2}
+LLAMA_QUANTS = {"none": 1, "int8": 3, "int8dyn": 4, "int4": 5}
+
+
+def llama_main(argv):
+    for name in ("--quant", "--quant_group"):
+        if flag(argv, name) is not None and not os.environ.get("FAKE_BENCH_QUANT"):
+            print(f"bench: unknown flag '{name}'; bench flags: --depth, --dtype, ...",
+                  file=sys.stderr)
+            return 2
+    dtypes = flag(argv, "--dtype", "fp32").split(",")
+    quants = flag(argv, "--quant", "none").split(",")
+    for value, valid in [(d, LLAMA_DTYPES) for d in dtypes] + [(q, LLAMA_QUANTS) for q in quants]:
+        if value not in valid:
+            print(f"bench: unknown value '{value}' (valid: {', '.join(valid)})", file=sys.stderr)
+            return 2
+    depth = int(flag(argv, "--depth", "0"))
+    weights = flag(argv, "--weights", "")
+    stem = os.path.basename(weights.rstrip("/"))
+    stem = stem[:-len(".safetensors")] if stem.endswith(".safetensors") else stem
+    head = (f"cpu/generate/batch:1/prompt:{flag(argv, '--prompt', '32')}/"
+            f"new:{flag(argv, '--new_tokens', '100')}" + (f"/depth:{depth}" if depth else ""))
+    cases = []
+    for size in ("nano", "1B"):
+        for dtype in dtypes:
+            for quant in quants:
+                groups = flag(argv, "--quant_group", "32").split(",") if quant == "int4" else [""]
+                for group in groups:
+                    suffix = "" if quant == "none" else f"/{quant}" + (f":g{group}" if group else "")
+                    name = (f"Llama/{size}/{head}/{dtype}{suffix}"
+                            + (f"/weights:{stem}" if weights else "") + "/manual_time")
+                    cases.append((name, LLAMA_DTYPES[dtype] * LLAMA_QUANTS[quant]))
+    cases = [c for c in cases if re.search(flag(argv, "--benchmark_filter", "."), c[0])]
+    if flag(argv, "--benchmark_list_tests"):
+        print("\n".join(name for name, _ in cases))
+        return 0
+    reps = int(flag(argv, "--benchmark_repetitions", "1"))
+    benchmarks = []
+    for index, (name, factor) in enumerate(cases):
+        for rep in range(reps):
+            e = {"name": name, "family_index": index, "per_family_instance_index": 0,
+                 "run_name": name, "run_type": "iteration", "repetitions": reps,
+                 "repetition_index": rep, "threads": 1, "iterations": 1, "real_time": 1000.0,
+                 "cpu_time": 1000.0, "time_unit": "ms"}
+            scale = factor * (1 + 0.01 * rep)
+            e.update({"pp_tok/s": float(os.environ.get("FAKE_BENCH_PP", "100")) * scale,
+                      "tg_tok/s": float(os.environ.get("FAKE_BENCH_TG", "10")) * scale,
+                      "tokens/s": 1.0})
+            if re.search(os.environ.get("FAKE_BENCH_ERROR", "^$"), name):
+                e = dict(e, error_occurred=True, error_message="fake: this case failed")
+            benchmarks.append(e)
+    context = {"date": datetime.datetime.now().isoformat(), "executable": sys.argv[0],
+               "num_cpus": 2, "library_build_type": "release", "intra_op_threads":
+               int(flag(argv, "--threads", "2")),
+               "libtorch_version": os.environ.get("FAKE_BENCH_LIBTORCH", "2.9.0")}
     print(json.dumps({"context": context, "benchmarks": benchmarks}, indent=2))
     return 0
 

@@ -145,7 +145,12 @@ def hf_config(shape):
 def tensor_shapes(shape):
     """{name: shape} of the checkpoint, in drawing order (Hugging Face's
     names; no lm_head.weight, the head being tied)."""
-    o = shape_options(shape)
+    return checkpoint_shapes(shape_options(shape))
+
+
+def checkpoint_shapes(o):
+    """{name: shape} of a checkpoint of the Llama options o (LlamaOptions),
+    in drawing order; lm_head.weight only where the head is not tied."""
     d, f, q, k = o.d_model, o.d_ff, o.num_heads * o.head_dim, o.num_kv_heads * o.head_dim
     shapes = {"model.embed_tokens.weight": (o.vocab_size, d)}
     for i in range(o.num_layers):
@@ -181,13 +186,20 @@ def draw(shape, name, seed=SEED):
     names = tensor_names(shape)
     if name not in names:
         raise BadInput(f"{shape} has no tensor '{name}'; it has: {', '.join(names)}")
-    dims = tensor_shapes(shape)[name]
-    z = stream(seed, 1 + names.index(name)).standard_normal(dims, dtype=np.float32)
+    return draw_tensor(tensor_shapes(shape), name, seed, SHAPES[shape][3])
+
+
+def draw_tensor(shapes, name, seed, matrix_std):
+    """The fp32 values of tensor `name` of a checkpoint of these shapes
+    ({name: shape} in drawing order), drawn as `draw` draws a shape's, the
+    projection matrices with matrix_std."""
+    z = stream(seed, 1 + list(shapes).index(name)).standard_normal(shapes[name],
+                                                                   dtype=np.float32)
     if name.endswith("layernorm.weight") or name == "model.norm.weight":
         return np.float32(1) + np.float32(0.1) * z
     if name == "model.embed_tokens.weight":
         return np.float32(EMBEDDING_STD) * z
-    return np.float32(SHAPES[shape][3]) * z
+    return np.float32(matrix_std) * z
 
 
 def prompt(shape, seed=SEED):
