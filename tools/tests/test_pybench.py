@@ -37,19 +37,26 @@ GENERATION = ("ttft_ms", "tpot_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms",
               "tg_tok/s", "kv_cache_bytes", "weight_GB/s", "read_GB/s", "mbu")
 
 
-def pybench_in_process(*args):
-    """(exit status, stderr) of pybench ARGS run in this process: flags that
-    are refused before anything runs, without a Python start-up each."""
+def pybench_outputs(*args):
+    """(exit status, stdout, stderr) of pybench ARGS run in this process:
+    flags that are refused, or --benchmark_list_tests, before anything runs
+    (no threads or malloc settings touched), without a Python start-up each."""
     import contextlib
     import io
     from ltb.pysuite import bench as pybench
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = pybench.pybench_main(list(args))
         except SystemExit as e:
             code = e.code
-    return code, err.getvalue()
+    return code, out.getvalue(), err.getvalue()
+
+
+def pybench_in_process(*args):
+    """(exit status, stderr) of pybench_outputs."""
+    code, _, err = pybench_outputs(*args)
+    return code, err
 
 
 def runnable_bench():
@@ -128,10 +135,26 @@ class PybenchTest(ToolTest):
         assert proc.returncode == 0, proc.stderr
         with open(cls.py_json) as f:
             cls.py = json.load(f)
+        cls._one = None
 
     @classmethod
     def tearDownClass(cls):
         cls._shared.cleanup()
+
+    def one_gpt2(self):
+        """The result file of one small GPT2 forward that several tests read,
+        run once: on one thread (its context's threads), at --seq=17 (a shape
+        the other files do not have) and with a FLOP/s peak of 1 (which its
+        rate passes)."""
+        cls = type(self)
+        if cls._one is None:
+            out = os.path.join(cls._shared.name, "one.json")
+            proc = self.pybench("--benchmark_filter=^GPT2/nano/cpu/forward/", "--batch=2",
+                                "--seq=17", "--steps=2", "--warmup_s=0", "--threads=1",
+                                "--peak_flops=1", f"--benchmark_out={out}")
+            self.assertExit(proc, 0)
+            cls._one = out
+        return cls._one
 
     def pybench(self, *args, timeout=600):
         return self.run_tool("pybench", *args, timeout=timeout)
@@ -307,13 +330,10 @@ class PybenchTest(ToolTest):
             self.assertTrue(torch.equal(seq[:, 4:], torch.cat(generated, 1)), family)
 
     def test_same_threads_as_bench(self):
-        proc = self.pybench(f"--benchmark_filter={FILTER}", "--benchmark_list_tests")
-        self.assertExit(proc, 0)
-        out = os.path.join(self.tmp, "one.json")
-        proc = self.pybench("--benchmark_filter=^GPT2/nano/cpu/forward/", *SHAPES,
-                            "--threads=1", f"--benchmark_out={out}")
-        self.assertExit(proc, 0)
-        with open(out) as f:
+        code, _, stderr = pybench_outputs(f"--benchmark_filter={FILTER}",
+                                          "--benchmark_list_tests")
+        self.assertEqual(code, 0, stderr)
+        with open(self.one_gpt2()) as f:  # --threads=1
             context = json.load(f)["context"]
         self.assertEqual(context["intra_op_threads"], "1")
         self.assertEqual(context["blas_threads"], "1")
@@ -346,7 +366,11 @@ class PybenchTest(ToolTest):
         graphs: the second of a model class (train_step after
         forward_backward, the same graphs) does not run the first's, so its
         compile_s is a compilation, far longer than its step. Its result is a
-        py_compile entry with the eager one's work."""
+        py_compile entry with the eager one's work. Inductor runs in its lite
+        mode (TORCHINDUCTOR_LITE_MODE=1: every op a fallback, no C++ kernel
+        compiled): Dynamo, AOTAutograd and Inductor's caches as in the
+        default mode (its FX graph and wrapper files land in the shared cache
+        without --compile_cache=fresh), in a fraction of the time."""
         shared = os.path.join(self.tmp, "inductor")
         out = os.path.join(self.tmp, "compiled.json")
         proc = self.run_tool("pybench",
@@ -355,7 +379,8 @@ class PybenchTest(ToolTest):
                              "--batch=2", "--seq=16", "--steps=2", "--warmup_s=0",
                              "--threads=1", "--peak_flops=1e13", "--runtime=eager,compile",
                              "--compile_cache=fresh", f"--benchmark_out={out}",
-                             env={"TORCHINDUCTOR_CACHE_DIR": shared}, timeout=600)
+                             env={"TORCHINDUCTOR_CACHE_DIR": shared,
+                                  "TORCHINDUCTOR_LITE_MODE": "1"}, timeout=600)
         self.assertExit(proc, 0)
         files = [n for _, _, names in os.walk(shared) for n in names] \
             if os.path.isdir(shared) else []
@@ -372,29 +397,25 @@ class PybenchTest(ToolTest):
                                phase)
             self.assertAlmostEqual(per_step(compiled, "FLOP/s") / per_step(eager, "FLOP/s"),
                                    1.0, places=9)
-        proc = self.pybench("--compile_cache=warm")
-        self.assertExit(proc, 2)
-        self.assertIn("shared", proc.stderr)
-        self.assertIn("fresh", proc.stderr)
+        code, stderr = pybench_in_process("--compile_cache=warm")
+        self.assertEqual(code, 2, stderr)
+        self.assertIn("shared", stderr)
+        self.assertIn("fresh", stderr)
 
     def test_a_changed_shape_is_another_benchmark(self):
         names = {}
         for seq in ("16", "17"):
-            proc = self.pybench("--benchmark_filter=^GPT2/nano/cpu/forward/", f"--seq={seq}",
-                                "--benchmark_list_tests")
-            self.assertExit(proc, 0)
-            names[seq] = proc.stdout.split()
+            code, listed, stderr = pybench_outputs("--benchmark_filter=^GPT2/nano/cpu/forward/",
+                                                   f"--seq={seq}", "--benchmark_list_tests")
+            self.assertEqual(code, 0, stderr)
+            names[seq] = listed.split()
         self.assertEqual(names["16"], ["GPT2/nano/cpu/forward/batch:1/seq:16/fp32/py_eager/"
                                        "manual_time"])
         self.assertNotEqual(names["16"], names["17"])
 
     @unittest.skipUnless(os.path.exists(COMPARE_PY), "compare.py (libbenchmark-tools) is missing")
     def test_compare_refuses_another_shape_and_pairs_the_same(self):
-        other = os.path.join(self.tmp, "seq17.json")
-        proc = self.pybench("--benchmark_filter=^GPT2/nano/cpu/forward/", "--batch=2",
-                            "--seq=17", "--steps=2", "--warmup_s=0", "--peak_flops=1e13",
-                            f"--benchmark_out={other}")
-        self.assertExit(proc, 0)
+        other = self.one_gpt2()  # --seq=17
         cpp = self.write("cpp.json", doc(
             repeated("GPT2/nano/cpu/forward/batch:2/seq:16/fp32/iterations:2", [1.0, 1.1]),
             intra_op_threads=self.py["context"]["intra_op_threads"]))
@@ -408,12 +429,7 @@ class PybenchTest(ToolTest):
                       proc.stdout)
 
     def test_a_rate_past_a_given_peak_leaves_mfu_out_and_says_why(self):
-        out = os.path.join(self.tmp, "low.json")
-        proc = self.pybench("--benchmark_filter=^GPT2/nano/cpu/forward/", "--batch=2",
-                            "--seq=16", "--steps=2", "--warmup_s=0", "--peak_flops=1",
-                            f"--benchmark_out={out}")
-        self.assertExit(proc, 0)
-        [entry] = [e for e in by_name(out).values()]
+        [entry] = [e for e in by_name(self.one_gpt2()).values()]  # --peak_flops=1
         self.assertNotIn("mfu", entry)
         self.assertRegex(entry["label"], r"^mfu left out: the rate is [\d.e+]+ times the fp32 "
                                          r"FLOP/s peak 1 \(given \(--peak_flops\)\)$")
