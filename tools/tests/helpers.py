@@ -1,10 +1,13 @@
 """Fixtures shared by the tools' tests: bench-like JSON entries and files,
-running a tool as a user would, the built bench binary (a stable copy of
-it) and a fake one."""
+running a tool as a user would (or its main in the test's process), the
+built bench binary (a stable copy of it) and a fake one."""
+import contextlib
+import io
 import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -118,6 +121,35 @@ class ToolTest(unittest.TestCase):
         return subprocess.run([sys.executable, os.path.join(TOOLS, tool), *args],
                               capture_output=True, text=True, timeout=timeout,
                               env=dict(os.environ, **(env or {})))
+
+    def run_main(self, tool, main, *args, env=None):
+        """run_tool's result (returncode, stdout, stderr) of a tool's main()
+        (what its launcher in tools/ calls) run in this process with args as
+        its command line and env added to the environment (which the
+        processes it starts inherit): no Python start-up, and the modules it
+        loads (SciPy takes seconds) loaded once for the tests that run it.
+        Its signal handlers are put back after it."""
+        out, err = io.StringIO(), io.StringIO()
+        argv, environ = sys.argv, dict(os.environ)
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        sys.argv = [os.path.join(TOOLS, tool), *args]
+        os.environ.update({k: str(v) for k, v in (env or {}).items()})
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    main()
+                    code = 0
+                except SystemExit as e:
+                    code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                    if not isinstance(e.code, (int, type(None))):
+                        print(e.code, file=sys.stderr)
+        finally:
+            sys.argv = argv
+            os.environ.clear()
+            os.environ.update(environ)
+            for s, handler in handlers.items():
+                signal.signal(s, handler)
+        return subprocess.CompletedProcess([tool, *args], code, out.getvalue(), err.getvalue())
 
     def assertComparePyReads(self, baseline, contender, *expected):
         """compare.py reads the two result files, and its output shows the

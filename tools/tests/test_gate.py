@@ -22,8 +22,11 @@ def tokens(times):
 
 class GateTest(ToolTest):
     def gate(self, base, new, *args):
-        return self.run_tool("gate", self.write("base.json", base), self.write("new.json", new),
-                             *args)
+        """tools/gate's main in this process (test_bad_input_exits_2 runs the
+        command itself)."""
+        from ltb.gate.cli import main
+        return self.run_main("gate", main, self.write("base.json", base),
+                             self.write("new.json", new), *args)
 
     def row(self, proc, name, metric):
         for line in proc.stdout.splitlines():
