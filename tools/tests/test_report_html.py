@@ -62,8 +62,14 @@ def points_by_section(data):
 
 
 class HtmlReportTest(ToolTest):
+    def report(self, *args):
+        """tools/report's main in this process (SciPy, which its comparisons
+        load, loaded once); test_bad_input runs the command itself."""
+        from ltb.report.cli import main
+        return self.run_main("report", main, *args)
+
     def html(self, *paths, expect=0):
-        proc = self.run_tool("report", "--format", "html", *paths)
+        proc = self.report("--format", "html", *paths)
         self.assertExit(proc, expect)
         if expect:
             return proc
@@ -190,7 +196,7 @@ class HtmlReportTest(ToolTest):
         self.assertEqual(tops, [2e11, 3.2e11])
         self.assertEqual(text.count("A benchmark beat the peak"), 1)
         # The gate's settings apply: at a 30% threshold nothing regressed.
-        proc = self.run_tool("report", "--format", "html", "--threshold", "30%",
+        proc = self.report("--format", "html", "--threshold", "30%",
                              self.write("base.json", base), self.write("head.json", head))
         self.assertExit(proc, 0)
         loose = next(c for c in page_data(proc.stdout)["charts"] if c["section"] == "comparison")
@@ -199,7 +205,7 @@ class HtmlReportTest(ToolTest):
         self.assertEqual(colours[-1], "#2ca02c")  # twice as fast clears 30%
         self.assertTrue("threshold 30%, alpha 0.05" in proc.stdout)
         rules = self.write("rules.txt", "^Transformer 30%\n")
-        proc = self.run_tool("report", "--format", "html", "--thresholds", rules,
+        proc = self.report("--format", "html", "--thresholds", rules,
                              self.write("base.json", base), self.write("head.json", head))
         self.assertExit(proc, 0)
         self.assertTrue("per benchmark from" in proc.stdout)
@@ -207,7 +213,7 @@ class HtmlReportTest(ToolTest):
         self.assertEqual(ruled["config"]["data"]["labels"][0], FWD.format(128))
         self.assertEqual(ruled["config"]["data"]["datasets"][0]["backgroundColor"][0],
                          "#7f7f7f")
-        bad = self.run_tool("report", "--format", "html", "--threshold", "lots",
+        bad = self.report("--format", "html", "--threshold", "lots",
                             self.write("base.json", base))
         self.assertExit(bad, 2)
         expected = self.expected_points([base, head])
@@ -269,8 +275,11 @@ class HtmlReportTest(ToolTest):
         if not os.access(bench, os.X_OK):
             self.skipTest(f"no built bench at {bench}")
         out = os.path.join(self.tmp, "real.json")
+        # Small matmuls (Ops/matmul goes up to 8192x8192: tens of seconds a
+        # step here) and the nano Transformer's forward phases.
         proc = subprocess.run(
-            [bench, "--benchmark_filter=^(Ops/matmul|Transformer/nano/cpu/forward)",
+            [bench, "--benchmark_filter=^(Ops/matmul/(256x256|2048x768x768)/|"
+                    "Transformer/nano/cpu/forward)",
              "--batch=2", "--seq=32", "--benchmark_min_time=0.05", "--warmup_s=0.05", "--peak_flops=1e11",
              "--peak_bandwidth=1e10", f"--benchmark_out={out}", "--benchmark_out_format=json"],
             capture_output=True, text=True, timeout=600)
