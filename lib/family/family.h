@@ -203,6 +203,9 @@ struct Family {
   std::vector<MatmulShape> peak_matmul_shapes;
   // Names read Family/size/phase/device/... (Ops/matmul/2048x2048/cpu/...).
   bool phase_before_device = false;
+  // Its size table as JSON text (each size's name, card parameter count and
+  // every option of its model), for `bench --list_families`; unset: none.
+  std::function<std::string()> size_cards;
   // Validates the spec and says what it will cost. flops_per_step 0 with
   // the workload's FlopsPerStep() > 0: counted when built.
   std::function<absl::StatusOr<Plan>(const BenchSpec&)> plan;

@@ -2,6 +2,8 @@
 
 #include <torch/nn/functional/pooling.h>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "family/registry.h"
 #include "models/size_table.h"
@@ -50,6 +52,20 @@ at::Tensor CNNImpl::forward(const at::Tensor& x) {
   return fc2(torch::relu(fc1(y.flatten(1))));                 // (N, classes)
 }
 
+namespace {
+
+// The size table as `bench --list_families` prints it: every option.
+std::string CNNSizeCards() {
+  return SizeCards(CNNSizes(), [](const CNNOptions& o) {
+    return nlohmann::ordered_json{{"conv1", o.conv1()},
+                                  {"conv2", o.conv2()},
+                                  {"hidden", o.hidden()},
+                                  {"classes", o.classes()}};
+  });
+}
+
+}  // namespace
+
 Family CNNFamily() {
   Family f;
   f.name = "CNN";
@@ -73,6 +89,7 @@ Family CNNFamily() {
         s, model.ptr(), [model](const at::Tensor& x) mutable { return model(x); },
         ClassifierShape{3, 32, 10}, 0.1);
   };
+  f.size_cards = CNNSizeCards;
   return f;
 }
 LTB_REGISTER_FAMILY(CNNFamily, 50);

@@ -4,6 +4,7 @@
 #include <torch/optim/adamw.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "absl/flags/flag.h"
@@ -253,6 +254,18 @@ std::unique_ptr<Workload> BuildEncDec(const BenchSpec& s) {
   return MakePhaseWorkload(s, std::move(fns));
 }
 
+// The size table as `bench --list_families` prints it: every option.
+std::string EncDecSizeCards() {
+  return SizeCards(EncDecSizes(), [](const EncDecOptions& o) {
+    return nlohmann::ordered_json{{"d_model", o.d_model()},
+                                  {"heads", o.heads()},
+                                  {"encoder_layers", o.encoder_layers()},
+                                  {"decoder_layers", o.decoder_layers()},
+                                  {"d_ff", o.d_ff()},
+                                  {"vocab", o.vocab()}};
+  });
+}
+
 }  // namespace
 
 Family EncDecFamily(const EncDecOverrides& overrides) {
@@ -266,6 +279,7 @@ Family EncDecFamily(const EncDecOverrides& overrides) {
   f.default_seqs = {128};
   f.plan = PlanEncDec;
   f.build = BuildEncDec;
+  f.size_cards = EncDecSizeCards;
   return f;
 }
 

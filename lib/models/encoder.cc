@@ -1,5 +1,7 @@
 #include "models/encoder.h"
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "family/registry.h"
 #include "models/size_table.h"
@@ -85,6 +87,16 @@ std::unique_ptr<Workload> BuildEncoder(const BenchSpec& s) {
   return MakePhaseWorkload(s, std::move(fns));
 }
 
+// The size table as `bench --list_families` prints it: every option.
+std::string EncoderSizeCards() {
+  return SizeCards(EncoderSizes(), [](const EncoderOptions& o) {
+    return nlohmann::ordered_json{{"d_model", o.d_model()},
+                                  {"heads", o.heads()},
+                                  {"d_ff", o.d_ff()},
+                                  {"layers", o.layers()}};
+  });
+}
+
 }  // namespace
 
 Family EncoderFamily() {
@@ -100,6 +112,7 @@ Family EncoderFamily() {
   f.default_seqs = {128, 256, 512, 1024, 2048, 4096};
   f.plan = PlanEncoder;
   f.build = BuildEncoder;
+  f.size_cards = EncoderSizeCards;
   return f;
 }
 LTB_REGISTER_FAMILY(EncoderFamily, 60);

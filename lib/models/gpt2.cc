@@ -4,6 +4,7 @@
 #include <torch/optim/adamw.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -286,6 +287,16 @@ std::unique_ptr<Workload> BuildGPT2(const BenchSpec& s) {
       o.vocab_size());
 }
 
+// The size table as `bench --list_families` prints it: every option.
+std::string GPT2SizeCards() {
+  return SizeCards(GPT2Sizes(), [](const GPT2Options& o) {
+    return nlohmann::ordered_json{
+        {"vocab_size", o.vocab_size()},       {"d_model", o.d_model()},
+        {"num_layers", o.num_layers()},       {"num_heads", o.num_heads()},
+        {"max_positions", o.max_positions()}, {"eps", o.eps()}};
+  });
+}
+
 }  // namespace
 
 Family GPT2Family() {
@@ -298,6 +309,7 @@ Family GPT2Family() {
   f.suite_cpu_new_tokens = 32;
   f.plan = PlanGPT2;
   f.build = BuildGPT2;
+  f.size_cards = GPT2SizeCards;
   return f;
 }
 LTB_REGISTER_FAMILY(GPT2Family, 30);

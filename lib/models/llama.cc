@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -370,6 +371,27 @@ std::unique_ptr<Workload> BuildLlama(const BenchSpec& s) {
       o.vocab_size());
 }
 
+// The size table as `bench --list_families` prints it: every option.
+std::string LlamaSizeCards() {
+  return SizeCards(LlamaSizes(), [](const LlamaOptions& o) {
+    return nlohmann::ordered_json{{"vocab_size", o.vocab_size()},
+                                  {"d_model", o.d_model()},
+                                  {"d_ff", o.d_ff()},
+                                  {"num_layers", o.num_layers()},
+                                  {"num_heads", o.num_heads()},
+                                  {"num_kv_heads", o.num_kv_heads()},
+                                  {"head_dim", o.head_dim()},
+                                  {"tied", o.tied()},
+                                  {"rope_factor", o.rope_factor()},
+                                  {"rope_theta", o.rope_theta()},
+                                  {"low_freq_factor", o.low_freq_factor()},
+                                  {"high_freq_factor", o.high_freq_factor()},
+                                  {"original_context", o.original_context()},
+                                  {"eps", o.eps()},
+                                  {"fused_attention", o.fused_attention()}};
+  });
+}
+
 }  // namespace
 
 Family LlamaFamily() {
@@ -388,6 +410,7 @@ Family LlamaFamily() {
   f.suite_cpu_new_tokens = 4;
   f.plan = PlanLlama;
   f.build = BuildLlama;
+  f.size_cards = LlamaSizeCards;
   return f;
 }
 LTB_REGISTER_FAMILY(LlamaFamily, 35);

@@ -2,6 +2,8 @@
 
 #include <torch/nn/functional/pooling.h>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "family/registry.h"
 #include "models/size_table.h"
@@ -141,6 +143,21 @@ at::Tensor ResNetImpl::forward(const at::Tensor& x) {
   return fc(y);
 }
 
+namespace {
+
+// The size table as `bench --list_families` prints it: every option.
+std::string ResNetSizeCards() {
+  return SizeCards(ResNetSizes(), [](const ResNetOptions& o) {
+    return nlohmann::ordered_json{{"bottleneck", o.bottleneck()},
+                                  {"blocks", o.blocks()},
+                                  {"widths", o.widths()},
+                                  {"stem", o.stem()},
+                                  {"classes", o.classes()}};
+  });
+}
+
+}  // namespace
+
 Family ResNetFamily() {
   Family f;
   f.name = "ResNet";
@@ -163,6 +180,7 @@ Family ResNetFamily() {
         s, model.ptr(), [model](const at::Tensor& x) mutable { return model(x); },
         ClassifierShape{3, 224, 1000}, 0.1);
   };
+  f.size_cards = ResNetSizeCards;
   return f;
 }
 LTB_REGISTER_FAMILY(ResNetFamily, 40);

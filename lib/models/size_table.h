@@ -2,6 +2,7 @@
 // this finds an entry by name.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,19 @@ absl::StatusOr<Field> FindSize(const std::string& family, const std::vector<Size
   return absl::InvalidArgumentError(absl::StrCat("unknown ", family, " size '", name,
                                                  "'; valid: ", absl::StrJoin(names, ", "),
                                                  other_forms));
+}
+
+// A size table as JSON text, in order: each size's name, card parameter
+// count (shared/MODELS.md) and options, as `options_json` writes them.
+template <typename Size, typename OptionsJson>
+std::string SizeCards(const std::vector<Size>& sizes, OptionsJson options_json) {
+  nlohmann::ordered_json cards = nlohmann::ordered_json::array();
+  for (const Size& s : sizes) {
+    cards.push_back({{"name", s.name},
+                     {"card_params", s.card_params},
+                     {"options", options_json(s.options)}});
+  }
+  return cards.dump();
 }
 
 }  // namespace ltb

@@ -4,6 +4,7 @@
 #include <torch/optim/adamw.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -234,6 +235,21 @@ std::unique_ptr<Workload> BuildTransformer(const BenchSpec& s) {
       o.vocab_size());
 }
 
+// The size table as `bench --list_families` prints it: every option.
+std::string TransformerSizeCards() {
+  return SizeCards(TransformerSizes(), [](const TransformerOptions& o) {
+    return nlohmann::ordered_json{{"vocab_size", o.vocab_size()},
+                                  {"d_model", o.d_model()},
+                                  {"d_ff", o.d_ff()},
+                                  {"num_layers", o.num_layers()},
+                                  {"num_heads", o.num_heads()},
+                                  {"context_length", o.context_length()},
+                                  {"rope_theta", o.rope_theta()},
+                                  {"eps", o.eps()},
+                                  {"fused_attention", o.fused_attention()}};
+  });
+}
+
 }  // namespace
 
 Family TransformerFamily() {
@@ -254,6 +270,7 @@ Family TransformerFamily() {
   f.loads_weights = true;
   f.plan = PlanTransformer;
   f.build = BuildTransformer;
+  f.size_cards = TransformerSizeCards;
   return f;
 }
 LTB_REGISTER_FAMILY(TransformerFamily, 20);

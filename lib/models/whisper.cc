@@ -3,6 +3,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "family/registry.h"
@@ -443,6 +444,22 @@ std::unique_ptr<Workload> BuildWhisper(const BenchSpec& s) {
       static_cast<double>(WhisperDecodeWeightCount(o)) * DtypeBytes(s.dtype));
 }
 
+// The size table as `bench --list_families` prints it: every option.
+std::string WhisperSizeCards() {
+  return SizeCards(WhisperSizes(), [](const WhisperOptions& o) {
+    return nlohmann::ordered_json{{"width", o.width()},
+                                  {"heads", o.heads()},
+                                  {"encoder_layers", o.encoder_layers()},
+                                  {"decoder_layers", o.decoder_layers()},
+                                  {"vocab", o.vocab()},
+                                  {"mels", o.mels()},
+                                  {"frames", o.frames()},
+                                  {"audio_ctx", o.audio_ctx()},
+                                  {"text_ctx", o.text_ctx()},
+                                  {"fused_attention", o.fused_attention()}};
+  });
+}
+
 }  // namespace
 
 Family WhisperFamily() {
@@ -467,6 +484,7 @@ Family WhisperFamily() {
   f.suite_cpu_new_tokens = 32;
   f.plan = PlanWhisper;
   f.build = BuildWhisper;
+  f.size_cards = WhisperSizeCards;
   return f;
 }
 LTB_REGISTER_FAMILY(WhisperFamily, 70);

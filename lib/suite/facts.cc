@@ -70,6 +70,11 @@ std::string FamilyFactsJson(const std::vector<Family>& families) {
       sizes.push_back({{"name", size}, {"params", ParamsOf(family, size)}});
     }
     f["sizes"] = sizes;
+    // The size table, every option of each size's model: what the Python
+    // twins must equal.
+    f["size_cards"] = family.size_cards
+                          ? nlohmann::ordered_json::parse(family.size_cards())
+                          : nlohmann::ordered_json::array();
     // The phases in the order the family registers them.
     std::vector<std::string> phases;
     nlohmann::ordered_json cases = nlohmann::ordered_json::array();

@@ -1,12 +1,10 @@
-"""ltb.pysuite.families: its size tables are the C++ ones (read from
-lib/models/*.{h,cc}), every size has the card's parameter count, the
+"""ltb.pysuite.families: its size tables are the C++ ones (every option of
+every size, as bench --list_families prints them), every size has the card's parameter count, the
 inference inputs have the benchmark's shapes, and each family's nano
 forward_module exports with torch.export. Parity of the computation itself
 is test/models/parity_test.cc's."""
-import ast
 import json
 import os
-import re
 import subprocess
 import unittest
 
@@ -31,107 +29,14 @@ SOURCES = {"Transformer": "transformer", "GPT2": "gpt2", "Llama": "llama", "ResN
            "Encoder": "encoder", "Whisper": "whisper", "EncDec": "encdec"}
 
 
-def _read(stem, ext):
-    with open(os.path.join(MODELS, f"{stem}.{ext}"), encoding="utf-8") as f:
-        # Without comments, so /*bottleneck=*/ and // notes do not get in the way.
-        return re.sub(r"/\*.*?\*/|//[^\n]*", "", f.read(), flags=re.S)
-
-
-def _literal(text, constants):
-    """A C++ literal (1'000, {1, 2}, false, 1e-5, a named constant) as Python."""
-    text = text.strip()
-    if text in constants:
-        return constants[text]
-    text = text.replace("'", "").replace("{", "(").replace("}", ")")
-    text = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", text))
-    return ast.literal_eval(text)
-
-
-def _closing(text, start):
-    """The index just past the bracket matching the one at text[start]."""
-    depth = 0
-    for i in range(start, len(text)):
-        depth += text[i] in "({"
-        depth -= text[i] in ")}"
-        if depth == 0:
-            return i + 1
-    raise ValueError(f"unbalanced brackets in {text[start:]!r}")
-
-
-def _split_args(text):
-    """Top-level comma-separated arguments of a call's argument text."""
-    args, depth, current = [], 0, ""
-    for ch in text:
-        depth += ch in "({"
-        depth -= ch in ")}"
-        if ch == "," and depth == 0:
-            args.append(current)
-            current = ""
-        else:
-            current += ch
-    if current.strip():
-        args.append(current)
-    return args
-
-
-def _calls(text):
-    """[(name, argument text)] of a chain `Foo(a, b).bar(c).baz(d)`."""
-    calls, pos = [], 0
-    while True:
-        m = re.compile(r"\s*\.?\s*(\w+)\s*\(").match(text, pos)
-        if not m:
-            break
-        end = _closing(text, m.end() - 1)
-        calls.append((m.group(1), text[m.end():end - 1]))
-        pos = end
-    if text[pos:].strip():
-        raise ValueError(f"cannot read {text[pos:]!r}")
-    return calls
-
-
-def _options_struct(family):
-    header = _read(SOURCES[family], "h")
-    start = re.search(r"struct %sOptions\s*\{" % family, header).end() - 1
-    return header[start:_closing(header, start)]
-
-
-def cpp_constants(stem):
-    return {name: int(value) for name, value in
-            re.findall(r"constexpr\s+int64_t\s+(\w+)\s*=\s*(\d+)\s*;", _read(stem, "h"))}
-
-
-def cpp_fields(family):
-    """The C++ options struct's TORCH_ARG names, in order."""
-    return re.findall(r"TORCH_ARG\([^,]+,\s*(\w+)\)", _options_struct(family))
-
-
-def cpp_defaults(family):
-    """{field: default} of the C++ options struct's TORCH_ARGs that have one."""
-    constants = cpp_constants(SOURCES[family])
-    return {name: _literal(value, constants) for name, value in
-            re.findall(r"TORCH_ARG\([^,]+,\s*(\w+)\)\s*=\s*([^;]+);",
-                       _options_struct(family))}
-
-
-def cpp_sizes(family):
-    """[(name, {option field: value}, card_params)] of the C++ size table, in
-    order, from its `{"nano", FooOptions(a, b).setter(c), 123'456}` entries."""
-    stem = SOURCES[family]
-    constants = cpp_constants(stem)
-    source = _read(stem, "cc")
-    table = re.search(r"%sSizes\(\)\s*\{(.*?)return \*sizes;" % family, source, re.S).group(1)
-    fields = cpp_fields(family)
-    entries = []
-    for m in re.finditer(r'\{\s*"', table):
-        entry = table[m.start() + 1:_closing(table, m.start()) - 1]
-        name, expr, card = _split_args(entry)
-        (struct, args), *setters = _calls(expr)
-        if struct != f"{family}Options":
-            raise AssertionError(f"{family} size {name} is built from {struct}")
-        values = dict(zip(fields, (_literal(a, constants) for a in _split_args(args))))
-        values.update((setter, _literal(value, constants)) for setter, value in setters)
-        entries.append((_literal(name, constants), values, _literal(card, constants)))
-    return entries
+def cpp_cards(family):
+    """[(name, {option: value}, card_params)] of the C++ size table, in
+    order, as bench --list_families prints it (lists as tuples, as the
+    Python options hold them)."""
+    return [(c["name"],
+             {k: tuple(v) if isinstance(v, list) else v for k, v in c["options"].items()},
+             c["card_params"])
+            for c in facts.family(family)["size_cards"]]
 
 
 @unittest.skipIf(torch is None, "needs torch (the project's venv)")
@@ -139,38 +44,35 @@ class SizeTableTest(unittest.TestCase):
     def test_the_families_are_the_cpp_ones(self):
         self.assertEqual(set(ltb_models.FAMILIES), set(SOURCES))
 
-    def test_sizes_and_architecture_numbers_equal_the_cpp_tables(self):
+    def test_sizes_and_every_option_equal_the_cpp_tables(self):
+        # A changed C++ default changes the options of the sizes that keep
+        # it, so the Python defaults are checked through every size.
         for family in ltb_models.FAMILIES:
             with self.subTest(family=family):
-                cpp = cpp_sizes(family)
-                self.assertTrue(cpp, f"no size table found for {family}")
+                cpp = cpp_cards(family)
+                self.assertTrue(cpp, f"bench prints no size table for {family}")
                 self.assertEqual(ltb_models.sizes(family), tuple(name for name, _, _ in cpp))
-                defaults = cpp_defaults(family)
                 for name, values, card in cpp:
                     entry = ltb_models.size_entry(family, name)
-                    want = dict(defaults, **values)
-                    want.pop("fused_attention", None)  # see the next test
-                    got = {k: getattr(entry.options, k, None) for k in want}
-                    self.assertEqual(got, want, f"{family}/{name}")
+                    # fused_attention switches the C++ attention's
+                    # implementation, not what it computes; the Python
+                    # models have one implementation.
+                    values.pop("fused_attention", None)
+                    got = {k: getattr(entry.options, k, None) for k in values}
+                    self.assertEqual(got, values, f"{family}/{name}")
                     self.assertEqual(entry.card_params, card, f"{family}/{name}")
 
-    def test_options_mirror_the_cpp_fields_and_defaults(self):
-        # fused_attention switches the C++ attention's implementation, not
-        # what it computes; the Python models have one implementation.
+    def test_options_have_the_cpp_fields_in_order(self):
         for family in ltb_models.FAMILIES:
             with self.subTest(family=family):
-                fields = [f for f in cpp_fields(family) if f != "fused_attention"]
+                fields = [f for f in cpp_cards(family)[0][1] if f != "fused_attention"]
                 options = type(ltb_models.size_entry(family, "nano").options)
                 self.assertEqual([f.name for f in options.__dataclass_fields__.values()],
                                  fields)
-                for name, value in cpp_defaults(family).items():
-                    if name != "fused_attention":
-                        self.assertEqual(options.__dataclass_fields__[name].default, value,
-                                         f"{family}Options.{name}")
 
     def test_every_size_has_the_card_parameter_count(self):
         for family in ltb_models.FAMILIES:
-            for name, _, card in cpp_sizes(family):
+            for name, _, card in cpp_cards(family):
                 with self.subTest(family=family, size=name):
                     with torch.device("meta"):  # shapes only: xl sizes are billions
                         model = ltb_models.build(family, name)
