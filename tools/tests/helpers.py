@@ -101,6 +101,36 @@ def doc(*entry_lists, **context):
                            (group if isinstance(group, list) else [group])]}
 
 
+def run_in_process(tool, main, *args, env=None):
+    """What subprocess.run of tools/TOOL gives (returncode, stdout, stderr),
+    of the tool's main() (what its launcher calls) run in this process with
+    args as its command line and env added to the environment (which the
+    processes it starts inherit): no Python start-up, and the modules it
+    loads (SciPy takes seconds) loaded once for the tests that run it. Its
+    signal handlers are put back after it."""
+    out, err = io.StringIO(), io.StringIO()
+    argv, environ = sys.argv, dict(os.environ)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    sys.argv = [os.path.join(TOOLS, tool), *args]
+    os.environ.update({k: str(v) for k, v in (env or {}).items()})
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if not isinstance(e.code, (int, type(None))):
+                    print(e.code, file=sys.stderr)
+    finally:
+        sys.argv = argv
+        os.environ.clear()
+        os.environ.update(environ)
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    return subprocess.CompletedProcess([tool, *args], code, out.getvalue(), err.getvalue())
+
+
 class ToolTest(unittest.TestCase):
     """A temporary directory to write fixtures into, and a tool runner."""
 
@@ -123,33 +153,8 @@ class ToolTest(unittest.TestCase):
                               env=dict(os.environ, **(env or {})))
 
     def run_main(self, tool, main, *args, env=None):
-        """run_tool's result (returncode, stdout, stderr) of a tool's main()
-        (what its launcher in tools/ calls) run in this process with args as
-        its command line and env added to the environment (which the
-        processes it starts inherit): no Python start-up, and the modules it
-        loads (SciPy takes seconds) loaded once for the tests that run it.
-        Its signal handlers are put back after it."""
-        out, err = io.StringIO(), io.StringIO()
-        argv, environ = sys.argv, dict(os.environ)
-        handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        sys.argv = [os.path.join(TOOLS, tool), *args]
-        os.environ.update({k: str(v) for k, v in (env or {}).items()})
-        try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                try:
-                    main()
-                    code = 0
-                except SystemExit as e:
-                    code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-                    if not isinstance(e.code, (int, type(None))):
-                        print(e.code, file=sys.stderr)
-        finally:
-            sys.argv = argv
-            os.environ.clear()
-            os.environ.update(environ)
-            for s, handler in handlers.items():
-                signal.signal(s, handler)
-        return subprocess.CompletedProcess([tool, *args], code, out.getvalue(), err.getvalue())
+        """run_in_process: a tool's main in this process."""
+        return run_in_process(tool, main, *args, env=env)
 
     def assertComparePyReads(self, baseline, contender, *expected):
         """compare.py reads the two result files, and its output shows the

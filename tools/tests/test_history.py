@@ -17,11 +17,10 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 import unittest
 
 from tests import browser
-from tests.helpers import REPO
+from tests.helpers import REPO, run_in_process
 
 TOOLS = os.path.join(REPO, "tools")
 from ltb.history.changes import changes
@@ -58,8 +57,10 @@ def write(path, doc):
 
 
 def history(*args, db, check=True):
-    run = subprocess.run([sys.executable, HISTORY, *args, f"--db={db}"], capture_output=True,
-                         text=True, timeout=600)
+    """tools/history's main in this process (ruptures and SciPy, which
+    `changes` loads, loaded once); add_at_once runs the command itself."""
+    from ltb.history.cli import main
+    run = run_in_process("history", main, *args, f"--db={db}")
     if check:
         assert run.returncode == 0, run.stdout + run.stderr
     return run
@@ -371,8 +372,8 @@ class ChangesTest(unittest.TestCase):
         none = history("changes", "--benchmark_filter=^GPT2", "--fail", db=db)
         self.assertIn("0 change(s) in 0 series", none.stdout)
         # The HTML report reads the store: the series with its change marked.
-        page = subprocess.run([sys.executable, os.path.join(TOOLS, "report"), "--format=html",
-                               f"--db={db}"], capture_output=True, text=True, timeout=300)
+        from ltb.report.cli import main as report
+        page = run_in_process("report", report, "--format=html", f"--db={db}")
         self.assertEqual(page.returncode, 0, page.stderr)
         self.assertIn('id="store"', page.stdout)
         data = json.loads(page.stdout.split('id="ltb-data">')[1].split("</script>")[0])
