@@ -7,7 +7,7 @@ C++ (LibTorch) and Python (PyTorch) results line up by name.
                    --steps --seed --peak_flops --benchmark_min_time
                    --benchmark_repetitions --benchmark_out --benchmark_list_tests
                    --epochs --warmup_epochs --dataset_samples --shard_mb
-                   --depth --weights --print_tokens ...]
+                   --depth --weights --print_tokens --quant --quant_group ...]
 
 Runs every model family of the suite and its phases, from
 tools/families.py: Transformer (forward, forward_backward, train_step,
@@ -41,14 +41,23 @@ convolutions directly as bench does), mfu and mfu_peak, params, peak_mem
 (CUDA: PyTorch's allocator; PyTorch has no CPU allocator statistics, so on
 the CPU only peak_rss), step_cv_%, step_p50/p90/p99_ms; generation's
 ttft_ms, tpot_ms, tpot_p50/p90/p99_ms, pp_tok/s, tg_tok/s, kv_cache_bytes,
-weight_GB/s, read_GB/s, tpot_growth_% and mbu; Whisper's audio_s/s and rtf;
-train_epoch's epoch_N_s and epoch_s. Generation at a --depth (GPT2, Llama):
+weight_bytes, weight_GB/s, read_GB/s, tpot_growth_% and mbu; Whisper's
+audio_s/s and rtf; train_epoch's epoch_N_s and epoch_s. Generation at a --depth (GPT2, Llama):
 the cache filled once with that many random tokens before the warm-up, the
 prompt attending to them with a causal mask aligned to the cache's end.
 --weights loads a safetensors checkpoint by name as bench does
 (tools/weights.py), with bench's errors as that benchmark's error entry;
 --print_tokens prints one generation's ids to stderr as bench prints them.
-Not here: gpu_util_% of the epochs (bench's NVML sampler).
+--quant=none,int8,int4,int8dyn (and --quant_group=32,64,128 for int4) runs
+Transformer's, GPT2's and Llama's phases with their linear layers and tied
+output head quantised once as bench quantises them, through the same ATen
+operators (ltb/pysuite/quant.py): names gain /int8, /int4:gN or /int8dyn
+after the dtype; training phases, and dtypes or devices a kernel does not
+take, are the benchmark's error in bench's words; weight_bytes (and
+weight_GB/s, read_GB/s, mbu) count the packed bytes; int8dyn leaves mfu out
+as bench does. Not here: gpu_util_% of the epochs (bench's NVML sampler),
+and --quant's accuracy counters (top1_agree_%, rel_err, token_match_%),
+which are bench's alone.
 
 Names are bench's with the runtime last (after the dtype, or /weights:NAME): .../fp32/py_eager, or
 .../fp32/py_compile for torch.compile (its compile_s counter is the first
@@ -89,7 +98,7 @@ require("torch", "numpy")  # this Python, or the project's venv, which has them
 
 import torch  # noqa: E402
 
-from ltb.pysuite import facts, families, weights  # noqa: E402
+from ltb.pysuite import facts, families, quant, weights  # noqa: E402
 
 RUNTIMES = {"eager": "py_eager", "compile": "py_compile"}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -190,6 +199,26 @@ def seconds_flag(text, what):
     return value
 
 
+def quant_flags(quants, groups):
+    """bench's --quant and --quant_group (lib/suite/flags.cc): the list of
+    Quants, each int4 once a group size, in the flags' order."""
+    for text, what in ((quants, "quant"), (groups, "quant_group")):
+        if text == "":
+            raise Bad(f"--{what} needs at least one value")
+    kinds = quants.split(",")
+    for k in kinds:
+        if k not in quant.NAMES:
+            raise Bad(f"bad --quant value '{quants}': unknown quantisation '{k}'; valid: "
+                      + ", ".join(quant.NAMES))
+    sizes = []
+    for g in groups.split(","):
+        if not re.fullmatch(r"[+-]?\d+", g.strip()) or int(g) not in quant.GROUPS:
+            raise Bad(f"bad --quant_group value '{groups}': unknown group size '{g}'; "
+                      "valid: " + ", ".join(map(str, quant.GROUPS)))
+        sizes.append(int(g))
+    return [quant.Quant(k, g) for k in kinds for g in (sizes if k == "int4" else [0])]
+
+
 def choices(text, valid, what):
     values = text.split(",")
     for v in values:
@@ -225,6 +254,11 @@ def parse_flags(argv):
     add("--print_tokens", default="false",
         help="generate: print one generation's prompt and token ids to stderr")
     add("--dtype", default="fp32")
+    add("--quant", default="none", help="Transformer's, GPT2's and Llama's linear weights "
+        "for inference: none, int8, int4 (in groups of --quant_group), int8dyn, or a list; "
+        "names end in /int8, /int4:gN, /int8dyn")
+    add("--quant_group", default="32", help="--quant=int4's group sizes: 32, 64, 128, or a "
+        "list")
     add("--threads", type=int, default=0)
     add("--interop_threads", type=int, default=1)
     add("--warmup_s", default="0.5")
@@ -291,6 +325,7 @@ def parse_flags(argv):
     a.depths = whole_ints(a.depth, "depth")
     a.print_tokens = switch(a.print_tokens, "print_tokens")
     a.dtypes = choices(a.dtype, tuple(DTYPES), "dtype")
+    a.quants = quant_flags(a.quant, a.quant_group)
     a.runtimes = choices("eager,compile" if a.compile else a.runtime, tuple(RUNTIMES),
                          "runtime")
     if a.grad_mode not in GRAD_MODES:
@@ -317,10 +352,10 @@ class Spec:
     """One benchmark, named as bench's BenchSpec::Name() with the runtime."""
 
     def __init__(self, family, size, device, phase, batch, dtype, runtime, seq=0, prompt=0,
-                 new_tokens=0, depth=0, weights=""):
+                 new_tokens=0, depth=0, weights="", quant=quant.NONE):
         self.family, self.size, self.device, self.phase = family, size, device, phase
         self.batch, self.seq, self.prompt, self.new_tokens = batch, seq, prompt, new_tokens
-        self.depth, self.weights = depth, weights
+        self.depth, self.weights, self.quant = depth, weights, quant
         self.dtype, self.runtime = dtype, runtime
         self.steps = None
 
@@ -337,6 +372,8 @@ class Spec:
         if self.depth:
             name += f"/depth:{self.depth}"
         name += f"/{self.dtype}"
+        if not self.quant.none:
+            name += f"/{self.quant.name()}"
         if self.weights:
             name += f"/weights:{weights.weights_name(self.weights)}"
         return f"{name}/{RUNTIMES[self.runtime]}"
@@ -382,22 +419,23 @@ def specs(args):
                     # lib/suite/sweep.cc: --depth sweeps the decoders' generation.
                     depths = (args.depths if phase == "generate" and family in DEPTH_FAMILIES
                               else [0])
-                    for dtype in args.dtypes:
-                        for b in batches:
-                            for (first, second), depth in [(x, d) for x in lengths
-                                                           for d in depths]:
-                                for runtime in args.runtimes:
-                                    s = (Spec(family, size, device, phase, b, dtype, runtime,
-                                              prompt=first, new_tokens=second, depth=depth,
-                                              weights=args.weights)
-                                         if phase in GENERATING_PHASES else
-                                         Spec(family, size, device, phase, b, dtype, runtime,
-                                              seq=first, weights=args.weights))
-                                    # An epoch is one iteration (suite.cc FixedIterations).
-                                    s.steps = (args.epochs if phase == "train_epoch"
-                                               else args.steps)
-                                    if (pattern.search(s.full_name()) is not None) != negate:
-                                        out.append(s)
+                    # The families that quantise sweep --quant in every phase
+                    # (training says why it does not run).
+                    quants = args.quants if f["quantizes"] else [quant.NONE]
+                    axes = [(d, q, b, x, depth) for d in args.dtypes for q in quants
+                            for b in batches for x in lengths for depth in depths]
+                    for dtype, q, b, (first, second), depth in axes:
+                        for runtime in args.runtimes:
+                            s = (Spec(family, size, device, phase, b, dtype, runtime,
+                                      prompt=first, new_tokens=second, depth=depth,
+                                      weights=args.weights, quant=q)
+                                 if phase in GENERATING_PHASES else
+                                 Spec(family, size, device, phase, b, dtype, runtime,
+                                      seq=first, weights=args.weights, quant=q))
+                            # An epoch is one iteration (suite.cc FixedIterations).
+                            s.steps = args.epochs if phase == "train_epoch" else args.steps
+                            if (pattern.search(s.full_name()) is not None) != negate:
+                                out.append(s)
     return out
 
 
@@ -431,6 +469,9 @@ def plan(spec, args):
     if s.weights and f not in weights.LOADERS:  # lib/family/registry.cc
         raise Refused(f"{f} does not load --weights; the families that do: "
                       f"{', '.join(weights.LOADERS)}")
+    why = quant.refusal(s.quant, s.device, DTYPES[s.dtype], s.training)  # runner.cc PlanRun
+    if why:
+        raise Refused(why)
     if f in LANGUAGE:
         if s.phase == "generate":
             positions = s.depth + s.prompt + s.new_tokens
@@ -576,6 +617,16 @@ class Workload:
             model.to(s.device, DTYPES[s.dtype]).eval()
         else:
             model.to(s.device, torch.float32).train()
+        # --quant (lib/workloads/phases.cc PrepareModel): the linear layers
+        # and a tied head quantised once, outside the timed steps; what a
+        # decode step reads of the weights changes by the bytes.
+        self.weight_change = 0
+        if not s.quant.none:
+            try:
+                removed, added = quant.quantize_model(model, s.quant)
+            except quant.QuantError as e:  # bench's TORCH_CHECK: "LibTorch error: ..."
+                raise Refused(f"PyTorch error: {e}")
+            self.weight_change = added - removed
         self.model = model
         compiled = s.runtime == "compile"
         self.forward = torch.compile(model) if compiled else model
@@ -777,7 +828,8 @@ class Workload:
 
     def _element_bytes(self, s):
         element = torch.finfo(DTYPES[s.dtype]).bits // 8
-        self.weight_bytes = families.decode_weight_elements(s.family, s.size) * element
+        self.weight_bytes = (families.decode_weight_elements(s.family, s.size) * element
+                             + self.weight_change)
         self.reset_stats()
 
     def _generate(self):
@@ -833,7 +885,8 @@ class Workload:
             return {}
         prefill = self.prefill_s / self.steps
         c = {"ttft_ms": prefill * 1e3, "pp_tok/s": s.batch * s.prompt / prefill,
-             "kv_cache_bytes": float(sum(t.nbytes for t in self.cache))}
+             "kv_cache_bytes": float(sum(t.nbytes for t in self.cache)),
+             "weight_bytes": float(self.weight_bytes)}
         if s.new_tokens > 1:
             decode = self.decode_s / self.steps
             decodes = s.new_tokens - 1
@@ -997,7 +1050,10 @@ def entry(spec, reps, index, iterations, seconds, steps, workload, peaks, rss_re
                            f"{what} peak {peak[0]:g} ({peak[1]})")
 
     peak = peaks.get((spec.device.split(":")[0], spec.dtype))
-    if peak and workload.flops_per_step > 0:
+    if workload.flops_per_step > 0 and spec.quant.kind == "int8dyn":
+        omitted.append("mfu left out: FBGEMM's dynamic int8 linear multiplies in int8, whose "
+                       "peak the suite does not measure")
+    elif peak and workload.flops_per_step > 0:
         utilisation("mfu", c["FLOP/s"], peak, f"{spec.dtype} FLOP/s")
     bandwidth = peaks.get((spec.device.split(":")[0], "bandwidth"))
     if bandwidth and "weight_GB/s" in c:

@@ -36,12 +36,13 @@ def names():
 def settings(name):
     """What pybench needs of a family (as lib/models/*.cc set its Family):
     phases, the default suite's pattern, default shapes, the default suite's
-    CPU shapes, and a prompt its generation fixes."""
+    CPU shapes, whether its phases sweep --quant, and a prompt its
+    generation fixes."""
     f = family(name)
     out = {"phases": tuple(f["phases"]), "suite": "|".join(f["suite"]),
            "batch": f["default_batch"], "seqs": tuple(f["default_seqs"]),
            "cpu_batch": f["suite_cpu_batch"], "cpu_seqs": tuple(f["suite_cpu_seqs"]),
-           "cpu_new_tokens": f["suite_cpu_new_tokens"]}
+           "cpu_new_tokens": f["suite_cpu_new_tokens"], "quantizes": f["quantizes"]}
     fixed = [c["fixed_prompt"] for c in f["cases"] if c["fixed_prompt"]]
     if fixed:
         out["fixed_prompt"] = fixed[0]

@@ -78,8 +78,18 @@ class GPT2LM(nn.Module):
         self.h = nn.ModuleList(GPT2Block(o) for _ in range(o.num_layers))
         self.ln_f = nn.LayerNorm(o.d_model, eps=o.eps)
         self.options = o
+        # --quant (ltb/pysuite/quant.py): a quantised copy of the tied head,
+        # which the logits read instead of wte (the lookup keeps wte); C++:
+        # head_quantized_.
+        self.quantized_head = None
         # GPT2Config's initializer_range, its residual projections scaled.
         init_like_hugging_face(self, 0.02, o.num_layers, ("c_proj.weight",))
+
+    def _logits(self, y):
+        # The LM head is tied to the token embedding: no parameter of its own.
+        if self.quantized_head is not None:
+            return self.quantized_head(y)
+        return F.linear(y, self.wte.weight)
 
     def forward(self, tokens):
         # tokens: (B, T) int64 at positions [0, T) -> logits (B, T, V).
@@ -91,8 +101,7 @@ class GPT2LM(nn.Module):
         x = self.wte(tokens) + self.wpe(pos)  # (B, T, d)
         for block in self.h:
             x = block(x)
-        # The LM head is tied to the token embedding: no parameter of its own.
-        return F.linear(self.ln_f(x), self.wte.weight)  # (B, T, V)
+        return self._logits(self.ln_f(x))  # (B, T, V)
 
     def forward_cached(self, tokens, position, cache):
         """tokens (B, T) at [position, position + T), every layer's keys and
@@ -106,7 +115,7 @@ class GPT2LM(nn.Module):
         x = self.wte(tokens) + self.wpe(pos)  # (B, T, d)
         for block, layer_cache in zip(self.h, cache):
             x = block(x, layer_cache, position)
-        return F.linear(self.ln_f(x[:, t - 1]), self.wte.weight)  # (B, V)
+        return self._logits(self.ln_f(x[:, t - 1]))  # (B, V)
 
     def make_cache(self, batch, positions):
         o = self.options

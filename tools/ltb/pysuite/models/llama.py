@@ -150,6 +150,11 @@ class LlamaLM(nn.Module):
         if not o.tied:
             self.lm_head = undrawn(nn.Linear, o.d_model, o.vocab_size, bias=False)
         self.options = o
+        # --quant (ltb/pysuite/quant.py), tied sizes: a quantised copy of the
+        # head, which the logits read instead of embed_tokens (the lookup
+        # keeps it); untied, lm_head is quantised as a linear layer. C++:
+        # head_quantized_.
+        self.quantized_head = None
         init_like_hugging_face(self, 0.02, o.num_layers)  # LlamaConfig's initializer_range
 
     def _hidden(self, tokens, position=0, cache=None):
@@ -165,6 +170,8 @@ class LlamaLM(nn.Module):
         return self.model.norm(x)
 
     def _logits(self, y):
+        if self.quantized_head is not None:
+            return self.quantized_head(y)
         head = self.model.embed_tokens.weight if self.options.tied else self.lm_head.weight
         return F.linear(y, head)
 
