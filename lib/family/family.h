@@ -185,6 +185,7 @@ struct Family {
   int64_t suite_cpu_batch = 0;
   std::vector<int64_t> suite_cpu_seqs;
   int64_t suite_cpu_new_tokens = 0;  // generation, without --new_tokens
+  int64_t suite_cpu_prompt = 0;      // generation, without --prompt
   // Its generate phase can start with tokens already in the cache: swept
   // over --depth (others run at depth 0 only).
   bool generates_at_depth = false;

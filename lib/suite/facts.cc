@@ -30,7 +30,6 @@ const char* ShapeName(Shape shape) {
 // A size's parameter count, from the plan of its first case at the
 // family's default shapes; -1 where no plan gives one.
 int64_t ParamsOf(const Family& family, const std::string& size) {
-  const Sweep defaults;
   for (const Case& c : family.Cases()) {
     if (c.size != size) continue;
     BenchSpec spec;
@@ -42,7 +41,7 @@ int64_t ParamsOf(const Family& family, const std::string& size) {
     spec.batch = c.default_batch > 0 ? c.default_batch
                                      : std::max<int64_t>(family.default_batch, 1);
     spec.seq = family.default_seqs.empty() ? 0 : family.default_seqs.front();
-    spec.prompt = c.fixed_prompt > 0 ? c.fixed_prompt : defaults.prompts.front();
+    spec.prompt = c.fixed_prompt > 0 ? c.fixed_prompt : kDefaultPrompt;
     spec.new_tokens = kDefaultNewTokens;
     absl::StatusOr<Plan> plan = family.PlanFor(spec);
     if (plan.ok()) return plan->params;
@@ -53,10 +52,9 @@ int64_t ParamsOf(const Family& family, const std::string& size) {
 }  // namespace
 
 std::string FamilyFactsJson(const std::vector<Family>& families) {
-  const Sweep defaults;
   nlohmann::ordered_json doc;
   doc["default_new_tokens"] = kDefaultNewTokens;
-  doc["default_prompt"] = defaults.prompts.front();
+  doc["default_prompt"] = kDefaultPrompt;
   doc["dtypes"] = {"fp32", "bf16", "fp16"};
   doc["quants"] = kQuantNames;
   doc["quant_groups"] = kQuantGroups;
@@ -103,6 +101,7 @@ std::string FamilyFactsJson(const std::vector<Family>& families) {
     f["suite_cpu_batch"] = family.suite_cpu_batch;
     f["suite_cpu_seqs"] = family.suite_cpu_seqs;
     f["suite_cpu_new_tokens"] = family.suite_cpu_new_tokens;
+    f["suite_cpu_prompt"] = family.suite_cpu_prompt;
     f["generates_at_depth"] = family.generates_at_depth;
     f["loads_weights"] = family.loads_weights;
     f["packs_cpu_linears"] = family.packs_cpu_linears;

@@ -616,7 +616,9 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   sweep.devices = absl::GetFlag(FLAGS_devices).values;
   sweep.batches = absl::GetFlag(FLAGS_batch).values;
   sweep.seqs = absl::GetFlag(FLAGS_seq).values;
-  sweep.prompts = absl::GetFlag(FLAGS_prompt).values;
+  const std::vector<int64_t> prompts = absl::GetFlag(FLAGS_prompt).values;
+  // Not given: the default (in the default suite the CPU's may be shorter).
+  if (SuiteFlagGiven("prompt")) sweep.prompts = prompts;
   sweep.depths = absl::GetFlag(FLAGS_depth).values;
   const std::vector<int64_t> new_tokens = absl::GetFlag(FLAGS_new_tokens).values;
   // Not given: the default (in the default suite the CPU generates fewer).
@@ -642,7 +644,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   sweep.weights = absl::GetFlag(FLAGS_weights);
   // Lists that default to a value must not be emptied ("--dtype=").
   for (const auto& [name, empty] :
-       {std::pair<const char*, bool>{"prompt", sweep.prompts.empty()},
+       {std::pair<const char*, bool>{"prompt", prompts.empty()},
         {"new_tokens", new_tokens.empty()},
         {"depth", sweep.depths.empty()},
         {"memory_format", sweep.channels_last.empty()},

@@ -30,7 +30,8 @@ struct Shapes {
 // over the CPU compares the same work (`has_cpu`).
 std::vector<Shapes> ShapesOn(const Family& family, const Case& c, const Sweep& sweep,
                              const c10::Device& device, bool has_cpu) {
-  auto shapes = [&](int64_t batch, const std::vector<int64_t>& seqs, int64_t new_tokens) {
+  auto shapes = [&](int64_t batch, const std::vector<int64_t>& seqs, int64_t new_tokens,
+                    int64_t prompt) {
     Shapes out;
     out.batches = sweep.batches.empty() ? std::vector<int64_t>{batch} : sweep.batches;
     if (c.phase.shape == Shape::kNone) out.batches = {0};
@@ -40,7 +41,10 @@ std::vector<Shapes> ShapesOn(const Family& family, const Case& c, const Sweep& s
       }
     } else if (c.phase.shape == Shape::kGenerate) {
       const std::vector<int64_t> prompts =
-          c.fixed_prompt > 0 ? std::vector<int64_t>{c.fixed_prompt} : sweep.prompts;
+          c.fixed_prompt > 0 ? std::vector<int64_t>{c.fixed_prompt}
+          : !sweep.prompts.empty()
+              ? sweep.prompts
+              : std::vector<int64_t>{prompt > 0 ? prompt : kDefaultPrompt};
       const std::vector<int64_t> news =
           !sweep.new_tokens.empty()
               ? sweep.new_tokens
@@ -54,12 +58,12 @@ std::vector<Shapes> ShapesOn(const Family& family, const Case& c, const Sweep& s
     return out;
   };
   const int64_t batch = c.default_batch > 0 ? c.default_batch : family.default_batch;
-  const Shapes usual = shapes(batch, family.default_seqs, 0);
+  const Shapes usual = shapes(batch, family.default_seqs, 0, 0);
   if (!sweep.default_suite) return {usual};
   const Shapes cpu = shapes(
       c.default_batch > 0 || family.suite_cpu_batch <= 0 ? batch : family.suite_cpu_batch,
       family.suite_cpu_seqs.empty() ? family.default_seqs : family.suite_cpu_seqs,
-      family.suite_cpu_new_tokens);
+      family.suite_cpu_new_tokens, family.suite_cpu_prompt);
   const bool differ = cpu.batches != usual.batches || cpu.lengths != usual.lengths;
   if (BackendOf(device).Caps().host) return {cpu};
   if (has_cpu && differ) return {usual, cpu};

@@ -13,19 +13,22 @@ namespace ltb {
 // Tokens generated per sequence without --new_tokens (and, in the default
 // suite on the CPU, no suite_cpu_new_tokens).
 constexpr int64_t kDefaultNewTokens = 100;
+// Prompt tokens per sequence without --prompt (and, in the default suite on
+// the CPU, no suite_cpu_prompt).
+constexpr int64_t kDefaultPrompt = 32;
 
 struct Sweep {
   std::vector<c10::Device> devices;
-  std::vector<int64_t> batches;  // empty: each family's default
-  std::vector<int64_t> seqs;     // empty: each family's default
-  std::vector<int64_t> prompts = {32};
+  std::vector<int64_t> batches;       // empty: each family's default
+  std::vector<int64_t> seqs;          // empty: each family's default
+  std::vector<int64_t> prompts;       // empty: kDefaultPrompt, or the suite's CPU one
   std::vector<int64_t> new_tokens;    // empty: kDefaultNewTokens, or the suite's CPU one
   std::vector<int64_t> depths = {0};  // --depth: families that generate at a depth
   std::vector<c10::ScalarType> dtypes = {c10::kFloat};
   bool sync = true;
   int64_t bucket_mb = 25;  // --bucket_mb: data-parallel gradient buckets
   std::vector<bool> pack_cpu_linears = {false};  // --cpu_linear: aten, onednn
-  std::vector<Quant> quants = {Quant{}};          // --quant x --quant_group
+  std::vector<Quant> quants = {Quant{}};         // --quant x --quant_group
   std::vector<bool> channels_last = {false};     // --memory_format
   std::vector<bool> tf32 = {false};              // --tf32: fp32 on devices with TF32
   std::vector<bool> graphs = {false};            // --cuda_graphs: devices with graphs
