@@ -103,6 +103,7 @@ from ltb.pysuite import facts, families, quant, weights  # noqa: E402
 RUNTIMES = {"eager": "py_eager", "compile": "py_compile"}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DEFAULT_NEW_TOKENS = 100  # lib/suite/sweep.h kDefaultNewTokens
+DEFAULT_PROMPT = facts.load()["default_prompt"]
 DEFAULT_SUITE_MIN_TIME = 5.0  # lib/suite/suite.h kDefaultSuiteMinTime
 GB_MIN_TIME = 0.5  # Google Benchmark's default --benchmark_min_time
 MAX_ITERATIONS = 1_000_000_000  # Google Benchmark's kMaxIterations
@@ -245,7 +246,7 @@ def parse_flags(argv):
     add("--devices", default=None)
     add("--batch", default=None)
     add("--seq", default=None)
-    add("--prompt", default="32")
+    add("--prompt", default=None)
     add("--new_tokens", default=None)
     add("--depth", default="0", help="generate (GPT2, Llama): tokens already in the "
         "key/value cache when the prompt starts, e.g. 0,4096")
@@ -320,7 +321,7 @@ def parse_flags(argv):
                   f"{', '.join(DATA_SOURCES)}")
     a.batches = ints(a.batch, "batch") if a.batch else None
     a.seqs = ints(a.seq, "seq") if a.seq else None
-    a.prompts = ints(a.prompt, "prompt")
+    a.prompts = ints(a.prompt, "prompt") if a.prompt is not None else None
     a.news = ints(a.new_tokens, "new_tokens") if a.new_tokens else None
     a.depths = whole_ints(a.depth, "depth")
     a.print_tokens = switch(a.print_tokens, "print_tokens")
@@ -409,7 +410,9 @@ def specs(args):
                     if phase in GENERATING_PHASES:
                         new = f["cpu_new_tokens"] if cpu and f["cpu_new_tokens"] else \
                             DEFAULT_NEW_TOKENS
-                        prompts = [f["fixed_prompt"]] if "fixed_prompt" in f else args.prompts
+                        prompt = f["cpu_prompt"] if cpu and f["cpu_prompt"] else DEFAULT_PROMPT
+                        prompts = ([f["fixed_prompt"]] if "fixed_prompt" in f
+                                   else args.prompts or [prompt])
                         lengths = [(p, n) for p in prompts for n in (args.news or [new])]
                     elif family in VISION or phase in BATCH_ONLY_PHASES:
                         lengths = [(0, 0)]

@@ -42,7 +42,8 @@ def settings(name):
     out = {"phases": tuple(f["phases"]), "suite": "|".join(f["suite"]),
            "batch": f["default_batch"], "seqs": tuple(f["default_seqs"]),
            "cpu_batch": f["suite_cpu_batch"], "cpu_seqs": tuple(f["suite_cpu_seqs"]),
-           "cpu_new_tokens": f["suite_cpu_new_tokens"], "quantizes": f["quantizes"]}
+           "cpu_new_tokens": f["suite_cpu_new_tokens"],
+           "cpu_prompt": f["suite_cpu_prompt"], "quantizes": f["quantizes"]}
     fixed = [c["fixed_prompt"] for c in f["cases"] if c["fixed_prompt"]]
     if fixed:
         out["fixed_prompt"] = fixed[0]
