@@ -1081,13 +1081,27 @@ class PrecisionTest(unittest.TestCase):
     """Every family and phase at nano size in three precisions and both CPU
     linear paths: what runs, what it reports, and what it says when it cannot."""
 
+    # Where the older CPU simulated is this one (e2e_older_cpu on a CPU with
+    # nothing above AVX2), every benchmark runs as in e2e.PrecisionTest: one
+    # family's then shows that the simulation is recorded, and the tests of
+    # what ran are e2e.PrecisionTest's.
+    RECORDED = "test_a_simulated_older_cpu_is_recorded_and_followed"
+
     @classmethod
     def setUpClass(cls):
-        cls.doc = run_json("--benchmark_filter=/nano/cpu/", *NANO, "--dtype=fp32,bf16,fp16",
+        cls.this_cpu = simulating_this_cpu()
+        cls.doc = run_json("--benchmark_filter=" + ("^Transformer/nano/cpu/forward/"
+                                                     if cls.this_cpu else "/nano/cpu/"),
+                           *NANO, "--dtype=fp32,bf16,fp16",
                            "--cpu_linear=aten,onednn", "--peak_flops=fp32=1e12,bf16=4e12",
                            "--peak_bandwidth=1e10")
         cls.entries = {b["run_name"].replace("/manual_time", ""): b
                        for b in cls.doc["benchmarks"]}
+
+    def setUp(self):
+        if self.this_cpu and self._testMethodName != self.RECORDED:
+            self.skipTest("the simulated older CPU is this CPU (nothing above AVX2): "
+                          "e2e.PrecisionTest runs the same")
 
     def test_every_counter_is_finite_and_every_failure_says_why(self):
         import math
