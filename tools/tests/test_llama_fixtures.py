@@ -188,6 +188,12 @@ class BenchWeightsTest(unittest.TestCase):
 
 
 class RegenerateTest(ToolTest):
+    """The nano checkpoint through the command, as a user writes it; the
+    rest through the tool's main in this process (torch loaded once)."""
+
+    def fixtures(self, *args):
+        return self.run_main("llama-fixtures", tool.main, *args)
+
     def test_weights_rewrites_the_committed_tensors_bit_for_bit(self):
         out = os.path.join(self.tmp, "nano")
         self.assertExit(self.run_tool("llama-fixtures", "weights", "nano", out), 0)
@@ -208,8 +214,7 @@ class RegenerateTest(ToolTest):
         names = ["model.norm.weight", "model.layers.1.input_layernorm.weight",
                  "model.layers.0.self_attn.k_proj.weight"]
         out = os.path.join(self.tmp, "1B-2L")
-        self.assertExit(self.run_tool("llama-fixtures", "weights", "1B-2L", out,
-                                      "--only", ",".join(names)), 0)
+        self.assertExit(self.fixtures("weights", "1B-2L", out, "--only", ",".join(names)), 0)
         written = tool.read_safetensors(os.path.join(out, "model.safetensors"))[0]
         self.assertEqual(sorted(written), sorted(names))
         digests = json.loads(expected("1B-2L")[1]["weights_sha256"])
@@ -218,14 +223,13 @@ class RegenerateTest(ToolTest):
             self.assertEqual(tool.sha256(written[name]), digests[name], name)
 
     def test_bad_input_exits_2(self):
-        proc = self.run_tool("llama-fixtures", "weights", "7B", self.tmp)
+        proc = self.fixtures("weights", "7B", self.tmp)
         self.assertExit(proc, 2)
         self.assertIn("unknown shape '7B'; valid: nano, 1B-2L", proc.stderr)
-        proc = self.run_tool("llama-fixtures", "weights", "nano", self.tmp, "--only",
-                             "model.nope.weight")
+        proc = self.fixtures("weights", "nano", self.tmp, "--only", "model.nope.weight")
         self.assertExit(proc, 2)
         self.assertIn("no tensor model.nope.weight", proc.stderr)
-        proc = self.run_tool("llama-fixtures", "weights", "nano", self.write("file", ""))
+        proc = self.fixtures("weights", "nano", self.write("file", ""))
         self.assertExit(proc, 2)
         self.assertIn("is not a directory", proc.stderr)
 
