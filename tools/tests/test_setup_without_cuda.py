@@ -132,10 +132,14 @@ def _in_namespace(flags, script, timeout=3600):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def _torch_has_cuda(python):
-    out = subprocess.run([python, "-c", "import torch; print(torch.version.cuda or '')"],
+def _torch_facts(python):
+    """(whether python's torch has CUDA, its CMake prefix path), from one
+    import of torch (seconds)."""
+    out = subprocess.run([python, "-c", "import torch, torch.utils; "
+                          "print(torch.version.cuda or ''); print(torch.utils.cmake_prefix_path)"],
                          capture_output=True, text=True)
-    return bool(out.stdout.strip())
+    cuda, prefix = (out.stdout.splitlines() + ["", ""])[:2]
+    return bool(cuda.strip()), prefix.strip()
 
 
 def _kit(tmp):
@@ -167,7 +171,7 @@ class SetupElsewhereTest(unittest.TestCase):
             if kit is None:
                 self.skipTest("no kit (LTB_OFFLINE_KIT or .kit/) and tools/offline-kit "
                               "could not make one (no network or no apt-get)")
-            cuda = _torch_has_cuda(python)
+            cuda, prefix = _torch_facts(python)
 
             # 1. Online, no CUDA toolkit: the wheel's CUDA runtime and headers.
             online = os.path.join(tmp, "online")
@@ -237,9 +241,6 @@ class SetupElsewhereTest(unittest.TestCase):
             # asks for a CPU-only bench.
             if not cuda:
                 return
-            prefix = subprocess.run([python, "-c", "import torch.utils; "
-                                     "print(torch.utils.cmake_prefix_path)"],
-                                    capture_output=True, text=True).stdout.strip()
             for n, flag in enumerate(("", "-DLTB_CUDA=OFF")):
                 configure = (f"cmake -S {shlex.quote(REPO)} -B {shlex.quote(tmp)}/configure{n} "
                              f"-DCMAKE_PREFIX_PATH={shlex.quote(prefix)} "
