@@ -76,12 +76,14 @@ class ModelExportTest(ToolTest):
     to end in test/e2e, where bench runs the files)."""
 
     def test_bad_input_exits_2_naming_the_valid_choices(self):
+        # The tool's main in this process: torch loaded once, not once a case.
+        from ltb.commands.export import main
         for args, expected in (
                 (["aoti", "Mamba", "nano"], "unknown family 'Mamba'; valid: Transformer, GPT2"),
                 (["aoti", "GPT2", "huge"], "unknown GPT2 size 'huge'; valid: nano, small"),
                 (["torchscript", "CNN", "nano", "--batch=0"], "--batch must be positive"),
                 (["aoti", "CNN", "nano", "--device=tpu"], "valid: cpu, cuda, cuda:N")):
-            proc = self.run_tool("export", *args, "--out", self.tmp)
+            proc = self.run_main("export", main, *args, "--out", self.tmp)
             self.assertExit(proc, 2)
             self.assertIn(expected, proc.stderr, args)
 
