@@ -53,12 +53,18 @@ class PlotTest(ToolTest):
             self.assertGreater(height, 200)
         self.assertEqual(sorted(os.listdir(out)), sorted(os.path.basename(p) for p in paths))
 
+    def plot(self, *args):
+        """tools/plot's main in this process (matplotlib loaded once);
+        test_writes_every_chart_as_png runs the command."""
+        from ltb.commands import plot
+        return self.run_main("plot", plot.main, *args)
+
     def test_charts_need_their_data(self):
         # Two sizes, one length, one device, no cost: throughput by size only.
         path = self.write("two.json", doc([
             entry("GPT2/nano/cpu/forward/batch:1/seq:64/fp32", 10, tokens_per_s=6400),
             entry("GPT2/small/cpu/forward/batch:1/seq:64/fp32", 20, tokens_per_s=3200)]))
-        proc = self.run_tool("plot", path, "--out", self.tmp)
+        proc = self.plot(path, "--out", self.tmp)
         self.assertExit(proc, 0)
         self.assertEqual([os.path.basename(p) for p in proc.stdout.split()],
                          ["throughput_by_size-GPT2.png"])
@@ -66,7 +72,7 @@ class PlotTest(ToolTest):
         # One bar compares with nothing: no chart.
         one = self.write("one.json", doc(entry(
             "GPT2/nano/cpu/forward/batch:1/seq:64/fp32", 10, tokens_per_s=6400)))
-        proc = self.run_tool("plot", one, "--out", self.tmp)
+        proc = self.plot(one, "--out", self.tmp)
         self.assertExit(proc, 2)
         self.assertIn("nothing to plot", proc.stderr)
 
@@ -131,18 +137,18 @@ class PlotTest(ToolTest):
         self.assertEqual(chart["lines"], [([1, 2, 4], [1.0, 0.9, 0.75])])
         self.assertEqual((chart["yscale"], chart["ylim"][0], chart["bars"]), ("linear", 0, 0))
         # One world size alone draws no scaling chart (and here nothing at all).
-        proc = self.run_tool("plot", runs[1], "--out", self.tmp)
+        proc = self.plot(runs[1], "--out", self.tmp)
         self.assertExit(proc, 2)
         self.assertIn("nothing to plot", proc.stderr)
 
     def test_nothing_to_plot_and_bad_input_exit_2(self):
         ops = self.write("ops.json", doc(entry("Ops/noop/empty/cpu/fp32", 1e-5)))
-        proc = self.run_tool("plot", ops, "--out", self.tmp)
+        proc = self.plot(ops, "--out", self.tmp)
         self.assertExit(proc, 2)
         self.assertIn("nothing to plot", proc.stderr)
         for bad in self.bad_inputs():
-            self.assertExit(self.run_tool("plot", bad, "--out", self.tmp), 2)
-        self.assertExit(self.run_tool("plot", ops, "--cost", "1", "2"), 2)
+            self.assertExit(self.plot(bad, "--out", self.tmp), 2)
+        self.assertExit(self.plot(ops, "--cost", "1", "2"), 2)
 
 
 if __name__ == "__main__":
