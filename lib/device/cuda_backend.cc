@@ -146,7 +146,7 @@ class CudaBackend final : public DeviceBackend {
     c.foreach_optimizers = true;
     c.tf32 = true;
     // The int4 kernel (tinygemm) takes bf16 activations, on sm80 and later.
-    c.int8_weight_dtypes = {c10::kBFloat16, c10::kHalf};
+    c.int8_weight_dtypes = {c10::kFloat, c10::kBFloat16, c10::kHalf};
     c.int4_weight_dtypes = {c10::kBFloat16};
     return c;
   }

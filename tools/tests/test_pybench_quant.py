@@ -172,10 +172,11 @@ class QuantFlagsTest(unittest.TestCase):
         self.assertEqual(quant.refusal(int4, "cuda", f32, False),
                          "--quant=int4: LibTorch's int4 weight kernel on cuda takes bf16 "
                          "activations, not fp32")
-        self.assertEqual(quant.refusal(int8, "cuda:1", f32, False),
-                         "--quant=int8: LibTorch's int8 weight kernel on cuda:1 takes bf16, "
-                         "fp16 activations, not fp32")
-        self.assertIsNone(quant.refusal(int8, "cuda", f16, False))
+        self.assertEqual(quant.refusal(int4, "cuda:1", f16, False),
+                         "--quant=int4: LibTorch's int4 weight kernel on cuda:1 takes bf16 "
+                         "activations, not fp16")
+        for dtype in (f32, bf16, f16):
+            self.assertIsNone(quant.refusal(int8, "cuda", dtype, False))
         self.assertEqual(quant.refusal(dyn, "cuda", f32, False),
                          "--quant=int8dyn: FBGEMM's dynamic int8 linear runs on x86 CPUs with "
                          "a LibTorch built with FBGEMM, not on cuda")

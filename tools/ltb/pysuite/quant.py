@@ -32,7 +32,7 @@ INT4_ROWS = 16  # the int4 kernels take output widths in tiles of 16
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 # lib/device/*_backend.cc Caps(): the activation dtypes of each kernel.
 INT8_DTYPES = {"cpu": (torch.float32, torch.bfloat16, torch.float16),
-               "cuda": (torch.bfloat16, torch.float16)}
+               "cuda": (torch.float32, torch.bfloat16, torch.float16)}
 INT4_DTYPES = {"cpu": (torch.float32, torch.bfloat16, torch.float16),
                "cuda": (torch.bfloat16,)}
 
