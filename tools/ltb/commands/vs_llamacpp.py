@@ -37,10 +37,12 @@ The pairs, one row each (llama.cpp's type and the bench row beside it):
 bench runs once for the unquantised rows and once with --quant for the
 quantised ones; a bench without --quant measures the unquantised rows and
 leaves the others empty, saying so. bench lists each run's benchmarks
-first, so that arguments it refuses stop the tool before anything long. Each cell is the mean +- standard deviation of the
-repetitions' tokens/s (llama-bench's avg_ts and stddev_ts; bench's pp_tok/s
-and tg_tok/s), and the ratio is bench's mean over llama.cpp's: above 1,
-bench is faster. A bench row that failed shows its error under the table.
+first, so that arguments it refuses stop the tool before anything long.
+Each cell is the mean +- standard deviation of the repetitions' tokens/s
+(llama-bench's avg_ts and stddev_ts; bench's pp_tok/s and tg_tok/s), and
+the ratio is bench's mean over llama.cpp's: above 1, bench is faster. A
+bench row that failed shows its error under the table. Measure on an idle
+machine: other work on the same cores slows both sides, and unevenly.
 
 --llama-bench is required. To build one from the llama-cpp-python source
 package, which carries llama.cpp under vendor/:
@@ -51,7 +53,8 @@ package, which carries llama.cpp under vendor/:
 and pass --llama-bench build/bin/llama-bench. A CPU build measures the
 CPU, as bench's /cpu/ rows do.
 
-Every other argument goes to bench (e.g. --benchmark_min_time=2s). --save
+Every other argument goes to bench (e.g. --steps=1, one timed step a
+repetition, where a step is long). --save
 FILE writes llama-bench's records, bench's result files and the table as
 one JSON. Exit 0, or 2 on bad input (an unknown type or size, a missing
 file, a llama-bench or bench that fails or prints no JSON), with a message.
