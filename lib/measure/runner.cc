@@ -18,7 +18,7 @@
 #include "measure/health.h"
 #include "measure/timed_loop.h"
 #include "measure/warmup.h"
-#include "workloads/quant.h"
+#include "layers/quant.h"
 
 namespace ltb {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "family/family.h"
-#include "workloads/packed_linear.h"
+#include "layers/packed_linear.h"
 
 namespace ltb {
 

@@ -17,7 +17,7 @@
 #include "family/family.h"
 #include "models/decoder_generation.h"
 #include "models/transformer.h"
-#include "workloads/packed_linear.h"
+#include "layers/packed_linear.h"
 
 namespace ltb {
 

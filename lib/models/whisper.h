@@ -20,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "family/family.h"
-#include "workloads/packed_linear.h"
+#include "layers/packed_linear.h"
 
 namespace ltb {
 

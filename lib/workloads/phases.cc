@@ -11,7 +11,7 @@
 #include "base/torch_compat.h"
 #include "device/autocast.h"
 #include "device/device.h"
-#include "workloads/packed_linear.h"
+#include "layers/packed_linear.h"
 #include "workloads/trainer.h"
 
 namespace ltb {

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "family/family.h"
-#include "workloads/quant.h"
+#include "layers/quant.h"
 
 namespace ltb {
 

@@ -791,7 +791,7 @@ class SuiteTest(unittest.TestCase):
             self.assertIn(f"GPT2/small/cpu/{phase}/batch:1/seq:64/fp32/manual_time", names)
         self.assertIn("GPT2/small/cpu/generate/batch:1/prompt:32/new:32/fp32/manual_time",
                       names)
-        self.assertIn("Llama/1B/cpu/generate/batch:1/prompt:32/new:4/fp32/manual_time", names)
+        self.assertIn("Llama/1B/cpu/generate/batch:1/prompt:16/new:4/fp32/manual_time", names)
         self.assertFalse([n for n in names if n.startswith("Llama/") and "/generate/" not in n])
         self.assertFalse([n for n in names if n.startswith("Llama/8B/")])  # GPUs only
         for name in ("ResNet/resnet18/cpu/forward/batch:4/fp32",

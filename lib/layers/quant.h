@@ -70,7 +70,8 @@ class QuantizedLinear {
   at::Tensor weight_;  // int8: (out, in) int8; int4: the kernel's packing
   at::Tensor scales_;  // int8: (out); int4: (in / group, out padded, 2) scales and zeros
   at::Tensor bias_;
-  c10::IValue prepacked_;  // int8dyn: FBGEMM's packed weight and bias
+  c10::IValue prepacked_;          // int8dyn: FBGEMM's packed weight and bias
+  bool int4_cpu_packing_ = false;  // the CPU kernel's packing (else the GPUs')
   int64_t bytes_ = 0;
 };
 

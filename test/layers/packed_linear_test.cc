@@ -1,4 +1,4 @@
-#include "workloads/packed_linear.h"
+#include "layers/packed_linear.h"
 
 #include <ATen/ops/mkldnn_linear.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "workloads/quant.h"
+#include "layers/quant.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -185,7 +185,8 @@ QuantizedLinear::QuantizedLinear(const at::Tensor& weight, const at::Tensor& bia
       scales_ = at::cat({scales.unsqueeze(-1), zeros.unsqueeze(-1)}, 2)
                     .transpose(0, 1)
                     .contiguous();
-      if (BackendOf(device).Caps().int4_cpu_packing) {
+      int4_cpu_packing_ = BackendOf(device).Caps().int4_cpu_packing;
+      if (int4_cpu_packing_) {
         weight_ = at::_convert_weight_to_int4pack_for_cpu(values.contiguous(), 8);
       } else {
         TORCH_CHECK(in_ % 32 == 0, "int4 on ", DeviceName(device),
@@ -230,7 +231,7 @@ at::Tensor QuantizedLinear::operator()(const at::Tensor& x) const {
       y = at::_weight_int8pack_mm(x2, weight_, scales_);
       break;
     case QuantKind::kInt4:
-      y = x2.is_cpu()
+      y = int4_cpu_packing_
               ? at::_weight_int4pack_mm_for_cpu(x2, weight_, quant_.group, scales_)
               : at::_weight_int4pack_mm(x2, weight_, quant_.group, scales_);
       if (y.size(1) != out_) y = y.narrow(1, 0, out_);

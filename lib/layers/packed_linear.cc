@@ -1,4 +1,4 @@
-#include "workloads/packed_linear.h"
+#include "layers/packed_linear.h"
 
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>

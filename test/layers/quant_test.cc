@@ -1,4 +1,4 @@
-#include "workloads/quant.h"
+#include "layers/quant.h"
 
 #include <ATen/ops/_choose_qparams_per_tensor.h>
 #include <ATen/ops/quantize_per_tensor.h>
@@ -14,10 +14,10 @@
 #include "device/backend.h"
 #include "device/device.h"
 #include "family/registry.h"
+#include "layers/packed_linear.h"
 #include "models/gpt2.h"
 #include "models/llama.h"
 #include "suite/sweep.h"
-#include "workloads/packed_linear.h"
 #include "workloads/phases.h"
 
 namespace ltb {

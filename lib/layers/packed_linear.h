@@ -12,7 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "workloads/quant.h"
+#include "layers/quant.h"
 
 namespace ltb {
 
