@@ -13,12 +13,12 @@
 #include "base/interrupt.h"
 #include "device/device.h"
 #include "distributed/distributed.h"
+#include "layers/quant.h"
 #include "measure/counters.h"
 #include "measure/guard.h"
 #include "measure/health.h"
 #include "measure/timed_loop.h"
 #include "measure/warmup.h"
-#include "layers/quant.h"
 
 namespace ltb {
 namespace {

@@ -16,9 +16,9 @@
 
 #include "absl/status/statusor.h"
 #include "family/family.h"
+#include "layers/packed_linear.h"
 #include "models/decoder_generation.h"
 #include "models/weights.h"
-#include "layers/packed_linear.h"
 
 namespace ltb {
 

@@ -15,9 +15,9 @@
 
 #include "absl/status/statusor.h"
 #include "family/family.h"
+#include "layers/packed_linear.h"
 #include "models/decoder_generation.h"
 #include "models/transformer.h"
-#include "layers/packed_linear.h"
 
 namespace ltb {
 
