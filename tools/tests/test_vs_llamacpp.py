@@ -372,5 +372,70 @@ class VsLlamacppTest(ToolTest):
         self.assertIn("cmake --build build --target llama-bench", proc.stderr)
 
 
+PATHS = os.path.join(REPO, "docs", "results", "llama-1B-cpu-paths")
+
+
+class DocsTableTest(unittest.TestCase):
+    """docs/models.md's table of Llama/1B's CPU decode paths, recomputed from
+    the stored files it names: every number in it is a mean of theirs."""
+
+    @staticmethod
+    def docs_rows():
+        with open(os.path.join(REPO, "docs", "models.md")) as f:
+            text = f.read()
+        section = text[text.index("### The fastest decode on a CPU"):]
+        section = section[:section.index("\n## ")]
+        rows = {}
+        for line in section.splitlines():
+            cells = [c.strip().strip("*") for c in line.strip("|").split("|")]
+            if len(cells) == 6 and cells[2][:1].isdigit():
+                rows[cells[1]] = cells[2:]
+        return rows
+
+    @staticmethod
+    def means(doc):
+        """{bench row label: its mean aggregate} of one bench result file."""
+        out = {}
+        for e in doc["benchmarks"]:
+            if e.get("aggregate_name") == "mean":
+                dtype, quant = vs_llamacpp.bench_key(e["name"])
+                if "/onednn/" in e["name"]:
+                    quant = "onednn"
+                out[f"{dtype}/{quant}" if quant else dtype] = e
+        return out
+
+    def test_the_docs_rows_are_the_stored_files_means(self):
+        rows = self.docs_rows()
+        bench, llama = {}, {}
+        for name in sorted(os.listdir(PATHS)):
+            with open(os.path.join(PATHS, name)) as f:
+                doc = json.load(f)
+            for part in doc["bench"] if "bench" in doc else [doc]:
+                bench.update(self.means(part))
+            for r in doc.get("llama_bench", []):  # llama-bench's records
+                gguf_type = r["model_filename"].rsplit("-", 1)[1].removesuffix(".gguf")
+                test = "pp" if r["n_gen"] == 0 else "tg"
+                llama.setdefault(gguf_type, {})[test] = r["avg_ts"]
+        labels = {
+            "bench `at::linear` (MKL)": "fp32", "bench `--cpu_linear=onednn`": "fp32/onednn",
+            "bench `--dtype=bf16`": "bf16",
+            "bench fp32 `--quant=int8` (`_weight_int8pack_mm`)": "fp32/int8",
+            "bench bf16 `--quant=int8`": "bf16/int8",
+            "bench fp32 `--quant=int8dyn` (FBGEMM)": "fp32/int8dyn",
+            "bench bf16 `--quant=int4 --quant_group=32`": "bf16/int4:g32"}
+        self.assertEqual(len(rows), len(labels) + 4, sorted(rows))
+        for label, key in labels.items():
+            e = bench[key]
+            decode, prompt, mbu, gb = rows[label]
+            self.assertEqual(decode, f"{e['tg_tok/s']:.2f}", label)
+            self.assertEqual(prompt, f"{e['pp_tok/s']:.1f}", label)
+            self.assertEqual(mbu, f"{e['mbu']:.2f}", label)
+            self.assertEqual(gb, f"{e['weight_bytes'] / 1e9:.2f} GB", label)
+        for t in ("F32", "BF16", "Q8_0", "Q4_0"):
+            decode, prompt, _, _ = rows[f"llama.cpp {t}"]
+            self.assertEqual(decode, f"{llama[t]['tg']:.2f}", t)
+            self.assertEqual(prompt, f"{llama[t]['pp']:.1f}", t)
+
+
 if __name__ == "__main__":
     unittest.main()
