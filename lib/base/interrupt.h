@@ -2,7 +2,10 @@
 // ask the run to stop: the benchmark in flight finishes its step and is
 // recorded as interrupted, the rest are skipped (and left out of the
 // results), the reporters finish their output, and bench exits with 128 plus
-// the signal's number. A second signal exits at once. A data-parallel
+// the signal's number. A second signal, a second or more after the first,
+// exits at once (its --benchmark_out unfinished); one sooner is the first
+// delivered again (timeout(1) signals the process and then its group), and
+// changes nothing. A data-parallel
 // failure stops the run the same way, with exit code 1.
 #pragma once
 

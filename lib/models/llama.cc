@@ -400,10 +400,11 @@ Family LlamaFamily() {
   Family f = DecoderFamily("Llama", sizes);
   // The default suite: 1B's generation, on the CPU of a 16-token prompt and
   // 4 new tokens (each decode step reads 5 GB of fp32 weights, 0.27 to 0.38 s
-  // on two-core AVX2 EPYCs, whose 16-token prompt takes 0.5 to 1.1 s: a step
-  // of 1.3 to 2.3 s, which Google Benchmark measures three times or more
-  // within the suite's 5 s, as it does any step up to about 2.8 s); on GPUs
-  // 8B's too (32 GB of fp32 weights, 16 of bf16).
+  // on two-core AVX2 EPYCs, whose 16-token prompt takes 0.5 to 1.8 s, MKL
+  // packing every weight for a product of few rows: a step of 1.3 to 2.8 s,
+  // which Google Benchmark measures three times or more within the suite's
+  // 6 s, as it does any step up to about 3.3 s); on GPUs 8B's too (32 GB of
+  // fp32 weights, 16 of bf16).
   f.suite = {"1B/[^/]+/generate/", "8B/cuda[^/]*/generate/"};
   f.default_seqs = {2048};
   f.suite_cpu_seqs = {64};

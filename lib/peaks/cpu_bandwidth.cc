@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "device/cpu_memory.h"
 
 namespace ltb {
 namespace {
@@ -108,8 +109,9 @@ int64_t LastLevelCacheBytes() {
   return best;
 }
 
-int64_t BandwidthBufferBytes(int64_t llc_bytes, int threads) {
-  const int64_t want = std::max(kOneGiB, 4 * llc_bytes);
+int64_t BandwidthBufferBytes(int64_t llc_bytes, int threads, int64_t available_bytes) {
+  int64_t want = std::max(kOneGiB, 16 * llc_bytes);
+  if (available_bytes > 0) want = std::max(kOneGiB, std::min(want, available_bytes / 4));
   const int64_t unit =
       int64_t{4096} * std::max(1, threads) * 8192;  // whole pages, mv rows
   return (want + unit - 1) / unit * unit;
@@ -118,7 +120,9 @@ int64_t BandwidthBufferBytes(int64_t llc_bytes, int threads) {
 BandwidthPeak MeasureCpuBandwidth(int threads, int64_t buffer_bytes) {
   if (threads <= 0) threads = at::get_num_threads();
   const int64_t llc = LastLevelCacheBytes();
-  if (buffer_bytes <= 0) buffer_bytes = BandwidthBufferBytes(llc, threads);
+  if (buffer_bytes <= 0) {
+    buffer_bytes = BandwidthBufferBytes(llc, threads, ReadHostMemory().available);
+  }
   // On 2 MiB pages where the kernel grants them (transparent huge pages in
   // "madvise" mode, Linux's default, need asking): on 4 KiB pages the TLB's
   // misses hold a stream down (here 19 GB/s against 23 on huge pages, and

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/dtype.h"
+#include "suite/suite.h"
 #include "suite/sweep.h"
 
 namespace ltb {
@@ -55,6 +56,7 @@ std::string FamilyFactsJson(const std::vector<Family>& families) {
   nlohmann::ordered_json doc;
   doc["default_new_tokens"] = kDefaultNewTokens;
   doc["default_prompt"] = kDefaultPrompt;
+  doc["default_suite_min_time"] = kDefaultSuiteMinTime;
   doc["dtypes"] = {"fp32", "bf16", "fp16"};
   doc["quants"] = kQuantNames;
   doc["quant_groups"] = kQuantGroups;

@@ -11,16 +11,29 @@ namespace {
 
 constexpr int64_t kMiB = int64_t{1} << 20, kGiB = int64_t{1} << 30;
 
-TEST(BandwidthBuffer, FourTimesTheLastLevelCacheAtLeastAGibInWholePages) {
-  // A 300 MB L3 (a big Xeon's) streams 1.2 GB, rounded up; a small one 1 GiB.
+TEST(BandwidthBuffer, SixteenTimesTheLastLevelCacheAtLeastAGibInWholePages) {
+  // A 300 MiB L3 (a big Xeon's) streams 4.7 GiB, rounded up; a small one 1 GiB.
   const int64_t unit = int64_t{4096} * 2 * 8192;
   EXPECT_EQ(BandwidthBufferBytes(32 * kMiB, 2), kGiB);
+  EXPECT_EQ(BandwidthBufferBytes(64 * kMiB, 2), kGiB);
   EXPECT_EQ(BandwidthBufferBytes(0, 2), kGiB);
   const int64_t big = BandwidthBufferBytes(300 * kMiB, 2);
-  EXPECT_GE(big, 1200 * kMiB);
-  EXPECT_LT(big, 1200 * kMiB + unit);
+  EXPECT_GE(big, 4800 * kMiB);
+  EXPECT_LT(big, 4800 * kMiB + unit);
   EXPECT_EQ(big % unit, 0);
   EXPECT_EQ(BandwidthBufferBytes(300 * kMiB, 16) % (int64_t{4096} * 16 * 8192), 0);
+}
+
+TEST(BandwidthBuffer, AQuarterOfTheFreeMemoryAtMostButAGibAtLeast) {
+  const int64_t unit = int64_t{4096} * 2 * 8192;
+  // 8 GiB free: 2 GiB of the 4.7 a 300 MiB cache would want.
+  EXPECT_EQ(BandwidthBufferBytes(300 * kMiB, 2, 8 * kGiB), 2 * kGiB);
+  // 2 GiB free: still 1 GiB (less would not be far past a large cache).
+  EXPECT_EQ(BandwidthBufferBytes(300 * kMiB, 2, 2 * kGiB), kGiB);
+  // Plenty free: the cache decides.
+  const int64_t big = BandwidthBufferBytes(300 * kMiB, 2, 128 * kGiB);
+  EXPECT_EQ(big, BandwidthBufferBytes(300 * kMiB, 2));
+  EXPECT_EQ(big % unit, 0);
 }
 
 TEST(BandwidthBuffer, TheLastLevelCacheIsRead) {
