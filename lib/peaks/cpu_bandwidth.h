@@ -33,10 +33,9 @@ int64_t LastLevelCacheBytes();
 // The buffer the measurement streams: 16 times the last-level cache, at
 // least 1 GiB, and no more than a quarter of `available_bytes` (the host's
 // free memory; ignored when not positive) unless that is under 1 GiB; a
-// whole number of pages per thread. At 4 times a large cache (300 MiB, a
-// Xeon's), part of the buffer stayed cached from pass to pass on some runs:
-// two runs of the same machine measured 136 and 99 GB/s, and Llama/1B's
-// fp32 decode, reading 4.9 GB a token, 104.
+// whole number of pages per thread: Llama/1B's 4.9 GB of fp32 weights are
+// 16 times a large server L3 (300 MiB, a Xeon's), and a buffer of 4 times
+// it could keep a share of its lines cached from pass to pass.
 int64_t BandwidthBufferBytes(int64_t llc_bytes, int threads, int64_t available_bytes = 0);
 
 // Measures on `threads` threads (at::get_num_threads() when 0), over a
