@@ -102,9 +102,9 @@ from ltb.pysuite import facts, families, quant, weights  # noqa: E402
 
 RUNTIMES = {"eager": "py_eager", "compile": "py_compile"}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-DEFAULT_NEW_TOKENS = 100  # lib/suite/sweep.h kDefaultNewTokens
+DEFAULT_NEW_TOKENS = facts.load()["default_new_tokens"]
 DEFAULT_PROMPT = facts.load()["default_prompt"]
-DEFAULT_SUITE_MIN_TIME = 5.0  # lib/suite/suite.h kDefaultSuiteMinTime
+DEFAULT_SUITE_MIN_TIME = facts.load()["default_suite_min_time"]
 GB_MIN_TIME = 0.5  # Google Benchmark's default --benchmark_min_time
 MAX_ITERATIONS = 1_000_000_000  # Google Benchmark's kMaxIterations
 KEPT_SAMPLES = 10_000  # lib/measure/timed_loop.h kKeptSamples
