@@ -128,14 +128,16 @@ double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
     }
     candidates.push_back(std::move(c));
   }
-  // Three rounds over the shapes, each timing every shape for at least 3
-  // steps and 0.1 s (small shapes take thousands of steps). A shape's best
+  // Three rounds over the shapes, each timing every shape for at least one
+  // step and 0.1 s (small shapes take thousands of steps). A shape's best
   // step is the fastest of samples spread over the whole measurement, so a
-  // passing burst of load on a shared machine cannot lower it.
+  // passing burst of load on a shared machine cannot lower it. (Three steps
+  // a round made the measurement 25 s on two AVX2 cores, most of it in the
+  // few shapes of a quarter to one second a step.)
   for (int round = 0; round < 3; ++round) {
     for (Candidate& c : candidates) {
       double spent = 0;
-      for (int i = 0; i < 3 || (spent < 0.1 && i < 10000); ++i) {
+      for (int i = 0; i < 1 || (spent < 0.1 && i < 10000); ++i) {
         timer.Start();
         c.Run(path);
         const double t = timer.Stop();
