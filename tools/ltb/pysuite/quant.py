@@ -211,22 +211,28 @@ class QuantizedLinear(nn.Module):
         return f"in={self.inputs}, out={self.out}, quant={self.quant.name()}"
 
 
+def _dynamic_int8_forward(self, x):
+    x2 = x.reshape(-1, self.inputs).contiguous()
+    # reduce_range: 7-bit activations, as quantize_dynamic's x86 engines run them.
+    y = torch.ops.quantized.linear_dynamic(x2, self.packed, True)
+    return y.view(*x.shape[:-1], self.out)
+
+
 class DynamicInt8Linear(QuantizedLinear):
     """int8dyn's layer: FBGEMM's packed weight is a TorchScript object,
     which torch.compile does not trace, so the layer runs eagerly between
     the compiled graphs (one graph break a call, rather than a recompilation
-    for each layer until Dynamo's limit)."""
+    for each layer until Dynamo's limit): quantized_linear puts its forward
+    under torch.compiler.disable when it makes the first one, since that
+    imports Dynamo (two seconds), which nothing else here needs before."""
 
-    @torch.compiler.disable
-    def forward(self, x):
-        x2 = x.reshape(-1, self.inputs).contiguous()
-        # reduce_range: 7-bit activations, as quantize_dynamic's x86 engines run them.
-        y = torch.ops.quantized.linear_dynamic(x2, self.packed, True)
-        return y.view(*x.shape[:-1], self.out)
+    forward = _dynamic_int8_forward
 
 
 def quantized_linear(weight, bias, quant):
     """The QuantizedLinear of `quant` (int8dyn: a DynamicInt8Linear)."""
+    if quant.kind == "int8dyn" and DynamicInt8Linear.forward is _dynamic_int8_forward:
+        DynamicInt8Linear.forward = torch.compiler.disable(_dynamic_int8_forward)
     return (DynamicInt8Linear if quant.kind == "int8dyn" else QuantizedLinear)(
         weight, bias, quant)
 
