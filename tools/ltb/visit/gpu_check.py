@@ -85,6 +85,10 @@ SUITE_OPS = "Ops/(matmul/2048x2048|copy/256MiB|noop/empty)/"
 TRANSFERS = ("h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable", "d2d")
 GENERATION_COUNTERS = ("ttft_ms", "tpot_ms", "pp_tok/s", "tg_tok/s")
 FAST = ["--benchmark_min_time=0.05", "--warmup_s=0.1"]
+# The rehearsal's: a step or a few of each, after the one warm-up step that
+# bench always takes (its precision check alone runs 76 benchmarks, a third
+# of a second each with FAST on two cores).
+REHEARSAL_FAST = ["--benchmark_min_time=0.01", "--warmup_s=0"]
 # Peaks given to every run of the rehearsal, so that none spends half a
 # minute measuring the CPU's (mfu there is not what is checked; the e2e
 # tests check the measured peaks).
@@ -277,6 +281,7 @@ class GpuCheck:
         self.sizes = SMALL if self.gpu else NANO
         # The rehearsal's shapes: small enough for a 2-core CPU.
         self.shape = [] if self.gpu else REHEARSAL_SHAPE
+        self.fast = FAST if self.gpu else REHEARSAL_FAST
         self.encoder_seq = "128" if self.gpu else "64"
         self.dev_re = "(" + "|".join(re.escape(d) for d in self.devices) + ")"
         # The devices of the checks after the default suite: with --quick on a
@@ -609,7 +614,7 @@ class GpuCheck:
         s = self.check("CPU/GPU speedup summary")
         if self.gpu:
             devices = ",".join(dict.fromkeys(["cpu", *self.gpus]))
-            args = [f"--devices={devices}", *FAST]
+            args = [f"--devices={devices}", *self.fast]
             if self.quick:  # the default suite without Llama/8B
                 if self.has_flag("suite_skip"):
                     args.append("--suite_skip=Llama/8B")
@@ -626,7 +631,7 @@ class GpuCheck:
                 s.fail("bench printed no 'Speedup:' summary")
             s.notes += [line.strip() for line in out.splitlines() if "Speedup" in line][:12]
         else:
-            doc = self.bench_run(c, "default", ["--devices=cpu", *FAST, *self.shape,
+            doc = self.bench_run(c, "default", ["--devices=cpu", *self.fast, *self.shape,
                                                 f"--benchmark_filter={self.suite_filter()}"])
             s.skip("needs a GPU: the summary compares each benchmark on the CPU and the GPU")
         self.expect_names(c, "default", doc, [f"^{f}/{z}/" for f, z in self.sizes.items()]
@@ -643,7 +648,7 @@ class GpuCheck:
         devices = self.gpus if self.gpu else self.devices
         ops = ROOFLINE_OPS if self.gpu else REHEARSAL_ROOFLINE_OPS
         doc = self.bench_run(c, "roofline", [f"--devices={','.join(devices)}",
-                                             "--dtype=bf16,fp32", *FAST,
+                                             "--dtype=bf16,fp32", *self.fast,
                                              f"--benchmark_filter=^{ops}{self.dev_re}/"])
         self.expect_names(c, "roofline", doc, ["^Ops/matmul/.*/bf16", "^Ops/copy/.*/bf16"])
         for e in self.counters(c, "roofline", doc, "^Ops/matmul/", ["FLOP/s", "mfu"]):
@@ -658,8 +663,10 @@ class GpuCheck:
         c = self.check("every family and phase in fp32, bf16, fp16")
         # On the GPU alone where there is one (the default suite measured the CPU).
         devices = self.gpus if self.gpu else self.devices
-        args = [f"--devices={','.join(devices)}", "--dtype=fp32,bf16,fp16", *FAST, *self.shape,
+        args = [f"--devices={','.join(devices)}", "--dtype=fp32,bf16,fp16", *self.fast, *self.shape,
                 f"--benchmark_filter={self.suite_filter(every_phase=True)}"]
+        if not self.gpu:  # one epoch, no warm-up one (EncDec's fp16 epoch: 1.5 s on 2 cores)
+            args += ["--epochs=1", "--warmup_epochs=0"]
         doc = self.bench_run(c, "precision", args)
         seen, dtypes = self.families_phases(doc)
         for dtype in ("fp32", "bf16", "fp16"):
@@ -692,7 +699,7 @@ class GpuCheck:
                 c.skip("needs a CUDA GPU")
                 continue
             self.section(title)
-            args = [f"--devices={','.join(self.gpus)}", f"--{flag}=false,true", *FAST]
+            args = [f"--devices={','.join(self.gpus)}", f"--{flag}=false,true", *self.fast]
             if flag == "cuda_graphs":
                 # Generation's decode steps, graphed and not, in bf16: each
                 # reports token_match_% against an eager fp32 reference, so
@@ -833,7 +840,7 @@ class GpuCheck:
         shutil.rmtree(directory, ignore_errors=True)
         t, cnn = self.sizes["Transformer"], self.sizes["CNN"]
         doc = self.bench_run(c, "profile", [
-            f"--devices={','.join(self.step_devices)}", *FAST, *self.shape, f"--profile={directory}",
+            f"--devices={','.join(self.step_devices)}", *self.fast, *self.shape, f"--profile={directory}",
             "--profile_steps=3",
             f"--benchmark_filter=^(Transformer/{t}/{self.step_re}/forward/|CNN/{cnn}/{self.step_re}/train_step/)"])
         files = os.listdir(directory) if os.path.isdir(directory) else []
@@ -855,7 +862,7 @@ class GpuCheck:
             return
         self.section("transfers")
         doc = self.bench_run(c, "transfers", [
-            f"--devices={','.join(self.gpus)}", *FAST,
+            f"--devices={','.join(self.gpus)}", *self.fast,
             f"--benchmark_filter=^Ops/({'|'.join(TRANSFERS)})/"])
         self.expect_names(c, "transfers", doc, [f"^Ops/{op}/" for op in TRANSFERS])
         for e in self.counters(c, "transfers", doc, "^Ops/", ("bytes/s",)):
