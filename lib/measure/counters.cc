@@ -37,6 +37,27 @@ std::vector<std::pair<std::string, double>> StepSpread(std::vector<double> secon
   return out;
 }
 
+CounterNames PlannedCounterNames(const Plan& plan) {
+  CounterNames n;
+  if (plan.tokens_per_step > 0) n.counters.push_back("tokens/s");
+  if (plan.samples_per_step > 0) n.counters.push_back("samples/s");
+  const bool flops = plan.flops_per_step > 0 || plan.counts_flops_when_built;
+  if (flops) n.counters.push_back("FLOP/s");
+  if (plan.bytes_per_step > 0) n.counters.push_back("bytes/s");
+  if (plan.audio_seconds_per_step > 0) {
+    n.counters.push_back("audio_s/s");
+    n.counters.push_back("rtf");
+  }
+  if (plan.params > 0) n.counters.push_back("params");
+  for (const char* name : {"step_p50_ms", "step_p90_ms", "step_p99_ms"})
+    n.counters.push_back(name);
+  if (flops) n.utilisation.push_back("mfu");
+  if (plan.reports_weight_bandwidth ||
+      (plan.MemoryBound() && !plan.bytes_cross_host_link))
+    n.utilisation.push_back("mbu");
+  return n;
+}
+
 void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
                  const RunOptions& options, const Measured& m) {
   const double measured = m.TotalSeconds();

@@ -20,6 +20,17 @@ namespace ltb {
 // on, step_cv_% (sample standard deviation over the mean).
 std::vector<std::pair<std::string, double>> StepSpread(std::vector<double> seconds);
 
+// The counters SetCounters gives every benchmark of `plan` on the CPU,
+// whatever its run: its rates, params and the step percentiles
+// (`counters`), and the utilisations it reports where its device and dtype
+// have a peak (`utilisation`: mfu, mbu). bench --list_families names them
+// for each family's phases.
+struct CounterNames {
+  std::vector<std::string> counters;
+  std::vector<std::string> utilisation;
+};
+CounterNames PlannedCounterNames(const Plan& plan);
+
 void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
                  const RunOptions& options, const Measured& measured);
 

@@ -4,8 +4,14 @@
 #include <nlohmann/json.hpp>
 
 #include "base/dtype.h"
+#include "device/backend.h"
+#include "device/device.h"
+#include "measure/counters.h"
+#include "measure/timed_loop.h"
 #include "suite/suite.h"
 #include "suite/sweep.h"
+#include "workloads/generation.h"
+#include "workloads/loader.h"
 
 namespace ltb {
 namespace {
@@ -28,26 +34,45 @@ const char* ShapeName(Shape shape) {
   return "";
 }
 
+// A case on the CPU at the family's default shapes, as a filter runs it.
+BenchSpec CaseSpec(const Family& family, const Case& c) {
+  BenchSpec spec;
+  spec.family = family.name;
+  spec.phase_before_device = family.phase_before_device;
+  spec.size = c.size;
+  SetPhase(c.phase, &spec);
+  spec.dtype = c.dtype.value_or(c10::kFloat);
+  spec.batch =
+      c.default_batch > 0 ? c.default_batch : std::max<int64_t>(family.default_batch, 1);
+  spec.seq = family.default_seqs.empty() ? 0 : family.default_seqs.front();
+  spec.prompt = c.fixed_prompt > 0 ? c.fixed_prompt : kDefaultPrompt;
+  spec.new_tokens = kDefaultNewTokens;
+  return spec;
+}
+
 // A size's parameter count, from the plan of its first case at the
 // family's default shapes; -1 where no plan gives one.
 int64_t ParamsOf(const Family& family, const std::string& size) {
   for (const Case& c : family.Cases()) {
     if (c.size != size) continue;
-    BenchSpec spec;
-    spec.family = family.name;
-    spec.phase_before_device = family.phase_before_device;
-    spec.size = c.size;
-    SetPhase(c.phase, &spec);
-    spec.dtype = c.dtype.value_or(c10::kFloat);
-    spec.batch = c.default_batch > 0 ? c.default_batch
-                                     : std::max<int64_t>(family.default_batch, 1);
-    spec.seq = family.default_seqs.empty() ? 0 : family.default_seqs.front();
-    spec.prompt = c.fixed_prompt > 0 ? c.fixed_prompt : kDefaultPrompt;
-    spec.new_tokens = kDefaultNewTokens;
-    absl::StatusOr<Plan> plan = family.PlanFor(spec);
+    absl::StatusOr<Plan> plan = family.PlanFor(CaseSpec(family, c));
     if (plan.ok()) return plan->params;
   }
   return -1;
+}
+
+// The counters a case reports on the CPU at its default shapes (its plan's,
+// its workload's), and the utilisations it reports where a peak is known.
+nlohmann::ordered_json CountersOf(const Family& family, const Case& c) {
+  absl::StatusOr<Plan> plan = family.PlanFor(CaseSpec(family, c));
+  CounterNames names = plan.ok() ? PlannedCounterNames(*plan) : CounterNames{};
+  if (c.phase.name == kGenerate) {  // transcribe reports its own
+    for (const std::string& name : GenerationCounterNames())
+      names.counters.push_back(name);
+  }
+  if (c.phase.iterations == Iterations::kEpochs) names.counters.push_back("epoch_s");
+  std::sort(names.counters.begin(), names.counters.end());
+  return {{"counters", names.counters}, {"utilisation", names.utilisation}};
 }
 
 }  // namespace
@@ -57,6 +82,26 @@ std::string FamilyFactsJson(const std::vector<Family>& families) {
   doc["default_new_tokens"] = kDefaultNewTokens;
   doc["default_prompt"] = kDefaultPrompt;
   doc["default_suite_min_time"] = kDefaultSuiteMinTime;
+  // How a run measures, where the Python suite must do the same.
+  doc["measurement"] = {{"kept_samples", Measured::kKeptSamples},
+                        {"growth_window", kGrowthWindow},
+                        {"prefetch_batches", EpochSettings{}.prefetch_batches}};
+  // What each device kind's kernels take (--quant): the activation dtypes.
+  nlohmann::ordered_json devices;
+  for (const char* kind : {"cpu", "cuda", "mps"}) {
+    const absl::StatusOr<c10::Device> device = ParseDevice(kind);
+    if (!device.ok()) continue;
+    const Capabilities caps = BackendOf(*device).Caps();
+    const auto names = [](const std::vector<c10::ScalarType>& dtypes) {
+      std::vector<std::string> out;
+      for (const c10::ScalarType d : dtypes) out.push_back(DtypeName(d));
+      return out;
+    };
+    devices[kind] = {{"int8_weight_dtypes", names(caps.int8_weight_dtypes)},
+                     {"int4_weight_dtypes", names(caps.int4_weight_dtypes)},
+                     {"dynamic_int8_linear", caps.dynamic_int8_linear}};
+  }
+  doc["devices"] = devices;
   doc["dtypes"] = {"fp32", "bf16", "fp16"};
   doc["quants"] = kQuantNames;
   doc["quant_groups"] = kQuantGroups;
@@ -93,6 +138,9 @@ std::string FamilyFactsJson(const std::vector<Family>& families) {
                                     {"fixed_prompt", c.fixed_prompt},
                                     {"default_batch", c.default_batch}};
       if (c.dtype.has_value()) one["dtype"] = DtypeName(*c.dtype);
+      const nlohmann::ordered_json counters = CountersOf(family, c);
+      one["counters"] = counters["counters"];
+      one["utilisation"] = counters["utilisation"];
       cases.push_back(one);
     }
     f["phases"] = phases;

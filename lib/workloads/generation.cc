@@ -14,8 +14,6 @@ namespace ltb {
 
 namespace {
 
-constexpr int64_t kGrowthWindow = 10;
-
 // The q-quantile of `values` interpolated linearly between the two nearest
 // ranks (numpy's default), 0 when empty.
 double Quantile(std::vector<double> values, double q) {
@@ -192,6 +190,13 @@ class GenerateWorkload final : public Workload {
 std::unique_ptr<Workload> MakeGenerateWorkload(const BenchSpec& spec, GenerateFns fns,
                                                double weight_bytes) {
   return std::make_unique<GenerateWorkload>(spec, std::move(fns), weight_bytes);
+}
+
+const std::vector<std::string>& GenerationCounterNames() {
+  static const auto* names = new std::vector<std::string>{
+      "ttft_ms",     "pp_tok/s",    "weight_bytes", "tpot_ms",    "tpot_p50_ms",
+      "tpot_p90_ms", "tpot_p99_ms", "tg_tok/s",     "weight_GB/s"};
+  return *names;
 }
 
 }  // namespace ltb

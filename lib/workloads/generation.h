@@ -7,6 +7,8 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "family/family.h"
 #include "workloads/phases.h"
@@ -48,5 +50,15 @@ struct GenerateFns {
 // generated token ids (B, N).
 std::unique_ptr<Workload> MakeGenerateWorkload(const BenchSpec& spec, GenerateFns fns,
                                                double weight_bytes);
+
+// tpot_growth_%'s window: the last and the first this many decode steps
+// (fewer, half the decode steps each, in a shorter generation).
+constexpr int64_t kGrowthWindow = 10;
+
+// The counters above that every generation of more than one new token
+// reports (read_GB/s and kv_cache_bytes where the model counts its cache,
+// tpot_growth_% where the decode steps are many enough): what bench
+// --list_families names for a generating phase.
+const std::vector<std::string>& GenerationCounterNames();
 
 }  // namespace ltb

@@ -136,10 +136,21 @@ class PybenchTest(ToolTest):
         with open(cls.py_json) as f:
             cls.py = json.load(f)
         cls._one = None
+        cls._cpp = None
 
     @classmethod
     def tearDownClass(cls):
         cls._shared.cleanup()
+
+    def cpp_json(self):
+        """bench's result file over the same filter and shapes as py_json,
+        run once for the class where a built bench is found; else None."""
+        cls = type(self)
+        if cls._cpp is None:
+            bench = runnable_bench()
+            cls._cpp = bench_json(bench, cls._shared.name, f"--benchmark_filter={FILTER}",
+                                  *SHAPES) if bench else ""
+        return cls._cpp or None
 
     def one_gpt2(self):
         """The result file of one small GPT2 forward that several tests read,
@@ -187,9 +198,8 @@ class PybenchTest(ToolTest):
         C++ size tables' card counts (test_ltb_models checks them against
         the C++ source) and the FLOPs PyTorch's counter sees."""
         py = by_name(self.py_json)
-        bench = runnable_bench()
-        if bench:
-            out = bench_json(bench, self.tmp, f"--benchmark_filter={FILTER}", *SHAPES)
+        if self.cpp_json():
+            out = self.cpp_json()
             cpp = by_name(out)
             self.assertEqual(sorted(cpp), sorted(py))
             for name, e in cpp.items():
@@ -225,6 +235,25 @@ class PybenchTest(ToolTest):
                 if counter in want:
                     self.assertAlmostEqual(per_step(e, counter) / want[counter], 1.0,
                                            places=9, msg=f"{name} {counter}")
+
+    def test_every_phase_reports_the_counters_benchs_facts_name(self):
+        """Each case's counters and utilisations as bench --list_families
+        names them (families.json, which test_ltb_models holds to the built
+        bench), in pybench's results and, where a bench is built, in bench's:
+        a counter a phase gains or loses on one side fails here."""
+        from ltb.pysuite import facts
+        sides = {"pybench": by_name(self.py_json)}
+        if self.cpp_json():
+            sides["bench"] = by_name(self.cpp_json())
+        for side, entries in sides.items():
+            self.assertTrue(entries)
+            for name, e in entries.items():
+                family, size, _, phase = name.split("/")[:4]
+                names, utilisation = facts.counters(family, size, phase)
+                self.assertIn("step_p50_ms", names, name)
+                self.assertTrue({"tokens/s", "samples/s"} & set(names), name)
+                for counter in names + utilisation:  # the peaks given are far above
+                    self.assertIn(counter, e, f"{side}: {name}")
 
     def test_the_phases_report_benchs_counters(self):
         """Generation's, Whisper's audio and the epochs' counters, named as

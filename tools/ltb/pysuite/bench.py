@@ -107,8 +107,9 @@ DEFAULT_PROMPT = facts.load()["default_prompt"]
 DEFAULT_SUITE_MIN_TIME = facts.load()["default_suite_min_time"]
 GB_MIN_TIME = 0.5  # Google Benchmark's default --benchmark_min_time
 MAX_ITERATIONS = 1_000_000_000  # Google Benchmark's kMaxIterations
-KEPT_SAMPLES = 10_000  # lib/measure/timed_loop.h kKeptSamples
-GROWTH_WINDOW = 10  # lib/workloads/generation.cc kGrowthWindow
+# Samples of step times kept for the percentiles, and tpot_growth_%'s window.
+KEPT_SAMPLES = facts.load()["measurement"]["kept_samples"]
+GROWTH_WINDOW = facts.load()["measurement"]["growth_window"]
 GRAD_MODES = ("inference_mode", "no_grad", "grad")
 # What bench does (lib/workloads/phases.cc, generation.cc): recorded in the
 # context as grad_mode, and assumed by the comparison for bench results.
@@ -135,7 +136,7 @@ GENERATING_PHASES = ("generate", "transcribe")
 TRAINING_PHASES = ("forward_backward", "train_step", "train_epoch")
 TRAINER_PHASES = ("train_step", "train_epoch")  # lib/workloads/trainer.cc's
 WINDOW_SECONDS = 30.0  # lib/models/whisper.cc kWindowSeconds: audio a mel window holds
-PREFETCH_BATCHES = 4  # lib/workloads/loader.h EpochSettings::prefetch_batches
+PREFETCH_BATCHES = facts.load()["measurement"]["prefetch_batches"]
 DATA_SOURCES = ("memory",)
 # bench's flags that have no meaning here: refused, saying why.
 NOT_HERE = {

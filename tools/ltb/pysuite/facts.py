@@ -48,3 +48,13 @@ def settings(name):
     if fixed:
         out["fixed_prompt"] = fixed[0]
     return out
+
+
+def counters(family_name, size, phase):
+    """(counters, utilisation) that bench reports for a family's phase at a
+    size on the CPU: the counters every run has, and mfu and mbu where a
+    peak is known."""
+    for c in family(family_name)["cases"]:
+        if c["size"] == size and c["phase"] == phase:
+            return tuple(c["counters"]), tuple(c["utilisation"])
+    raise KeyError(f"{family_name} has no case {size}/{phase}")

@@ -30,11 +30,13 @@ NAMES = tuple(facts.load()["quants"])  # none, int8, int4, int8dyn
 GROUPS = tuple(facts.load()["quant_groups"])  # 32, 64, 128
 INT4_ROWS = 16  # the int4 kernels take output widths in tiles of 16
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
-# lib/device/*_backend.cc Caps(): the activation dtypes of each kernel.
-INT8_DTYPES = {"cpu": (torch.float32, torch.bfloat16, torch.float16),
-               "cuda": (torch.float32, torch.bfloat16, torch.float16)}
-INT4_DTYPES = {"cpu": (torch.float32, torch.bfloat16, torch.float16),
-               "cuda": (torch.bfloat16,)}
+# The activation dtypes of each device kind's kernels, as bench's backends
+# say (their Caps()).
+_BY_NAME = {name: dtype for dtype, name in DTYPE_NAMES.items()}
+INT8_DTYPES = {kind: tuple(_BY_NAME[d] for d in caps["int8_weight_dtypes"])
+               for kind, caps in facts.load()["devices"].items()}
+INT4_DTYPES = {kind: tuple(_BY_NAME[d] for d in caps["int4_weight_dtypes"])
+               for kind, caps in facts.load()["devices"].items()}
 
 
 class QuantError(ValueError):
@@ -77,7 +79,7 @@ def refusal(quant, device, dtype, training):
                             ("int4", INT4_DTYPES, "")):
         if quant.kind != what:
             continue
-        if kind not in table:
+        if not table.get(kind):
             return f"--quant={what}: LibTorch has no {what} weight kernel{op} for {device}"
         if dtype not in table[kind]:
             takes = ", ".join(DTYPE_NAMES[d] for d in table[kind])
