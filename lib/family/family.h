@@ -204,6 +204,11 @@ struct Family {
   std::vector<MatmulShape> peak_matmul_shapes;
   // Names read Family/size/phase/device/... (Ops/matmul/2048x2048/cpu/...).
   bool phase_before_device = false;
+  // Numbers its runs depend on beyond the size cards and the shapes (a
+  // decoder's context and depth chunk, an image's side, a learning rate,
+  // an audio window's seconds), by name: `bench --list_families` prints
+  // them, and the Python twin takes them from there rather than a copy.
+  std::vector<std::pair<std::string, double>> constants;
   // Its size table as JSON text (each size's name, card parameter count and
   // every option of its model), for `bench --list_families`; unset: none.
   std::function<std::string()> size_cards;

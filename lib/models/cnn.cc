@@ -66,6 +66,10 @@ std::string CNNSizeCards() {
 
 }  // namespace
 
+// CIFAR-10's images, and the learning rate of its SGD.
+constexpr int64_t kCNNImage = 32;
+constexpr double kCNNLr = 0.1;
+
 Family CNNFamily() {
   Family f;
   f.name = "CNN";
@@ -87,9 +91,10 @@ Family CNNFamily() {
     CNN model(CNNSizeOptions(s.size).value());
     return BuildClassifier(
         s, model.ptr(), [model](const at::Tensor& x) mutable { return model(x); },
-        ClassifierShape{3, 32, 10}, 0.1);
+        ClassifierShape{3, kCNNImage, 10}, kCNNLr);
   };
   f.size_cards = CNNSizeCards;
+  f.constants = {{"image", kCNNImage}, {"lr", kCNNLr}};
   return f;
 }
 LTB_REGISTER_FAMILY(CNNFamily, 50);

@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "models/decoder_generation.h"
 #include "workloads/epoch.h"
 #include "workloads/optimizers.h"
 #include "workloads/phases.h"
@@ -164,6 +165,7 @@ Family DecoderFamily(std::string name, std::vector<std::string> sizes) {
   f.default_batch = 1;
   f.generates_at_depth = true;
   f.loads_weights = true;
+  f.constants = {{"depth_chunk", static_cast<double>(kDepthChunk)}};
   return f;
 }
 

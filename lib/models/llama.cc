@@ -410,6 +410,7 @@ Family LlamaFamily() {
   f.suite_cpu_seqs = {64};
   f.suite_cpu_new_tokens = 4;
   f.suite_cpu_prompt = 16;
+  f.constants.emplace_back("context", static_cast<double>(kLlamaContext));
   f.plan = PlanLlama;
   f.build = BuildLlama;
   f.size_cards = LlamaSizeCards;

@@ -158,6 +158,10 @@ std::string ResNetSizeCards() {
 
 }  // namespace
 
+// ImageNet's images and the learning rate of torchvision's ResNet recipe.
+constexpr int64_t kResNetImage = 224;
+constexpr double kResNetLr = 0.1;
+
 Family ResNetFamily() {
   Family f;
   f.name = "ResNet";
@@ -171,16 +175,17 @@ Family ResNetFamily() {
   f.plan = [](const BenchSpec& s) -> absl::StatusOr<Plan> {
     absl::StatusOr<ResNetOptions> o = ResNetSizeOptions(s.size);
     if (!o.ok()) return o.status();
-    const ResNetCost cost = ResNetCostFor(*o, 224);
+    const ResNetCost cost = ResNetCostFor(*o, kResNetImage);
     return PlanClassifier(s, cost.params, cost.flops, cost.activations);
   };
   f.build = [](const BenchSpec& s) {
     ResNet model(ResNetSizeOptions(s.size).value());
     return BuildClassifier(
         s, model.ptr(), [model](const at::Tensor& x) mutable { return model(x); },
-        ClassifierShape{3, 224, 1000}, 0.1);
+        ClassifierShape{3, kResNetImage, 1000}, kResNetLr);
   };
   f.size_cards = ResNetSizeCards;
+  f.constants = {{"image", kResNetImage}, {"lr", kResNetLr}};
   return f;
 }
 LTB_REGISTER_FAMILY(ResNetFamily, 40);

@@ -485,6 +485,7 @@ Family WhisperFamily() {
   f.plan = PlanWhisper;
   f.build = BuildWhisper;
   f.size_cards = WhisperSizeCards;
+  f.constants = {{"window_seconds", kWindowSeconds}};
   return f;
 }
 LTB_REGISTER_FAMILY(WhisperFamily, 70);

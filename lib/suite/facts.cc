@@ -8,7 +8,6 @@
 #include "device/device.h"
 #include "measure/counters.h"
 #include "measure/timed_loop.h"
-#include "suite/suite.h"
 #include "suite/sweep.h"
 #include "workloads/generation.h"
 #include "workloads/loader.h"
@@ -158,6 +157,9 @@ std::string FamilyFactsJson(const std::vector<Family>& families) {
     f["quantizes"] = family.quantizes;
     f["sweeps_memory_format"] = family.sweeps_memory_format;
     f["phase_before_device"] = family.phase_before_device;
+    nlohmann::ordered_json constants = nlohmann::ordered_json::object();
+    for (const auto& [name, value] : family.constants) constants[name] = value;
+    f["constants"] = constants;
     list.push_back(f);
   }
   doc["families"] = list;

@@ -23,15 +23,6 @@ struct CommandLine {
   bool min_time_given = false;      // --benchmark_min_time
 };
 
-// The default suite's --benchmark_min_time (seconds) unless one is given:
-// long enough that Google Benchmark measures at least three steps of every
-// benchmark whose step takes up to about 3.3 s (the CPU's default shapes are
-// chosen so), which it would otherwise measure once. Google Benchmark's
-// second run takes lround(1.4 x min_time / first step) steps: three for a
-// step up to 0.56 x min_time. At 5 s, Llama/1B's 2.74 s CPU step on a 2-core
-// AVX2 EPYC was 2% under the line of two.
-constexpr double kDefaultSuiteMinTime = 6;
-
 // Whether the default suite's minimum time applies: no filter, none given.
 bool DefaultSuiteMinTime(const CommandLine& command_line);
 

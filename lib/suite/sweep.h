@@ -17,6 +17,15 @@ constexpr int64_t kDefaultNewTokens = 100;
 // the CPU, no suite_cpu_prompt).
 constexpr int64_t kDefaultPrompt = 32;
 
+// The default suite's --benchmark_min_time (seconds) unless one is given:
+// long enough that Google Benchmark measures at least three steps of every
+// benchmark whose step takes up to about 3.3 s (the CPU's default shapes are
+// chosen so), which it would otherwise measure once. Google Benchmark's
+// second run takes lround(1.4 x min_time / first step) steps: three for a
+// step up to 0.56 x min_time. At 5 s, Llama/1B's 2.74 s CPU step on a 2-core
+// AVX2 EPYC was 2% under the line of two.
+constexpr double kDefaultSuiteMinTime = 6;
+
 struct Sweep {
   std::vector<c10::Device> devices;
   std::vector<int64_t> batches;       // empty: each family's default

@@ -116,26 +116,25 @@ GRAD_MODES = ("inference_mode", "no_grad", "grad")
 BENCH_GRAD_MODE = "inference_mode"
 
 # The families' Family() settings (lib/models/*.cc): phases, the default
-# suite's pattern, default shapes, the default suite's CPU shapes, as bench
-# --list_families prints them (ltb/pysuite/facts.py); and what the vision
-# models' C++ files set apart from them (lib/models/{resnet,cnn}.cc and
-# vision.cc: images of a size, SGD's learning rate).
-VISION_SETTINGS = {"ResNet": {"image": 224, "lr": 0.1}, "CNN": {"image": 32, "lr": 0.1}}
-FAMILIES = {name: dict(facts.settings(name), **VISION_SETTINGS.get(name, {}))
+# suite's pattern, default shapes, the default suite's CPU shapes and their
+# constants (the vision models' image side and SGD learning rate, a
+# decoder's context and depth chunk, Whisper's window), as bench
+# --list_families prints them (ltb/pysuite/facts.py).
+FAMILIES = {name: dict(facts.settings(name), **facts.family(name)["constants"])
             for name in families.FAMILIES}
 VISION = ("ResNet", "CNN")
 LANGUAGE = ("Transformer", "GPT2", "Llama")
-DEPTH_FAMILIES = ("GPT2", "Llama")  # Family::generates_at_depth
-# The decoders' positions (GPT2's max_positions, lib/models/llama.h kLlamaContext).
-CONTEXT = {"GPT2": ("GPT2 has", 1024), "Llama": ("Llama's context is", 131072)}
-DEPTH_CHUNK = 512  # lib/models/decoder_generation.h kDepthChunk
+DEPTH_FAMILIES = tuple(f["name"] for f in facts.load()["families"] if f["generates_at_depth"])
+# How bench words a decoder's limit on positions (GPT2's is its size card's
+# max_positions, Llama's its family's context).
+CONTEXT_SAID = {"GPT2": "GPT2 has", "Llama": "Llama's context is"}
 # What a phase's names carry (lib/family/family.h Shape): a batch only, or a
 # prompt and new tokens; the rest a batch and a sequence.
 BATCH_ONLY_PHASES = ("encode",)
 GENERATING_PHASES = ("generate", "transcribe")
 TRAINING_PHASES = ("forward_backward", "train_step", "train_epoch")
 TRAINER_PHASES = ("train_step", "train_epoch")  # lib/workloads/trainer.cc's
-WINDOW_SECONDS = 30.0  # lib/models/whisper.cc kWindowSeconds: audio a mel window holds
+WINDOW_SECONDS = FAMILIES["Whisper"]["window_seconds"]  # audio a mel window holds
 PREFETCH_BATCHES = facts.load()["measurement"]["prefetch_batches"]
 DATA_SOURCES = ("memory",)
 # bench's flags that have no meaning here: refused, saying why.
@@ -479,7 +478,9 @@ def plan(spec, args):
     if f in LANGUAGE:
         if s.phase == "generate":
             positions = s.depth + s.prompt + s.new_tokens
-            said, context = CONTEXT[f]
+            said = CONTEXT_SAID[f]
+            context = (families.size_entry(f, s.size).options.max_positions if f == "GPT2"
+                       else int(FAMILIES[f]["context"]))
             if positions > context:  # PlanGPT2, PlanLlama
                 raise Refused(f"depth {s.depth} + prompt {s.prompt} + new tokens "
                               f"{s.new_tokens} = {positions} positions, but {said} "
@@ -679,7 +680,7 @@ class Workload:
         0.9. FLOPs: PyTorch's counter over one image's forward, which counts
         convolutions as done directly, as bench's analytic count does."""
         from torch.utils.flop_counter import FlopCounterMode
-        image = FAMILIES[s.family]["image"]
+        image = int(FAMILIES[s.family]["image"])
         self.samples_per_step = s.batch
         with FlopCounterMode(display=False) as counter, torch.no_grad():
             model.eval()(torch.zeros(1, 3, image, image))
@@ -811,13 +812,15 @@ class Workload:
     # each timed after synchronising, the per-phase times summed.
     # At a depth (decoder_generation.h): the cache holds depth + prompt +
     # new positions, its first `depth` filled once here from random tokens
-    # in chunks of DEPTH_CHUNK; every step's prompt then starts at the depth.
+    # in chunks of the family's depth_chunk; every step's prompt then starts
+    # at the depth.
     def _generate_setup(self, model, vocab, s):
         self.prompt = torch.randint(0, vocab, (s.batch, s.prompt), device=s.device)
         cache = model.make_cache(s.batch, s.depth + s.prompt + s.new_tokens)
         with torch.inference_mode():
-            for at in range(0, s.depth, DEPTH_CHUNK):
-                n = min(DEPTH_CHUNK, s.depth - at)
+            chunk = int(FAMILIES[s.family]["depth_chunk"])
+            for at in range(0, s.depth, chunk):
+                n = min(chunk, s.depth - at)
                 model.forward_cached(torch.randint(0, vocab, (s.batch, n), device=s.device),
                                      at, cache)
         cached = (torch.compile(model.forward_cached) if s.runtime == "compile"
