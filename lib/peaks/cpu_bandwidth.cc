@@ -188,6 +188,10 @@ BandwidthPeak MeasureCpuBandwidth(int threads, int64_t buffer_bytes) {
   return peak;
 }
 
+bool BandwidthBufferIsFull(const BandwidthPeak& p) {
+  return p.buffer_bytes >= kOneGiB && p.buffer_bytes >= 8 * p.llc_bytes;
+}
+
 std::string DescribeBandwidthPeak(const BandwidthPeak& p) {
   std::vector<std::string> each;
   for (const BandwidthMethod& m : p.methods) {

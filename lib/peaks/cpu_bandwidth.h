@@ -44,6 +44,11 @@ int64_t BandwidthBufferBytes(int64_t llc_bytes, int threads, int64_t available_b
 // 1% for two rounds (at least 3 rounds, at most 12).
 BandwidthPeak MeasureCpuBandwidth(int threads = 0, int64_t buffer_bytes = 0);
 
+// Whether the measurement streamed a buffer no cache serves: at least 1 GiB
+// and 8 times the last-level cache (a limited address space can cut the
+// buffer down, and then the rate may be in part the cache's).
+bool BandwidthBufferIsFull(const BandwidthPeak& p);
+
 // "2.98e+10 bytes/s (measured: the fastest of 4 ways over 1 GiB on 2
 // threads, 5 rounds: streaming read 2.98e+10, sum 2.9e+10, ...)".
 std::string DescribeBandwidthPeak(const BandwidthPeak& p);

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "device/datasheets.h"
 #include "family/family.h"
+#include "peaks/peak_record.h"
 
 namespace ltb {
 
@@ -44,8 +45,10 @@ absl::StatusOr<double> ParsePeakBandwidth(const std::string& text);
 
 class Peaks {
  public:
+  // `peak_cache`: the record of this machine's best measured peaks (a path;
+  // "" or "off": none), see peak_record.h.
   Peaks(std::map<c10::ScalarType, double> flops_override, double bandwidth_override,
-        std::vector<MatmulShape> matmul_shapes);
+        std::vector<MatmulShape> matmul_shapes, std::string peak_cache = "");
 
   // Determines the peaks of a device and dtype (measuring once); call before
   // any benchmark runs, so that no measurement lands in a timed region.
@@ -76,13 +79,18 @@ class Peaks {
   // Context entries: peak_flops_<device>_<dtype> (or why there is none),
   // gemm_flops_<device>_<dtype> (what LibTorch's default matmul reached),
   // peak_bandwidth_<device>; each peak as it stands now, with every raise
-  // a benchmark made to it (which one, from what, to what).
+  // a benchmark made to it (which one, from what, to what); peak_cache, the
+  // record measured peaks were kept in (or "off").
   std::vector<std::pair<std::string, std::string>> Context() const;
 
  private:
   // A CPU's measured peak: the highest of the arithmetic loop and the GEMM
   // paths; value 0 when the CPU has no native arithmetic for the dtype.
   Peak MeasureCpuFlops(c10::ScalarType dtype);
+  // A peak measured in this run, merged into the record under `quantity`
+  // ("bandwidth", "fp32 FLOP/s"): the best this machine has measured, its
+  // source naming both it and this run's measurement.
+  Peak Kept(const c10::Device& device, const std::string& quantity, Peak measured);
 
   std::map<c10::ScalarType, double> flops_override_;
   double bandwidth_override_;
@@ -91,6 +99,7 @@ class Peaks {
   std::map<std::pair<std::string, std::string>, Peak> flops_;  // value 0: none
   std::map<std::pair<std::string, std::string>, double> default_gemm_;
   std::map<std::string, Peak> bandwidth_;
+  PeakRecord record_;
 };
 
 // The utilisation against `peak` as Peaks::FlopsUtilisation says, raising a

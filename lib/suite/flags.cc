@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
+#include <system_error>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
@@ -82,6 +84,11 @@ ABSL_FLAG(ltb::PeakFlopsValue, peak_flops, {},
 ABSL_FLAG(ltb::PeakBandwidthValue, peak_bandwidth, {},
           "Peak memory bandwidth in bytes/s for mbu. Default: a known GPU's datasheet, "
           "else a measured copy.");
+ABSL_FLAG(std::string, peak_cache, "",
+          "File of this machine's best measured peaks, kept from run to run: a measured "
+          "peak is the best of it and this run's measurement, so runs share one "
+          "denominator. off: this run's own. Default: $LTB_PEAK_CACHE, else "
+          "~/.cache/libtorch-bench/peaks.json.");
 ABSL_FLAG(std::string, profile, "",
           "Directory: profile each benchmark's steps (apart from the timed ones) into a "
           "Chrome trace and a table of the top operators.");
@@ -665,6 +672,17 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   o.malloc = absl::GetFlag(FLAGS_malloc);
   o.peak_flops = absl::GetFlag(FLAGS_peak_flops).per_dtype;
   o.peak_bandwidth = absl::GetFlag(FLAGS_peak_bandwidth).value;
+  o.peak_cache = absl::GetFlag(FLAGS_peak_cache);
+  if (o.peak_cache.empty()) o.peak_cache = DefaultPeakCachePath();
+  if (o.peak_cache != "off") {
+    std::error_code ec;
+    if (std::filesystem::is_directory(o.peak_cache, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--peak_cache=", o.peak_cache,
+          " is a directory; valid: a file to keep the peaks in (made if missing), "
+          "or off"));
+    }
+  }
 
   RunOptions& run = o.run;
   run.warmup_seconds = absl::GetFlag(FLAGS_warmup_s).value;

@@ -134,6 +134,7 @@ struct SuiteOptions {
   MallocMode malloc = MallocMode::kTuned;
   std::map<c10::ScalarType, double> peak_flops;  // empty: datasheet or measured
   double peak_bandwidth = 0;                     // 0: datasheet or measured
+  std::string peak_cache;                        // --peak_cache: a path, or "off"
   int measured_epochs = 2;                       // --epochs
   int steps = 0;                                 // --steps; 0: timed
   int dist_timeout_s = 300;                      // --dist_timeout_s

@@ -401,8 +401,8 @@ absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& comma
     matmuls.insert(matmuls.end(), f.peak_matmul_shapes.begin(),
                    f.peak_matmul_shapes.end());
   }
-  state.peaks =
-      std::make_unique<Peaks>(options.peak_flops, options.peak_bandwidth, matmuls);
+  state.peaks = std::make_unique<Peaks>(options.peak_flops, options.peak_bandwidth,
+                                        matmuls, options.peak_cache);
   std::vector<Registration> registrations = ExpandSweep(state.families, sweep);
   // An axis that no selected device offers adds nothing: say so.
   for (const auto& [flag, asked, offered, devices] :

@@ -754,6 +754,77 @@ class PeaksTest(unittest.TestCase):
 
 
 @unittest.skipUnless(BENCH, "LTB_BENCH is not set")
+class PeakCacheTest(unittest.TestCase):
+    """--peak_cache: runs on one machine divide by the best peak any of them
+    measured, and the record names every run."""
+    COPY = ["--devices=cpu", "--peak_flops=1e12", "--benchmark_min_time=0.01",
+            "--warmup_s=0", "--benchmark_filter=^Ops/copy/256MiB/cpu/fp32"]
+
+    def test_runs_share_the_best_measured_bandwidth(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            record = os.path.join(tmp, "peaks.json")
+            first = run_json(*self.COPY, f"--peak_cache={record}")["context"]
+            self.assertTrue(first["peak_cache"].startswith(record), first["peak_cache"])
+            self.assertIn("the first run on this machine to measure it",
+                          first["peak_bandwidth_cpu"])
+            with open(record) as f:
+                doc = json.load(f)
+            (key, entry), = doc["peaks"].items()  # --peak_flops given: bandwidth alone
+            self.assertTrue(key.startswith("bandwidth | cpu: "), key)
+            self.assertEqual(entry["runs"], 1)
+            self.assertAlmostEqual(entry["bytes_or_flops_per_s"],
+                                   peak_of(first, "peak_bandwidth_cpu"),
+                                   delta=1e-3 * entry["bytes_or_flops_per_s"])
+            # A record above anything this machine reads: the next run divides
+            # by it (its mbu is small, and never above 1), names it and its own
+            # measurement, and the record counts the run but keeps its best.
+            entry["bytes_or_flops_per_s"] = 1e15
+            entry["measured_at"] = "2020-01-01T00:00:00Z"
+            with open(record, "w") as f:
+                json.dump(doc, f)
+            second = run_json(*self.COPY, f"--peak_cache={record}")
+            ctx = second["context"]
+            self.assertEqual(peak_of(ctx, "peak_bandwidth_cpu"), 1e15)
+            self.assertIn("the best of 2 runs on this machine, 1e+15 at 2020-01-01T00:00:00Z",
+                          ctx["peak_bandwidth_cpu"])
+            own = re.search(r"this run measured ([0-9.e+]+) ", ctx["peak_bandwidth_cpu"])
+            self.assertIsNotNone(own, ctx["peak_bandwidth_cpu"])
+            copy, = second["benchmarks"]
+            self.assertEqual(copy["mbu_peak"], 1e15)
+            self.assertAlmostEqual(copy["mbu"], copy["bytes/s"] / 1e15, delta=1e-9)
+            with open(record) as f:
+                after = json.load(f)["peaks"][key]
+            self.assertEqual(after["runs"], 2)
+            self.assertEqual(after["bytes_or_flops_per_s"], 1e15)
+            self.assertAlmostEqual(after["last_run"]["measured"], float(own[1]),
+                                   delta=1e-3 * float(own[1]))
+            # off: the run's own measurement, and the record untouched.
+            off = run_json(*self.COPY, "--peak_cache=off")["context"]
+            self.assertTrue(off["peak_cache"].startswith("off"), off["peak_cache"])
+            self.assertLess(peak_of(off, "peak_bandwidth_cpu"), 1e15)
+            self.assertNotIn("this machine", off["peak_bandwidth_cpu"])
+            with open(record) as f:
+                self.assertEqual(json.load(f)["peaks"][key]["runs"], 2)
+
+    def test_a_directory_or_a_corrupt_record_is_named(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            proc = run_bench(*self.COPY, f"--peak_cache={tmp}", check=False)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertIn(f"--peak_cache={tmp} is a directory", proc.stderr)
+            self.assertIn("or off", proc.stderr)
+            record = os.path.join(tmp, "peaks.json")
+            with open(record, "w") as f:
+                f.write("{not json")
+            proc = run_bench("--benchmark_format=json", *self.COPY, f"--peak_cache={record}")
+            self.assertIn(f"the peak cache {record} is not a record of peaks", proc.stderr)
+            copy, = json.loads(proc.stdout)["benchmarks"]
+            self.assertTrue(copy["run_name"].startswith("Ops/copy/256MiB/cpu/fp32"))
+            self.assertIn("mbu", copy)
+            with open(record) as f:
+                self.assertEqual(len(json.load(f)["peaks"]), 1)
+
+
+@unittest.skipUnless(BENCH, "LTB_BENCH is not set")
 class ProfileTest(unittest.TestCase):
     def test_profile_writes_a_trace_and_the_top_operators(self):
         with tempfile.TemporaryDirectory() as tmp:
