@@ -130,3 +130,41 @@ class GpuResultsPageTest(unittest.TestCase):
             gpu_page.render(os.path.join(DOCS, "no-such-visit"))
         with self.assertRaisesRegex(BadInput, "roofline.json: no such file"):
             gpu_page.roofline(DOCS)
+
+
+class PeakCacheTableTest(unittest.TestCase):
+    """docs/measurement.md's table of runs sharing a peak record holds what
+    the files in docs/results/peak-cache/ say, and what it shows holds
+    there: each run divides by the best of the runs so far."""
+    ROWS = {"2-core AVX2 EPYC": "epyc-runs.txt", "16-vCPU AMX Xeon": "xeon-runs.txt"}
+
+    @staticmethod
+    def runs(path):
+        own, used, sums = [], [], []
+        for line in read(path).splitlines():
+            m = re.match(r"run \d+: peak (\S+) \| this run measured (\S+) \|", line)
+            if m:
+                used.append(float(m[1]) / 1e9)
+                own.append(float(m[2]) / 1e9)
+            m = re.match(r"torch\.sum .* best of \d+: (\S+) bytes/s", line)
+            if m:
+                sums.append((len(used), float(m[1]) / 1e9))  # (runs before it, GB/s)
+        return own, used, sums
+
+    def test_the_table_is_the_files(self):
+        text = read(os.path.join(DOCS, "measurement.md"))
+        for machine, name in self.ROWS.items():
+            own, used, sums = self.runs(os.path.join(DOCS, "results", "peak-cache", name))
+            self.assertEqual(len(own), 6, name)
+            row = next(line for line in text.splitlines() if line.startswith(f"| {machine}"))
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            self.assertEqual(cells[1], ", ".join(f"{v:.4g}" for v in own), machine)
+            self.assertEqual(cells[2], ", ".join(f"{v:.4g}" for v in used), machine)
+            self.assertTrue(cells[3].startswith(f"{max(s for _, s in sums):.1f} "), machine)
+            # Each run divided by the best measured so far, which no
+            # torch.sum before it beat.
+            for i, peak in enumerate(used):
+                self.assertAlmostEqual(peak, max(own[:i + 1]), delta=0.006, msg=f"{name} run {i + 1}")
+            for before, rate in sums:
+                if before < len(used):
+                    self.assertLess(rate, used[before], f"{name}: torch.sum before run {before + 1}")

@@ -212,6 +212,9 @@ class RehearsalTest(unittest.TestCase):
         self.assertTrue(failed["rank1_fails"]["error_occurred"])
         # The host out-of-memory run's address-space limit follows what bench maps.
         self.assertRegex(self.summary, r"address-space limit \d+\.\d GiB \(\d+\.\d GiB of files")
+        # torch.sum, read against the bandwidth peak the roofline run divided by.
+        self.assertRegex(self.summary, r"torch\.sum over 0\.25 GiB on cpu: [0-9.]+ TB/s, "
+                                       r"0\.\d\d of the bandwidth peak 1 TB/s")
 
 
 class FailureTest(ToolTest):
@@ -253,6 +256,24 @@ class FailureTest(ToolTest):
         # The memory guard's refusal is expected; a benchmark it let run is not.
         self.assertIn("memory_guard: Transformer/nano/cpu/forward/batch:4/seq:512/fp32: "
                       "LibTorch error", proc.stdout)
+
+    def test_a_bandwidth_peak_that_torch_sum_beats_fails_the_roofline(self):
+        # A bench whose bandwidth peak is 1 kB/s: any torch.sum beats it.
+        result = {"context": {"world_size": "1", "peak_bandwidth_cpu": "1000 bytes/s (measured: x)"},
+                  "benchmarks": [{"name": "Ops/copy/256MiB/cpu/bf16/manual_time",
+                                  "run_type": "iteration", "real_time": 1.0, "time_unit": "ms",
+                                  "bytes/s": 900.0, "mbu": 0.9}]}
+        script = (f"import json, sys\nfor a in sys.argv[1:]:\n"
+                  f"    if a.startswith('--benchmark_out='):\n"
+                  f"        json.dump({result!r}, open(a.split('=', 1)[1], 'w'))\n")
+        bench = self.write("bench", f"#!{sys.executable}\n{script}")
+        os.chmod(bench, 0o755)
+        out = os.path.join(self.tmp, "out")
+        proc = gpu_check("--devices=cpu", "--no-ctest", f"--bench={bench}", out, timeout=300)
+        self.assertExit(proc, 1)
+        self.assertRegex(proc.stdout, r"torch\.sum over 0\.25 GiB on cpu read [0-9.e+-]+ TB/s, "
+                                      r"above the bandwidth peak 1e-09 TB/s \(1000 bytes/s "
+                                      r"\(measured: x\)\): a wrong peak")
 
     def test_a_bench_that_hangs_is_stopped_and_fails(self):
         bench = self.write("bench", "#!/bin/sh\necho started\nexec sleep 60\n")

@@ -10,7 +10,8 @@ Runs, each as its own bench process (or command):
   default       the default suite on the CPU and the GPU, with bench's device
                 speedup summary and tools/speedup on its JSON
   roofline      the bf16 and fp32 matmul at 8192 and a 2 GiB copy: each rate
-                and its utilisation of the peak (neither above 1)
+                and its utilisation of the peak (neither above 1); torch.sum
+                over 4 GiB, which must not read faster than the bandwidth peak
   precision     every family and phase at its small size in fp32, bf16, fp16
   tf32, graphs  the same with --tf32 / --cuda_graphs, when bench offers them
   generation    GPT2 and Whisper generation: ttft, tpot, prefill and decode
@@ -108,6 +109,25 @@ REHEARSAL_OPS = "Ops/(matmul/256x256|copy/256MiB|noop/empty)/"
 # rehearsal's CPU takes the smallest of each).
 ROOFLINE_OPS = "Ops/(matmul/8192x8192|copy/2048MiB)/"
 REHEARSAL_ROOFLINE_OPS = "Ops/(matmul/256x256|copy/256MiB)/"
+# A program any user runs, which must not read faster than the bandwidth
+# peak mbu divides by: torch.sum over a tensor far past the device's caches
+# (GiB on a GPU; the rehearsal's CPU a quarter of one), its fastest of ten.
+TORCH_SUM_GIB = 4
+REHEARSAL_TORCH_SUM_GIB = 0.25
+TORCH_SUM = """
+import sys, time, torch
+device, gib = sys.argv[1], float(sys.argv[2])
+x = torch.ones(int(gib * (1 << 30)) // 4, device=device)
+def sync():
+    if x.is_cuda:
+        torch.cuda.synchronize(x.device)
+x.sum(); sync()
+best = 0.0
+for _ in range(10):
+    sync(); t = time.perf_counter(); x.sum(); sync()
+    best = max(best, x.nbytes / (time.perf_counter() - t))
+print("torch.sum bytes/s", best)
+"""
 # The host out-of-memory check's address-space limit: what bench maps before
 # it allocates (its own file and every shared library it loads, the CUDA
 # ones included), plus OOM_HEADROOM for its heap, thread stacks and
@@ -657,6 +677,35 @@ class GpuCheck:
         for e in self.counters(c, "roofline", doc, "^Ops/copy/", ["bytes/s", "mbu"]):
             c.notes.append(f"{short(e['name'])}: {e['bytes/s'] / 1e12:.4g} TB/s "
                            f"(read + written), mbu {fmt(e['mbu'])}")
+        if doc:
+            for device in devices:
+                self.torch_sum(c, device, doc.get("context", {}))
+
+    def torch_sum(self, c, device, context):
+        """torch.sum over a large tensor on `device`, through the first Python
+        with torch: a bandwidth peak it beats is a wrong peak."""
+        key = f"peak_bandwidth_{device.split(':')[0]}"
+        peak = re.match(r"\s*([0-9.]+(?:[eE][+-]?\d+)?)", str(context.get(key, "")))
+        python, _ = tools_python(("torch",))
+        if not peak or not has_modules(python, ["torch"]):
+            c.notes.append(f"torch.sum on {device}: not compared ("
+                           + ("no Python with torch" if peak else f"no {key} in the context")
+                           + ")")
+            return
+        gib = TORCH_SUM_GIB if self.gpu else REHEARSAL_TORCH_SUM_GIB
+        rc, output = self.command([python, "-c", TORCH_SUM, device, str(gib)])
+        rate = re.search(r"torch.sum bytes/s ([0-9.eE+-]+)", output)
+        if rc != 0 or not rate:
+            c.fail(f"torch.sum on {device}: exited with status {rc}")
+            return
+        rate, peak = float(rate[1]), float(peak[1])
+        if rate > peak:
+            c.fail(f"torch.sum over {gib:g} GiB on {device} read {rate / 1e12:.4g} TB/s, "
+                   f"above the bandwidth peak {peak / 1e12:.4g} TB/s ({context[key]}): "
+                   "a wrong peak")
+        else:
+            c.notes.append(f"torch.sum over {gib:g} GiB on {device}: {rate / 1e12:.4g} TB/s, "
+                           f"{rate / peak:.2f} of the bandwidth peak {peak / 1e12:.4g} TB/s")
 
     def precision(self):
         self.section("precision")
