@@ -1,5 +1,7 @@
 #include "report/reporters.h"
 
+#include <cmath>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "base/interrupt.h"
@@ -64,7 +66,16 @@ bool StoppedRunsFilter::ReportContext(const Context& context) {
 void StoppedRunsFilter::ReportRuns(const std::vector<Run>& runs) {
   std::vector<Run> kept;
   for (const Run& run : runs) {
-    if (!(run.error_occurred && run.error_message == kNotRunMessage)) kept.push_back(run);
+    if (run.error_occurred && run.error_message == kNotRunMessage) continue;
+    kept.push_back(run);
+    if (run.run_type != Run::RT_Aggregate) continue;
+    // An aggregate of a counter can be no number: the coefficient of
+    // variation of one whose mean is 0 (token_match_% of random weights).
+    // Google Benchmark would write NaN, which JSON has not.
+    for (auto it = kept.back().counters.begin(); it != kept.back().counters.end();) {
+      it = std::isfinite(it->second.value) ? std::next(it)
+                                           : kept.back().counters.erase(it);
+    }
   }
   if (!kept.empty()) inner_->ReportRuns(kept);
 }

@@ -16,7 +16,10 @@
 namespace ltb {
 
 // Forwards to another reporter, leaving out the benchmarks that never ran
-// because the run stopped. As the file reporter it hands the output file
+// because the run stopped, and an aggregate's counters that are no number
+// (with --benchmark_repetitions, the coefficient of variation of a counter
+// whose mean is 0: Google Benchmark writes NaN, which JSON readers that keep
+// to the standard refuse). As the file reporter it hands the output file
 // Google Benchmark opened on to the reporter it wraps.
 class StoppedRunsFilter : public benchmark::BenchmarkReporter {
  public:

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -86,6 +87,42 @@ TEST(LateContextReporter, TextFormatsPrintTheEntriesWithTheirContext) {
             std::string::npos)
       << w.errors;
   EXPECT_NE(w.text.find("Ops/matmul/256x256/cpu/fp32"), std::string::npos) << w.text;
+}
+
+TEST(StoppedRunsFilter, AnAggregateCounterThatIsNoNumberIsLeftOut) {
+  // --benchmark_repetitions=2 of a run whose token_match_% is 0 both times:
+  // its mean and stddev are 0, and its coefficient of variation 0 / 0.
+  benchmark::JSONReporter json;
+  StoppedRunsFilter filter(&json, /*pass_streams=*/true);
+  std::ostringstream out, err;
+  filter.SetOutputStream(&out);
+  filter.SetErrorStream(&err);
+  benchmark::BenchmarkReporter::Context context;
+  filter.ReportContext(context);
+  std::vector<BenchRun> runs;
+  for (const char* aggregate : {"", "mean", "cv"}) {
+    BenchRun run = MakeRun("Llama/1B/cpu/generate", 0.5);
+    run.counters["token_match_%"] = benchmark::Counter(0);
+    if (*aggregate != '\0') {
+      run.run_type = BenchRun::RT_Aggregate;
+      run.aggregate_name = aggregate;
+      run.aggregate_unit = benchmark::StatisticUnit::kPercentage;
+      if (std::string(aggregate) == "cv") {
+        run.counters["token_match_%"] = benchmark::Counter(std::nan(""));
+        run.counters["mfu"] = benchmark::Counter(0.01);
+      }
+    }
+    runs.push_back(run);
+  }
+  filter.ReportRuns(runs);
+  filter.Finalize();
+  const nlohmann::json doc = nlohmann::json::parse(out.str());  // NaN would throw
+  ASSERT_EQ(doc["benchmarks"].size(), 3u);
+  EXPECT_EQ(doc["benchmarks"][0]["token_match_%"], 0);
+  EXPECT_EQ(doc["benchmarks"][1]["token_match_%"], 0);
+  EXPECT_EQ(doc["benchmarks"][2]["aggregate_name"], "cv");
+  EXPECT_FALSE(doc["benchmarks"][2].contains("token_match_%"));
+  EXPECT_EQ(doc["benchmarks"][2]["mfu"], 0.01);
 }
 
 }  // namespace
