@@ -992,3 +992,18 @@ class RuntimesTableTest(ToolTest):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AggregatesTest(unittest.TestCase):
+    def test_a_cv_of_a_counter_whose_mean_is_zero_is_left_out_as_bench_does(self):
+        from ltb.pysuite import bench as pybench
+        entries = [{"name": "x", "family_index": 0, "per_family_instance_index": 0,
+                    "run_name": "x", "real_time": t, "cpu_time": t, "token_match_%": 0.0,
+                    "tg_tok/s": r} for t, r in ((1.0, 10.0), (3.0, 30.0))]
+        rows = {a["aggregate_name"]: a for a in pybench.aggregates(entries)}
+        self.assertEqual(rows["mean"]["token_match_%"], 0.0)
+        self.assertEqual(rows["stddev"]["token_match_%"], 0.0)
+        self.assertNotIn("token_match_%", rows["cv"])
+        self.assertAlmostEqual(rows["cv"]["tg_tok/s"], (200 ** 0.5) / 20)
+        self.assertAlmostEqual(rows["cv"]["real_time"], (2 ** 0.5) / 2)
+        json.dumps(rows, allow_nan=False)  # every value a number

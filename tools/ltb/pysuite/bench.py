@@ -1098,6 +1098,8 @@ def aggregates(entries):
             if len(values) != len(entries):
                 continue
             mean = statistics.fmean(values)
+            if agg == "cv" and not mean:
+                continue  # no number (0 / 0), left out of the row as bench does
             sd = statistics.stdev(values) if len(values) > 1 else 0.0
             a[k] = {"mean": mean, "median": statistics.median(values), "stddev": sd,
                     "cv": sd / mean if mean else 0.0}[agg]
