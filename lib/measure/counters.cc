@@ -37,24 +37,49 @@ std::vector<std::pair<std::string, double>> StepSpread(std::vector<double> secon
   return out;
 }
 
+namespace {
+
+// The rates a plan reports, each with its amount per step (Google
+// Benchmark divides by the time per step): the one rule SetCounters sets
+// them by and PlannedCounterNames names them by.
+std::vector<std::pair<std::string, double>> PlannedRates(const Plan& plan) {
+  std::vector<std::pair<std::string, double>> out;
+  if (plan.tokens_per_step > 0)
+    out.emplace_back("tokens/s", static_cast<double>(plan.tokens_per_step));
+  if (plan.samples_per_step > 0)
+    out.emplace_back("samples/s", static_cast<double>(plan.samples_per_step));
+  if (plan.flops_per_step > 0) out.emplace_back("FLOP/s", plan.flops_per_step);
+  if (plan.bytes_per_step > 0) out.emplace_back("bytes/s", plan.bytes_per_step);
+  if (plan.audio_seconds_per_step > 0)
+    out.emplace_back("audio_s/s", plan.audio_seconds_per_step);
+  return out;
+}
+
+// Whether a plan's mbu is reported: decoding's reads (the weights, which
+// its workload counts as read_GB/s or weight_GB/s), or a memory-bound op's
+// bytes from the device's own memory.
+bool ReportsMbu(const Plan& plan) {
+  return plan.reports_weight_bandwidth ||
+         (plan.MemoryBound() && !plan.bytes_cross_host_link);
+}
+
+}  // namespace
+
 CounterNames PlannedCounterNames(const Plan& plan) {
   CounterNames n;
-  if (plan.tokens_per_step > 0) n.counters.push_back("tokens/s");
-  if (plan.samples_per_step > 0) n.counters.push_back("samples/s");
-  const bool flops = plan.flops_per_step > 0 || plan.counts_flops_when_built;
-  if (flops) n.counters.push_back("FLOP/s");
-  if (plan.bytes_per_step > 0) n.counters.push_back("bytes/s");
-  if (plan.audio_seconds_per_step > 0) {
-    n.counters.push_back("audio_s/s");
-    n.counters.push_back("rtf");
+  Plan counted = plan;
+  // A model file's FLOPs are counted once it is built: it will have some.
+  if (counted.flops_per_step <= 0 && counted.counts_flops_when_built)
+    counted.flops_per_step = 1;
+  for (const auto& [name, per_step] : PlannedRates(counted)) {
+    n.counters.push_back(name);
+    if (name == "audio_s/s") n.counters.push_back("rtf");
   }
   if (plan.params > 0) n.counters.push_back("params");
   for (const char* name : {"step_p50_ms", "step_p90_ms", "step_p99_ms"})
     n.counters.push_back(name);
-  if (flops) n.utilisation.push_back("mfu");
-  if (plan.reports_weight_bandwidth ||
-      (plan.MemoryBound() && !plan.bytes_cross_host_link))
-    n.utilisation.push_back("mbu");
+  if (counted.flops_per_step > 0) n.utilisation.push_back("mfu");
+  if (ReportsMbu(plan)) n.utilisation.push_back("mbu");
   return n;
 }
 
@@ -67,23 +92,10 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
   }
   using benchmark::Counter;
   auto& c = state.counters;
-  if (plan.tokens_per_step > 0) {
-    c["tokens/s"] = Counter(static_cast<double>(plan.tokens_per_step),
-                            Counter::kIsIterationInvariantRate);
-  }
-  if (plan.samples_per_step > 0) {
-    c["samples/s"] = Counter(static_cast<double>(plan.samples_per_step),
-                             Counter::kIsIterationInvariantRate);
-  }
-  if (plan.flops_per_step > 0) {
-    c["FLOP/s"] = Counter(plan.flops_per_step, Counter::kIsIterationInvariantRate);
-  }
-  if (plan.bytes_per_step > 0) {
-    c["bytes/s"] = Counter(plan.bytes_per_step, Counter::kIsIterationInvariantRate);
+  for (const auto& [name, per_step] : PlannedRates(plan)) {
+    c[name] = Counter(per_step, Counter::kIsIterationInvariantRate);
   }
   if (plan.audio_seconds_per_step > 0) {
-    c["audio_s/s"] =
-        Counter(plan.audio_seconds_per_step, Counter::kIsIterationInvariantRate);
     if (state.iterations() > 0) {
       // Real-time factor: wall time per second of audio.
       c["rtf"] = measured / static_cast<double>(state.iterations()) /
@@ -139,7 +151,8 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
                                                     per_device * steps_per_s,
                                                     per_device / fastest, spec.Name()));
     }
-    if (c.find("read_GB/s") != c.end() || c.find("weight_GB/s") != c.end()) {
+    const bool reads = c.find("read_GB/s") != c.end() || c.find("weight_GB/s") != c.end();
+    if (ReportsMbu(plan) && reads) {
       // Decoding's reads (the weights, and the cache up to each step's
       // position where the workload counts it), averaged over its decode steps.
       const double rate =
@@ -147,7 +160,7 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
           1e9;
       report("mbu",
              options.peaks->BandwidthUtilisation(spec.device, rate, rate, spec.Name()));
-    } else if (plan.MemoryBound() && !plan.bytes_cross_host_link) {
+    } else if (ReportsMbu(plan) && !plan.reports_weight_bandwidth) {
       report("mbu", options.peaks->BandwidthUtilisation(
                         spec.device, plan.bytes_per_step * steps_per_s,
                         plan.bytes_per_step / fastest, spec.Name()));

@@ -87,6 +87,14 @@ class ScheduleTest(unittest.TestCase):
                              (f"X/manual_time_{e['aggregate_name']}", "aggregate", 4, "ms"))
         self.assertEqual(found["cv"]["aggregate_unit"], "percentage")
         self.assertEqual(abtest.aggregates(runs[:1] + runs[3:]), [])  # one measured run
+        # A counter whose mean is 0 (token_match_% of random weights) has no
+        # cv: left out of that row, so the JSON has no NaN.
+        zero = [dict(r, **{"token_match_%": 0.0}) for r in runs[:3]]
+        found = {e["aggregate_name"]: e for e in abtest.aggregates(zero)}
+        self.assertEqual(found["mean"]["token_match_%"], 0.0)
+        self.assertNotIn("token_match_%", found["cv"])
+        self.assertIn("samples/s", found["cv"])
+        json.dumps(found, allow_nan=False)
 
 
 class FakeAbtestTest(AbtestRunner, ToolTest):

@@ -186,7 +186,10 @@ def aggregates(entries):
                  "cpu_time": statistic(values("cpu_time")), "time_unit": unit}
         if len(labels) == 1 and first.get("label"):
             entry["label"] = first["label"]
-        entry.update((c, statistic(values(c))) for c in counters if len(values(c)) >= 2)
+        # A cv of a counter whose mean is 0 is no number: left out of the
+        # row, as bench leaves it out of Google Benchmark's (JSON has no NaN).
+        entry.update((c, v) for c in counters if len(values(c)) >= 2
+                     for v in [statistic(values(c))] if math.isfinite(v))
         found.append(entry)
     return found
 
