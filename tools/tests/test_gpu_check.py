@@ -218,6 +218,17 @@ class RehearsalTest(unittest.TestCase):
 
 
 class FailureTest(ToolTest):
+    def check_with_results(self, result):
+        """The rehearsal with a bench that writes `result` wherever
+        --benchmark_out points (a wrapper standing for a real run)."""
+        script = (f"import json, sys\nfor a in sys.argv[1:]:\n"
+                  f"    if a.startswith('--benchmark_out='):\n"
+                  f"        json.dump({result!r}, open(a.split('=', 1)[1], 'w'))\n")
+        bench = self.write("bench", f"#!{sys.executable}\n{script}")
+        os.chmod(bench, 0o755)
+        out = os.path.join(self.tmp, "out")
+        return gpu_check("--devices=cpu", "--no-ctest", f"--bench={bench}", out, timeout=300)
+
     def test_a_failing_bench_fails_the_check_and_says_what(self):
         bench = self.write("bench", "#!/bin/sh\necho 'bench: no such flag' >&2\nexit 3\n")
         os.chmod(bench, 0o755)
@@ -243,13 +254,7 @@ class FailureTest(ToolTest):
             {"name": "Transformer/nano/cpu/forward/batch:4/seq:512/fp32/manual_time",
              "run_type": "iteration", "real_time": 1.0, "time_unit": "ms",
              "error_occurred": True, "error_message": "LibTorch error: something broke"}]}
-        script = (f"import json, sys\nfor a in sys.argv[1:]:\n"
-                  f"    if a.startswith('--benchmark_out='):\n"
-                  f"        json.dump({result!r}, open(a.split('=', 1)[1], 'w'))\n")
-        bench = self.write("bench", f"#!{sys.executable}\n{script}")
-        os.chmod(bench, 0o755)
-        out = os.path.join(self.tmp, "out")
-        proc = gpu_check("--devices=cpu", "--no-ctest", f"--bench={bench}", out, timeout=300)
+        proc = self.check_with_results(result)
         self.assertExit(proc, 1)
         self.assertIn("sync_true: Transformer/nano/cpu/forward/batch:4/seq:512/fp32: "
                       "LibTorch error: something broke", proc.stdout)
@@ -263,13 +268,7 @@ class FailureTest(ToolTest):
                   "benchmarks": [{"name": "Ops/copy/256MiB/cpu/bf16/manual_time",
                                   "run_type": "iteration", "real_time": 1.0, "time_unit": "ms",
                                   "bytes/s": 900.0, "mbu": 0.9}]}
-        script = (f"import json, sys\nfor a in sys.argv[1:]:\n"
-                  f"    if a.startswith('--benchmark_out='):\n"
-                  f"        json.dump({result!r}, open(a.split('=', 1)[1], 'w'))\n")
-        bench = self.write("bench", f"#!{sys.executable}\n{script}")
-        os.chmod(bench, 0o755)
-        out = os.path.join(self.tmp, "out")
-        proc = gpu_check("--devices=cpu", "--no-ctest", f"--bench={bench}", out, timeout=300)
+        proc = self.check_with_results(result)
         self.assertExit(proc, 1)
         self.assertRegex(proc.stdout, r"torch\.sum over 0\.25 GiB on cpu read [0-9.e+-]+ TB/s, "
                                       r"above the bandwidth peak 1e-09 TB/s \(1000 bytes/s "
