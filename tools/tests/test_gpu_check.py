@@ -263,16 +263,35 @@ class FailureTest(ToolTest):
                       "LibTorch error", proc.stdout)
 
     def test_a_bandwidth_peak_that_torch_sum_beats_fails_the_roofline(self):
-        # A bench whose bandwidth peak is 1 kB/s: any torch.sum beats it.
-        result = {"context": {"world_size": "1", "peak_bandwidth_cpu": "1000 bytes/s (measured: x)"},
-                  "benchmarks": [{"name": "Ops/copy/256MiB/cpu/bf16/manual_time",
-                                  "run_type": "iteration", "real_time": 1.0, "time_unit": "ms",
-                                  "bytes/s": 900.0, "mbu": 0.9}]}
-        proc = self.check_with_results(result)
-        self.assertExit(proc, 1)
-        self.assertRegex(proc.stdout, r"torch\.sum over 0\.25 GiB on cpu read [0-9.e+-]+ TB/s, "
-                                      r"above the bandwidth peak 1e-09 TB/s \(1000 bytes/s "
-                                      r"\(measured: x\)\): a wrong peak")
+        # The roofline check's torch.sum against a bandwidth peak of 1 kB/s,
+        # which any torch.sum beats, and against one no memory reaches.
+        import argparse
+        from ltb.visit import gpu_check as gc
+        args = argparse.Namespace(outdir=os.path.join(self.tmp, "out"), devices="cpu",
+                                  bench=shutil.which("true"), quick=False, pack=False,
+                                  budget=None, timeout=120)
+        check = gc.GpuCheck(args)
+        check.torch_python = (sys.executable, [])  # the tests' Python has torch
+        low = gc.Check("roofline")
+        check.torch_sum(low, "cpu", {"peak_bandwidth_cpu": "1000 bytes/s (measured: x)"})
+        self.assertEqual(low.status, gc.FAILED)
+        self.assertRegex(low.failures[0], r"torch\.sum over 0\.25 GiB on cpu read [0-9.e+-]+ "
+                                          r"TB/s, above the bandwidth peak 1e-09 TB/s \(1000 "
+                                          r"bytes/s \(measured: x\)\): a wrong peak")
+        high = gc.Check("roofline")
+        check.torch_sum(high, "cpu", {"peak_bandwidth_cpu": "1e15 bytes/s (--peak_bandwidth)"})
+        self.assertEqual((high.status, high.failures), (gc.RAN, []))
+        self.assertRegex(high.notes[0], r"torch\.sum over 0\.25 GiB on cpu: [0-9.]+ TB/s, "
+                                        r"0\.00 of the bandwidth peak 1000 TB/s")
+        none = gc.Check("roofline")
+        check.torch_sum(none, "cpu", {})
+        self.assertEqual(none.notes, ["torch.sum on cpu: not compared (no peak_bandwidth_cpu "
+                                      "in the context)"])
+        check.torch_python = (sys.executable, ["/usr/bin/python3"])  # none has torch
+        without = gc.Check("roofline")
+        check.torch_sum(without, "cpu", {"peak_bandwidth_cpu": "1000 bytes/s (measured: x)"})
+        self.assertEqual((without.status, without.notes),
+                         (gc.RAN, ["torch.sum on cpu: not compared (no Python with torch)"]))
 
     def test_a_bench_that_hangs_is_stopped_and_fails(self):
         bench = self.write("bench", "#!/bin/sh\necho started\nexec sleep 60\n")
