@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "base/cache_dir.h"
 #include "device/cpu_isa.h"
 
 namespace ltb {
@@ -70,12 +71,7 @@ std::string DefaultPeakCachePath() {
   if (const char* env = std::getenv("LTB_PEAK_CACHE"); env != nullptr && *env != '\0') {
     return env;
   }
-  if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache != nullptr && *cache) {
-    return absl::StrCat(cache, "/libtorch-bench/peaks.json");
-  }
-  const char* home = std::getenv("HOME");
-  return absl::StrCat(home != nullptr && *home ? home : "/tmp",
-                      "/.cache/libtorch-bench/peaks.json");
+  return UserCacheDir() + "/peaks.json";
 }
 
 PeakRecord::PeakRecord(std::string path) : path_(path == "off" ? "" : std::move(path)) {}
@@ -87,6 +83,9 @@ RecordedPeak PeakRecord::Merge(const std::string& key, double measured,
   out.best_at = UtcNow();
   out.best_source = out.this_run_source = source;
   out.runs = 1;
+  const auto warn = [&out](const std::string& text) {
+    absl::StrAppend(&out.warning, out.warning.empty() ? "" : "; ", text);
+  };
   if (!enabled() || !(measured > 0) || !std::isfinite(measured)) return out;
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -94,9 +93,8 @@ RecordedPeak PeakRecord::Merge(const std::string& key, double measured,
   if (file.has_parent_path()) fs::create_directories(file.parent_path(), ec);
   FileLock lock(path_ + ".lock");
   if (!lock.error.empty()) {
-    out.warning = absl::StrCat("the peak cache ", path_, " cannot be locked (", path_,
-                               ".lock: ", lock.error,
-                               "), so this run's peaks are its own and are not kept");
+    warn(absl::StrCat("the peak cache ", path_, " cannot be locked (", path_, ".lock: ",
+                      lock.error, "), so this run's peaks are its own and are not kept"));
     return out;
   }
   nlohmann::json doc = nlohmann::json::object();
@@ -109,8 +107,8 @@ RecordedPeak PeakRecord::Merge(const std::string& key, double measured,
         throw std::runtime_error("not an object with an object \"peaks\"");
       }
     } catch (const std::exception& e) {
-      out.warning = absl::StrCat("the peak cache ", path_, " is not a record of peaks (",
-                                 e.what(), "): it is replaced by this run's peaks");
+      warn(absl::StrCat("the peak cache ", path_, " is not a record of peaks (", e.what(),
+                        "): it is replaced by this run's peaks"));
       doc = nlohmann::json::object();
     }
   }
@@ -147,18 +145,16 @@ RecordedPeak PeakRecord::Merge(const std::string& key, double measured,
     o.close();
     if (!o) {
       std::remove(tmp.c_str());
-      out.warning =
-          absl::StrCat(out.warning, out.warning.empty() ? "" : "; ", "the peak cache ",
-                       path_, " cannot be written, so this run's peaks are not kept");
+      warn(absl::StrCat("the peak cache ", path_,
+                        " cannot be written, so this run's peaks are not kept"));
       return out;
     }
   }
   fs::rename(tmp, file, ec);
   if (ec) {
     std::remove(tmp.c_str());
-    out.warning = absl::StrCat(out.warning, out.warning.empty() ? "" : "; ",
-                               "the peak cache ", path_, " cannot be replaced (",
-                               ec.message(), "), so this run's peaks are not kept");
+    warn(absl::StrCat("the peak cache ", path_, " cannot be replaced (", ec.message(),
+                      "), so this run's peaks are not kept"));
   }
   return out;
 }

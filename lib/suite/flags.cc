@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/cache_dir.h"
 #include "device/device.h"
 #include "family/spec.h"
 #include "peaks/peaks.h"
@@ -702,13 +703,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   const bool disk =
       absl::GetFlag(FLAGS_data) == DataSource::kDisk || !epochs.data_dir.empty();
   epochs.data = disk ? "disk" : "memory";
-  if (disk && epochs.data_dir.empty()) {
-    const char* cache = std::getenv("XDG_CACHE_HOME");
-    const char* home = std::getenv("HOME");
-    epochs.data_dir = cache != nullptr ? absl::StrCat(cache, "/libtorch-bench/data")
-                                       : absl::StrCat(home ? home : "/tmp",
-                                                      "/.cache/libtorch-bench/data");
-  }
+  if (disk && epochs.data_dir.empty()) epochs.data_dir = UserCacheDir() + "/data";
   epochs.seed = run.seed;
   o.measured_epochs = absl::GetFlag(FLAGS_epochs).value;
   o.steps = static_cast<int>(absl::GetFlag(FLAGS_steps).value);
