@@ -22,7 +22,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "models/transformer.h"
+#include "models/decoder_family.h"
 #include "run_ranks.h"
 #include "scoped_env.h"
 #include "workloads/epoch.h"
@@ -48,9 +48,9 @@ struct Training {
 at::Tensor StepOn(int64_t first_row, int64_t rows, Training how = {}) {
   const bool shared = how.shared;
   at::manual_seed(0);
-  TransformerOptions o = TransformerSizeOptions("nano").value();
-  o.context_length(kSeq);
-  TransformerLM model(o);
+  DecoderOptions o = DecoderSizeOptions("Transformer", "nano").value();
+  o.max_positions(kSeq);
+  DecoderLM model = MakeDecoder("Transformer", o);
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(1);
   const at::Tensor batch = at::randint(1000, {kBatch, kSeq + 1}, gen, at::kLong);
   TrainFns fns;
@@ -146,7 +146,8 @@ TEST_P(DataParallel, StepsMatchASingleProcessOnTheWholeBatch) {
   EXPECT_TRUE(torch::equal(r0, r1)) << "ranks disagree after the step";
   // The step changed the weights ...
   at::manual_seed(0);
-  TransformerLM fresh(TransformerSizeOptions("nano").value());
+  DecoderLM fresh =
+      MakeDecoder("Transformer", *DecoderSizeOptions("Transformer", "nano"));
   std::vector<at::Tensor> flat;
   for (const at::Tensor& p : fresh->parameters())
     flat.push_back(p.detach().reshape({-1}));

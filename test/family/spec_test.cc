@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "family/registry.h"
 #include "models/ops.h"
-#include "models/transformer.h"
+#include "models/decoder_family.h"
 #include "spec_for.h"
 #include "suite/sweep.h"
 

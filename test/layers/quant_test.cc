@@ -15,8 +15,7 @@
 #include "device/device.h"
 #include "family/registry.h"
 #include "layers/packed_linear.h"
-#include "models/gpt2.h"
-#include "models/llama.h"
+#include "models/decoder_family.h"
 #include "suite/sweep.h"
 #include "workloads/phases.h"
 
@@ -222,7 +221,7 @@ TEST(ExpandSweep, QuantisationIsAnAxisOfTheLanguageModels) {
 
 TEST(QuantizeLinears, QuantisesEveryLayerAndATiedHeadAndFreesTheWeights) {
   torch::manual_seed(3);
-  LlamaLM model(LlamaSizeOptions("nano").value());
+  DecoderLM model = MakeDecoder("Llama", *DecoderSizeOptions("Llama", "nano"));
   const BenchSpec spec = InferenceSpec(kInt8, c10::kFloat);
   const at::Tensor tokens = torch::randint(0, 1000, {1, 12});
   at::Tensor before;
@@ -248,7 +247,7 @@ TEST(QuantizeLinears, QuantisesEveryLayerAndATiedHeadAndFreesTheWeights) {
       EXPECT_EQ(l->weight.numel(), 0);
     }
   }
-  EXPECT_EQ(model->model->embed_tokens->weight.numel(), 1000 * 64);
+  EXPECT_EQ(model->embed->weight.numel(), 1000 * 64);
   // A byte a weight and a 4-byte scale a row, for 122,880 weights in rows
   // of 768 outputs a block, and the head's 64,000 in 1,000 rows.
   EXPECT_EQ(change.added, 122'880 + 2 * 768 * 4 + 64'000 + 1'000 * 4);

@@ -20,12 +20,10 @@
 #include "absl/strings/str_cat.h"
 #include "family/family.h"
 #include "models/cnn.h"
+#include "models/decoder_family.h"
 #include "models/encdec.h"
 #include "models/encoder.h"
-#include "models/gpt2.h"
-#include "models/llama.h"
 #include "models/resnet.h"
-#include "models/transformer.h"
 #include "models/whisper.h"
 
 #ifndef LTB_PYTHON
@@ -102,24 +100,24 @@ const std::map<std::string, std::function<Dump()>>& Families() {
   static const auto* families = new std::map<std::string, std::function<Dump()>>{
       {"Transformer",
        [] {
-         TransformerOptions o = TransformerSizeOptions("nano").value();
-         o.context_length(kSeq);  // as BuildTransformer
-         TransformerLM model(o);
+         DecoderOptions o = DecoderSizeOptions("Transformer", "nano").value();
+         o.max_positions(kSeq);  // as the benchmark sets it
+         DecoderLM model = MakeDecoder("Transformer", o);
          const at::Tensor built = GeneratorState();
          const at::Tensor ids = TokenInputs(o.vocab_size());
          return Run(*model, built, {ids}, [&] { return model(ids); });
        }},
       {"GPT2",
        [] {
-         GPT2LM model(GPT2SizeOptions("nano").value());
+         DecoderLM model = MakeDecoder("GPT2", *DecoderSizeOptions("GPT2", "nano"));
          const at::Tensor built = GeneratorState();
          const at::Tensor ids = TokenInputs(model->options().vocab_size());
          return Run(*model, built, {ids}, [&] { return model(ids); });
        }},
       {"Llama",
        [] {
-         const LlamaOptions o = LlamaSizeOptions("nano").value();
-         LlamaLM model(o);
+         const DecoderOptions o = DecoderSizeOptions("Llama", "nano").value();
+         DecoderLM model = MakeDecoder("Llama", o);
          const at::Tensor built = GeneratorState();
          const at::Tensor ids = TokenInputs(o.vocab_size());
          return Run(*model, built, {ids}, [&] { return model(ids); });

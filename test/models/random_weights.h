@@ -1,6 +1,6 @@
 // Checks of a language model's random weights as Hugging Face draws them
-// (models/language_model.h InitLikeHuggingFace), shared by GPT2's and
-// Llama's tests.
+// (models/decoder.h InitLikeHuggingFace), for the decoder rows drawn
+// that way.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -13,8 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/digest.h"
-#include "models/gpt2.h"
-#include "models/llama.h"
+#include "models/decoder_family.h"
 
 #ifndef LTB_PYTHON
 #define LTB_PYTHON ""
@@ -35,12 +34,12 @@ at::Tensor Expected(const Checkpoint& c, const std::string& name) {
 // the model loaded by name gives the same logits (relative error <= 1e-5)
 // and the same greedy tokens from generation with the cache.
 void ExpectTransformersOutputs(const std::string& weights, const std::string& expected,
-                               const LlamaOptions& o) {
+                               const DecoderOptions& o) {
   const absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(weights);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   const absl::StatusOr<Checkpoint> want = Checkpoint::Open(expected);
   ASSERT_TRUE(want.ok()) << want.status();
-  LlamaLM model(o);
+  DecoderLM model = MakeDecoder("Llama", o);
   const absl::Status loaded = LoadWeights(*model, "Llama", *checkpoint, at::kFloat);
   ASSERT_TRUE(loaded.ok()) << loaded;
   // fp32 in the file: the parameters are the mapped file's bytes.
@@ -64,7 +63,7 @@ void ExpectTransformersOutputs(const std::string& weights, const std::string& ex
 TEST(LlamaWeights, NanoCheckpointWrittenByTransformersGivesItsLogitsAndTokens) {
   ExpectTransformersOutputs((kFixtures / "llama-nano").string(),
                             (kFixtures / "llama-nano.expected.safetensors").string(),
-                            LlamaSizeOptions("nano").value());
+                            *DecoderSizeOptions("Llama", "nano"));
 }
 
 TEST(LlamaWeights, OneBShapeWithTwoLayersGivesTransformersLogitsAndTokens) {
@@ -81,7 +80,7 @@ TEST(LlamaWeights, OneBShapeWithTwoLayersGivesTransformersLogitsAndTokens) {
                    "/tools/llama-fixtures' weights 1B-2L '", dir.string(), "'");
   const int status = std::system(command.c_str());
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << command;
-  LlamaOptions o = LlamaSizeOptions("1B").value();
+  DecoderOptions o = DecoderSizeOptions("Llama", "1B").value();
   o.num_layers(2);
   ExpectTransformersOutputs(dir.string(),
                             (kFixtures / "llama-1B-2L.expected.safetensors").string(), o);
@@ -122,7 +121,8 @@ class BadWeightsTest : public testing::Test {
   // The named parameters of a Llama nano, optionally edited.
   static std::vector<std::pair<std::string, at::Tensor>> Nano() {
     std::vector<std::pair<std::string, at::Tensor>> out;
-    for (const auto& p : LlamaLM(LlamaSizeOptions("nano").value())->named_parameters())
+    for (const auto& p :
+         MakeDecoder("Llama", *DecoderSizeOptions("Llama", "nano"))->named_parameters())
       out.emplace_back(p.key(), p.value().detach());
     return out;
   }
@@ -130,7 +130,7 @@ class BadWeightsTest : public testing::Test {
   std::string LoadError(const std::string& path) {
     const absl::StatusOr<Checkpoint> c = Checkpoint::Open(path);
     if (!c.ok()) return std::string(c.status().message());
-    LlamaLM model(LlamaSizeOptions("nano").value());
+    DecoderLM model = MakeDecoder("Llama", *DecoderSizeOptions("Llama", "nano"));
     const absl::Status s = LoadWeights(*model, "Llama/nano", *c, at::kFloat);
     EXPECT_FALSE(s.ok());
     return std::string(s.message());
@@ -187,7 +187,7 @@ TEST_F(BadWeightsTest, GPT2LoadsHuggingFacesConv1DLayoutTransposed) {
   // A checkpoint as Hugging Face's GPT2LMHeadModel saves it: names under
   // "transformer.", Conv1D weights (in, out), the old attention masks.
   torch::manual_seed(1);
-  GPT2LM source(GPT2SizeOptions("nano").value());
+  DecoderLM source = MakeDecoder("GPT2", *DecoderSizeOptions("GPT2", "nano"));
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const auto& p : source->named_parameters()) {
     const std::string& name = p.key();
@@ -201,9 +201,9 @@ TEST_F(BadWeightsTest, GPT2LoadsHuggingFacesConv1DLayoutTransposed) {
   const absl::StatusOr<Checkpoint> c = Checkpoint::Open(Write(tensors));
   ASSERT_TRUE(c.ok()) << c.status();
   torch::manual_seed(2);
-  GPT2LM model(GPT2SizeOptions("nano").value());
-  const absl::Status s =
-      LoadWeights(*model, "GPT2/nano", *c, at::kFloat, GPT2CheckpointNames());
+  DecoderLM model = MakeDecoder("GPT2", *DecoderSizeOptions("GPT2", "nano"));
+  const absl::Status s = LoadWeights(*model, "GPT2/nano", *c, at::kFloat,
+                                     FindDecoderRow("GPT2").value()->checkpoint);
   ASSERT_TRUE(s.ok()) << s;
   source->eval();
   model->eval();

@@ -1,5 +1,5 @@
-#include "models/language_model.h"
-
+// InitLikeHuggingFace (models/decoder.h): the weights of a seed, whatever
+// the threads, chunk by chunk.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -9,15 +9,11 @@
 #include <set>
 #include <string>
 
-#include "models/gpt2.h"
-#include "models/llama.h"
+#include "models/decoder.h"
+#include "models/decoder_family.h"
 
 namespace ltb {
 namespace {
-
-at::Tensor DefaultGeneratorState() {
-  return at::detail::getDefaultCPUGenerator().get_state();
-}
 
 // Every parameter of the module `build` makes from seed 3, on `threads`
 // intra-op threads.
@@ -50,8 +46,12 @@ struct ChunkedImpl : torch::nn::Module {
 TEST(InitLikeHuggingFace, TheWeightsOfASeedDoNotDependOnTheThreads) {
   const std::map<std::string, std::function<std::shared_ptr<torch::nn::Module>()>>
       models = {
-          {"GPT2", [] { return GPT2LM(GPT2SizeOptions("nano").value()).ptr(); }},
-          {"Llama", [] { return LlamaLM(LlamaSizeOptions("nano").value()).ptr(); }},
+          {"GPT2",
+           [] { return MakeDecoder("GPT2", *DecoderSizeOptions("GPT2", "nano")).ptr(); }},
+          {"Llama",
+           [] {
+             return MakeDecoder("Llama", *DecoderSizeOptions("Llama", "nano")).ptr();
+           }},
           {"chunked", [] { return std::make_shared<ChunkedImpl>(); }},
       };
   for (const auto& [name, build] : models) {
@@ -87,44 +87,6 @@ TEST(InitLikeHuggingFace, NoTwoChunksOfAModelShareASeed) {
     for (int64_t k = 0; k < 100000; ++k) seeds.insert(InitChunkSeed(base, k));
     EXPECT_EQ(seeds.size(), 100000u) << base;
   }
-}
-
-// Building GPT2 and Llama takes one 64-bit number from the default
-// generator, the base of their chunks' seeds, and nothing else: the
-// constructors draw no weight that InitLikeHuggingFace would overwrite, and
-// what is drawn after the build (the inputs) starts where that number ends.
-TEST(InitLikeHuggingFace, BuildingTakesOneNumberFromTheDefaultGenerator) {
-  torch::manual_seed(11);
-  at::empty({}, at::kLong).random_();
-  const at::Tensor after_one = DefaultGeneratorState();
-  torch::manual_seed(11);
-  GPT2LM gpt2(GPT2SizeOptions("nano").value());
-  EXPECT_TRUE(torch::equal(DefaultGeneratorState(), after_one)) << "GPT2";
-  torch::manual_seed(11);
-  LlamaLM llama(LlamaSizeOptions("nano").value());
-  EXPECT_TRUE(torch::equal(DefaultGeneratorState(), after_one)) << "Llama";
-}
-
-TEST(UndrawnLayers, HaveTheirShapesAndDrawNothing) {
-  torch::manual_seed(5);
-  const at::Tensor seeded = DefaultGeneratorState();
-  PackableLinear linear = UndrawnLinear(torch::nn::LinearOptions(7, 5));
-  PackableLinear no_bias = UndrawnLinear(torch::nn::LinearOptions(7, 5).bias(false));
-  torch::nn::Embedding embedding = UndrawnEmbedding(11, 4);
-  EXPECT_TRUE(torch::equal(DefaultGeneratorState(), seeded));
-
-  EXPECT_EQ(linear->weight.sizes(), (std::vector<int64_t>{5, 7}));
-  EXPECT_EQ(linear->bias.sizes(), (std::vector<int64_t>{5}));
-  EXPECT_EQ(linear->options.in_features(), 7);
-  EXPECT_EQ(linear->options.out_features(), 5);
-  EXPECT_FALSE(no_bias->bias.defined());
-  EXPECT_EQ(no_bias->parameters().size(), 1u);
-  EXPECT_EQ(embedding->weight.sizes(), (std::vector<int64_t>{11, 4}));
-  for (const at::Tensor& p : {linear->weight, linear->bias, embedding->weight}) {
-    EXPECT_TRUE(p.requires_grad());
-  }
-  EXPECT_EQ(linear(torch::ones({2, 7})).sizes(), (std::vector<int64_t>{2, 5}));
-  EXPECT_EQ(embedding(torch::tensor({{0, 10}})).sizes(), (std::vector<int64_t>{1, 2, 4}));
 }
 
 }  // namespace
