@@ -36,8 +36,29 @@ bool LateContextReporter::ReportContext(const Context& context) {
     return ok;
   }
   json_context_ = written.substr(begin + open.size(), end - begin - open.size());
-  GetOutputStream() << "{\n  \"benchmarks\": [\n";
+  // The context as it stands now goes first, so that a run killed before its
+  // end (SIGKILL, the out-of-memory killer) leaves it in the file with every
+  // entry written before the kill.
+  std::ostream& out = GetOutputStream();
+  out << "{\n  \"context_at_start\": {\n";
+  WriteJsonContext(out);
+  out << "\n  },\n  \"benchmarks\": [\n";
+  out.flush();
   return ok;
+}
+
+void LateContextReporter::ReportRuns(const std::vector<Run>& runs) {
+  inner_->ReportRuns(runs);
+  // Each result reaches the file as it is measured, not when a buffer fills.
+  GetOutputStream().flush();
+}
+
+void LateContextReporter::WriteJsonContext(std::ostream& out) const {
+  out << json_context_;
+  for (const auto& [key, value] : late_()) {
+    out << ",\n    " << nlohmann::json(key).dump() << ": "
+        << nlohmann::json(value).dump();
+  }
 }
 
 void LateContextReporter::Finalize() {
@@ -46,11 +67,8 @@ void LateContextReporter::Finalize() {
     return;
   }
   std::ostream& out = GetOutputStream();
-  out << "\n  ],\n  \"context\": {\n" << json_context_;
-  for (const auto& [key, value] : late_()) {
-    out << ",\n    " << nlohmann::json(key).dump() << ": "
-        << nlohmann::json(value).dump();
-  }
+  out << "\n  ],\n  \"context\": {\n";
+  WriteJsonContext(out);
   out << "\n  }\n}\n";
   out.flush();
 }
