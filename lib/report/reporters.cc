@@ -38,19 +38,13 @@ bool LateContextReporter::ReportContext(const Context& context) {
   json_context_ = written.substr(begin + open.size(), end - begin - open.size());
   // The context as it stands now goes first, so that a run killed before its
   // end (SIGKILL, the out-of-memory killer) leaves it in the file with every
-  // entry written before the kill.
+  // entry written before the kill: Google Benchmark flushes each reporter's
+  // stream after the context and after each benchmark.
   std::ostream& out = GetOutputStream();
   out << "{\n  \"context_at_start\": {\n";
   WriteJsonContext(out);
   out << "\n  },\n  \"benchmarks\": [\n";
-  out.flush();
   return ok;
-}
-
-void LateContextReporter::ReportRuns(const std::vector<Run>& runs) {
-  inner_->ReportRuns(runs);
-  // Each result reaches the file as it is measured, not when a buffer fills.
-  GetOutputStream().flush();
 }
 
 void LateContextReporter::WriteJsonContext(std::ostream& out) const {

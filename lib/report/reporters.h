@@ -45,14 +45,14 @@ using LateContext = std::function<std::vector<std::pair<std::string, std::string
 // as it stood at the start ("context_at_start"), which is what a run killed
 // before its end leaves (the tools read such a file). Text formats print the
 // entries as they are when the run starts, after their own context. Either
-// way the runs themselves are written, and flushed, as they are measured.
+// way the runs themselves are written as they are measured.
 // The reporter it wraps writes to this one's streams.
 class LateContextReporter : public benchmark::BenchmarkReporter {
  public:
   LateContextReporter(benchmark::BenchmarkReporter* inner, LateContext late)
       : inner_(inner), late_(std::move(late)) {}
   bool ReportContext(const Context& context) override;
-  void ReportRuns(const std::vector<Run>& runs) override;
+  void ReportRuns(const std::vector<Run>& runs) override { inner_->ReportRuns(runs); }
   void Finalize() override;
 
  private:
