@@ -36,8 +36,23 @@ bool LateContextReporter::ReportContext(const Context& context) {
     return ok;
   }
   json_context_ = written.substr(begin + open.size(), end - begin - open.size());
-  GetOutputStream() << "{\n  \"benchmarks\": [\n";
+  // The context as it stands now goes first, so that a run killed before its
+  // end (SIGKILL, the out-of-memory killer) leaves it in the file with every
+  // entry written before the kill: Google Benchmark flushes each reporter's
+  // stream after the context and after each benchmark.
+  std::ostream& out = GetOutputStream();
+  out << "{\n  \"context_at_start\": {\n";
+  WriteJsonContext(out);
+  out << "\n  },\n  \"benchmarks\": [\n";
   return ok;
+}
+
+void LateContextReporter::WriteJsonContext(std::ostream& out) const {
+  out << json_context_;
+  for (const auto& [key, value] : late_()) {
+    out << ",\n    " << nlohmann::json(key).dump() << ": "
+        << nlohmann::json(value).dump();
+  }
 }
 
 void LateContextReporter::Finalize() {
@@ -46,11 +61,8 @@ void LateContextReporter::Finalize() {
     return;
   }
   std::ostream& out = GetOutputStream();
-  out << "\n  ],\n  \"context\": {\n" << json_context_;
-  for (const auto& [key, value] : late_()) {
-    out << ",\n    " << nlohmann::json(key).dump() << ": "
-        << nlohmann::json(value).dump();
-  }
+  out << "\n  ],\n  \"context\": {\n";
+  WriteJsonContext(out);
   out << "\n  }\n}\n";
   out.flush();
 }

@@ -41,10 +41,12 @@ using LateContext = std::function<std::vector<std::pair<std::string, std::string
 // Forwards to another reporter, adding the `late` entries to its context.
 // Google Benchmark's JSON gets its context after the benchmarks, written when
 // the run has ended, so that it holds each entry as the run left it (and
-// JSON readers do not care where it stands); text formats print the entries
-// as they are when the run starts, after their own context. Either way the
-// runs themselves are written as they are measured. The reporter it wraps
-// writes to this one's streams.
+// JSON readers do not care where it stands); it also opens with the context
+// as it stood at the start ("context_at_start"), which is what a run killed
+// before its end leaves (the tools read such a file). Text formats print the
+// entries as they are when the run starts, after their own context. Either
+// way the runs themselves are written as they are measured.
+// The reporter it wraps writes to this one's streams.
 class LateContextReporter : public benchmark::BenchmarkReporter {
  public:
   LateContextReporter(benchmark::BenchmarkReporter* inner, LateContext late)
@@ -54,6 +56,9 @@ class LateContextReporter : public benchmark::BenchmarkReporter {
   void Finalize() override;
 
  private:
+  // The JSON context's entries, the late ones as they are now.
+  void WriteJsonContext(std::ostream& out) const;
+
   benchmark::BenchmarkReporter* inner_;
   LateContext late_;
   // JSON: the entries of Google Benchmark's own context, kept for the end

@@ -70,6 +70,36 @@ TEST(LateContextReporter, JsonContextHoldsTheEntriesAsTheRunLeftThem) {
   EXPECT_LT(w.text.find("\"benchmarks\""), w.text.find("\"context\""));
 }
 
+TEST(LateContextReporter, JsonOpensWithTheContextSoThatAKilledRunKeepsIt) {
+  benchmark::JSONReporter json;
+  std::ostringstream out;
+  std::string peak = "4e11 FLOP/s (measured)";
+  LateContextReporter reporter(&json, [&peak] {
+    return std::vector<std::pair<std::string, std::string>>{
+        {"peak_flops_cpu_fp32", peak}};
+  });
+  reporter.SetOutputStream(&out);
+  reporter.SetErrorStream(&out);
+  benchmark::BenchmarkReporter::Context context;
+  context.name_field_width = 40;
+  reporter.ReportContext(context);
+  reporter.ReportRuns({MakeRun("Ops/matmul/256x256/cpu/fp32", 0.5)});
+  reporter.ReportRuns({MakeRun("Ops/matmul/512x512/cpu/fp32", 0.75)});
+  peak = "5e11 FLOP/s (measured; raised)";
+  // What a run killed here leaves: each entry whole, and the context at the
+  // start; closing the list and the object makes it JSON.
+  const nlohmann::json cut = nlohmann::json::parse(out.str() + "\n  ]\n}\n");
+  ASSERT_EQ(cut["benchmarks"].size(), 2u);
+  EXPECT_EQ(cut["benchmarks"][1]["name"], "Ops/matmul/512x512/cpu/fp32");
+  EXPECT_TRUE(cut["context_at_start"].contains("date"));
+  EXPECT_EQ(cut["context_at_start"]["peak_flops_cpu_fp32"], "4e11 FLOP/s (measured)");
+  EXPECT_FALSE(cut.contains("context"));
+  reporter.Finalize();
+  const nlohmann::json doc = nlohmann::json::parse(out.str());
+  EXPECT_EQ(doc["context_at_start"]["peak_flops_cpu_fp32"], "4e11 FLOP/s (measured)");
+  EXPECT_EQ(doc["context"]["peak_flops_cpu_fp32"], "5e11 FLOP/s (measured; raised)");
+}
+
 TEST(LateContextReporter, JsonWithNoBenchmarkIsStillJson) {
   benchmark::JSONReporter json;
   std::string peak = "1";

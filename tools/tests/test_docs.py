@@ -98,30 +98,81 @@ class GpuResultsPageTest(unittest.TestCase):
     the page, fails here."""
 
     PAGE = os.path.join(DOCS, "gpu-results.md")
-    MARK = re.compile(r"<!-- tables from (\S+) -->\n(.*?)<!-- end of tables -->", re.S)
+    MARK = re.compile(r"<!-- tables from ([^>]+?) -->\n(.*?)<!-- end of tables -->", re.S)
+
+    def folders(self):
+        found = self.MARK.findall(read(self.PAGE))
+        self.assertTrue(found, "no <!-- tables from DIR --> in docs/gpu-results.md")
+        return [([os.path.join(DOCS, f) for f in folders.split()], tables)
+                for folders, tables in found]
 
     def test_the_tables_are_written_from_the_json(self):
         from ltb.report import gpu_page
-        found = self.MARK.findall(read(self.PAGE))
-        self.assertTrue(found, "no <!-- tables from DIR --> in docs/gpu-results.md")
-        for folder, tables in found:
-            self.assertEqual(tables, gpu_page.render(os.path.join(DOCS, folder)), folder)
+        for folders, tables in self.folders():
+            self.assertEqual(tables, gpu_page.render(*folders), folders)
 
     def test_every_family_and_phase_at_its_small_size_ran_in_three_dtypes(self):
         from ltb.report import gpu_page
-        folder = self.MARK.search(read(self.PAGE)).group(1)
-        ran = gpu_page.entries(os.path.join(DOCS, folder), "precision")
-        for family, size in gpu_page.SMALL.items():
-            phases = {n.split("/")[3] for n in ran if n.startswith(f"{family}/{size}/cuda/")}
-            self.assertTrue(phases, family)
-            for phase in phases:
-                for dtype in gpu_page.DTYPES:
-                    self.assertTrue(any(n.startswith(f"{family}/{size}/cuda/{phase}/")
-                                        and f"/{dtype}" in n for n in ran),
-                                    f"{family}/{size} {phase} {dtype}")
-        for name, e in ran.items():  # a peak a benchmark beats is a wrong peak
-            for u in ("mfu", "mbu"):
-                self.assertLessEqual(e.get(u, 0), 1, f"{name}: {u}")
+        for folder in [f for folders, _ in self.folders() for f in folders]:
+            ran = gpu_page.entries(folder, "precision")
+            for family, size in gpu_page.SMALL.items():
+                phases = {n.split("/")[3] for n in ran if n.startswith(f"{family}/{size}/cuda/")}
+                self.assertTrue(phases, f"{folder}: {family}")
+                for phase in phases:
+                    for dtype in gpu_page.DTYPES:
+                        self.assertTrue(any(n.startswith(f"{family}/{size}/cuda/{phase}/")
+                                            and f"/{dtype}" in n for n in ran),
+                                        f"{folder}: {family}/{size} {phase} {dtype}")
+            for name, e in ran.items():  # a peak a benchmark beats is a wrong peak
+                for u in ("mfu", "mbu"):
+                    self.assertLessEqual(e.get(u, 0), 1, f"{folder}: {name}: {u}")
+
+    def test_two_gpus_side_by_side(self):
+        """Each cell of two visits' tables is the two visits' own cells, the
+        ratio columns divide the second's figure by the first's as the JSON
+        has them, and a row one visit lacks is marked in its place."""
+        import json
+        import shutil
+        import tempfile
+        from ltb.report import gpu_page
+        h200, h100 = (os.path.join(DOCS, "results", f) for f in ("h200-2026-11-26",
+                                                                  "h100-2026-11-27"))
+        with tempfile.TemporaryDirectory() as tmp:
+            fewer = shutil.copytree(h100, os.path.join(tmp, "h100"))
+            path = os.path.join(fewer, "roofline.json")
+            with open(path) as f:
+                doc = json.load(f)
+            doc["benchmarks"] = [e for e in doc["benchmarks"]
+                                 if not e["name"].startswith("Ops/copy/2048MiB/cuda/bf16")]
+            with open(path, "w") as f:
+                json.dump(doc, f)
+            page = gpu_page.render(h200, fewer)
+
+        def table(text, title):
+            section = text.split(f"#### {title}")[1].split("####")[0]
+            rows = [line.strip("|").split(" | ") for line in section.strip().splitlines()
+                    if line.startswith("| ")]
+            return rows[0], {r[0].strip(): [c.strip() for c in r] for r in rows[1:]}
+
+        self.assertIn("Each cell reads H200 / H100", page)
+        title = "The two ceilings"
+        head, both = table(page, title)
+        self.assertEqual(head[-1].strip(), "measured H100/H200")
+        _, one = table(gpu_page.render(h200), title)
+        _, other = table(gpu_page.render(h100), title)
+        bf16_copy, fp32_copy = "`Ops/copy/2048MiB/cuda/bf16`", "`Ops/copy/2048MiB/cuda/fp32`"
+        for name in one:
+            theirs = other[name] if name != bf16_copy else [name] + ["—"] * 3
+            self.assertEqual(both[name][1:4], [f"{a} / {b}" for a, b in
+                                               zip(one[name][1:4], theirs[1:4])], name)
+        self.assertEqual(both[bf16_copy][-1], "")  # no ratio to a missing row
+        rates = []
+        for folder in (h200, h100):
+            with open(os.path.join(folder, "roofline.json")) as f:
+                rates.append(next(e["bytes/s"] for e in json.load(f)["benchmarks"]
+                                  if e["name"].startswith("Ops/copy/2048MiB/cuda/fp32")))
+        self.assertEqual(both[fp32_copy][-1], f"{rates[1] / rates[0]:.2f}")
+        self.assertEqual(both[fp32_copy][-1], "0.71")  # 3.35 TB/s against 4.8: 0.70
 
     def test_a_folder_without_the_files_is_named(self):
         from ltb.base import BadInput

@@ -140,8 +140,8 @@ class StoreTest(unittest.TestCase):
         good = write(os.path.join(self.tmp, "good.json"), result_doc({"MLP/nano/cpu/forward/fp32": [2.0]}))
         text = json.dumps(result_doc({"MLP/nano/cpu/forward/fp32": [2.0, 2.1]}))
         truncated = os.path.join(self.tmp, "cut.json")
-        with open(truncated, "w") as f:
-            f.write(text[:len(text) // 2])
+        with open(truncated, "w") as f:  # cut before any entry: nothing to add
+            f.write(text[:text.index('"suite_commit"')])
         not_bench = write(os.path.join(self.tmp, "other.json"), {"hello": 1})
         empty = write(os.path.join(self.tmp, "empty.json"), {"context": {}, "benchmarks": []})
         no_time = write(os.path.join(self.tmp, "notime.json"),
@@ -151,7 +151,7 @@ class StoreTest(unittest.TestCase):
         self.assertEqual(run.returncode, 2, run.stdout + run.stderr)
         errors = run.stderr.strip().splitlines()
         self.assertEqual(len(errors), 4, run.stderr)  # one sentence a bad file
-        self.assertIn("cut.json is not complete JSON (truncated or malformed", errors[0])
+        self.assertIn("cut.json: not JSON", errors[0])
         self.assertIn("nothing was added", errors[0])
         self.assertIn("other.json is not a bench result file", errors[1])
         self.assertIn("empty.json is not a bench result file", errors[2])
@@ -168,6 +168,26 @@ class StoreTest(unittest.TestCase):
         self.assertEqual(missing.returncode, 2)
         self.assertIn("no results store at", missing.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "typo.sqlite")))
+
+    def test_a_file_a_killed_run_cut_short_adds_its_whole_entries(self):
+        text = json.dumps(result_doc({"MLP/nano/cpu/forward/fp32": [2.0, 2.1, 2.2],
+                                      "MLP/nano/cpu/train_step/fp32": [5.0]}), indent=2)
+        cut = os.path.join(self.tmp, "cut.json")
+        with open(cut, "w") as f:  # inside the third repetition
+            f.write(text[:text.index('"repetition_index": 2')])
+        run = history("add", cut, db=self.db)
+        self.assertIn("cut.json: the run did not finish (the file is cut short): recovered 2 "
+                      "complete benchmark entries and its context", run.stderr)
+        self.assertEqual(self.count("runs"), 1)
+        self.assertEqual(self.count("results"), 2)
+        with sqlite3.connect(self.db) as c:
+            times = [r[0] for r in c.execute("SELECT real_time_s FROM results ORDER BY "
+                                             "repetition")]
+            commit = c.execute("SELECT commit_sha FROM runs").fetchone()[0]
+        self.assertEqual(len(times), 2)
+        for got, ms in zip(times, (2.0, 2.1)):
+            self.assertAlmostEqual(got, ms * 1e-3)
+        self.assertEqual(commit, "unknown")  # the context's suite_commit, kept
 
     def test_a_failure_inside_the_transaction_leaves_nothing_half_written(self):
         f = write(os.path.join(self.tmp, "a.json"),

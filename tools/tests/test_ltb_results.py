@@ -1,11 +1,15 @@
 """The shared module: names, medians, formatting, cost; and the tools'
 documentation page."""
 import argparse
+import contextlib
+import io
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 from tests.helpers import REPO, TOOLS, doc, entry, repeated
@@ -13,6 +17,7 @@ from tests.helpers import REPO, TOOLS, doc, entry, repeated
 from ltb.base import BadInput
 from ltb.results.cost import hourly_prices
 from ltb.results.entries import collect, errors, seconds
+from ltb.results.load import START_CONTEXT, load, parse
 from ltb.results.format import format_bytes, format_change, format_seconds, format_value, markdown_table, relative_change
 from ltb.results.names import base_name, name_without, parse_name, size_rank
 from ltb.results.records import in_family, record_entries, split_contexts
@@ -89,6 +94,144 @@ class ResultsTest(unittest.TestCase):
         args.cost = [1.0]
         with self.assertRaises(BadInput):
             hourly_prices(args, docs)
+
+
+def bench_text(entries, start=True, end=True, **late):
+    """A result file as bench writes it (the context at the start, each
+    entry, the context as the run left it), laid out as Google Benchmark
+    does: 2 spaces a level, an entry's members 6 deep."""
+    context = {"date": "2026-11-27T10:00:00+00:00", "host_name": "h\u00f6st",
+               "caches": [{"type": "Data", "level": 1, "size": 32768}],
+               "peak_flops_cpu_fp32": "4e11 FLOP/s (measured)"}
+    head = "{\n"
+    if start:
+        head += f'  "{START_CONTEXT}": ' + json.dumps(context, indent=2, ensure_ascii=False).replace("\n", "\n  ")
+        head += ",\n"
+    body = ",\n".join("    " + json.dumps(e, indent=2, ensure_ascii=False).replace("\n", "\n    ") for e in entries)
+    text = head + '  "benchmarks": [\n' + body
+    if end:
+        text += '\n  ],\n  "context": ' + json.dumps(dict(context, **late), indent=2,
+                                                     ensure_ascii=False).replace(
+            "\n", "\n  ") + "\n}\n"
+    return text
+
+
+class CutFileTest(unittest.TestCase):
+    """A file that a killed run cut short keeps its whole entries and context."""
+
+    ENTRIES = [entry(f"Ops/copy/{n}MiB/cpu/fp32", 1.0 + n, bytes_per_s=1e9 * n,
+                     label="caf\u00e9 \u2013 copy") for n in (1, 2, 4, 8)]
+
+    def parse(self, text, path="r.json"):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            doc = parse(text.encode(), path)
+        return doc, err.getvalue()
+
+    def cut_at(self, text, marker, occurrence, after=0):
+        """text cut `after` characters past the occurrence-th marker."""
+        i = -1
+        for _ in range(occurrence):
+            i = text.index(marker, i + 1)
+        return text[:i + after]
+
+    def test_a_whole_file_reads_as_it_is_and_says_nothing(self):
+        text = bench_text(self.ENTRIES, peak_flops_cpu_fp32="5e11 (raised)")
+        doc, err = self.parse(text)
+        self.assertEqual(err, "")
+        self.assertEqual(doc["benchmarks"], self.ENTRIES)
+        self.assertEqual(doc["context"]["peak_flops_cpu_fp32"], "5e11 (raised)")
+        self.assertNotIn(START_CONTEXT, doc)
+
+    def test_cuts_keep_every_whole_entry(self):
+        text = bench_text(self.ENTRIES, peak_flops_cpu_fp32="5e11 (raised)")
+        entry_starts = "\n    {"
+        cases = [
+            # (where, the cut text, whole entries, context's peak)
+            ("right after the list opens", self.cut_at(text, '"benchmarks": [', 1, 16), 0, None),
+            ("between entries 2 and 3", self.cut_at(text, entry_starts, 3), 2, "4e11"),
+            ("after entry 2's comma", self.cut_at(text, entry_starts, 3, 1), 2, "4e11"),
+            ("mid-entry 3, between members", self.cut_at(text, '"iterations"', 3), 2, "4e11"),
+            ("mid-string, in entry 4's name", self.cut_at(text, '"name": "Ops/', 4, 14), 3,
+             "4e11"),
+            ("mid-number, in entry 4's time", self.cut_at(text, '"real_time": 9', 1, 14), 3,
+             "4e11"),
+            ("after the last entry", self.cut_at(text, "\n  ],", 1), 4, "4e11"),
+            ("inside the context at the end", self.cut_at(text, '"caches"', 2), 4, "4e11"),
+        ]
+        for where, cut, whole, peak in cases:
+            with self.subTest(where):
+                self.assertNotEqual(cut, text)
+                if whole == 0:
+                    with self.assertRaisesRegex(BadInput, "r.json: not complete JSON, and no "
+                                                "benchmark entry in it is whole"):
+                        self.parse(cut)
+                    continue
+                doc, err = self.parse(cut)
+                self.assertEqual(doc["benchmarks"], self.ENTRIES[:whole])
+                self.assertTrue(doc["context"]["peak_flops_cpu_fp32"].startswith(peak))
+                self.assertEqual(doc["context"]["caches"][0]["size"], 32768)
+                self.assertNotIn(START_CONTEXT, doc)
+                self.assertEqual(err.count("\n"), 1, err)
+                self.assertIn(f"r.json: the run did not finish (the file is cut short): "
+                              f"recovered {whole} complete benchmark entries and its context",
+                              err)
+
+    def test_a_cut_in_a_character_of_an_entry_keeps_those_before(self):
+        raw = bench_text(self.ENTRIES).encode()
+        cut = raw[:raw.index("\u2013".encode(), raw.index(b'"Ops/copy/4MiB')) + 2]
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            doc = parse(cut, "r.json")
+        self.assertEqual(doc["benchmarks"], self.ENTRIES[:2])
+        self.assertIn("recovered 2 complete benchmark entries", err.getvalue())
+
+    def test_a_cut_inside_the_context_at_the_start_has_nothing_to_give(self):
+        text = bench_text(self.ENTRIES)
+        for cut in (self.cut_at(text, '"caches"', 1), self.cut_at(text, '"date"', 1, 20),
+                    text[:1], ""):
+            with self.subTest(cut=cut[-20:]), self.assertRaisesRegex(BadInput, "r.json: not "):
+                self.parse(cut)
+
+    def test_google_benchmarks_own_layout_and_the_older_one(self):
+        # Google Benchmark writes its context first; an older bench wrote it
+        # only at the end, so its cut files have none.
+        gb = json.dumps({"context": {"date": "d"}, "benchmarks": self.ENTRIES}, indent=2)
+        doc, err = self.parse(gb[:gb.index('"Ops/copy/2MiB')])
+        self.assertEqual((len(doc["benchmarks"]), doc["context"]), (1, {"date": "d"}))
+        self.assertIn("recovered 1 complete benchmark entries and its context", err)
+        older = bench_text(self.ENTRIES, start=False, end=False)
+        doc, err = self.parse(older)
+        self.assertEqual(doc["benchmarks"], self.ENTRIES)
+        self.assertNotIn("context", doc)
+        self.assertIn("recovered 4 complete benchmark entries and no context", err)
+
+    def test_what_no_cut_explains_is_not_json(self):
+        text = bench_text(self.ENTRIES)
+        bad = {"garbage after the object": text + "]",
+               "a member without a colon": '{"context" {}}',
+               "not an object": "[1, 2",
+               "not JSON at all": "{not json",
+               "bytes that are not UTF-8 early": None}
+        for what, cut in bad.items():
+            with self.subTest(what), self.assertRaisesRegex(BadInput, "r.json: not JSON"):
+                if cut is None:
+                    parse(b"\xff\xfe" + text.encode(), "r.json")
+                else:
+                    self.parse(cut)
+
+    def test_load_reads_a_cut_file(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "r.json")
+            text = bench_text(self.ENTRIES)
+            with open(path, "w") as f:
+                f.write(self.cut_at(text, '"Ops/copy/8MiB', 1))
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                doc = load(path)
+        self.assertEqual([e["name"] for e in doc["benchmarks"]],
+                         [e["name"] for e in self.ENTRIES[:3]])
+        self.assertIn("recovered 3 complete benchmark entries", err.getvalue())
 
 
 class RunningTest(unittest.TestCase):

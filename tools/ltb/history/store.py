@@ -31,6 +31,7 @@ import time
 
 from ltb.base import REPO, BadInput
 from ltb.history.changes import Point
+from ltb.results.load import parse
 from ltb.results.entries import TIME_UNITS
 from ltb.results.names import base_name, parse_name
 
@@ -90,17 +91,17 @@ def is_postgresql(url):
 
 def read_run(path):
     """(bytes' SHA-256, document) of a bench JSON file, checked whole: a
-    file that is not one, or is cut short, raises BadInput in one sentence."""
+    file that is not one raises BadInput in one sentence; one that a killed
+    run cut short gives its whole entries (ltb.results.load.parse)."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as e:
         raise BadInput(f"{path}: cannot read: {e.strerror}; nothing was added")
     try:
-        doc = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BadInput(f"{path} is not complete JSON (truncated or malformed: {e}); "
-                       "nothing was added")
+        doc = parse(raw, path)
+    except BadInput as e:
+        raise BadInput(f"{e}; nothing was added")
     if (not isinstance(doc, dict) or not isinstance(doc.get("context"), dict)
             or not isinstance(doc.get("benchmarks"), list) or not doc["benchmarks"]):
         raise BadInput(f"{path} is not a bench result file (a JSON object with a "

@@ -1,19 +1,114 @@
-"""Reading bench's Google Benchmark JSON files."""
+"""Reading bench's Google Benchmark JSON files, the one place every tool reads
+them: a file that a killed run cut short (SIGKILL, the out-of-memory killer,
+a lease that ended) still gives its finished benchmark entries and its
+context, with one line on stderr saying so."""
 
 import json
 import os
+import re
+import sys
 
 from ltb.base import BadInput
+
+# bench writes its context twice: as it stands when the run starts, first, so
+# that a killed run's file holds it, and as the run left it, at the end.
+START_CONTEXT = "context_at_start"
+
+_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _skip(text, i, mark=None):
+    """The index after the white space at i, and after mark there if given."""
+    i = _SPACE.match(text, i).end()
+    if mark is not None and text.startswith(mark, i):
+        i = _SPACE.match(text, i + len(mark)).end()
+    return i
+
+
+def recover(text):
+    """The complete members of a JSON object cut short, read member by member
+    with the standard library's decoder: {key: value} of every member whole
+    before the cut, "benchmarks" holding every entry whole before it.
+    Returns None when the text does not open an object with a key."""
+    i = _skip(text, 0)
+    if not text.startswith("{", i):
+        return None
+    doc, i = {}, _skip(text, i + 1)
+    try:
+        while i < len(text) and text[i] != "}":
+            key, i = _DECODER.raw_decode(text, i)
+            if not isinstance(key, str):
+                return None
+            i = _skip(text, i)
+            if not text.startswith(":", i):
+                return None
+            i = _skip(text, i + 1)
+            if key == "benchmarks" and text.startswith("[", i):
+                entries = doc[key] = []
+                i = _skip(text, i + 1)
+                while i < len(text) and text[i] != "]":
+                    entry, i = _DECODER.raw_decode(text, i)
+                    entries.append(entry)
+                    i = _skip(text, i, ",")
+                i = _skip(text, i + 1, ",")
+            else:
+                doc[key], i = _DECODER.raw_decode(text, i)
+                i = _skip(text, i, ",")
+    except json.JSONDecodeError:
+        return doc  # the cut: what is whole before it is kept
+    # The object closed (or the text ended between members): no cut explains
+    # why the whole text is not JSON.
+    return doc if i >= len(text) else None
+
+
+def _text(raw, path):
+    """The file's bytes as text; a cut inside a character's UTF-8 bytes drops
+    the character."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(raw) - 3:
+            raise BadInput(f"{path}: not JSON: {e}")
+        return raw[:e.start].decode("utf-8")
+
+
+def parse(raw, path):
+    """The document of a result file's bytes. A complete one is read as it
+    is; one cut short keeps its whole benchmark entries and its context (the
+    one written at the end when it is whole, else the one written at the
+    start), and says so on stderr. BadInput when it is neither."""
+    text = _text(raw, path)
+    try:
+        doc = json.loads(text)
+        cut = False
+    except json.JSONDecodeError as e:
+        doc, cut = recover(text), True
+        if not doc:
+            raise BadInput(f"{path}: not JSON: {e}")
+        if not isinstance(doc.get("benchmarks"), list) or not doc["benchmarks"]:
+            raise BadInput(f"{path}: not complete JSON, and no benchmark entry in it is whole "
+                           "(the run stopped before its first result was written)")
+    if isinstance(doc, dict):
+        start = doc.pop(START_CONTEXT, None)
+        if not isinstance(doc.get("context"), dict) and isinstance(start, dict):
+            doc["context"] = start
+    if cut:
+        whole = ("its context" if "context" in doc else
+                 "no context (the bench that wrote it wrote one only at the end)")
+        print(f"{os.path.basename(sys.argv[0])}: {path}: the run did not finish (the file is "
+              f"cut short): recovered {len(doc['benchmarks'])} complete benchmark entries and "
+              f"{whole}", file=sys.stderr)
+    return doc
 
 
 def load(path):
     try:
-        with open(path) as f:
-            doc = json.load(f)
+        with open(path, "rb") as f:
+            raw = f.read()
     except OSError as e:
         raise BadInput(f"{path}: cannot read: {e.strerror}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BadInput(f"{path}: not JSON: {e}")
+    doc = parse(raw, path)
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
         raise BadInput(f"{path}: not a Google Benchmark JSON (no 'benchmarks' list)")
     for entry in doc["benchmarks"]:
