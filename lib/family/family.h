@@ -106,6 +106,15 @@ struct Plan {
   // shapes) does fewer, so the achieved rate can pass the peak, and a result
   // whose mfu is left out says why.
   bool counts_direct_convolution = false;
+  // Inference: the bytes of weights a step reads (a decode step, in
+  // generation), in the run's dtype, before --quant, which the build
+  // replaces by the quantised bytes it made; 0: not known. The workload
+  // writes the bytes it reads into the result (weight_bytes), which the
+  // tools' rooflines read rather than deriving them.
+  double weight_bytes = 0;
+  // Why the result has no mfu although it has FLOPs (a kernel whose peak
+  // the suite does not measure); empty: mfu applies.
+  std::string mfu_left_out;
   MemoryEstimate memory;
 
   // Moves bytes and does no counted arithmetic: its bytes/s is measured

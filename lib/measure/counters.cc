@@ -76,9 +76,11 @@ CounterNames PlannedCounterNames(const Plan& plan) {
     if (name == "audio_s/s") n.counters.push_back("rtf");
   }
   if (plan.params > 0) n.counters.push_back("params");
+  if (plan.weight_bytes > 0) n.counters.push_back("weight_bytes");
   for (const char* name : {"step_p50_ms", "step_p90_ms", "step_p99_ms"})
     n.counters.push_back(name);
-  if (counted.flops_per_step > 0) n.utilisation.push_back("mfu");
+  if (counted.flops_per_step > 0 && plan.mfu_left_out.empty())
+    n.utilisation.push_back("mfu");
   if (ReportsMbu(plan)) n.utilisation.push_back("mbu");
   return n;
 }
@@ -137,10 +139,8 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
         omitted.push_back(std::move(why));
       }
     };
-    if (plan.flops_per_step > 0 && spec.quant.kind == QuantKind::kInt8Dyn) {
-      omitted.push_back(
-          "mfu left out: FBGEMM's dynamic int8 linear multiplies in int8, whose peak the "
-          "suite does not measure");
+    if (plan.flops_per_step > 0 && !plan.mfu_left_out.empty()) {
+      omitted.push_back(absl::StrCat("mfu left out: ", plan.mfu_left_out));
     } else if (plan.flops_per_step > 0) {
       // Throughput counts every rank; the peak is one device's.
       const int devices = CurrentProcessGroup() && spec.data_parallel

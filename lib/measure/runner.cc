@@ -75,17 +75,6 @@ absl::StatusOr<Plan> PlanRun(const Family& family, const BenchSpec& spec) {
   plan->memory.host_build = plan->params * 4;
   // Packed linears keep a second copy of the weights in oneDNN's layout.
   if (spec.pack_cpu_linears) plan->memory.weights *= 2;
-  // Quantised weights are made from the loaded ones: both are held at once
-  // (at most every parameter quantised, a tied head's copy included).
-  if (!spec.quant.none()) {
-    const double per_weight =
-        spec.quant.kind == QuantKind::kInt4
-            ? 0.5 + 2.0 * static_cast<double>(DtypeBytes(spec.dtype)) /
-                        static_cast<double>(spec.quant.group)
-            : 1.0;
-    plan->memory.weights +=
-        static_cast<int64_t>(static_cast<double>(plan->params) * per_weight);
-  }
   if (DataParallel* group = CurrentProcessGroup();
       group && spec.data_parallel && spec.iterations == Iterations::kTimed) {
     // Throughput of a data-parallel step is every rank's.

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "family/registry.h"
+#include "layers/quant.h"
 #include "models/size_table.h"
 #include "workloads/epoch.h"
 #include "workloads/generation.h"
@@ -152,11 +153,21 @@ MemoryEstimate DecoderMemory(const DecoderOptions& o, const BenchSpec& s,
   const int64_t q = o.num_heads() * o.head_dim(), k = o.num_kv_heads() * o.head_dim();
   const int64_t mlp = (o.mlp() == MlpKind::kSwiGLU ? 3 : 2) * f;
   MemoryEstimate m;
+  // Quantised weights are made from the loaded ones: both are held at once
+  // (at most every parameter quantised, a tied head's copy included).
+  int64_t quantised = 0;
+  if (!s.quant.none()) {
+    const double per_weight = s.quant.kind == QuantKind::kInt4
+                                  ? 0.5 + 2.0 * static_cast<double>(DtypeBytes(s.dtype)) /
+                                              static_cast<double>(s.quant.group)
+                                  : 1.0;
+    quantised = static_cast<int64_t>(static_cast<double>(params) * per_weight);
+  }
   if (s.phase == kGenerate) {
     const int64_t e = DtypeBytes(s.dtype);
     const int64_t chunk = std::max(s.prompt, std::min(s.depth, kDepthChunk));
     const int64_t keys = s.depth + s.prompt;
-    m.weights = params * e;
+    m.weights = params * e + quantised;
     m.activations = 2 * layers * s.batch * (keys + s.new_tokens) * k * e +
                     s.batch * chunk * (2 * d + 2 * q + mlp) * e +
                     (k != q ? 2 * s.batch * keys * q * e : 0) +
@@ -168,7 +179,7 @@ MemoryEstimate DecoderMemory(const DecoderOptions& o, const BenchSpec& s,
       o.fused_attention() ? 0 : s.batch * o.num_heads() * s.seq * s.seq;
   if (!s.training()) {
     const int64_t e = DtypeBytes(s.dtype);
-    m.weights = params * e;
+    m.weights = params * e + quantised;
     m.activations = (tokens * (2 * d + 2 * q + mlp + 2 * v) + scores) * e;
     return m;
   }
@@ -198,10 +209,10 @@ absl::Status CheckGenerateShape(const BenchSpec& s, const std::string& family,
   return absl::OkStatus();
 }
 
-// Bytes a decode step reads of the weights: every weight once, except the
-// positions' table and an untied embedding, of which it reads one row (a
-// tied embedding is read whole, as the head).
-double DecodeWeightBytes(const DecoderOptions& o, int64_t params, c10::ScalarType dtype) {
+// Bytes a forward or a decode step reads of the weights: every weight once,
+// except the positions' table and an untied embedding, of which it reads
+// rows (a tied embedding is read whole, as the head).
+double ReadWeightBytes(const DecoderOptions& o, int64_t params, c10::ScalarType dtype) {
   int64_t read = params;
   if (o.positions() == PositionKind::kLearned) read -= o.max_positions() * o.d_model();
   if (!o.tied()) read -= o.vocab_size() * o.d_model();
@@ -213,6 +224,12 @@ absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
   if (!o.ok()) return o.status();
   Plan plan;
   plan.params = DecoderParamCount(*o);
+  if (!s.training()) plan.weight_bytes = ReadWeightBytes(*o, plan.params, s.dtype);
+  if (s.quant.kind == QuantKind::kInt8Dyn) {
+    plan.mfu_left_out =
+        "FBGEMM's dynamic int8 linear multiplies in int8, whose peak the suite does not "
+        "measure";
+  }
   if (s.phase == kGenerate) {
     if (absl::Status shape = CheckGenerateShape(s, row.family, o->max_positions());
         !shape.ok()) {
@@ -250,8 +267,10 @@ absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
 // forward, forward_backward, train_step and train_epoch over next-token
 // batches of random ids (samples of seq + 1 tokens: the inputs and their
 // next-token targets).
-std::unique_ptr<Workload> MakeLanguageModelWorkload(const BenchSpec& s, DecoderLM model) {
-  PrepareModel(*model, s);
+std::unique_ptr<Workload> MakeLanguageModelWorkload(const BenchSpec& s, DecoderLM model,
+                                                    double weight_bytes) {
+  // Quantised layers read their packed bytes instead of the weights'.
+  const WeightChange change = PrepareModel(*model, s);
   const int64_t vocab = model->options().vocab_size();
   // Cross-entropy of the logits of each position against the next token.
   const auto loss = [model, vocab](const at::Tensor& batch) mutable {
@@ -285,6 +304,9 @@ std::unique_ptr<Workload> MakeLanguageModelWorkload(const BenchSpec& s, DecoderL
         logits.reshape({-1, vocab}).to(at::kFloat), targets.reshape({-1}));
   };
   fns.make_optimizer = adamw;
+  if (!s.training()) {
+    fns.weight_bytes = weight_bytes + static_cast<double>(change.added - change.removed);
+  }
   return MakePhaseWorkload(s, std::move(fns));
 }
 
@@ -351,11 +373,9 @@ std::unique_ptr<Workload> BuildDecoder(const DecoderRow& row, const BenchSpec& s
     };
   }
   LoadSpecWeights(*model, s, names);
-  if (s.phase == kGenerate) {
-    return MakeDecodeWorkload(s, model,
-                              DecodeWeightBytes(o, DecoderParamCount(o), s.dtype));
-  }
-  return MakeLanguageModelWorkload(s, model);
+  const double weight_bytes = ReadWeightBytes(o, DecoderParamCount(o), s.dtype);
+  if (s.phase == kGenerate) return MakeDecodeWorkload(s, model, weight_bytes);
+  return MakeLanguageModelWorkload(s, model, weight_bytes);
 }
 
 const char* OptionName(NormKind k) { return k == NormKind::kLayer ? "layer" : "rms"; }

@@ -71,6 +71,8 @@ nlohmann::ordered_json CountersOf(const Family& family, const Case& c) {
   }
   if (c.phase.iterations == Iterations::kEpochs) names.counters.push_back("epoch_s");
   std::sort(names.counters.begin(), names.counters.end());
+  names.counters.erase(std::unique(names.counters.begin(), names.counters.end()),
+                       names.counters.end());
   return {{"counters", names.counters}, {"utilisation", names.utilisation}};
 }
 

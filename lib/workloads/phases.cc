@@ -77,6 +77,10 @@ class ForwardWorkload final : public Workload {
   std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
     return ModuleTensors(*fns_.module);
   }
+  std::vector<std::pair<std::string, double>> Counters() const override {
+    if (fns_.weight_bytes <= 0) return {};
+    return {{"weight_bytes", fns_.weight_bytes}};
+  }
 
  private:
   ModelFns fns_;

@@ -40,6 +40,9 @@ struct ModelFns {
   std::function<at::Tensor(const at::Tensor&)> loss;
   // The family's optimizer over module->parameters(); train_step only.
   std::function<std::unique_ptr<torch::optim::Optimizer>()> make_optimizer;
+  // Inference: the bytes of weights a forward reads, reported as the
+  // counter weight_bytes; 0: none reported.
+  double weight_bytes = 0;
 };
 
 // Precision policy: inference phases run a model whose weights and buffers

@@ -571,6 +571,41 @@ TEST(DecoderFamily, GenerationCountersAddUpToTheStepTime) {
   EXPECT_NEAR(c["pp_tok/s"], 2 * 32 / (c["ttft_ms"] / 1e3), 1e-6 * c["pp_tok/s"]);
 }
 
+// The plan says what a step reads of the weights, and the built workload
+// writes what it reads into the result (weight_bytes): the plan's bytes in
+// the run's dtype, the quantised ones under --quant. Its rooflines and mbu
+// are read from there.
+TEST(DecoderFamily, ResultsCarryTheWeightBytesAStepReads) {
+  const Family f = LlamaFamily();
+  const auto counter = [&](const BenchSpec& s) {
+    std::unique_ptr<Workload> w = f.build(s);
+    w->Step();
+    for (const auto& [name, value] : w->Counters()) {
+      if (name == "weight_bytes") return value;
+    }
+    return -1.0;
+  };
+  BenchSpec s = SpecFor("Llama", "nano", kForward, 1, 8);
+  const Plan plan = f.plan(s).value();
+  // Tied: every weight once, the embedding as the head.
+  EXPECT_EQ(plan.weight_bytes, 187'200.0 * 4);
+  EXPECT_EQ(counter(s), plan.weight_bytes);
+  EXPECT_TRUE(plan.mfu_left_out.empty());
+  s.quant = Quant{QuantKind::kInt8, 0};
+  const double int8 = counter(s);
+  // A byte a quantised weight and a scale a row; the norms stay fp32.
+  EXPECT_GT(int8, plan.weight_bytes / 4);
+  EXPECT_LT(int8, plan.weight_bytes / 3);
+  s.phase = kGenerate;
+  s.prompt = 4;
+  s.new_tokens = 2;
+  EXPECT_EQ(counter(s), int8);
+  s.quant = Quant{QuantKind::kInt8Dyn, 0};
+  EXPECT_NE(f.plan(s)->mfu_left_out.find("FBGEMM's dynamic int8"), std::string::npos);
+  // Training reads fp32 master weights: no inference bytes planned.
+  EXPECT_EQ(f.plan(SpecFor("Llama", "nano", kTrainStep, 1, 8))->weight_bytes, 0);
+}
+
 TEST(DecoderFamily, Training8BInFp32NeedsFarMoreThanAWorkstation) {
   // The memory guard refuses what does not fit: 8B's fp32 weights,
   // gradients and AdamW's two moments alone are 16 bytes a parameter.

@@ -159,6 +159,30 @@ class HtmlReportTest(ToolTest):
         self.assertTrue("out of memory: needs 9 GiB" in text)
         self.check_in_browser(path, expected)
 
+    def test_a_quantised_roofline_divides_by_the_bytes_its_weights_take(self):
+        # The same generation in fp32 and int4: bench writes the bytes a
+        # decode step reads (weight_bytes); int4's are about an eighth of
+        # the fp32 weights', which params x 4 would count. A quantised
+        # result without them (an older bench's) is left out, not drawn
+        # at the fp32 weights' bytes.
+        int4 = GEN.replace("/fp32", "/bf16/int4:g32")
+        r = doc(*repeated(GEN, [50.0] * 5, FLOP_per_s=2e9, params=1e6, weight_bytes=4e6),
+                *repeated(int4, [20.0] * 5, FLOP_per_s=5e9, params=1e6, weight_bytes=5.6e5),
+                *repeated(GEN.replace("/fp32", "/int8"), [30.0] * 5, FLOP_per_s=3e9,
+                          params=1e6),
+                **PEAKS)
+        _, text = self.html(self.write("quant.json", r))
+        points = {}  # over the roofline of each (device, precision)
+        for roof in page_data(text)["charts"]:
+            for dataset in roof["config"]["data"]["datasets"]:
+                if roof["section"] != "roofline" or "tips" not in dataset:
+                    continue
+                for point, tip in zip(dataset["data"], dataset["tips"]):
+                    points[tip.split("\n")[0]] = point["x"]
+        self.assertAlmostEqual(points[GEN], 2e9 * 0.05 / (4e6 * 17))
+        self.assertAlmostEqual(points[int4], 5e9 * 0.02 / (5.6e5 * 17))
+        self.assertEqual(len(points), 2, points)
+
     def test_a_hostile_name_stays_text(self):
         name = "Ops/x</script><!--<script>alert(1)//<b>/cpu/fp32"
         r = doc(entry(name, 1.0, FLOP_per_s=1e9, bytes_per_s=1e8, step_p50_ms=1.0,

@@ -135,6 +135,7 @@ def device_kind(device):
 
 INFERENCE_PHASES = ("forward", "encode", "generate", "transcribe")
 WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+QUANTISED = re.compile(r"/(int8|int8dyn|int4(:[^/]*)?)(/|$)")
 
 
 def data_parallel_ranks(bench, doc):
@@ -148,21 +149,27 @@ def data_parallel_ranks(bench, doc):
 def bytes_per_step(bench, ranks):
     """(bytes a step must move, whether that is only a lower bound): the
     suite's analytic count where the benchmark has one (bytes/s over steps
-    per second: Ops), else the weights read once a step, params x bytes per
-    weight (the dtype's for inference, fp32 master weights for training),
-    once per token generated plus once for the prompt in generation."""
+    per second: Ops), else the weights read once a step: the bytes bench
+    wrote into the result (weight_bytes: a forward's, or a decode step's,
+    quantised ones included), else params x bytes per weight (the dtype's
+    for inference, fp32 master weights for training); in generation once per
+    token generated plus once for the prompt. A quantised result without
+    weight_bytes (an older bench's) has no count: its dtype is not what its
+    weights take."""
     if bench.median_time <= 0:
         return None, False
     steps_per_s = 1 / bench.median_time
     if bench.has("bytes/s"):
         return bench.median("bytes/s") / steps_per_s, False
-    params = bench.median("params")
-    if not params:
-        return None, False
     fields = bench.fields
+    reads = 1 + fields["settings"].get("new", 0) if fields["phase"] == "generate" else 1
+    if bench.has("weight_bytes"):
+        return bench.median("weight_bytes") * reads * ranks, True
+    params = bench.median("params")
+    if not params or QUANTISED.search(bench.name):
+        return None, False
     inference = fields["phase"] in INFERENCE_PHASES
     size = WEIGHT_BYTES.get(fields["dtype"], 4) if inference else 4
-    reads = 1 + fields["settings"].get("new", 0) if fields["phase"] == "generate" else 1
     return params * size * reads * ranks, True
 
 
