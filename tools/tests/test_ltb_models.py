@@ -176,14 +176,14 @@ class LlamaRotaryTest(unittest.TestCase):
     def test_frequencies_stay_fp32_when_the_model_is_cast(self):
         # As bench's LlamaRotary: cast to bf16, the model keeps fp32
         # frequencies, so position 2047's cos and sin are rounded once.
-        from ltb.pysuite.models import llama
-        o = ltb_models.options("Llama", "1B")
-        rope = llama.LlamaRotary(o).to(torch.bfloat16)
+        from ltb.pysuite.models import decoder
+        o = ltb_models.options("Llama", "1B").decoder()
+        rope = decoder.HalfRotary(o).to(torch.bfloat16)
         self.assertEqual(rope.inv_freq.dtype, torch.float32)
-        self.assertTrue(torch.equal(rope.inv_freq, llama.llama_inverse_frequencies(o)))
+        self.assertTrue(torch.equal(rope.inv_freq, decoder.half_frequencies(o)))
         positions = torch.arange(2048)
         cos, sin = rope(positions, torch.bfloat16)
-        angles = torch.outer(positions.double(), llama.llama_inverse_frequencies(o).double())
+        angles = torch.outer(positions.double(), decoder.half_frequencies(o).double())
         self.assertLess((cos.double() - angles.cos()).abs().max().item(), 4e-3)
         self.assertLess((sin.double() - angles.sin()).abs().max().item(), 4e-3)
 
