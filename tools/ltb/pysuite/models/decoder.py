@@ -25,8 +25,9 @@ MLPS = ("gelu_tanh", "swiglu")
 
 
 @dataclasses.dataclass(frozen=True)
-class DecoderOptions:
-    """The settings of lib/models/decoder.h's DecoderOptions, same names."""
+class DecoderShape:
+    """The sizes of a decoder, the first fields of its settings (and of
+    Llama's options)."""
     vocab_size: int
     d_model: int
     d_ff: int
@@ -34,6 +35,11 @@ class DecoderOptions:
     num_heads: int
     num_kv_heads: int
     head_dim: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderOptions(DecoderShape):
+    """The settings of lib/models/decoder.h's DecoderOptions, same names."""
     norm: str = "rms"  # "layer": LayerNorm with a bias; "rms": RMSNorm, fp32 inside
     eps: float = 1e-5
     # "learned": a table of max_positions rows added to the tokens';
@@ -67,6 +73,14 @@ class DecoderOptions:
                              f"({self.num_heads})")
         if self.positions != "learned" and self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head size, got {self.head_dim}")
+
+
+def settings(options, **row):
+    """A family's DecoderOptions: the fields of its options that are
+    settings, by name, then the family's `row`."""
+    same = {f.name for f in dataclasses.fields(DecoderOptions)} - set(row)
+    return DecoderOptions(**{k: v for k, v in dataclasses.asdict(options).items() if k in same},
+                          **row)
 
 
 def head_dim(d_model, num_heads):

@@ -3,7 +3,7 @@
 biases everywhere, the head tied to wte, Hugging Face's initialisation."""
 import dataclasses
 
-from ltb.pysuite.models.decoder import Decoder, DecoderNames, DecoderOptions, head_dim
+from ltb.pysuite.models.decoder import Decoder, DecoderNames, head_dim, settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -16,11 +16,10 @@ class GPT2Options:
     eps: float = 1e-5
 
     def decoder(self):
-        return DecoderOptions(
-            self.vocab_size, self.d_model, 4 * self.d_model, self.num_layers, self.num_heads,
-            self.num_heads, head_dim(self.d_model, self.num_heads), norm="layer", eps=self.eps,
-            positions="learned", max_positions=self.max_positions, mlp="gelu_tanh", bias=True,
-            fused_qkv=True, tied=True, hf_init=True, residual_scaled=("c_proj.weight",))
+        return settings(self, d_ff=4 * self.d_model, num_kv_heads=self.num_heads,
+                        head_dim=head_dim(self.d_model, self.num_heads), norm="layer",
+                        positions="learned", mlp="gelu_tanh", bias=True, fused_qkv=True,
+                        tied=True, hf_init=True, residual_scaled=("c_proj.weight",))
 
 
 NAMES = DecoderNames(

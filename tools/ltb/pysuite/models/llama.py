@@ -4,20 +4,13 @@ grouped key/value heads, rotate-half positions with Llama 3's scaling,
 SwiGLU, a head tied or not."""
 import dataclasses
 
-from ltb.pysuite.models.decoder import Decoder, DecoderNames, DecoderOptions
+from ltb.pysuite.models.decoder import Decoder, DecoderNames, DecoderShape, settings
 
 CONTEXT = 131072  # C++: kLlamaContext, Llama 3.1's and 3.2's max_position_embeddings
 
 
 @dataclasses.dataclass(frozen=True)
-class LlamaOptions:
-    vocab_size: int
-    d_model: int
-    d_ff: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
+class LlamaOptions(DecoderShape):
     tied: bool
     rope_factor: float
     rope_theta: float = 500000.0
@@ -27,12 +20,8 @@ class LlamaOptions:
     eps: float = 1e-5
 
     def decoder(self):
-        return DecoderOptions(
-            self.vocab_size, self.d_model, self.d_ff, self.num_layers, self.num_heads,
-            self.num_kv_heads, self.head_dim, norm="rms", eps=self.eps, positions="rope_half",
-            max_positions=CONTEXT, rope_theta=self.rope_theta, rope_factor=self.rope_factor,
-            low_freq_factor=self.low_freq_factor, high_freq_factor=self.high_freq_factor,
-            original_context=self.original_context, mlp="swiglu", tied=self.tied, hf_init=True)
+        return settings(self, norm="rms", positions="rope_half", max_positions=CONTEXT,
+                        mlp="swiglu", hf_init=True)
 
 
 NAMES = DecoderNames(

@@ -3,7 +3,7 @@
 an untied head, the framework's default initialisers."""
 import dataclasses
 
-from ltb.pysuite.models.decoder import Decoder, DecoderNames, DecoderOptions, head_dim
+from ltb.pysuite.models.decoder import Decoder, DecoderNames, head_dim, settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,11 +18,9 @@ class TransformerOptions:
     eps: float = 1e-5
 
     def decoder(self):
-        return DecoderOptions(
-            self.vocab_size, self.d_model, self.d_ff, self.num_layers, self.num_heads,
-            self.num_heads, head_dim(self.d_model, self.num_heads), norm="rms", eps=self.eps,
-            positions="rope_pairs", max_positions=self.context_length,
-            rope_theta=self.rope_theta, mlp="swiglu")
+        return settings(self, num_kv_heads=self.num_heads,
+                        head_dim=head_dim(self.d_model, self.num_heads), norm="rms",
+                        positions="rope_pairs", max_positions=self.context_length, mlp="swiglu")
 
 
 NAMES = DecoderNames(
