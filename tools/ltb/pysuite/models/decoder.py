@@ -4,11 +4,12 @@ by a row of settings (DecoderOptions) and registered under a row of module
 names (DecoderNames), so that each family keeps the parameter names its
 checkpoints and the C++ parity test use.
 
-Adding a family is two rows, not a model: in models/<family>.py its options
-(the size table's fields, as bench --list_families prints them) with a
-decoder() that maps them onto DecoderOptions, and its DecoderNames; then the
-family's sizes in families.py. Qwen2, say, is Llama's rows with
-qkv_bias=True, rope_factor=0 (no Llama 3 scaling) and its own sizes.
+Adding a family is rows, not a model (llama.py is the example, 36 lines):
+in models/<family>.py its options (the size table's fields, as bench
+--list_families prints them) with a decoder() that returns settings(self,
+...the family's fixed settings), its DecoderNames, and a Decoder subclass
+that joins them; then its sizes in families.py. Qwen2, say, is Llama's rows
+with qkv_bias=True, rope_factor=0 (no Llama 3 scaling) and its own sizes.
 """
 import dataclasses
 import math
