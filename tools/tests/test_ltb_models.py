@@ -3,6 +3,7 @@ every size, as bench --list_families prints them), every size has the card's par
 inference inputs have the benchmark's shapes, and each family's nano
 forward_module exports with torch.export. Parity of the computation itself
 is test/models/parity_test.cc's."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -176,16 +177,48 @@ class LlamaRotaryTest(unittest.TestCase):
     def test_frequencies_stay_fp32_when_the_model_is_cast(self):
         # As bench's LlamaRotary: cast to bf16, the model keeps fp32
         # frequencies, so position 2047's cos and sin are rounded once.
-        from ltb.pysuite.models import llama
-        o = ltb_models.options("Llama", "1B")
-        rope = llama.LlamaRotary(o).to(torch.bfloat16)
+        from ltb.pysuite.models import decoder
+        o = ltb_models.options("Llama", "1B").decoder()
+        rope = decoder.HalfRotary(o).to(torch.bfloat16)
         self.assertEqual(rope.inv_freq.dtype, torch.float32)
-        self.assertTrue(torch.equal(rope.inv_freq, llama.llama_inverse_frequencies(o)))
+        self.assertTrue(torch.equal(rope.inv_freq, decoder.half_frequencies(o)))
         positions = torch.arange(2048)
         cos, sin = rope(positions, torch.bfloat16)
-        angles = torch.outer(positions.double(), llama.llama_inverse_frequencies(o).double())
+        angles = torch.outer(positions.double(), decoder.half_frequencies(o).double())
         self.assertLess((cos.double() - angles.cos()).abs().max().item(), 4e-3)
         self.assertLess((sin.double() - angles.sin()).abs().max().item(), 4e-3)
+
+
+@unittest.skipIf(torch is None, "needs torch")
+class DecoderTest(unittest.TestCase):
+    """models/decoder.py: a setting outside its choices is refused by name,
+    and a family is a row: Qwen2's biases on q, k and v alone."""
+
+    def test_an_unknown_setting_names_the_valid_ones(self):
+        from ltb.pysuite.models import decoder
+        o = ltb_models.options("Llama", "nano").decoder()
+        for field, want in (("norm", "unknown norm 'batch'; valid: layer, rms"),
+                            ("positions", "unknown positions 'batch'; valid: learned, "
+                                          "rope_pairs, rope_half"),
+                            ("mlp", "unknown mlp 'batch'; valid: gelu_tanh, swiglu")):
+            with self.subTest(field=field), self.assertRaisesRegex(ValueError, want):
+                dataclasses.replace(o, **{field: "batch"})
+
+    def test_qkv_bias_is_on_q_k_and_v_only(self):
+        from ltb.pysuite.models import decoder, llama
+        o = dataclasses.replace(ltb_models.options("Llama", "nano").decoder(), qkv_bias=True,
+                                rope_factor=0.0)
+        model = decoder.Decoder(o, llama.NAMES)
+        biases = {n: p for n, p in model.named_parameters() if n.endswith(".bias")}
+        self.assertEqual(sorted(biases), [f"model.layers.{i}.self_attn.{m}_proj.bias"
+                                          for i in range(2) for m in "kqv"])
+        self.assertEqual(ltb_models.param_count(model), 187_200 + 2 * (64 + 32 + 32))
+        self.assertTrue(all(not b.any() for b in biases.values()))  # drawn as Hugging Face's
+        # No Llama 3 scaling: theta^(-2i/d) itself.
+        plain = 1.0 / (500000.0 ** (torch.arange(0, 16, 2).float() / 16))
+        self.assertTrue(torch.equal(model.model.rotary_emb.inv_freq, plain))
+        with torch.no_grad():
+            self.assertEqual(model(torch.zeros(1, 5, dtype=torch.int64)).shape, (1, 5, 1000))
 
 
 class ExportTest(unittest.TestCase):

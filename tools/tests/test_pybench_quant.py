@@ -313,6 +313,27 @@ class QuantizedLayersTest(unittest.TestCase):
         self.assertEqual(gpt2.wte.weight.shape, (1000, 64))  # the lookup's
         self.assertEqual(gpt2.quantized_head.out, 1000)
 
+    def test_an_untied_head_is_quantised_as_a_linear_layer_and_read(self):
+        """Llama 8B's shape on nano: lm_head is the 15th linear layer, and
+        the logits are the final hidden states through its int8 weights."""
+        from ltb.pysuite import families, quant
+        torch.manual_seed(3)
+        model = families.build("Llama", "nano", tied=False).eval()
+        tokens = torch.randint(0, 1000, (1, 12))
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        head = model.lm_head.weight.detach().clone()
+        removed, _ = quant.quantize_model(model, quant.Quant("int8"))
+        self.assertEqual(len(linears), 15)
+        self.assertEqual(removed, sum(m.weight.nbytes for m in linears))
+        self.assertIsNone(model.quantized_head)
+        self.assertIsInstance(model.lm_head, quant.QuantizedLinear)
+        with torch.no_grad():
+            hidden = model.model.norm(model._hidden(tokens))
+            got = model(tokens)
+        int8 = quant.dequantize(quant.Quant("int8"),
+                                *quant.quantize_weight(head, quant.Quant("int8"), torch.float32))
+        torch.testing.assert_close(got, torch.nn.functional.linear(hidden, int8))
+
 
 @unittest.skipIf(torch is None, "needs torch (the project's venv)")
 class QuantRunTest(ToolTest):

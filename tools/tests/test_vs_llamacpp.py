@@ -21,7 +21,7 @@ import torch
 from ltb.base import BadInput
 from ltb.commands import vs_llamacpp
 from ltb.pysuite import families, llama_fixtures, llama_gguf
-from ltb.pysuite.models.llama import llama_inverse_frequencies
+from ltb.pysuite.models.decoder import half_frequencies
 from tests.helpers import REPO, ToolTest, bench_wrapper, fake_bench
 
 FAKE_LLAMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_llama_bench.py")
@@ -171,7 +171,7 @@ class GgufWriterTest(unittest.TestCase):
     def test_rope_freqs_scale_the_frequencies_as_the_model_does(self):
         factors = tensors(self.files["F32"])["rope_freqs.weight"].data
         base = 1 / NANO.rope_theta ** (np.arange(0, 16, 2, dtype=np.float64) / 16)
-        np.testing.assert_allclose(base / factors, llama_inverse_frequencies(NANO).numpy(),
+        np.testing.assert_allclose(base / factors, half_frequencies(NANO).numpy(),
                                    rtol=1e-6)
         self.assertEqual(factors[0], 1)  # the fastest rotation is not scaled
         self.assertEqual(factors[-1], NANO.rope_factor)  # the slowest by the factor

@@ -172,20 +172,22 @@ def param_count(model):
 LANGUAGE_FAMILIES = ("Transformer", "GPT2", "Llama")
 
 
-def _layer_flops(family, o, batch, tokens, keys):
-    if family == "Transformer":
-        d, f = o.d_model, o.d_ff
-        return (2 * batch * tokens * d * d * 4 + 2 * batch * tokens * keys * d * 2
-                + 2 * batch * tokens * d * f * 3)
-    if family == "GPT2":
-        d = o.d_model
-        return 24 * batch * tokens * d * d + 4 * batch * tokens * keys * d
-    if family == "Llama":
-        d, f = o.d_model, o.d_ff
-        q, k = o.num_heads * o.head_dim, o.num_kv_heads * o.head_dim
-        return (2 * batch * tokens * d * (2 * q + 2 * k) + 2 * batch * tokens * keys * q * 2
-                + 2 * batch * tokens * d * f * 3)
-    raise ValueError(f"no FLOP count for '{family}'; valid: {', '.join(LANGUAGE_FAMILIES)}")
+def _decoder(family, size):
+    """The DecoderOptions of a language family's size."""
+    if family not in LANGUAGE_FAMILIES:
+        raise ValueError(f"no FLOP count for '{family}'; valid: {', '.join(LANGUAGE_FAMILIES)}")
+    return size_entry(family, size).options.decoder()
+
+
+def _layer_flops(o, batch, tokens, keys):
+    """A decoder layer (lib/models/decoder.cc's plan): the q, k, v and output
+    projections, the attention's scores and values, the MLP's two (GELU) or
+    three (SwiGLU) matrices."""
+    d, f = o.d_model, o.d_ff
+    q, k = o.num_heads * o.head_dim, o.num_kv_heads * o.head_dim
+    matrices = 3 if o.mlp == "swiglu" else 2
+    return (2 * batch * tokens * d * (2 * q + 2 * k) + 2 * batch * tokens * keys * q * 2
+            + 2 * batch * tokens * d * f * matrices)
 
 
 def _vocab(o):
@@ -194,21 +196,21 @@ def _vocab(o):
 
 def forward_flops(family, size, batch, seq):
     """FLOPs of a forward over (batch, seq) tokens, logits of every position."""
-    o = size_entry(family, size).options
-    return (o.num_layers * _layer_flops(family, o, float(batch), float(seq), float(seq))
-            + 2.0 * batch * seq * o.d_model * _vocab(o))
+    o = _decoder(family, size)
+    return (o.num_layers * _layer_flops(o, float(batch), float(seq), float(seq))
+            + 2.0 * batch * seq * o.d_model * o.vocab_size)
 
 
 def generate_flops(family, size, batch, prompt, new_tokens, depth=0):
     """FLOPs of greedy generation with a cache: the prompt in one pass over
     `depth` cached positions and itself, then one token a step over every
     cached key; logits of the last position."""
-    o = size_entry(family, size).options
-    head = 2.0 * batch * o.d_model * _vocab(o)
-    flops = o.num_layers * _layer_flops(family, o, float(batch), float(prompt),
-                                        float(depth + prompt)) + head
+    o = _decoder(family, size)
+    head = 2.0 * batch * o.d_model * o.vocab_size
+    flops = (o.num_layers * _layer_flops(o, float(batch), float(prompt), float(depth + prompt))
+             + head)
     for i in range(1, new_tokens):
-        flops += o.num_layers * _layer_flops(family, o, float(batch), 1.0,
+        flops += o.num_layers * _layer_flops(o, float(batch), 1.0,
                                              float(depth + prompt + i)) + head
     return flops
 

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ltb.pysuite import facts
+from ltb.pysuite.models.decoder import Decoder
 
 NAMES = tuple(facts.load()["quants"])  # none, int8, int4, int8dyn
 GROUPS = tuple(facts.load()["quant_groups"])  # 32, 64, 128
@@ -242,11 +243,8 @@ def quantized_linear(weight, bias, quant):
 def _tied_head(model):
     """The embedding a tied output head reads (GPT2's wte, a tied Llama's
     embed_tokens), or None."""
-    if hasattr(model, "wte") and hasattr(model, "quantized_head"):
-        return model.wte.weight
-    o = getattr(model, "options", None)
-    if hasattr(model, "quantized_head") and getattr(o, "tied", False):
-        return model.model.embed_tokens.weight
+    if isinstance(model, Decoder) and model.options.tied:
+        return model.embedding().weight
     return None
 
 

@@ -1,6 +1,6 @@
 """What the families' Python definitions share: a size's entry, the
-attention over a key/value cache, and random weights drawn as the C++ models
-draw them (lib/models/language_model.cc)."""
+attention over a key/value cache (the decoder's and Whisper's), and random
+weights drawn as the C++ models draw them (lib/models/language_model.cc)."""
 import concurrent.futures
 import dataclasses
 import math
@@ -19,19 +19,6 @@ class Size:
     name: str
     options: object
     card_params: int  # shared/MODELS.md
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim, eps):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x):
-        # Normalised in fp32 whatever the activation dtype.
-        xf = x.float()
-        rms = xf.pow(2).mean(-1, keepdim=True).add(self.eps).rsqrt()
-        return (xf * rms).to(x.dtype) * self.weight
 
 
 def cached(cache, k, v, position):
