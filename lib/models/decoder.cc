@@ -194,7 +194,8 @@ DecoderAttentionImpl::DecoderAttentionImpl(const DecoderOptions& opt,
       kv_heads_(opt.num_kv_heads()),
       head_dim_(opt.head_dim()),
       positions_(opt.positions()),
-      fused_(opt.fused_attention()) {
+      fused_(opt.fused_attention()),
+      v_first_(n.v_first) {
   TORCH_CHECK(heads_ % kv_heads_ == 0, "kv heads (", kv_heads_, ") must divide heads (",
               heads_, ")");
   const int64_t d = opt.d_model(), width = heads_ * head_dim_, kv = kv_heads_ * head_dim_;
@@ -221,6 +222,9 @@ at::Tensor DecoderAttentionImpl::forward(const at::Tensor& x, const LayerInput& 
     const std::vector<at::Tensor> parts = qkv_proj(x).split(width, -1);
     q = heads(parts[0], heads_), k = heads(parts[1], kv_heads_);
     v = heads(parts[2], kv_heads_);
+  } else if (v_first_) {
+    v = heads(v_proj(x), kv_heads_);
+    q = heads(q_proj(x), heads_), k = heads(k_proj(x), kv_heads_);
   } else {
     q = heads(q_proj(x), heads_), k = heads(k_proj(x), kv_heads_);
     v = heads(v_proj(x), kv_heads_);
@@ -273,10 +277,10 @@ DecoderMlpImpl::DecoderMlpImpl(const DecoderOptions& o, const DecoderNames& n) {
     down = register_module(n.down, MakeLinear(n, f, d, o.bias()));
     return;
   }
-  // gate, down, up: the order LibTorch's initialisers draw them in.
   gate = register_module(n.gate, MakeLinear(n, d, f, o.bias()));
-  down = register_module(n.down, MakeLinear(n, f, d, o.bias()));
+  if (n.down_before_up) down = register_module(n.down, MakeLinear(n, f, d, o.bias()));
   up = register_module(n.up, MakeLinear(n, d, f, o.bias()));
+  if (!n.down_before_up) down = register_module(n.down, MakeLinear(n, f, d, o.bias()));
 }
 
 at::Tensor DecoderMlpImpl::forward(const at::Tensor& x) {

@@ -79,6 +79,12 @@ struct DecoderNames {
   std::string norm1, norm2, attn, mlp;
   std::string q, k, v, o, qkv;  // qkv: fused_qkv's projection
   std::string gate, up, down;   // GeluTanh: up (fc) and down (proj)
+  // The order the reference builds its MLP's matrices in (which decides the
+  // weights LibTorch's initialisers draw) and projects q, k and v in (which
+  // decides how autograd sums their gradients): its weights and gradients
+  // stay bit-identical.
+  bool down_before_up = false;  // gate, down, up (the Transformer's w1, w2, w3)
+  bool v_first = false;         // v, q, k (transformers' Llama)
   // Hugging Face's initialisation (InitLikeHuggingFace, std 0.02, these
   // matrices' std scaled by 1 / sqrt(2 layers)); else LibTorch's default
   // initialisers in construction order.
@@ -175,7 +181,7 @@ class DecoderAttentionImpl : public torch::nn::Module {
  private:
   int64_t heads_, kv_heads_, head_dim_;
   PositionKind positions_;
-  bool fused_;
+  bool fused_, v_first_;
 };
 TORCH_MODULE(DecoderAttention);
 

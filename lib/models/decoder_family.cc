@@ -46,7 +46,7 @@ DecoderRow TransformerRow() {
   n.head = "lm_head", n.rope = "rope";
   n.norm1 = "ln1", n.norm2 = "ln2", n.attn = "attn", n.mlp = "ffn";
   n.q = "q_proj", n.k = "k_proj", n.v = "v_proj", n.o = "output_proj";
-  n.gate = "w1", n.up = "w3", n.down = "w2";
+  n.gate = "w1", n.up = "w3", n.down = "w2", n.down_before_up = true;
   n.hf_init = false;
   // Its RoPE tables are computed for the benchmark's seq, never loaded.
   r.checkpoint.ignored = [](const std::string& name) {
@@ -132,7 +132,7 @@ DecoderRow LlamaRow() {
   n.norm1 = "input_layernorm", n.norm2 = "post_attention_layernorm";
   n.attn = "self_attn", n.mlp = "mlp";
   n.q = "q_proj", n.k = "k_proj", n.v = "v_proj", n.o = "o_proj";
-  n.gate = "gate_proj", n.up = "up_proj", n.down = "down_proj";
+  n.gate = "gate_proj", n.up = "up_proj", n.down = "down_proj", n.v_first = true;
   // Older checkpoints keep each layer's inv_freq, which the model computes.
   r.checkpoint.ignored = [](const std::string& name) {
     return absl::EndsWith(name, "rotary_emb.inv_freq");

@@ -24,9 +24,10 @@ except ImportError:  # the tools' tests also run where torch is not installed
 if torch is not None:
     from ltb.pysuite import families as ltb_models
 
-# Family -> the C++ file stem of its size table and options struct.
-SOURCES = {"Transformer": "transformer", "GPT2": "gpt2", "Llama": "llama", "ResNet": "resnet",
-           "CNN": "cnn",
+# Family -> the file stem of its size table and options struct, in lib/models
+# and in ltb/pysuite/models alike (the decoder families: their rows).
+SOURCES = {"Transformer": "decoder_family", "GPT2": "decoder_family",
+           "Llama": "decoder_family", "ResNet": "resnet", "CNN": "cnn",
            "Encoder": "encoder", "Whisper": "whisper", "EncDec": "encdec"}
 
 
@@ -178,7 +179,7 @@ class LlamaRotaryTest(unittest.TestCase):
         # As bench's LlamaRotary: cast to bf16, the model keeps fp32
         # frequencies, so position 2047's cos and sin are rounded once.
         from ltb.pysuite.models import decoder
-        o = ltb_models.options("Llama", "1B").decoder()
+        o = ltb_models.options("Llama", "1B")
         rope = decoder.HalfRotary(o).to(torch.bfloat16)
         self.assertEqual(rope.inv_freq.dtype, torch.float32)
         self.assertTrue(torch.equal(rope.inv_freq, decoder.half_frequencies(o)))
@@ -196,7 +197,7 @@ class DecoderTest(unittest.TestCase):
 
     def test_an_unknown_setting_names_the_valid_ones(self):
         from ltb.pysuite.models import decoder
-        o = ltb_models.options("Llama", "nano").decoder()
+        o = ltb_models.options("Llama", "nano")
         for field, want in (("norm", "unknown norm 'batch'; valid: layer, rms"),
                             ("positions", "unknown positions 'batch'; valid: learned, "
                                           "rope_pairs, rope_half"),
@@ -205,10 +206,10 @@ class DecoderTest(unittest.TestCase):
                 dataclasses.replace(o, **{field: "batch"})
 
     def test_qkv_bias_is_on_q_k_and_v_only(self):
-        from ltb.pysuite.models import decoder, llama
-        o = dataclasses.replace(ltb_models.options("Llama", "nano").decoder(), qkv_bias=True,
+        from ltb.pysuite.models import decoder, decoder_family
+        o = dataclasses.replace(ltb_models.options("Llama", "nano"), qkv_bias=True,
                                 rope_factor=0.0)
-        model = decoder.Decoder(o, llama.NAMES)
+        model = decoder.Decoder(o, decoder_family.LLAMA_NAMES)
         biases = {n: p for n, p in model.named_parameters() if n.endswith(".bias")}
         self.assertEqual(sorted(biases), [f"model.layers.{i}.self_attn.{m}_proj.bias"
                                           for i in range(2) for m in "kqv"])

@@ -888,6 +888,11 @@ class Workload:
             if self.epochs:
                 c["epoch_s"] = sum(self.epochs) / len(self.epochs)
             return c
+        if s.phase == "forward" and s.family in families.DECODERS:
+            # What a forward reads of the weights (C++: ModelFns::weight_bytes).
+            element = torch.finfo(DTYPES[s.dtype]).bits // 8
+            return {"weight_bytes": float(families.decode_weight_elements(s.family, s.size)
+                                          * element + self.weight_change)}
         if s.phase != "generate" or self.steps == 0:
             return {}
         prefill = self.prefill_s / self.steps

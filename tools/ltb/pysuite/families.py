@@ -20,35 +20,16 @@ from ltb.pysuite.models.cnn import CNN, CNNOptions
 from ltb.pysuite.models.common import FAMILIES, Size
 from ltb.pysuite.models.encdec import EncDec, EncDecOptions
 from ltb.pysuite.models.encoder import Encoder, EncoderOptions
-from ltb.pysuite.models.gpt2 import GPT2LM, GPT2Options
-from ltb.pysuite.models.llama import LlamaLM, LlamaOptions
+from ltb.pysuite.models.decoder_family import (GPT2_SIZES, LLAMA_SIZES, TRANSFORMER_SIZES,
+                                                GPT2LM, LlamaLM, TransformerLM)
 from ltb.pysuite.models.resnet import ResNet, ResNetOptions
-from ltb.pysuite.models.transformer import TransformerLM, TransformerOptions
 from ltb.pysuite.models.whisper import Whisper, WhisperEncode, WhisperOptions
 
 
 _SIZES = {
-    "Transformer": (
-        Size("nano", TransformerOptions(1000, 64, 256, 2, 4), 259_392),
-        Size("small", TransformerOptions(10000, 768, 3072, 12, 12), 128_625_408),
-        Size("medium", TransformerOptions(10000, 1024, 4096, 24, 16), 423_183_360),
-        Size("large", TransformerOptions(10000, 1280, 5120, 36, 20), 969_411_840),
-        Size("xl", TransformerOptions(10000, 1600, 6400, 48, 25), 1_998_235_200),
-        Size("2.7B", TransformerOptions(10000, 2560, 10240, 32, 32), 3_406_809_600),
-    ),
-    "GPT2": (
-        Size("nano", GPT2Options(1000, 64, 2, 4), 229_632),
-        Size("small", GPT2Options(50257, 768, 12, 12), 124_439_808),
-        Size("medium", GPT2Options(50257, 1024, 24, 16), 354_823_168),
-        Size("large", GPT2Options(50257, 1280, 36, 20), 774_030_080),
-        Size("xl", GPT2Options(50257, 1600, 48, 25), 1_557_611_200),
-    ),
-    "Llama": (
-        Size("nano", LlamaOptions(1000, 64, 256, 2, 4, 2, 16, True, 32.0), 187_200),
-        Size("1B", LlamaOptions(128256, 2048, 8192, 16, 32, 8, 64, True, 32.0), 1_235_814_400),
-        Size("3B", LlamaOptions(128256, 3072, 8192, 28, 24, 8, 128, True, 32.0), 3_212_749_824),
-        Size("8B", LlamaOptions(128256, 4096, 14336, 32, 32, 8, 128, False, 8.0), 8_030_261_248),
-    ),
+    "Transformer": TRANSFORMER_SIZES,
+    "GPT2": GPT2_SIZES,
+    "Llama": LLAMA_SIZES,
     "ResNet": (
         Size("nano", ResNetOptions(False, (1, 1, 1, 1), widths=(16, 32, 64, 128), stem=16),
              438_456),
@@ -77,6 +58,8 @@ _SIZES = {
     ),
 }
 
+
+DECODERS = ("Transformer", "GPT2", "Llama")
 
 _MODELS = {
     "Transformer": TransformerLM, "GPT2": GPT2LM, "Llama": LlamaLM, "ResNet": ResNet, "CNN": CNN,
@@ -110,15 +93,15 @@ def options(family, size, **overrides):
 
 def build(family, size, **overrides):
     """The model of `size` (train mode, as a new C++ module), with option
-    fields overridden (e.g. context_length=1024 for the Transformer)."""
+    fields overridden (e.g. max_positions=1024 for the Transformer)."""
     return _MODELS[family](options(family, size, **overrides))
 
 
 def benchmark_overrides(family, seq=None):
     """The options the C++ benchmark sets besides the size's: the
-    Transformer's context length is its seq (BuildTransformer)."""
+    Transformer's positions are its seq (decoder_family.cc's BuildDecoder)."""
     if family == "Transformer" and seq is not None:
-        return {"context_length": seq}
+        return {"max_positions": seq}
     return {}
 
 
@@ -176,7 +159,7 @@ def _decoder(family, size):
     """The DecoderOptions of a language family's size."""
     if family not in LANGUAGE_FAMILIES:
         raise ValueError(f"no FLOP count for '{family}'; valid: {', '.join(LANGUAGE_FAMILIES)}")
-    return size_entry(family, size).options.decoder()
+    return size_entry(family, size).options
 
 
 def _layer_flops(o, batch, tokens, keys):
@@ -271,16 +254,16 @@ def whisper_decode_weight_count(size):
 
 
 def decode_weight_elements(family, size):
-    """Weights a decode step reads (C++ Build*'s weight_bytes over the
-    element size): all of them but the position or token embedding's other
-    rows (Llama tied: its embedding is the head, read whole); Whisper's
-    decoder's, as whisper_decode_weight_count."""
+    """Weights a forward or a decode step of a decoder reads (C++
+    decoder_family.cc's ReadWeightBytes over the element size): all of them
+    but a learned position table and an untied embedding, of which it reads
+    rows (a tied embedding is the head, read whole); Whisper's decoder's, as
+    whisper_decode_weight_count."""
     o = size_entry(family, size).options
     params = size_entry(family, size).card_params
-    if family == "GPT2":
-        return params - o.max_positions * o.d_model
-    if family == "Llama":
-        return params - (0 if o.tied else o.vocab_size * o.d_model)
     if family == "Whisper":
         return whisper_decode_weight_count(size)
-    raise ValueError(f"'{family}' has no generate phase")
+    if family not in DECODERS:
+        raise ValueError(f"'{family}' has no generate phase")
+    return (params - (o.max_positions * o.d_model if o.positions == "learned" else 0)
+            - (0 if o.tied else o.vocab_size * o.d_model))

@@ -4,12 +4,10 @@ by a row of settings (DecoderOptions) and registered under a row of module
 names (DecoderNames), so that each family keeps the parameter names its
 checkpoints and the C++ parity test use.
 
-Adding a family is rows, not a model (llama.py is the example, 36 lines):
-in models/<family>.py its options (the size table's fields, as bench
---list_families prints them) with a decoder() that returns settings(self,
-...the family's fixed settings), its DecoderNames, and a Decoder subclass
-that joins them; then its sizes in families.py. Qwen2, say, is Llama's rows
-with qkv_bias=True, rope_factor=0 (no Llama 3 scaling) and its own sizes.
+Adding a family is rows, not a model: in decoder_family.py (the mirror of
+lib/models/decoder_family.cc) its sizes as DecoderOptions, its DecoderNames
+and a Decoder subclass that joins them, as Llama's. Qwen2, say, is Llama's
+names with sizes of qkv_bias=True, rope_factor=0 (no Llama 3 scaling).
 """
 import dataclasses
 import math
@@ -26,28 +24,25 @@ MLPS = ("gelu_tanh", "swiglu")
 
 
 @dataclasses.dataclass(frozen=True)
-class DecoderShape:
-    """The sizes of a decoder, the first fields of its settings (and of
-    Llama's options)."""
+class DecoderOptions:
+    """lib/models/decoder.h's DecoderOptions: the same settings, names and
+    order (bench --list_families prints them as each size's options)."""
     vocab_size: int
     d_model: int
     d_ff: int
     num_layers: int
     num_heads: int
-    num_kv_heads: int
-    head_dim: int
-
-
-@dataclasses.dataclass(frozen=True)
-class DecoderOptions(DecoderShape):
-    """The settings of lib/models/decoder.h's DecoderOptions, same names."""
+    num_kv_heads: int = None  # None: num_heads
+    head_dim: int = None  # None: d_model / num_heads
+    # Positions the model handles: a learned table's rows, the pair tables'
+    # length, or the context of a rope_half model.
+    max_positions: int = 1024
     norm: str = "rms"  # "layer": LayerNorm with a bias; "rms": RMSNorm, fp32 inside
     eps: float = 1e-5
     # "learned": a table of max_positions rows added to the tokens';
     # "rope_pairs": rotary over adjacent pairs, tables per attention;
     # "rope_half": Hugging Face's rotate_half, Llama 3 scaling if rope_factor > 0.
-    positions: str = "rope_half"
-    max_positions: int = 512
+    positions: str = "rope_pairs"
     rope_theta: float = 10000.0
     rope_factor: float = 0.0
     low_freq_factor: float = 1.0
@@ -58,12 +53,15 @@ class DecoderOptions(DecoderShape):
     qkv_bias: bool = False  # q, k and v only (Qwen2)
     fused_qkv: bool = False  # one projection of q, k, v (GPT-2's c_attn)
     tied: bool = False  # the head is the token embedding
-    # Weights drawn by init_like_hugging_face; else the framework's default
-    # initialisers in construction order.
-    hf_init: bool = False
-    residual_scaled: tuple = ()  # names of the matrices drawn with std / sqrt(2 layers)
 
     def __post_init__(self):
+        if self.num_kv_heads is None:
+            object.__setattr__(self, "num_kv_heads", self.num_heads)
+        if self.head_dim is None:
+            if self.d_model % self.num_heads:
+                raise ValueError(f"heads ({self.num_heads}) must divide d_model "
+                                 f"({self.d_model})")
+            object.__setattr__(self, "head_dim", self.d_model // self.num_heads)
         for field, value, valid in (("norm", self.norm, NORMS),
                                     ("positions", self.positions, POSITIONS),
                                     ("mlp", self.mlp, MLPS)):
@@ -74,21 +72,6 @@ class DecoderOptions(DecoderShape):
                              f"({self.num_heads})")
         if self.positions != "learned" and self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head size, got {self.head_dim}")
-
-
-def settings(options, **row):
-    """A family's DecoderOptions: the fields of its options that are
-    settings, by name, then the family's `row`."""
-    same = {f.name for f in dataclasses.fields(DecoderOptions)} - set(row)
-    return DecoderOptions(**{k: v for k, v in dataclasses.asdict(options).items() if k in same},
-                          **row)
-
-
-def head_dim(d_model, num_heads):
-    """The head size of families whose heads split d_model."""
-    if d_model % num_heads:
-        raise ValueError(f"heads ({num_heads}) must divide d_model ({d_model})")
-    return d_model // num_heads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +102,11 @@ class DecoderNames:
     # code's, so that each family's weights and gradients stay bit-identical.
     mlp_order: tuple = ("fc", "up", "down")
     qkv_order: tuple = ("q", "k", "v")
+    # Weights drawn by init_like_hugging_face (std 0.02, these matrices'
+    # scaled by 1 / sqrt(2 layers)); else the framework's default
+    # initialisers in construction order.
+    hf_init: bool = True
+    residual_scaled: tuple = ()
 
 
 class Named(nn.Module):
@@ -224,9 +212,9 @@ def rotate_half(x, cos, sin):
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1)
 
 
-def linear_maker(o):
+def linear_maker(names):
     # hf_init draws the weights after the build: allocate them undrawn.
-    return (lambda *shape, bias: undrawn(nn.Linear, *shape, bias=bias)) if o.hf_init \
+    return (lambda *shape, bias: undrawn(nn.Linear, *shape, bias=bias)) if names.hf_init \
         else (lambda *shape, bias: nn.Linear(*shape, bias=bias))
 
 
@@ -236,7 +224,7 @@ class Attention(Named):
 
     def __init__(self, o, names):
         super().__init__(names)
-        linear = linear_maker(o)
+        linear = linear_maker(names)
         q, kv = o.num_heads * o.head_dim, o.num_kv_heads * o.head_dim
         in_bias = o.bias or o.qkv_bias
         if o.fused_qkv:
@@ -295,7 +283,7 @@ class Attention(Named):
 class MLP(Named):
     def __init__(self, o, names):
         super().__init__(names)
-        linear = linear_maker(o)
+        linear = linear_maker(names)
         shapes = {"fc": (o.d_model, o.d_ff), "up": (o.d_model, o.d_ff),
                   "down": (o.d_ff, o.d_model)}
         for role in names.mlp_order:
@@ -332,7 +320,8 @@ class Decoder(Named):
         if names.trunk:
             self.add("trunk", Named(names))
         trunk = self.trunk()
-        embedding = (lambda *shape: undrawn(nn.Embedding, *shape)) if o.hf_init else nn.Embedding
+        embedding = (lambda *shape: undrawn(nn.Embedding, *shape)) if names.hf_init \
+            else nn.Embedding
         trunk.add("embed", embedding(o.vocab_size, o.d_model))
         if o.positions == "learned":
             trunk.add("pos_embed", embedding(o.max_positions, o.d_model))
@@ -341,7 +330,7 @@ class Decoder(Named):
         if o.positions == "rope_half":
             trunk.add("rope", HalfRotary(o))
         if not o.tied:
-            self.add("head", linear_maker(o)(o.d_model, o.vocab_size, bias=False))
+            self.add("head", linear_maker(names)(o.d_model, o.vocab_size, bias=False))
         # The blocks last, as the C++ constructor's body adds them, so that
         # one seed draws the same weights on both sides.
         trunk.part("layers").extend(Block(o, names) for _ in range(o.num_layers))
@@ -350,8 +339,8 @@ class Decoder(Named):
         # it); an untied head is quantised as a linear layer. C++:
         # head_quantized_.
         self.quantized_head = None
-        if o.hf_init:  # GPT2Config's and LlamaConfig's initializer_range
-            init_like_hugging_face(self, 0.02, o.num_layers, o.residual_scaled)
+        if names.hf_init:  # GPT2Config's and LlamaConfig's initializer_range
+            init_like_hugging_face(self, 0.02, o.num_layers, names.residual_scaled)
 
     def trunk(self):
         return self.part("trunk") if self.names.trunk else self
