@@ -132,7 +132,7 @@ TEST(SuiteFlags, OneListHoldsEveryFlagOfTheSuiteAndNoneOfAbseils) {
     names.insert(std::string(flag->Name()));
     EXPECT_FALSE(flag->Help().empty()) << flag->Name();
   }
-  // The harness's own, and one a family defines in its model file.
+  // The harness's own, and one a family reads (EncDec's, through FamilyOptions).
   for (const char* name :
        {"devices", "batch", "dtype", "cpu_linear", "epochs", "d_model"}) {
     EXPECT_TRUE(names.count(name)) << name;
