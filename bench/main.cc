@@ -3,6 +3,7 @@
 // the suite's own flags (suite/flags.h) select the sweep and the settings.
 #include <benchmark/benchmark.h>
 
+#include <memory>
 #include <vector>
 
 #include "device/cpu_isa.h"
@@ -24,9 +25,9 @@ int main(int argc, char** argv) {
     ltb::ExitWithUsageError(s);
   absl::StatusOr<ltb::SuiteOptions> options = ltb::OptionsFromFlags();
   if (!options.ok()) ltb::ExitWithUsageError(options.status());
-  if (options->list_families) return ltb::PrintFamilyFacts();
-  if (absl::Status s = ltb::RegisterSuite(*options, command_line); !s.ok()) {
-    ltb::ExitWithUsageError(s);
-  }
-  return ltb::RunSuite();
+  if (options->list_families) return ltb::PrintFamilyFacts(options->families);
+  absl::StatusOr<std::unique_ptr<ltb::Suite>> suite =
+      ltb::Suite::Register(*options, command_line);
+  if (!suite.ok()) ltb::ExitWithUsageError(suite.status());
+  return (*suite)->Run();
 }

@@ -28,6 +28,11 @@ bool RegisterFamily(FamilyRegistration registration) {
 }
 
 absl::StatusOr<std::vector<Family>> RegisteredFamilies(bool include_test_only) {
+  return RegisteredFamilies(FamilyOptions{}, include_test_only);
+}
+
+absl::StatusOr<std::vector<Family>> RegisteredFamilies(const FamilyOptions& options,
+                                                       bool include_test_only) {
   std::vector<FamilyRegistration> ordered = Registrations();
   std::stable_sort(ordered.begin(), ordered.end(),
                    [](const FamilyRegistration& a, const FamilyRegistration& b) {
@@ -38,7 +43,7 @@ absl::StatusOr<std::vector<Family>> RegisteredFamilies(bool include_test_only) {
   std::set<std::string> names;
   for (const FamilyRegistration& r : ordered) {
     if (r.test_only && !test_only) continue;
-    absl::StatusOr<Family> family = r.make();
+    absl::StatusOr<Family> family = r.make(options);
     if (!family.ok()) return family.status();
     if (!names.insert(family->name).second) {
       return absl::InternalError(

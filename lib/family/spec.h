@@ -49,6 +49,19 @@ inline constexpr const char* kQuantNames[] = {"none", "int8", "int4", "int8dyn"}
 // The int4 group sizes --quant_group takes (Q4_0's blocks are 32).
 inline constexpr int64_t kQuantGroups[] = {32, 64, 128};
 
+// How train_epoch gets its data (--data, --data_dir, --dataset_samples, ...);
+// the same for every benchmark of a run, and not part of a name.
+struct EpochSettings {
+  std::string data = "memory";  // memory or disk
+  std::string data_dir;         // disk: where the shards live
+  int64_t dataset_samples = 128;
+  int64_t shard_mb = 128;
+  bool regenerate = false;
+  bool drop_page_cache = true;  // read shards from storage every epoch
+  int prefetch_batches = 4;
+  uint64_t seed = 0;
+};
+
 struct BenchSpec {
   std::string family;                          // "Transformer"
   std::string size;                            // "small"; for Ops, the operation
@@ -89,6 +102,8 @@ struct BenchSpec {
   // --weights: a safetensors checkpoint (a file, a folder or its index)
   // loaded into the model instead of random weights; empty: random.
   std::string weights;
+  // train_epoch: its dataset and how it is read (not in the name).
+  EpochSettings epochs;
 
   // Model families: Family/size/device/phase/batch:B/seq:T/dtype[/nosync];
   // TF32 (fp32 as TF32): .../fp32/tf32[...];

@@ -86,11 +86,11 @@ CounterNames PlannedCounterNames(const Plan& plan) {
 }
 
 void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
-                 const RunOptions& options, const Measured& m) {
+                 const RunOptions& options, const Measured& m, const Prepared& prepared) {
   const double measured = m.TotalSeconds();
   // A model file's FLOPs are known once it is built (LibTorch's profiler).
-  if (plan.flops_per_step <= 0 && CurrentPrepared().workload) {
-    plan.flops_per_step = CurrentPrepared().workload->FlopsPerStep();
+  if (plan.flops_per_step <= 0 && prepared.workload) {
+    plan.flops_per_step = prepared.workload->FlopsPerStep();
   }
   using benchmark::Counter;
   auto& c = state.counters;
@@ -104,11 +104,10 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
                  plan.audio_seconds_per_step;
     }
   }
-  if (CurrentPrepared().workload) {
-    for (const auto& [name, value] : CurrentPrepared().workload->Counters())
-      c[name] = value;
+  if (prepared.workload) {
+    for (const auto& [name, value] : prepared.workload->Counters()) c[name] = value;
   }
-  for (const auto& [name, value] : CurrentPrepared().accuracy) c[name] = value;
+  for (const auto& [name, value] : prepared.accuracy) c[name] = value;
   for (const auto& [name, value] : StepSpread(m.steps)) c[name] = value;
   // Utilisation against the run's peaks: achieved FLOP/s over the matmul
   // peak of the dtype; bandwidth (decode's weight reads, an op's bytes)
@@ -166,8 +165,8 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
                         plan.bytes_per_step / fastest, spec.Name()));
     }
   }
-  if (!CurrentPrepared().accuracy_absent.empty()) {
-    omitted.push_back(CurrentPrepared().accuracy_absent);
+  if (!prepared.accuracy_absent.empty()) {
+    omitted.push_back(prepared.accuracy_absent);
   }
   if (!omitted.empty()) state.SetLabel(absl::StrJoin(omitted, "; "));
   // Energy per step, token and sample, summed over data-parallel ranks.
@@ -191,11 +190,10 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
   if (!BackendOf(spec.device).Caps().host) {
     c["launches_per_sample"] = static_cast<double>(m.launches_per_sample);
   }
-  if (CurrentPrepared().gpu_busy >= 0) c["gpu_busy_%"] = 100 * CurrentPrepared().gpu_busy;
+  if (prepared.gpu_busy >= 0) c["gpu_busy_%"] = 100 * prepared.gpu_busy;
   if (plan.params > 0) c["params"] = Counter(static_cast<double>(plan.params));
   int64_t peak = BackendOf(spec.device).PeakMemory(spec.device);
-  if (peak >= 0 && CurrentPrepared().workload)
-    peak += CurrentPrepared().workload->UntrackedBytes();
+  if (peak >= 0 && prepared.workload) peak += prepared.workload->UntrackedBytes();
   if (DataParallel* group = CurrentProcessGroup();
       group != nullptr && spec.data_parallel) {
     at::Tensor t = at::full({1}, static_cast<double>(peak),

@@ -12,6 +12,7 @@
 #include "family/family.h"
 #include "measure/run_options.h"
 #include "measure/timed_loop.h"
+#include "measure/warmup.h"
 
 namespace ltb {
 
@@ -31,7 +32,9 @@ struct CounterNames {
 };
 CounterNames PlannedCounterNames(const Plan& plan);
 
+// `prepared`: the benchmark's workload, as its warm-up left it.
 void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
-                 const RunOptions& options, const Measured& measured);
+                 const RunOptions& options, const Measured& measured,
+                 const Prepared& prepared);
 
 }  // namespace ltb

@@ -21,17 +21,17 @@
 #include "measure/warmup.h"
 
 namespace ltb {
-namespace {
 
-void Fail(benchmark::State& state, const std::string& message) {
-  ReleaseCachedWorkload();
+void Runner::Fail(benchmark::State& state, const std::string& message) {
+  cache_.Release();
   state.SkipWithError(message.c_str());
 }
 
 // A failure inside a data-parallel benchmark leaves the other ranks waiting
 // in a collective: nothing can continue. The failure is recorded, the rest
 // of the run is skipped, the results so far are written, and bench exits 1.
-void FailRun(benchmark::State& state, const BenchSpec& spec, std::string message) {
+void Runner::FailRun(benchmark::State& state, const BenchSpec& spec,
+                     std::string message) {
   if (std::optional<std::string> note =
           CheckDeviceAfterFailure(spec.device, spec.Name())) {
     message += *note;
@@ -47,6 +47,8 @@ void FailRun(benchmark::State& state, const BenchSpec& spec, std::string message
   }
   Fail(state, message);
 }
+
+namespace {
 
 // TF32 on the benchmark's device for its lifetime when its spec asks, and
 // off (fp32 is fp32) after it, whatever happens in between.
@@ -85,15 +87,17 @@ absl::StatusOr<Plan> PlanRun(const Family& family, const BenchSpec& spec) {
   return plan;
 }
 
+}  // namespace
+
 // The memory guard, once a benchmark (not at each of Google Benchmark's
 // calls), on the device as the previous benchmark left it. The device is
 // initialised first, guard or not: its memory cannot be read before (CUDA's
 // caching allocator refuses), and nothing may have run on it yet, as on a
 // data-parallel rank other than 0, which measures no peaks.
-absl::Status Guard(const BenchSpec& spec, const Plan& plan, bool on) {
-  if (CurrentPrepared().name == spec.Name()) return absl::OkStatus();
+absl::Status Runner::Guard(const BenchSpec& spec, const Plan& plan, bool on) {
+  if (cache_.current().name == spec.Name()) return absl::OkStatus();
   BackendOf(spec.device).Initialize(spec.device);
-  ReleaseCachedWorkload();
+  cache_.Release();
   if (!on) return absl::OkStatus();
   DataParallel* group = CurrentProcessGroup();
   return AgreeOnFit(CheckFits(plan.memory, spec.device),
@@ -102,13 +106,13 @@ absl::Status Guard(const BenchSpec& spec, const Plan& plan, bool on) {
 
 // Builds and warms up the workload, then runs the timed steps; every failure
 // becomes the benchmark's error.
-bool Measure(benchmark::State& state, const Family& family, const BenchSpec& spec,
-             const RunOptions& options, const Plan& plan, Measured* measured) {
+bool Runner::Measure(benchmark::State& state, const Family& family, const BenchSpec& spec,
+                     const RunOptions& options, const Plan& plan, Measured* measured) {
   const std::string estimate = FormatBytes(plan.memory.Total());
   try {
-    Workload& workload = PrepareWorkload(family, spec, options);
+    Workload& workload = cache_.Prepare(family, spec, options);
     if (std::optional<std::string> stopped = RunTimedSteps(
-            state, workload, spec, CurrentPrepared().launches_per_sample, measured)) {
+            state, workload, spec, cache_.current().launches_per_sample, measured)) {
       Fail(state, *stopped);
       return false;
     }
@@ -136,10 +140,8 @@ bool Measure(benchmark::State& state, const Family& family, const BenchSpec& spe
   return false;
 }
 
-}  // namespace
-
-void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec& spec,
-                  const RunOptions& options) {
+void Runner::Run(benchmark::State& state, const Family& family, const BenchSpec& spec) {
+  const RunOptions& options = options_;
   if (StopRequested()) return state.SkipWithError(kNotRunMessage);
   if (std::optional<std::string> why = WhyDeviceUnusable(spec.device)) {
     return Fail(state, absl::StrCat("not run: ", DeviceName(spec.device),
@@ -158,7 +160,7 @@ void RunBenchmark(benchmark::State& state, const Family& family, const BenchSpec
   Tf32Scope tf32(spec);
   if (!Measure(state, family, spec, options, *plan, &measured)) return;
   try {  // data-parallel counters are all-reduced over the ranks
-    SetCounters(state, spec, *std::move(plan), options, measured);
+    SetCounters(state, spec, *std::move(plan), options, measured, cache_.current());
   } catch (const std::exception& e) {
     FailRun(state, spec, absl::StrCat("counters: ", e.what()));
   }

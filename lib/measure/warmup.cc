@@ -22,13 +22,8 @@
 
 namespace ltb {
 
-Prepared& CurrentPrepared() {
-  static Prepared* prepared = new Prepared;
-  return *prepared;
-}
-
-void ReleaseCachedWorkload() {
-  Prepared& p = CurrentPrepared();
+void WorkloadCache::Release() {
+  Prepared& p = prepared_;
   if (!p.workload) return;
   const std::string name = p.name;
   p.workload.reset();
@@ -50,12 +45,12 @@ void ReleaseCachedWorkload() {
   }
 }
 
-Workload& PrepareWorkload(const Family& family, const BenchSpec& spec,
-                          const RunOptions& options) {
-  Prepared& p = CurrentPrepared();
+Workload& WorkloadCache::Prepare(const Family& family, const BenchSpec& spec,
+                                 const RunOptions& options) {
+  Prepared& p = prepared_;
   const std::string name = spec.Name();
   if (p.workload && p.name == name) return *p.workload;
-  ReleaseCachedWorkload();
+  Release();
 
   at::manual_seed(options.seed);
   // A compiled suite model runs from its file; anything else is the family's.

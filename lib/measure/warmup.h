@@ -36,15 +36,27 @@ struct Prepared {
   std::string accuracy_absent;
 };
 
-// The kept workload (its `workload` null when there is none).
-Prepared& CurrentPrepared();
+// The workload kept across Google Benchmark's calls to one benchmark: one
+// a run, owned by the Runner (runner.h) that runs its benchmarks.
+class WorkloadCache {
+ public:
+  WorkloadCache() = default;
+  WorkloadCache(const WorkloadCache&) = delete;
+  WorkloadCache& operator=(const WorkloadCache&) = delete;
 
-// Drops the kept workload and gives its memory back.
-void ReleaseCachedWorkload();
+  // The kept workload (its `workload` null when there is none).
+  const Prepared& current() const { return prepared_; }
 
-// `spec`'s workload, built and warmed up unless it is the one kept; may
-// throw (c10::Error, Stopped, ...).
-Workload& PrepareWorkload(const Family& family, const BenchSpec& spec,
-                          const RunOptions& options);
+  // Drops the kept workload and gives its memory back.
+  void Release();
+
+  // `spec`'s workload, built and warmed up unless it is the one kept; may
+  // throw (c10::Error, Stopped, ...).
+  Workload& Prepare(const Family& family, const BenchSpec& spec,
+                    const RunOptions& options);
+
+ private:
+  Prepared prepared_;
+};
 
 }  // namespace ltb

@@ -7,26 +7,14 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "family/registry.h"
 #include "models/size_table.h"
-#include "suite/flags.h"
 #include "workloads/epoch.h"
 #include "workloads/optimizers.h"
 #include "workloads/phases.h"
-
-ABSL_FLAG(ltb::OptionalPositive, d_model, {}, "EncDec: override every size's d_model.");
-ABSL_FLAG(ltb::OptionalPositive, nhead, {},
-          "EncDec: override every size's attention heads.");
-ABSL_FLAG(ltb::OptionalPositive, num_encoder_layers, {},
-          "EncDec: override every size's encoder layers.");
-ABSL_FLAG(ltb::OptionalPositive, num_decoder_layers, {},
-          "EncDec: override every size's decoder layers.");
-ABSL_FLAG(ltb::OptionalPositive, dim_feedforward, {},
-          "EncDec: override every size's FFN width.");
 
 namespace ltb {
 
@@ -283,21 +271,21 @@ Family EncDecFamily(const EncDecOverrides& overrides) {
   return f;
 }
 
-absl::StatusOr<Family> EncDecFamilyFromFlags() {
+absl::StatusOr<Family> EncDecFamilyFromOptions(const FamilyOptions& options) {
   EncDecOverrides o;
-  const auto given = [](const OptionalPositive& v) -> std::optional<int64_t> {
-    if (v.value == 0) return std::nullopt;
-    return v.value;
+  const auto given = [](int64_t v) -> std::optional<int64_t> {
+    if (v == 0) return std::nullopt;
+    return v;
   };
-  o.d_model = given(absl::GetFlag(FLAGS_d_model));
-  o.heads = given(absl::GetFlag(FLAGS_nhead));
-  o.encoder_layers = given(absl::GetFlag(FLAGS_num_encoder_layers));
-  o.decoder_layers = given(absl::GetFlag(FLAGS_num_decoder_layers));
-  o.d_ff = given(absl::GetFlag(FLAGS_dim_feedforward));
+  o.d_model = given(options.d_model);
+  o.heads = given(options.heads);
+  o.encoder_layers = given(options.encoder_layers);
+  o.decoder_layers = given(options.decoder_layers);
+  o.d_ff = given(options.d_ff);
   absl::StatusOr<std::vector<std::string>> names = EncDecSizeNames(o);
   if (!names.ok()) return names.status();  // heads must divide d_model
   return EncDecFamily(o);
 }
-LTB_REGISTER_FAMILY(EncDecFamilyFromFlags, 80);
+LTB_REGISTER_FAMILY(EncDecFamilyFromOptions, 80);
 
 }  // namespace ltb

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "family/family.h"
+#include "family/registry.h"
 
 namespace ltb {
 
@@ -96,8 +97,8 @@ TORCH_MODULE(EncDec);
 at::Tensor EncDecLoss(EncDec& model, const at::Tensor& pairs, int64_t src_len);
 
 Family EncDecFamily(const EncDecOverrides& overrides = {});
-// The family with the architecture flags (--d_model, --nhead, ...) applied;
-// an error when they do not fit together.
-absl::StatusOr<Family> EncDecFamilyFromFlags();
+// The family with the run's architecture (--d_model, --nhead, ...) applied;
+// an error when it does not fit together.
+absl::StatusOr<Family> EncDecFamilyFromOptions(const FamilyOptions& options);
 
 }  // namespace ltb

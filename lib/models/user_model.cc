@@ -7,25 +7,12 @@
 #include <memory>
 #include <stdexcept>
 
-#include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "family/registry.h"
-#include "suite/flags.h"
 #include "workloads/model_file.h"
 #include "workloads/phases.h"
-
-ABSL_FLAG(std::vector<std::string>, model, {},
-          "Model files to benchmark: AOTInductor packages (.pt2) or TorchScript modules "
-          "(torch.jit.save), comma-separated. A model file is code: load only files you "
-          "trust.");
-ABSL_FLAG(std::string, inputs, "",
-          "--model: the inputs, e.g. 8x3x224x224:fp32 or '4x128:int64[0,50257)', several "
-          "separated by ';'. Default: the example inputs saved with the model, if any.");
-ABSL_FLAG(std::string, flops_per_step, "",
-          "--model: FLOPs of one forward, for FLOP/s and mfu. Default: what LibTorch's "
-          "profiler counts in one step, when it can.");
 
 namespace ltb {
 namespace {
@@ -89,20 +76,20 @@ std::string CaseKey(const std::string& stem, const std::string& backend) {
 
 }  // namespace
 
-absl::StatusOr<Family> ModelFamilyFromFlags() {
+absl::StatusOr<Family> ModelFamilyFromOptions(const FamilyOptions& options) {
   Family f;
   f.name = "Model";
   f.phases = {ForwardPhase(Shape::kBatch)};
-  const std::vector<std::string> paths = absl::GetFlag(FLAGS_model);
+  const std::vector<std::string>& paths = options.model_files;
   if (paths.empty()) return f;  // no cases: not offered in this run
   std::vector<InputSpec> given;
-  if (const std::string text = absl::GetFlag(FLAGS_inputs); !text.empty()) {
+  if (const std::string& text = options.model_inputs; !text.empty()) {
     absl::StatusOr<std::vector<InputSpec>> parsed = ParseInputSpecs(text);
     if (!parsed.ok()) return parsed.status();
     given = *parsed;
   }
   double flops = 0;
-  if (const std::string text = absl::GetFlag(FLAGS_flops_per_step); !text.empty()) {
+  if (const std::string& text = options.model_flops_per_step; !text.empty()) {
     if (!absl::SimpleAtod(text, &flops) || !(flops > 0) || !std::isfinite(flops)) {
       return absl::InvalidArgumentError(
           absl::StrCat("bad --flops_per_step value '", text,
@@ -172,6 +159,6 @@ absl::StatusOr<Family> ModelFamilyFromFlags() {
   };
   return f;
 }
-LTB_REGISTER_FAMILY(ModelFamilyFromFlags, 85);
+LTB_REGISTER_FAMILY(ModelFamilyFromOptions, 85);
 
 }  // namespace ltb

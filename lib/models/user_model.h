@@ -6,11 +6,13 @@
 
 #include "absl/status/statusor.h"
 #include "family/family.h"
+#include "family/registry.h"
 
 namespace ltb {
 
 // The family of the files --model names, with --inputs and
-// --flops_per_step; a family with no cases when --model is not given.
-absl::StatusOr<Family> ModelFamilyFromFlags();
+// --flops_per_step (`options`); a family with no cases when --model is not
+// given.
+absl::StatusOr<Family> ModelFamilyFromOptions(const FamilyOptions& options);
 
 }  // namespace ltb

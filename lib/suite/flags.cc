@@ -23,8 +23,9 @@
 #include "family/spec.h"
 #include "peaks/peaks.h"
 
-// The suite's own flags. Families may define more in their model files
-// (EncDec's architecture overrides); SuiteFlags() finds them all.
+// The suite's flags, those of families with settings of their own included
+// (they reach the family's factory as FamilyOptions: no model file reads a
+// flag); SuiteFlags() finds them all.
 ABSL_FLAG(ltb::DeviceList, devices, {},
           "Devices to benchmark, e.g. cpu,cuda,cuda:1,mps. Default: every available "
           "device.");
@@ -149,6 +150,28 @@ ABSL_FLAG(std::string, weights, "",
 ABSL_FLAG(std::string, compiled, "",
           "Directory of compiled models tools/export wrote: each runs beside the eager "
           "benchmark it compiles, named like it with /aoti or /torchscript appended.");
+
+// EncDec's (models/encdec.cc) architecture, applied to every size.
+ABSL_FLAG(ltb::OptionalPositive, d_model, {}, "EncDec: override every size's d_model.");
+ABSL_FLAG(ltb::OptionalPositive, nhead, {},
+          "EncDec: override every size's attention heads.");
+ABSL_FLAG(ltb::OptionalPositive, num_encoder_layers, {},
+          "EncDec: override every size's encoder layers.");
+ABSL_FLAG(ltb::OptionalPositive, num_decoder_layers, {},
+          "EncDec: override every size's decoder layers.");
+ABSL_FLAG(ltb::OptionalPositive, dim_feedforward, {},
+          "EncDec: override every size's FFN width.");
+// The Model family's (models/user_model.cc) files.
+ABSL_FLAG(std::vector<std::string>, model, {},
+          "Model files to benchmark: AOTInductor packages (.pt2) or TorchScript modules "
+          "(torch.jit.save), comma-separated. A model file is code: load only files you "
+          "trust.");
+ABSL_FLAG(std::string, inputs, "",
+          "--model: the inputs, e.g. 8x3x224x224:fp32 or '4x128:int64[0,50257)', several "
+          "separated by ';'. Default: the example inputs saved with the model, if any.");
+ABSL_FLAG(std::string, flops_per_step, "",
+          "--model: FLOPs of one forward, for FLOP/s and mfu. Default: what LibTorch's "
+          "profiler counts in one step, when it can.");
 
 namespace ltb {
 namespace {
@@ -635,6 +658,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   sweep.tf32 = absl::GetFlag(FLAGS_tf32).values;
   sweep.graphs = absl::GetFlag(FLAGS_cuda_graphs).values;
   sweep.dtypes = absl::GetFlag(FLAGS_dtype).values;
+  o.dtypes_given = SuiteFlagGiven("dtype");
   sweep.sync = absl::GetFlag(FLAGS_sync).value;
   sweep.bucket_mb = absl::GetFlag(FLAGS_bucket_mb).value;
   sweep.pack_cpu_linears = absl::GetFlag(FLAGS_cpu_linear).packed;
@@ -714,6 +738,16 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
        absl::StrSplit(absl::GetFlag(FLAGS_suite_skip), ',', absl::SkipEmpty())) {
     o.suite_skip.emplace_back(member);
   }
+
+  FamilyOptions& families = o.families;
+  families.model_files = absl::GetFlag(FLAGS_model);
+  families.model_inputs = absl::GetFlag(FLAGS_inputs);
+  families.model_flops_per_step = absl::GetFlag(FLAGS_flops_per_step);
+  families.d_model = absl::GetFlag(FLAGS_d_model).value;
+  families.heads = absl::GetFlag(FLAGS_nhead).value;
+  families.encoder_layers = absl::GetFlag(FLAGS_num_encoder_layers).value;
+  families.decoder_layers = absl::GetFlag(FLAGS_num_decoder_layers).value;
+  families.d_ff = absl::GetFlag(FLAGS_dim_feedforward).value;
   return o;
 }
 

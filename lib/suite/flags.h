@@ -1,7 +1,7 @@
 // The suite's command-line flags: Abseil flags of typed values (lists,
-// devices, dtypes, choices), each parsed by its own AbslParseFlag, defined
-// in lib/ next to what they configure (a family may define its own in its
-// model file). SuiteFlags() is the one list of them; ParseSuiteFlags reads
+// devices, dtypes, choices), each parsed by its own AbslParseFlag, all
+// defined in suite/flags.cc (a family's own settings too: its factory gets
+// them as FamilyOptions). SuiteFlags() is the one list of them; ParseSuiteFlags reads
 // them from what Google Benchmark left of the command line; OptionsFromFlags
 // turns them into the settings of a run. A bad value stops bench with exit
 // code 2 and the valid choices.
@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "base/threads.h"
+#include "family/registry.h"
 #include "measure/runner.h"
 #include "suite/sweep.h"
 #include "workloads/loader.h"
@@ -141,6 +142,8 @@ struct SuiteOptions {
   bool force_process_group = false;              // --force_process_group
   std::vector<std::string> suite_skip;           // --suite_skip: Family/size
   bool list_families = false;                    // --list_families
+  FamilyOptions families;     // what families with settings of their own read
+  bool dtypes_given = false;  // --dtype given: none is added from the filter
 };
 
 // The options the current flag values give; an error for combinations

@@ -44,22 +44,6 @@ namespace {
 
 constexpr int kUsageError = 2;
 
-// What registration leaves for the run: the benchmarks' families and run
-// options must outlive Google Benchmark's registry, which holds lambdas
-// pointing at them.
-struct SuiteState {
-  CommandLine command_line;
-  std::string filter;  // the user's, or the default suite's
-  std::vector<c10::Device> devices;
-  std::vector<Family> families;
-  std::unique_ptr<Peaks> peaks;
-  RunOptions run;
-};
-SuiteState& State() {
-  static auto* state = new SuiteState;
-  return *state;
-}
-
 // Whether `path` can be written: the file if it exists, else its directory.
 absl::Status CheckWritableFile(const std::string& flag, const std::string& path) {
   namespace fs = std::filesystem;
@@ -167,16 +151,17 @@ void PreparePeaks(const std::vector<Registration>& registrations,
   }
 }
 
-void Register(const std::vector<Registration>& registrations, const SuiteOptions& o,
-              int world_size) {
-  const RunOptions* run = &State().run;
+// Google Benchmark's registry holds lambdas pointing at `runner` and at the
+// registrations' families: both must outlive the run.
+void AddToGoogleBenchmark(const std::vector<Registration>& registrations,
+                          const SuiteOptions& o, int world_size, Runner* runner) {
   for (const Registration& r : registrations) {
     const Family* family = r.family;
     const BenchSpec spec = r.spec;
     benchmark::internal::Benchmark* b =
         benchmark::RegisterBenchmark(spec.Name().c_str(),
-                                     [family, spec, run](benchmark::State& state) {
-                                       RunBenchmark(state, *family, spec, *run);
+                                     [family, spec, runner](benchmark::State& state) {
+                                       runner->Run(state, *family, spec);
                                      })
             ->UseManualTime()
             ->Unit(r.unit);
@@ -184,13 +169,13 @@ void Register(const std::vector<Registration>& registrations, const SuiteOptions
   }
 }
 
-void AddContext(const SuiteOptions& o, const std::string& malloc_description,
-                int world_size) {
+void AddContext(const SuiteOptions& o, const CommandLine& command_line,
+                const std::string& malloc_description, int world_size) {
   Context extra = {
       {"malloc", malloc_description},
       {"sync", o.sweep.sync ? "true" : "false (clock read without device sync)"},
       {"min_time",
-       DefaultSuiteMinTime(State().command_line)
+       DefaultSuiteMinTime(command_line)
            ? absl::StrCat(kDefaultSuiteMinTime, " s (the default suite's)")
            : "as given (--benchmark_min_time, else Google Benchmark's 0.5 s)"},
       {"warmup", absl::StrCat(">= ", o.run.warmup_steps,
@@ -321,32 +306,102 @@ std::vector<char*> BenchmarkArguments(const CommandLine& command_line, int argc,
   return args;
 }
 
-absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& command_line) {
-  SuiteState& state = State();
-  state.command_line = command_line;
-  absl::StatusOr<DistEnv> dist = ReadDistEnv();
-  if (!dist.ok()) return dist.status();
-  absl::StatusOr<std::vector<Family>> families = RegisteredFamilies();
-  if (!families.ok()) return families.status();
-  state.families = *std::move(families);
+absl::StatusOr<std::string> RunFilter(const std::vector<Family>& families,
+                                      const SuiteOptions& options,
+                                      const CommandLine& command_line) {
+  std::string filter;
   if (!command_line.filter.empty()) {
     if (!options.suite_skip.empty()) {
       return absl::InvalidArgumentError(
           "--suite_skip leaves members out of the default suite: it goes without "
           "--benchmark_filter");
     }
-    state.filter = command_line.filter;
+    filter = command_line.filter;
   } else {
-    absl::StatusOr<std::string> suite =
-        DefaultSuiteFilter(state.families, options.suite_skip);
+    absl::StatusOr<std::string> suite = DefaultSuiteFilter(families, options.suite_skip);
     if (!suite.ok()) return suite.status();
-    state.filter = *std::move(suite);
+    filter = *std::move(suite);
   }
-  if (absl::Status s = CheckFilter(state.filter); !s.ok()) return s;
+  if (absl::Status s = CheckFilter(filter); !s.ok()) return s;
+  return filter;
+}
+
+Sweep SweepFor(const SuiteOptions& options, const CommandLine& command_line,
+               const std::vector<c10::Device>& available) {
+  Sweep sweep = options.sweep;
+  // Default: every available device, plus any the filter names explicitly
+  // so that they report why they cannot run instead of vanishing.
+  if (sweep.devices.empty()) {
+    sweep.devices = available;
+    for (const c10::Device& d : DevicesNamedIn(command_line.filter)) {
+      if (std::find(sweep.devices.begin(), sweep.devices.end(), d) == sweep.devices.end())
+        sweep.devices.push_back(d);
+    }
+  }
+  // Likewise dtypes a filter names ("Llama/1B/cpu/generate/.*/bf16") without
+  // --dtype: registered beside the default, so that the filter selects them.
+  if (!options.dtypes_given) {
+    for (const c10::ScalarType t : DtypesNamedIn(command_line.filter)) {
+      if (std::find(sweep.dtypes.begin(), sweep.dtypes.end(), t) == sweep.dtypes.end())
+        sweep.dtypes.push_back(t);
+    }
+  }
+  sweep.default_suite = command_line.filter.empty();
+  sweep.epochs = options.epochs;
+  return sweep;
+}
+
+absl::StatusOr<std::vector<Registration>> RegistrationsFor(
+    const std::vector<Family>& families, const Sweep& sweep, bool quiet) {
+  std::vector<Registration> registrations = ExpandSweep(families, sweep);
+  // An axis that no selected device offers adds nothing: say so.
+  for (const auto& [flag, asked, offered, devices] :
+       {std::tuple<const char*, bool, bool, const char*>{
+            "tf32", absl::c_linear_search(sweep.tf32, true),
+            absl::c_any_of(registrations,
+                           [](const Registration& r) { return r.spec.tf32; }),
+            "CUDA GPUs, in fp32"},
+        {"cuda_graphs", absl::c_linear_search(sweep.graphs, true),
+         absl::c_any_of(registrations,
+                        [](const Registration& r) { return r.spec.graph; }),
+         "CUDA GPUs, in inference phases"}}) {
+    if (asked && !offered && !quiet) {
+      std::cerr << "bench: --" << flag << "=true adds no benchmark here: it applies to "
+                << devices << ", and no selected device is one\n";
+    }
+  }
+  if (!sweep.compiled_dir.empty()) {
+    std::vector<std::string> unreadable;
+    const auto compiled = CompiledBenchmarks(sweep.compiled_dir, &unreadable);
+    for (const std::string& why : unreadable) {
+      std::cerr << "bench: --compiled: skipping " << why << "\n";
+    }
+    if (compiled.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--compiled=", sweep.compiled_dir, " holds no model file tools/export wrote"));
+    }
+    registrations = WithCompiled(registrations, compiled);
+  }
+  return registrations;
+}
+
+Suite::Suite(const CommandLine& command_line) : command_line_(command_line) {}
+Suite::~Suite() = default;
+
+absl::StatusOr<std::unique_ptr<Suite>> Suite::Register(const SuiteOptions& options,
+                                                       const CommandLine& command_line) {
+  std::unique_ptr<Suite> suite(new Suite(command_line));
+  absl::StatusOr<DistEnv> dist = ReadDistEnv();
+  if (!dist.ok()) return dist.status();
+  absl::StatusOr<std::vector<Family>> families = RegisteredFamilies(options.families);
+  if (!families.ok()) return families.status();
+  suite->families_ = *std::move(families);
+  absl::StatusOr<std::string> filter = RunFilter(suite->families_, options, command_line);
+  if (!filter.ok()) return filter.status();
+  suite->filter_ = *std::move(filter);
   if (absl::Status s = CheckCpuIsaLimit(); !s.ok()) return s;
   if (absl::Status s = CheckWritablePaths(options, command_line); !s.ok()) return s;
 
-  SetEpochSettings(options.epochs);
   std::string malloc_description;
   if (absl::Status s =
           ConfigureMalloc(AbslUnparseFlag(options.malloc), &malloc_description);
@@ -355,24 +410,7 @@ absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& comma
   }
   if (absl::Status s = ConfigureThreads(options.threads); !s.ok()) return s;
 
-  Sweep sweep = options.sweep;
-  // Default: every available device, plus any the filter names explicitly
-  // so that they report why they cannot run instead of vanishing.
-  if (sweep.devices.empty()) {
-    sweep.devices = AvailableDevices();
-    for (const c10::Device& d : DevicesNamedIn(command_line.filter)) {
-      if (std::find(sweep.devices.begin(), sweep.devices.end(), d) == sweep.devices.end())
-        sweep.devices.push_back(d);
-    }
-  }
-  // Likewise dtypes a filter names ("Llama/1B/cpu/generate/.*/bf16") without
-  // --dtype: registered beside the default, so that the filter selects them.
-  if (!SuiteFlagGiven("dtype")) {
-    for (const c10::ScalarType t : DtypesNamedIn(command_line.filter)) {
-      if (std::find(sweep.dtypes.begin(), sweep.dtypes.end(), t) == sweep.dtypes.end())
-        sweep.dtypes.push_back(t);
-    }
-  }
+  Sweep sweep = SweepFor(options, command_line, AvailableDevices());
   if (dist->world_size > 1 || options.force_process_group) {
     // Data-parallel: one device a rank, bound by the backend of the first
     // accelerator asked for (cuda:LOCAL_RANK, or the one GPU a rank sees),
@@ -392,88 +430,59 @@ absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& comma
     if (!group.ok()) return group.status();
     SetCurrentProcessGroup(*std::move(group));
   }
-  state.devices = sweep.devices;
-  sweep.default_suite = command_line.filter.empty();
+  suite->devices_ = sweep.devices;
   Warn(command_line);
 
   std::vector<MatmulShape> matmuls;
-  for (const Family& f : state.families) {
+  for (const Family& f : suite->families_) {
     matmuls.insert(matmuls.end(), f.peak_matmul_shapes.begin(),
                    f.peak_matmul_shapes.end());
   }
-  state.peaks = std::make_unique<Peaks>(options.peak_flops, options.peak_bandwidth,
-                                        matmuls, options.peak_cache);
-  std::vector<Registration> registrations = ExpandSweep(state.families, sweep);
-  // An axis that no selected device offers adds nothing: say so.
-  for (const auto& [flag, asked, offered, devices] :
-       {std::tuple<const char*, bool, bool, const char*>{
-            "tf32", absl::c_linear_search(sweep.tf32, true),
-            absl::c_any_of(registrations,
-                           [](const Registration& r) { return r.spec.tf32; }),
-            "CUDA GPUs, in fp32"},
-        {"cuda_graphs", absl::c_linear_search(sweep.graphs, true),
-         absl::c_any_of(registrations,
-                        [](const Registration& r) { return r.spec.graph; }),
-         "CUDA GPUs, in inference phases"}}) {
-    if (asked && !offered && !command_line.quiet_rank) {
-      std::cerr << "bench: --" << flag << "=true adds no benchmark here: it applies to "
-                << devices << ", and no selected device is one\n";
-    }
-  }
-  if (!sweep.compiled_dir.empty()) {
-    std::vector<std::string> unreadable;
-    const auto compiled = CompiledBenchmarks(sweep.compiled_dir, &unreadable);
-    for (const std::string& why : unreadable) {
-      std::cerr << "bench: --compiled: skipping " << why << "\n";
-    }
-    if (compiled.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--compiled=", sweep.compiled_dir, " holds no model file tools/export wrote"));
-    }
-    registrations = WithCompiled(registrations, compiled);
-  }
+  suite->peaks_ = std::make_unique<Peaks>(options.peak_flops, options.peak_bandwidth,
+                                          matmuls, options.peak_cache);
+  absl::StatusOr<std::vector<Registration>> registrations =
+      RegistrationsFor(suite->families_, sweep, command_line.quiet_rank);
+  if (!registrations.ok()) return registrations.status();
   if (!command_line.list_only && !command_line.quiet_rank) {
-    PreparePeaks(registrations, state.filter, options, dist->world_size,
-                 state.peaks.get());
+    PreparePeaks(*registrations, suite->filter_, options, dist->world_size,
+                 suite->peaks_.get());
   }
-  state.run = options.run;
-  state.run.peaks = state.peaks.get();
-  Register(registrations, options, dist->world_size);
-  AddContext(options, malloc_description, dist->world_size);
-  return absl::OkStatus();
+  RunOptions run = options.run;
+  run.peaks = suite->peaks_.get();
+  suite->runner_ = std::make_unique<Runner>(std::move(run));
+  AddToGoogleBenchmark(*registrations, options, dist->world_size, suite->runner_.get());
+  AddContext(options, command_line, malloc_description, dist->world_size);
+  return suite;
 }
 
-int PrintFamilyFacts() {
-  absl::StatusOr<std::vector<Family>> families = RegisteredFamilies();
+int PrintFamilyFacts(const FamilyOptions& options) {
+  absl::StatusOr<std::vector<Family>> families = RegisteredFamilies(options);
   if (!families.ok()) ExitWithUsageError(families.status());
   std::cout << FamilyFactsJson(*families) << "\n";
   return 0;
 }
 
-int RunSuite() {
-  SuiteState& state = State();
+int Suite::Run() {
   NullReporter null_reporter;
-  benchmark::BenchmarkReporter* display = state.command_line.quiet_rank
+  benchmark::BenchmarkReporter* display = command_line_.quiet_rank
                                               ? &null_reporter
                                               : benchmark::CreateDefaultDisplayReporter();
-  const LateContext peaks = [&state] { return state.peaks->Context(); };
+  const LateContext peaks = [this] { return peaks_->Context(); };
   LateContextReporter display_with_peaks(display, peaks);
-  RecordingReporter recorder(state.command_line.quiet_rank ? display
-                                                           : &display_with_peaks);
+  RecordingReporter recorder(command_line_.quiet_rank ? display : &display_with_peaks);
   StoppedRunsFilter shown(&recorder, /*pass_streams=*/false);
   std::unique_ptr<benchmark::BenchmarkReporter> file_format;
   std::unique_ptr<LateContextReporter> file_with_peaks;
   std::unique_ptr<StoppedRunsFilter> file;
-  if (!state.command_line.out.empty()) {
-    file_format = FileReporter(state.command_line.out_format);
+  if (!command_line_.out.empty()) {
+    file_format = FileReporter(command_line_.out_format);
     file_with_peaks = std::make_unique<LateContextReporter>(file_format.get(), peaks);
     file =
         std::make_unique<StoppedRunsFilter>(file_with_peaks.get(), /*pass_streams=*/true);
   }
   InstallInterruptHandlers();
-  const size_t matched =
-      benchmark::RunSpecifiedBenchmarks(&shown, file.get(), state.filter);
-  ReleaseCachedWorkload();
+  const size_t matched = benchmark::RunSpecifiedBenchmarks(&shown, file.get(), filter_);
+  runner_->Release();
   if (StopRequested()) {
     // The reporters have written what was measured. Other ranks may be
     // waiting on this one in a collective: aborting the group ends their
@@ -496,15 +505,15 @@ int RunSuite() {
   }
   if (matched == 0) {
     std::vector<std::string> devices;
-    for (const c10::Device& d : state.devices) devices.push_back(DeviceName(d));
+    for (const c10::Device& d : devices_) devices.push_back(DeviceName(d));
     ExitWithUsageError(absl::InvalidArgumentError(
-        absl::StrCat("no benchmark matches --benchmark_filter='", state.filter,
+        absl::StrCat("no benchmark matches --benchmark_filter='", filter_,
                      "' on devices ", absl::StrJoin(devices, ","),
                      "; list them with --benchmark_filter=all --benchmark_list_tests")));
   }
   const std::string summary = SpeedupSummary(recorder.runs());
   // Console output ends with the summary; JSON or CSV on stdout stays clean.
-  if (!summary.empty() && !state.command_line.quiet_rank) {
+  if (!summary.empty() && !command_line_.quiet_rank) {
     (dynamic_cast<benchmark::ConsoleReporter*>(display) ? std::cout : std::cerr)
         << summary;
   }

@@ -1,14 +1,20 @@
 // The bench program's steps after its flags are parsed: set up the process
 // (malloc, threads, devices, the process group), register every family's
 // benchmarks with Google Benchmark, measure the peaks they need, then run
-// them and report.
+// them and report, each step a function and what the run keeps a Suite.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "family/family.h"
+#include "measure/runner.h"
+#include "peaks/peaks.h"
 #include "suite/flags.h"
+#include "suite/sweep.h"
 
 namespace ltb {
 
@@ -41,18 +47,64 @@ absl::Status CheckWritablePaths(const SuiteOptions& options,
 // (--benchmark_out, --benchmark_format) from argv.
 CommandLine ReadCommandLine(int* argc, char** argv);
 
-// Sets the process up and registers the benchmarks. An error is a usage
-// error (bad filter, family flags that do not fit together, ...).
-absl::Status RegisterSuite(const SuiteOptions& options, const CommandLine& command_line);
+// --- the run's steps ------------------------------------------------------
+// flags -> options (OptionsFromFlags, suite/flags.h) -> the filter and the
+// sweep -> registrations -> a Runner (measure/runner.h) -> reporters
+// (Suite::Run). The steps below are pure but for their warnings on stderr.
 
-// Runs what the filter selects and reports it; the process's exit code: 0,
-// or 128 + the signal's number when a signal stopped the run (1 when a
-// data-parallel failure did), after writing what was measured.
-int RunSuite();
+// The filter the run selects with: the user's, or the default suite's less
+// --suite_skip's members; an error when the two are given together, or the
+// filter is not a valid regular expression.
+absl::StatusOr<std::string> RunFilter(const std::vector<Family>& families,
+                                      const SuiteOptions& options,
+                                      const CommandLine& command_line);
+
+// The options' sweep, completed for the run: without --devices, `available`
+// plus the devices the user's filter names (so that they report why they
+// cannot run); without --dtype, the dtypes it names beside the default; the
+// default suite's shapes when there is no filter; the epochs' data.
+Sweep SweepFor(const SuiteOptions& options, const CommandLine& command_line,
+               const std::vector<c10::Device>& available);
+
+// The sweep's benchmarks over `families`, with --compiled's beside the eager
+// ones they compile; warns (unless `quiet`) of a --tf32 or --cuda_graphs that
+// adds nothing; an error when --compiled holds no model file.
+absl::StatusOr<std::vector<Registration>> RegistrationsFor(
+    const std::vector<Family>& families, const Sweep& sweep, bool quiet);
+
+// One run of the suite: what registration leaves for the run (the families,
+// the filter, the peaks and the Runner the registered benchmarks point at),
+// owned here rather than by the process. It must outlive the run.
+class Suite {
+ public:
+  // Sets the process up (malloc, threads, the process group) and registers
+  // the benchmarks with Google Benchmark. An error is a usage error (bad
+  // filter, family flags that do not fit together, ...).
+  static absl::StatusOr<std::unique_ptr<Suite>> Register(const SuiteOptions& options,
+                                                         const CommandLine& command_line);
+  ~Suite();
+  Suite(const Suite&) = delete;
+  Suite& operator=(const Suite&) = delete;
+
+  // Runs what the filter selects and reports it; the process's exit code: 0,
+  // or 128 + the signal's number when a signal stopped the run (1 when a
+  // data-parallel failure did), after writing what was measured.
+  int Run();
+
+ private:
+  explicit Suite(const CommandLine& command_line);
+
+  CommandLine command_line_;
+  std::string filter_;  // the user's, or the default suite's
+  std::vector<c10::Device> devices_;
+  std::vector<Family> families_;  // the registrations point into it
+  std::unique_ptr<Peaks> peaks_;
+  std::unique_ptr<Runner> runner_;
+};
 
 // bench --list_families: the registered families' facts (suite/facts.h) on
 // stdout; 0, or 2 with the error when the registry cannot be read.
-int PrintFamilyFacts();
+int PrintFamilyFacts(const FamilyOptions& options);
 
 // Prints "bench: <message>" and exits with the usage exit code, 2.
 [[noreturn]] void ExitWithUsageError(const absl::Status& status);

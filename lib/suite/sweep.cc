@@ -216,6 +216,7 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
       if (c.phase.data_parallel) base.spec.bucket_mb = sweep.bucket_mb;
       base.spec.backend = c.backend;
       base.spec.weights = sweep.weights;
+      base.spec.epochs = sweep.epochs;
       Product(axes, 0, base, [&](const Point& p) {
         out.push_back({&family, p.spec, c.unit});
       });

@@ -43,6 +43,7 @@ struct Sweep {
   std::vector<bool> graphs = {false};            // --cuda_graphs: devices with graphs
   std::string compiled_dir;                      // --compiled: tools/export's files
   std::string weights;                           // --weights: a checkpoint
+  EpochSettings epochs;                          // train_epoch's data
   // The default suite: the CPU runs each family's smaller suite shapes, and
   // the other devices measure those too beside their own (when the run
   // includes the CPU), so that the speedup summary compares the same work.

@@ -76,13 +76,12 @@ class EpochWorkload final : public Workload {
 }  // namespace
 
 int64_t EpochSamples(const BenchSpec& spec) {
-  return RankShare(GetEpochSettings().dataset_samples, spec.batch).count *
-         CurrentWorldSize();
+  return RankShare(spec.epochs.dataset_samples, spec.batch).count * CurrentWorldSize();
 }
 
 std::unique_ptr<Workload> MakeEpochWorkload(const BenchSpec& spec, TrainFns fns,
                                             const DatasetShape& shape) {
-  const EpochSettings& settings = GetEpochSettings();
+  const EpochSettings& settings = spec.epochs;
   DatasetSpec data;
   data.samples = settings.dataset_samples;
   data.sample_tokens = shape.sample_tokens;

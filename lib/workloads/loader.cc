@@ -13,11 +13,6 @@
 namespace ltb {
 namespace {
 
-EpochSettings& Settings() {
-  static auto* settings = new EpochSettings;
-  return *settings;
-}
-
 void DropFromPageCache(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) return;
@@ -26,9 +21,6 @@ void DropFromPageCache(const std::string& path) {
 }
 
 }  // namespace
-
-void SetEpochSettings(const EpochSettings& settings) { Settings() = settings; }
-const EpochSettings& GetEpochSettings() { return Settings(); }
 
 Share RankShare(int64_t samples, int64_t batch) {
   const int64_t per_rank = samples / CurrentWorldSize() / batch * batch;
@@ -42,8 +34,8 @@ Loader::Loader(const BenchSpec& spec, DatasetSpec data, std::vector<std::string>
       device_(spec.device),
       pin_(BackendOf(spec.device).Caps().pinned_host_memory),
       share_(RankShare(data.samples, spec.batch)),
-      capacity_(std::max(1, GetEpochSettings().prefetch_batches)),
-      drop_cache_(GetEpochSettings().drop_page_cache) {
+      capacity_(std::max(1, spec.epochs.prefetch_batches)),
+      drop_cache_(spec.epochs.drop_page_cache) {
   if (shards_.empty()) {  // memory: the whole share generated once
     std::vector<at::Tensor> parts;
     for (int64_t i = 0; i < data_.Shards(); ++i) parts.push_back(GenerateShard(data_, i));

@@ -21,20 +21,6 @@
 
 namespace ltb {
 
-// How epochs get their data (--data, --data_dir, --dataset_samples, ...).
-struct EpochSettings {
-  std::string data = "memory";  // memory or disk
-  std::string data_dir;         // disk: where the shards live
-  int64_t dataset_samples = 128;
-  int64_t shard_mb = 128;
-  bool regenerate = false;
-  bool drop_page_cache = true;  // read shards from storage every epoch
-  int prefetch_batches = 4;
-  uint64_t seed = 0;
-};
-void SetEpochSettings(const EpochSettings& settings);
-const EpochSettings& GetEpochSettings();
-
 // This rank's samples: a contiguous share of the dataset, whole batches only
 // so that every rank takes the same number of steps.
 struct Share {

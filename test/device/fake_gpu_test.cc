@@ -1,7 +1,7 @@
 // A fake GPU: a device backend over CPU tensors, registered in this test
 // only, that logs every synchronisation, clock mark, peak reset, cache
 // release and collective. Benchmarks run on it end to end through
-// RunBenchmark prove that the harness takes a GPU's path: timed by the
+// a Runner prove that the harness takes a GPU's path: timed by the
 // backend's clock (whose intervals it makes up, so the reported times are
 // known exactly), the host waiting only where the clock reads its marks,
 // memory peaks reset between the warm-up and the measured steps and read
@@ -318,26 +318,25 @@ class FakeGpuTest : public ::testing::Test {
  protected:
   FakeGpuTest() : registration_(std::make_unique<FakeGpuBackend>(&log_)) {}
   ~FakeGpuTest() override {
-    ReleaseCachedWorkload();
+    runner_.Release();
     Fault().clear();
     FailNextCapture() = false;
     SampleSeconds() = kStepSeconds;
     ClearUnusableDevices();
   }
 
-  // Runs `spec` for `iterations` measured steps through RunBenchmark, as a
-  // registered benchmark of the suite would.
+  // Runs `spec` for `iterations` measured steps through the test's Runner, as
+  // a registered benchmark of the suite would.
   benchmark::BenchmarkReporter::Run Run(const BenchSpec& spec, int iterations) {
     static const std::vector<Family>* families =
         new std::vector<Family>(RegisteredFamilies(/*include_test_only=*/true).value());
     const Family* family = FindFamily(*families, spec.family).value();
-    RunOptions options;
-    options.warmup_seconds = 0;
-    options.warmup_steps = 2;
     const std::string name = "FakeGpu_" + std::to_string(++runs_) + "/" + spec.Name();
+    // Registered for this run only: its unique prefix selects it once.
+    Runner* runner = &runner_;
     benchmark::RegisterBenchmark(name.c_str(),
-                                 [family, spec, options](benchmark::State& state) {
-                                   RunBenchmark(state, *family, spec, options);
+                                 [family, spec, runner](benchmark::State& state) {
+                                   runner->Run(state, *family, spec);
                                  })
         ->UseManualTime()
         ->Iterations(iterations);
@@ -355,8 +354,16 @@ class FakeGpuTest : public ::testing::Test {
     return s;
   }
 
+  static RunOptions TestRunOptions() {
+    RunOptions options;
+    options.warmup_seconds = 0;
+    options.warmup_steps = 2;
+    return options;
+  }
+
   Log log_;
   BackendRegistration registration_;
+  Runner runner_{TestRunOptions()};
   static inline int runs_ = 0;
 };
 
@@ -396,7 +403,7 @@ TEST_F(FakeGpuTest, TimedByTheBackendsClockWaitingOnlyToReadIt) {
   // The kept workload is given back on the device: synchronised, then its
   // cache released.
   const size_t before = log_.size();
-  ReleaseCachedWorkload();
+  runner_.Release();
   EXPECT_EQ(Log(log_.begin() + before, log_.end()), (Log{"sync", "release"}));
 }
 
@@ -554,7 +561,7 @@ TEST_F(FakeGpuTest, OptimizersStepWithForeachKernelsWhereTheBackendSaysPythonDoe
 TEST_F(FakeGpuTest, AFaultLeavesTheDeviceUnusableWhileTheCpuGoesOn) {
   const benchmark::BenchmarkReporter::Run before = Run(TransformerOn("forward"), 2);
   EXPECT_FALSE(before.error_occurred) << before.error_message;
-  ReleaseCachedWorkload();
+  runner_.Release();
   // A device-side fault during the next benchmark's steps.
   Fault() = "CUDA error: an illegal memory access was encountered";
   const BenchSpec faulting = TransformerOn("forward_backward");

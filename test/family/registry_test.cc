@@ -47,6 +47,29 @@ TEST(RegisteredFamilies, EveryFamilyIsComplete) {
   }
 }
 
+TEST(RegisteredFamilies, FactoriesGetTheRunsFamilyOptions) {
+  ScopedEnv selftest({{"LTB_SELFTEST", nullptr}});
+  FamilyOptions o;
+  o.d_model = 96;
+  o.heads = 6;
+  std::vector<Family> families = RegisteredFamilies(o).value();
+  EXPECT_EQ(FindFamily(families, "EncDec").value()->sizes.at(1),
+            "custom_d96_h6_e3_d3_ff512");
+  EXPECT_FALSE(FindFamily(families, "Model").ok()) << "no --model, no Model family";
+  o.d_model = 100;
+  o.heads = 8;
+  const auto bad = RegisteredFamilies(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--nhead=8 must divide --d_model=100"),
+            std::string::npos);
+  FamilyOptions files;
+  files.model_files = {"/no/such/dir/mine.pt2"};
+  families = RegisteredFamilies(files).value();
+  const Family* model = FindFamily(families, "Model").value();
+  EXPECT_EQ(model->sizes, (std::vector<std::string>{"mine"}));
+  EXPECT_EQ(FindFamily(families, "EncDec").value()->sizes.at(1), "tiny");
+}
+
 TEST(FindFamily, NamesTheValidFamilies) {
   const std::vector<Family> families = RegisteredFamilies().value();
   EXPECT_EQ(FindFamily(families, "GPT2").value()->name, "GPT2");

@@ -16,6 +16,11 @@ ROOMS = ["base", "device", "family", "distributed", "layers", "workloads", "peak
          "measure", "report", "suite", "models"]
 # models/ is last: the harness includes no model header.
 MAX_SOURCES = 20
+# What models/ may include: the model-author API (family/), the layers and
+# what its families' steps are made of (workloads/), never the harness above
+# them (peaks, measure, report, suite): a family gets the run's settings
+# through its factory (family/registry.h's FamilyOptions).
+MODELS_BUILD_ON = ROOMS[:ROOMS.index("workloads") + 1]
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([a-z_0-9]+)\.h"', re.M)
 # Branching on the device type: is_cuda(), is_cpu(), is_mps(), kCUDA,
@@ -69,6 +74,17 @@ class LayoutTest(unittest.TestCase):
                 elif ROOMS.index(target) > ROOMS.index(room):
                     wrong.append(f"{path} ({room}) includes {target}/, a room above it")
         self.assertEqual(wrong, [])
+
+    def test_models_include_nothing_of_the_harness(self):
+        wrong, seen = [], set()
+        for path in sources(os.path.join(LIB, "models")):
+            with open(path) as f:
+                for target, name in INCLUDE.findall(f.read()):
+                    seen.add(target)
+                    if target != "models" and target not in MODELS_BUILD_ON:
+                        wrong.append(f"{os.path.relpath(path, ROOT)} includes {target}/{name}.h")
+        self.assertIn("family", seen)  # the pattern reads models/' includes
+        self.assertEqual(wrong, [], f"models/ includes only {', '.join(MODELS_BUILD_ON)}")
 
     def test_no_two_files_include_each_other(self):
         # A file's module is its path without .h/.cc: a.cc including b.h and

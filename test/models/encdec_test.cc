@@ -108,10 +108,10 @@ TEST(EncDecFamily, EveryPhaseRunsIncludingAnEpochFromDisk) {
   settings.dataset_samples = 8;
   settings.data = "disk";
   settings.data_dir = testing::TempDir() + "/ltb_encdec_" + std::to_string(::getpid());
-  SetEpochSettings(settings);
   const Family f = EncDecFamily();
   for (const char* phase : {kForward, kTrainStep, kTrainEpoch}) {
-    const BenchSpec s = SpecFor(f.name, "nano", phase, 4, 12);
+    BenchSpec s = SpecFor(f.name, "nano", phase, 4, 12);
+    s.epochs = settings;
     const auto plan = f.plan(s);
     ASSERT_TRUE(plan.ok()) << s.Name();
     std::unique_ptr<Workload> w = f.build(s);
@@ -127,7 +127,6 @@ TEST(EncDecFamily, EveryPhaseRunsIncludingAnEpochFromDisk) {
     }
   }
   std::filesystem::remove_all(settings.data_dir);
-  SetEpochSettings(EpochSettings{});
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ std::vector<Registration> NanoCases(const std::vector<Family>& families) {
   sweep.prompts = {4};
   sweep.new_tokens = {3};
   sweep.dtypes = {c10::kFloat, c10::kBFloat16, c10::kHalf};
+  sweep.epochs.dataset_samples = 4;
   std::vector<Registration> out;
   for (const Registration& r : ExpandSweep(families, sweep)) {
     if (r.spec.size == "nano") out.push_back(r);
@@ -28,16 +29,7 @@ std::vector<Registration> NanoCases(const std::vector<Family>& families) {
   return out;
 }
 
-class PrecisionTest : public testing::Test {
- protected:
-  void SetUp() override {
-    EpochSettings epochs;
-    epochs.dataset_samples = 4;
-    SetEpochSettings(epochs);
-  }
-};
-
-TEST_F(PrecisionTest, EveryNanoPhaseRunsInItsDtype) {
+TEST(PrecisionTest, EveryNanoPhaseRunsInItsDtype) {
   const std::vector<Family> families = RegisteredFamilies().value();
   const std::vector<Registration> cases = NanoCases(families);
   std::set<std::string> covered;

@@ -132,7 +132,7 @@ TEST(SuiteFlags, OneListHoldsEveryFlagOfTheSuiteAndNoneOfAbseils) {
     names.insert(std::string(flag->Name()));
     EXPECT_FALSE(flag->Help().empty()) << flag->Name();
   }
-  // The harness's own, and one a family defines in its model file.
+  // The harness's own, and one a family reads (EncDec's, through FamilyOptions).
   for (const char* name :
        {"devices", "batch", "dtype", "cpu_linear", "epochs", "d_model"}) {
     EXPECT_TRUE(names.count(name)) << name;
@@ -179,6 +179,21 @@ TEST(OptionsFromFlags, DefaultsAndDerivedSettings) {
   EXPECT_EQ(o.run.seed, 7u);
   ASSERT_TRUE(SetSuiteFlag("dtype", "").ok());
   EXPECT_FALSE(OptionsFromFlags().ok()) << "an empty --dtype would run nothing";
+}
+
+TEST(OptionsFromFlags, FamilySettingsAndWhetherADtypeWasGiven) {
+  absl::FlagSaver saver;
+  char prog[] = "bench", d_model[] = "--d_model=96", model[] = "--model=a.pt2,b.pt2",
+       flops[] = "--flops_per_step=3e9", dtype[] = "--dtype=bf16";
+  char* argv[] = {prog, d_model, model, flops, dtype};
+  ASSERT_TRUE(ParseSuiteFlags(5, argv).ok());
+  const SuiteOptions o = OptionsFromFlags().value();
+  EXPECT_EQ(o.families.d_model, 96);
+  EXPECT_EQ(o.families.heads, 0) << "not given";
+  EXPECT_EQ(o.families.model_files, (std::vector<std::string>{"a.pt2", "b.pt2"}));
+  EXPECT_EQ(o.families.model_flops_per_step, "3e9");
+  EXPECT_TRUE(o.families.model_inputs.empty());
+  EXPECT_TRUE(o.dtypes_given);
 }
 
 TEST(ParseSuiteFlags, NeedsNameEqualsValue) {
