@@ -200,6 +200,12 @@ foreach(_ltb_line IN LISTS _ltb_pin)
   string(TOUPPER "${CMAKE_MATCH_1}" _ltb_key)
   set(LTB_LOADGEN_${_ltb_key} "${CMAKE_MATCH_2}")
 endforeach()
+# LoadGen's Python bindings (tools/requirements.txt) are the same version.
+file(STRINGS "${PROJECT_SOURCE_DIR}/tools/requirements.txt" _ltb_wheel REGEX "^mlcommons-loadgen==")
+if(NOT _ltb_wheel STREQUAL "mlcommons-loadgen==${LTB_LOADGEN_VERSION}")
+  message(FATAL_ERROR "libtorch-bench: tools/requirements.txt pins \"${_ltb_wheel}\", but "
+    "third_party/loadgen/pin.txt builds LoadGen ${LTB_LOADGEN_VERSION}: pin one version in both.")
+endif()
 find_package(loadgen ${LTB_LOADGEN_VERSION} EXACT CONFIG QUIET
              PATHS "${LTB_DEPS_DIR}/loadgen" NO_DEFAULT_PATH)
 if(loadgen_FOUND)
