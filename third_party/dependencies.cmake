@@ -8,6 +8,16 @@ if(NOT LTB_FETCH)
   set(FETCHCONTENT_FULLY_DISCONNECTED ON)
 endif()
 include(FetchContent)
+# Where third_party/build-deps (run by tools/setup) puts the dependencies the
+# suite builds itself: Google Benchmark in Release and MLPerf LoadGen, each
+# in its own prefix. tools/setup --offline points it into the kit.
+if(NOT "$ENV{XDG_CACHE_HOME}" STREQUAL "")
+  set(_ltb_cache "$ENV{XDG_CACHE_HOME}/libtorch-bench")
+else()
+  set(_ltb_cache "$ENV{HOME}/.cache/libtorch-bench")
+endif()
+set(LTB_DEPS_DIR "${_ltb_cache}/deps" CACHE PATH
+    "Prefixes of the dependencies third_party/build-deps builds (benchmark/, loadgen/)")
 function(ltb_fetch_or_fail name)
   if(NOT LTB_FETCH)
     message(FATAL_ERROR "libtorch-bench: ${name} not found, and LTB_FETCH is OFF "
@@ -148,7 +158,27 @@ if(NOT absl_FOUND)
 endif()
 
 # --- Google Benchmark -------------------------------------------------------
-find_package(benchmark CONFIG QUIET)
+# Debian's libbenchmark is compiled without NDEBUG: it prints "Library was
+# built as DEBUG" on every run and the context says library_build_type
+# "debug". The Release build of the same version in LTB_DEPS_DIR comes first;
+# a Google Benchmark found earlier (benchmark_DIR in the cache) is forgotten.
+set(_ltb_release_benchmark "${LTB_DEPS_DIR}/benchmark")
+if(EXISTS "${_ltb_release_benchmark}/lib/cmake/benchmark/benchmarkConfig.cmake")
+  string(FIND "${benchmark_DIR}/" "${_ltb_release_benchmark}/" _ltb_at)
+  if(NOT _ltb_at EQUAL 0)
+    unset(benchmark_DIR CACHE)
+  endif()
+  find_package(benchmark CONFIG REQUIRED PATHS "${_ltb_release_benchmark}" NO_DEFAULT_PATH)
+  message(STATUS "libtorch-bench: Google Benchmark ${benchmark_VERSION}, Release, "
+                 "at ${_ltb_release_benchmark}")
+else()
+  find_package(benchmark CONFIG QUIET)
+  if(benchmark_FOUND)
+    message(STATUS "libtorch-bench: Google Benchmark ${benchmark_VERSION} at ${benchmark_DIR}; "
+      "no Release build in ${_ltb_release_benchmark} (third_party/build-deps makes "
+      "one): a Debian library says library_build_type \"debug\"")
+  endif()
+endif()
 if(NOT benchmark_FOUND)
   ltb_fetch_or_fail("Google Benchmark")
   message(STATUS "libtorch-bench: no system Google Benchmark, fetching v1.7.1")
@@ -158,6 +188,42 @@ if(NOT benchmark_FOUND)
     GIT_REPOSITORY https://github.com/google/benchmark.git
     GIT_TAG v1.7.1 GIT_SHALLOW TRUE)
   FetchContent_MakeAvailable(benchmark)
+endif()
+
+# --- MLPerf LoadGen ---------------------------------------------------------
+# Pinned in third_party/loadgen/pin.txt (version, url, sha256); built by
+# third_party/build-deps into LTB_DEPS_DIR/loadgen, else (online) fetched and
+# built here the same way.
+file(STRINGS "${PROJECT_SOURCE_DIR}/third_party/loadgen/pin.txt" _ltb_pin REGEX "^[a-z0-9]+=")
+foreach(_ltb_line IN LISTS _ltb_pin)
+  string(REGEX MATCH "^([a-z0-9]+)=(.*)$" _ltb_match "${_ltb_line}")
+  string(TOUPPER "${CMAKE_MATCH_1}" _ltb_key)
+  set(LTB_LOADGEN_${_ltb_key} "${CMAKE_MATCH_2}")
+endforeach()
+# LoadGen's Python bindings (tools/requirements.txt) are the same version.
+file(STRINGS "${PROJECT_SOURCE_DIR}/tools/requirements.txt" _ltb_wheel REGEX "^mlcommons-loadgen==")
+if(NOT _ltb_wheel STREQUAL "mlcommons-loadgen==${LTB_LOADGEN_VERSION}")
+  message(FATAL_ERROR "libtorch-bench: tools/requirements.txt pins \"${_ltb_wheel}\", but "
+    "third_party/loadgen/pin.txt builds LoadGen ${LTB_LOADGEN_VERSION}: pin one version in both.")
+endif()
+find_package(loadgen ${LTB_LOADGEN_VERSION} EXACT CONFIG QUIET
+             PATHS "${LTB_DEPS_DIR}/loadgen" NO_DEFAULT_PATH)
+if(loadgen_FOUND)
+  message(STATUS "libtorch-bench: MLPerf LoadGen ${loadgen_VERSION} at ${LTB_DEPS_DIR}/loadgen")
+else()
+  ltb_fetch_or_fail("MLPerf LoadGen ${LTB_LOADGEN_VERSION} (in ${LTB_DEPS_DIR}/loadgen)")
+  message(STATUS "libtorch-bench: no LoadGen ${LTB_LOADGEN_VERSION} in ${LTB_DEPS_DIR}, "
+                 "fetching mlcommons-loadgen ${LTB_LOADGEN_VERSION}'s source package")
+  # The source package has no CMakeLists.txt: it is only unpacked, and
+  # third_party/loadgen builds it.
+  FetchContent_Declare(ltb_loadgen_sdist
+    URL "${LTB_LOADGEN_URL}" URL_HASH SHA256=${LTB_LOADGEN_SHA256}
+    DOWNLOAD_EXTRACT_TIMESTAMP TRUE)
+  FetchContent_MakeAvailable(ltb_loadgen_sdist)
+  set(LOADGEN_SOURCE_DIR "${ltb_loadgen_sdist_SOURCE_DIR}" CACHE PATH
+      "The unpacked mlcommons-loadgen source package" FORCE)
+  add_subdirectory("${PROJECT_SOURCE_DIR}/third_party/loadgen"
+                   "${CMAKE_BINARY_DIR}/_deps/loadgen-build" EXCLUDE_FROM_ALL)
 endif()
 
 # --- GoogleTest -------------------------------------------------------------

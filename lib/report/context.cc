@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/Version.h>
+#include <loadgen/version.h>
 #include <torch/version.h>
 
 #include <cstdlib>
@@ -49,6 +50,9 @@ bool BuiltOptimized() {
 Context CollectContext(const Context& extra) {
   Context ctx;
   ctx.emplace_back("libtorch_version", TORCH_VERSION);
+  // The load generator linked in, as LoadGen names itself (its source
+  // package's VERSION.txt).
+  ctx.emplace_back("loadgen_version", mlperf::LoadgenVersion());
   ctx.emplace_back("blas", BlasLibrary());
   ctx.emplace_back("cpu_capability", CpuCapability());
   // Settings that simulate an older CPU: each changes what runs.

@@ -1,7 +1,8 @@
 """End-to-end tests: run the bench binary as a user would and check its JSON.
 
 LTB_BENCH names the binary; LTB_COMPARE_PY names Google Benchmark's compare.py;
-LTB_TORCH_VERSION is the version of the LibTorch it was built against.
+LTB_TORCH_VERSION is the version of the LibTorch it was built against;
+LTB_LOADGEN_VERSION the MLPerf LoadGen version pinned in third_party/loadgen/pin.txt.
 """
 import importlib.metadata
 import json
@@ -17,6 +18,7 @@ import unittest
 
 BENCH = os.environ.get("LTB_BENCH", "")
 TORCH_VERSION = os.environ.get("LTB_TORCH_VERSION", "")
+LOADGEN_VERSION = os.environ.get("LTB_LOADGEN_VERSION", "")
 COMPARE_PY = os.environ.get("LTB_COMPARE_PY", "/usr/share/benchmark/compare.py")
 # Given peaks skip their measurement (a few seconds); PeaksTest measures.
 FAST = ["--benchmark_min_time=0.01", "--warmup_s=0", "--seq=32", "--batch=2",
@@ -121,11 +123,13 @@ class NanoJsonTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.files = []
+        cls.console = ""
         for i in range(2):
             path = os.path.join(cls.tmp.name, f"run{i}.json")
-            run_bench("--benchmark_filter=Transformer/nano/cpu", *FAST,
-                      "--benchmark_repetitions=2", f"--benchmark_out={path}",
-                      "--benchmark_out_format=json")
+            proc = run_bench("--benchmark_filter=Transformer/nano/cpu", *FAST,
+                             "--benchmark_repetitions=2", f"--benchmark_out={path}",
+                             "--benchmark_out_format=json")
+            cls.console += proc.stdout + proc.stderr
             cls.files.append(path)
         with open(cls.files[0]) as f:
             cls.doc = json.load(f)
@@ -171,6 +175,16 @@ class NanoJsonTest(unittest.TestCase):
         # sets OMP_WAIT_POLICY=passive).
         for var in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"):
             self.assertEqual(ctx.get(var.lower()), os.environ.get(var) or None, var)
+
+    def test_google_benchmark_is_built_for_release(self):
+        # Debian's libbenchmark is compiled without NDEBUG: it warns on every
+        # run, and its timing loop carries the library's assertions.
+        self.assertEqual(self.doc["context"]["library_build_type"], "release")
+        self.assertNotIn("Library was built as DEBUG", self.console)
+
+    @unittest.skipUnless(LOADGEN_VERSION, "LTB_LOADGEN_VERSION is not set")
+    def test_context_names_the_loadgen_linked_in(self):
+        self.assertEqual(self.doc["context"]["loadgen_version"], LOADGEN_VERSION)
 
     def test_compare_py_accepts_two_runs(self):
         proc = subprocess.run([sys.executable, COMPARE_PY, "benchmarks", *self.files],

@@ -541,6 +541,12 @@ class OfflineKitTest(ToolTest):
                               capture_output=True, text=True)
         self.assertExit(proc, 2)
         self.assertIn("--prebuilt=latest: a torch version, e.g. --prebuilt=2.11.0", proc.stderr)
+        # A kit made before it carried Google Benchmark in Release and LoadGen.
+        proc = subprocess.run([os.path.join(TOOLS, "offline-kit"), "--prebuilt=2.11.0", kit],
+                              capture_output=True, text=True)
+        self.assertExit(proc, 1)
+        self.assertIn("has no deps/", proc.stderr)
+        self.assertIn("make it again", proc.stderr)
 
     def test_a_tree_without_git_names_the_commit_it_was_given(self):
         # What the build records where .git did not travel (tools/setup

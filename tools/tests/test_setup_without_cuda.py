@@ -217,7 +217,8 @@ class SetupElsewhereTest(unittest.TestCase):
             self.assertFalse(os.path.exists(os.path.join(build, "bench", "bench")))
             with open(os.path.join(build, "CMakeCache.txt")) as f:
                 cache = f.read()
-            for package in ("absl_DIR", "benchmark_DIR", "GTest_DIR", "nlohmann_json_DIR"):
+            for package in ("absl_DIR", "benchmark_DIR", "GTest_DIR", "nlohmann_json_DIR",
+                            "loadgen_DIR"):
                 line = next(l for l in cache.splitlines() if l.startswith(package + ":"))
                 self.assertIn(os.path.realpath(kit), os.path.realpath(line.split("=", 1)[1]))
             # It runs outside the namespace too, as built (the kit's libraries
