@@ -40,6 +40,8 @@ struct ModelFns {
   std::function<at::Tensor(const at::Tensor&)> loss;
   // The family's optimizer over module->parameters(); train_step only.
   std::function<std::unique_ptr<torch::optim::Optimizer>()> make_optimizer;
+  // forward returns next-token logits (..., V) (Workload::EvaluatesLogits).
+  bool logits = false;
 };
 
 // Precision policy: inference phases run a model whose weights and buffers
