@@ -36,12 +36,12 @@ struct ModelFns {
   std::shared_ptr<torch::nn::Module> module;
   // Runs the model on its stored inputs.
   std::function<at::Tensor()> forward;
+  // forward returns next-token logits (..., V) (Workload::EvaluatesLogits).
+  bool logits = false;
   // Turns the model's output into the scalar training loss.
   std::function<at::Tensor(const at::Tensor&)> loss;
   // The family's optimizer over module->parameters(); train_step only.
   std::function<std::unique_ptr<torch::optim::Optimizer>()> make_optimizer;
-  // forward returns next-token logits (..., V) (Workload::EvaluatesLogits).
-  bool logits = false;
 };
 
 // Precision policy: inference phases run a model whose weights and buffers
