@@ -806,7 +806,6 @@ class Workload:
         self.prefill, self.decode = prefill, lambda t, at: decode(t, at, state)
         self.cache = [t for part in ("self", "cross") for kv in state[part] for t in kv]
         self.cache_per_position = None  # bench counts no cache reads for Whisper
-        self.printed_prompt = None  # bench's Whisper workload has no Prompt()
         self._element_bytes(s)
 
     # Generation (lib/workloads/generation.cc): a prefill, then decode steps,
@@ -1126,7 +1125,7 @@ def print_tokens(spec, workload):
     def show(what, ids):
         for row, r in enumerate(ids.cpu().long().tolist()):
             print(f"{name} {what}[{row}]: " + " ".join(str(x) for x in r), file=sys.stderr)
-    prompt = getattr(workload, "printed_prompt", workload.prompt)
+    prompt = workload.prompt
     if prompt is not None:
         show("prompt", prompt)
     show("tokens", workload.evaluate())
