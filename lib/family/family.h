@@ -50,6 +50,14 @@ class Workload {
   // once outside the timed steps, so that quantised weights are checked on
   // their predictions as well as on their tokens; else undefined.
   virtual at::Tensor Logits() { return {}; }
+  // Generation: the logits (B, T, V) of every position of `tokens` (B, T),
+  // fed from position 0 in one plain forward, so that two runs' next-token
+  // distributions are compared over the same tokens (teacher-forced);
+  // else undefined.
+  virtual at::Tensor Score(const at::Tensor& tokens) { return {}; }
+  // Evaluate() returns next-token logits (..., V) (a language model's
+  // forward): compared as distributions, not only as values.
+  virtual bool EvaluatesLogits() const { return false; }
   // The tensors the workload computes with (parameters, buffers, caches),
   // by name, so that tests can check their dtypes.
   virtual std::vector<std::pair<std::string, at::Tensor>> Tensors() const { return {}; }

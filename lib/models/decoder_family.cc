@@ -299,6 +299,7 @@ std::unique_ptr<Workload> MakeLanguageModelWorkload(const BenchSpec& s, DecoderL
   const at::Tensor inputs = ids.narrow(1, 0, s.seq).contiguous();
   const at::Tensor targets = ids.narrow(1, 1, s.seq).contiguous();
   fns.forward = [model, inputs]() mutable { return model(inputs); };
+  fns.logits = true;
   fns.loss = [targets, vocab](const at::Tensor& logits) {
     return torch::nn::functional::cross_entropy(
         logits.reshape({-1, vocab}).to(at::kFloat), targets.reshape({-1}));
@@ -341,7 +342,9 @@ std::unique_ptr<Workload> MakeDecodeWorkload(const BenchSpec& s, DecoderLM model
   fns.decode = [model, cache](const at::Tensor& token, int64_t position) mutable {
     return model->forward_cached(token, position, *cache).argmax(-1, true);
   };
-  fns.logits = [model, prompt]() mutable { return model->forward(prompt); };
+  fns.score = [model](const at::Tensor& tokens) mutable {
+    return model->forward(tokens);
+  };
   fns.cache = [cache]() {
     std::vector<at::Tensor> tensors = cache->keys;
     tensors.insert(tensors.end(), cache->values.begin(), cache->values.end());

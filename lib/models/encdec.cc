@@ -239,6 +239,7 @@ std::unique_ptr<Workload> BuildEncDec(const BenchSpec& s) {
   fns.forward = [model, pairs, src_len]() mutable {
     return model(pairs.narrow(1, 0, src_len), pairs.narrow(1, src_len, src_len - 1));
   };
+  fns.logits = true;
   return MakePhaseWorkload(s, std::move(fns));
 }
 

@@ -424,12 +424,16 @@ std::unique_ptr<Workload> BuildWhisper(const BenchSpec& s) {
   auto state = std::make_shared<WhisperState>(model->Start(xa, s.prompt + s.new_tokens));
   GenerateFns fns;
   fns.module = model.ptr();
+  fns.prompt = prompt;
   fns.prefill = [model, xa, prompt, state]() mutable {
     model->ComputeCross(xa, *state);
     return model->DecodeCached(prompt, 0, *state).argmax(-1, true);
   };
   fns.decode = [model, state](const at::Tensor& token, int64_t position) mutable {
     return model->DecodeCached(token, position, *state).argmax(-1, true);
+  };
+  fns.score = [model, xa](const at::Tensor& tokens) mutable {
+    return model->Decode(tokens, xa);
   };
   fns.cache = [state]() {
     std::vector<at::Tensor> tensors;

@@ -214,8 +214,9 @@ void AddContext(const SuiteOptions& o, const CommandLine& command_line,
        "head) quantised once before the timed steps: int8 per output channel "
        "(_weight_int8pack_mm), int4 in groups of N with a scale and a zero each "
        "(_weight_int4pack_mm), int8dyn FBGEMM's dynamic int8 linear "
-       "(quantized::linear_dynamic); top1_agree_%, rel_err and token_match_% against "
-       "the same weights unquantised"},
+       "(quantized::linear_dynamic); kld_mean, kld_p99, kld_max and same_top1_% "
+       "teacher-forced against fp32 unquantised, top1_agree_%, rel_err and "
+       "token_match_% against the same weights unquantised"},
   };
   if (!o.sweep.weights.empty()) {
     // What was loaded, by content: the files' SHA-256 (a bad checkpoint says

@@ -93,9 +93,13 @@ class GenerateWorkload final : public Workload {
   at::Tensor Prompt() const override { return fns_.prompt; }
 
   at::Tensor Logits() override {
-    if (!fns_.logits) return {};
+    return fns_.prompt.defined() ? Score(fns_.prompt) : at::Tensor();
+  }
+
+  at::Tensor Score(const at::Tensor& tokens) override {
+    if (!fns_.score) return {};
     c10::InferenceMode guard;
-    return fns_.logits();
+    return fns_.score(tokens);
   }
 
   std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {

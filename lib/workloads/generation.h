@@ -27,8 +27,9 @@ struct GenerateFns {
   // Bytes of the cache a decode step reads when its token attends to
   // `positions` cached positions (itself included); unset: none counted.
   std::function<double(int64_t positions)> cache_read_bytes;
-  // The prompt's logits (B, P, V) from the model's plain forward; unset: none.
-  std::function<at::Tensor()> logits;
+  // The logits (B, T, V) of tokens (B, T) from position 0, through the
+  // model's plain forward (no cache); unset: none. Logits() is the prompt's.
+  std::function<at::Tensor(const at::Tensor& tokens)> score;
 };
 
 // Counters, averaged over the measured steps (N = spec.new_tokens, D =

@@ -74,6 +74,7 @@ class ForwardWorkload final : public Workload {
     c10::InferenceMode guard;
     return fns_.forward();
   }
+  bool EvaluatesLogits() const override { return fns_.logits; }
   std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
     return ModuleTensors(*fns_.module);
   }
@@ -157,6 +158,7 @@ class GraphedWorkload final : public Workload {
     graphs_->Replay(graph_);
     return output_.defined() ? output_.clone() : output_;
   }
+  bool EvaluatesLogits() const override { return inner_->EvaluatesLogits(); }
   std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
     return inner_->Tensors();
   }

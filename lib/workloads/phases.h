@@ -36,6 +36,8 @@ struct ModelFns {
   std::shared_ptr<torch::nn::Module> module;
   // Runs the model on its stored inputs.
   std::function<at::Tensor()> forward;
+  // forward returns next-token logits (..., V) (Workload::EvaluatesLogits).
+  bool logits = false;
   // Turns the model's output into the scalar training loss.
   std::function<at::Tensor(const at::Tensor&)> loss;
   // The family's optimizer over module->parameters(); train_step only.

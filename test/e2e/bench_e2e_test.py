@@ -1264,6 +1264,24 @@ class PrecisionTest(unittest.TestCase):
             if "token_match_%" in b:
                 self.assertGreaterEqual(b["token_match_%"], 0, name)
                 self.assertLessEqual(b["token_match_%"], 100, name)
+            # Language models' next-token distributions, teacher-forced
+            # against fp32: every reduced-precision generate, and forward of
+            # the decoders and EncDec.
+            family = name.split("/")[0]
+            scored = reduced and (phase == "generate" or (
+                phase == "forward" and family in ("Transformer", "GPT2", "Llama", "EncDec")))
+            self.assertEqual("same_top1_%" in b, scored, name)
+            if scored:
+                self.assertGreaterEqual(b["same_top1_%"], 0, name)
+                self.assertLessEqual(b["same_top1_%"], 100, name)
+                if "kld_mean" not in b:  # fp16 logits that overflowed
+                    self.assertRegex(b.get("label", ""), r"kld left out: the logits of \d+ of "
+                                     r"\d+ positions are not finite", name)
+                    continue
+                self.assertGreaterEqual(b["kld_mean"], 0, name)
+                self.assertLessEqual(b["kld_mean"], b["kld_max"], name)
+                self.assertLessEqual(b["kld_p99"], b["kld_max"], name)
+                self.assertLess(b["kld_max"], 1, name)
 
     def test_onednn_linears_are_a_named_axis_of_cpu_inference_only(self):
         onednn = [n for n in self.entries if n.endswith("/onednn")]

@@ -2,29 +2,38 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/nn/functional/loss.h>
 
+#include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "spec_for.h"
 
 namespace ltb {
 namespace {
 
-// A workload whose one output is fixed.
+// A workload whose one output is fixed: logits where `logits` says so.
 class Fixed final : public Workload {
  public:
-  explicit Fixed(at::Tensor out) : out_(std::move(out)) {}
+  explicit Fixed(at::Tensor out, bool logits = false)
+      : out_(std::move(out)), logits_(logits) {}
   void Step() override {}
   at::Tensor Evaluate() override { return out_; }
+  bool EvaluatesLogits() const override { return logits_; }
 
  private:
   at::Tensor out_;
+  bool logits_;
 };
 
-// A family that records the specs it builds, and plans `weights` bytes.
-Family Recording(std::vector<BenchSpec>* built, int64_t weights) {
+// A family that records the specs it builds, and plans `weights` bytes; its
+// workloads' output is `out`, logits where `logits` says so.
+Family Recording(std::vector<BenchSpec>* built, int64_t weights,
+                 at::Tensor out = at::tensor({1.0f, 2.0f, 4.0f}), bool logits = false) {
   Family f;
   f.name = "Recorded";
   f.sizes = {"one"};
@@ -37,9 +46,9 @@ Family Recording(std::vector<BenchSpec>* built, int64_t weights) {
     p.memory.weights = weights;
     return p;
   };
-  f.build = [built](const BenchSpec& spec) -> std::unique_ptr<Workload> {
+  f.build = [built, out, logits](const BenchSpec& spec) -> std::unique_ptr<Workload> {
     built->push_back(spec);
-    return std::make_unique<Fixed>(at::tensor({1.0f, 2.0f, 4.0f}));
+    return std::make_unique<Fixed>(out, logits);
   };
   return f;
 }
@@ -95,6 +104,224 @@ TEST(Accuracy, NoneIsDueInFp32AndNoneIsSaidMissing) {
   EXPECT_TRUE(Accuracy(f, spec, 0, mine, &absent).empty());
   EXPECT_TRUE(built.empty());
   EXPECT_TRUE(absent.empty());
+}
+
+// torch.nn.functional.kl_div(log Q, P, reduction='none') summed over the
+// vocabulary: KL(P || Q) of each position, the definition PositionKL must
+// equal.
+at::Tensor TorchKL(const at::Tensor& logits, const at::Tensor& ref) {
+  const int64_t vocab = logits.size(-1);
+  const at::Tensor log_q = logits.to(at::kDouble).reshape({-1, vocab}).log_softmax(-1);
+  const at::Tensor p = ref.to(at::kDouble).reshape({-1, vocab}).softmax(-1);
+  return torch::nn::functional::kl_div(
+             log_q, p, torch::nn::functional::KLDivFuncOptions().reduction(torch::kNone))
+      .sum(-1);
+}
+
+TEST(Divergence, PositionKLIsTorchsKlDivOfTheSoftmaxes) {
+  at::manual_seed(3);
+  // (batch, positions, vocabulary) of logits, some confident (scaled up),
+  // and a drifted copy as a lower precision would give.
+  const at::Tensor ref = at::randn({2, 5, 11}) *
+                         at::tensor({0.1f, 1.0f, 8.0f, 30.0f, 2.0f}).reshape({1, 5, 1});
+  const at::Tensor logits = ref + 0.3 * at::randn({2, 5, 11});
+  const at::Tensor kl = PositionKL(logits, ref);
+  ASSERT_EQ(kl.sizes(), (at::IntArrayRef{10}));
+  EXPECT_EQ(kl.scalar_type(), at::kDouble);
+  EXPECT_TRUE(at::allclose(kl, TorchKL(logits, ref), 1e-12, 1e-15)) << kl;
+  // In fp64 whatever the logits' dtype: bf16 logits are read as they are.
+  const at::Tensor half = logits.to(at::kBFloat16);
+  EXPECT_TRUE(at::allclose(PositionKL(half, ref), TorchKL(half, ref), 1e-12, 1e-15));
+  // Not symmetric: KL(P || Q) is the reference's P against the run's Q.
+  EXPECT_FALSE(at::allclose(kl, TorchKL(ref, logits), 1e-6, 0));
+}
+
+TEST(Divergence, AKnownPairOfDistributions) {
+  // P = (1/2, 1/2), Q = (3/4, 1/4): KL = 1/2 ln(2/3) + 1/2 ln 2 = 1/2 ln(4/3).
+  const at::Tensor ref = at::zeros({1, 2});
+  const at::Tensor logits = at::tensor({std::log(3.0f), 0.0f}).reshape({1, 2});
+  EXPECT_NEAR(PositionKL(logits, ref).item<double>(), 0.5 * std::log(4.0 / 3.0), 1e-7);
+  EXPECT_EQ(PositionKL(ref, ref).item<double>(), 0);
+}
+
+TEST(Divergence, ALargeVocabularyIsWorkedThroughInChunks) {
+  // 2^21 tokens a position: two positions a chunk, three positions.
+  at::manual_seed(4);
+  const at::Tensor ref = at::randn({3, 1 << 21});
+  const at::Tensor logits = ref + 0.5 * at::randn({3, 1 << 21});
+  EXPECT_TRUE(at::allclose(PositionKL(logits, ref), TorchKL(logits, ref), 1e-9, 1e-12));
+}
+
+TEST(Divergence, TheCountersAreTheKLsMeanP99MaxAndTheSameTopTokens) {
+  at::manual_seed(5);
+  const at::Tensor ref = 3 * at::randn({4, 50, 7});
+  at::Tensor logits = ref + 0.5 * at::randn({4, 50, 7});
+  const Divergence d = Diverge(logits, ref);
+  const at::Tensor kl = TorchKL(logits, ref);
+  EXPECT_EQ(d.positions, 200);
+  EXPECT_EQ(d.non_finite, 0);
+  EXPECT_NEAR(d.kld_mean, kl.mean().item<double>(), 1e-12);
+  EXPECT_NEAR(d.kld_max, kl.max().item<double>(), 1e-12);
+  // numpy's default percentile: linear between the ranks 197 and 198 of 200.
+  const at::Tensor sorted = std::get<0>(kl.sort());
+  const double rank = 0.99 * 199;
+  const double lo = sorted[197].item<double>(), hi = sorted[198].item<double>();
+  EXPECT_NEAR(d.kld_p99, lo + (rank - 197) * (hi - lo), 1e-12);
+  const double same =
+      logits.argmax(-1).eq(ref.argmax(-1)).to(at::kDouble).mean().item<double>() * 100;
+  EXPECT_DOUBLE_EQ(d.same_top1, same);
+  EXPECT_GT(same, 0);
+  EXPECT_LT(same, 100);
+  const auto counters = DivergenceCounters(d);
+  ASSERT_EQ(counters.size(), 4u);
+  EXPECT_EQ(counters[0], std::make_pair(std::string("kld_mean"), d.kld_mean));
+  EXPECT_EQ(counters[1], std::make_pair(std::string("kld_p99"), d.kld_p99));
+  EXPECT_EQ(counters[2], std::make_pair(std::string("kld_max"), d.kld_max));
+  EXPECT_EQ(counters[3], std::make_pair(std::string("same_top1_%"), same));
+}
+
+TEST(Divergence, LogitsThatAreNotFiniteLeaveTheKLOut) {
+  const at::Tensor ref = at::zeros({3, 4});
+  at::Tensor logits = at::zeros({3, 4});
+  logits[1][2] = std::numeric_limits<float>::infinity();
+  const Divergence d = Diverge(logits, ref);
+  EXPECT_EQ(d.positions, 3);
+  EXPECT_EQ(d.non_finite, 1);
+  const auto counters = DivergenceCounters(d);
+  ASSERT_EQ(counters.size(), 1u);
+  EXPECT_EQ(counters[0].first, "same_top1_%");
+}
+
+TEST(Accuracy, AQuantisedRunsDivergenceIsAgainstFp32Unquantised) {
+  // bf16 with int8 weights: its other counters against bf16 unquantised,
+  // its KL against fp32 unquantised (a second reference, built after the
+  // first is let go).
+  std::vector<BenchSpec> built;
+  const at::Tensor ref = at::tensor({0.0f, 1.0f, 2.0f, 2.0f, 1.0f, 0.0f}).reshape({2, 3});
+  const Family f = Recording(&built, 1 << 20, ref, /*logits=*/true);
+  BenchSpec spec = Bf16(f);
+  spec.quant.kind = QuantKind::kInt8;
+  const at::Tensor mine =
+      at::tensor({0.0f, 1.0f, 2.5f, 0.0f, 1.0f, 2.0f}).reshape({2, 3});
+  Fixed run(mine, /*logits=*/true);
+  std::string absent;
+  const auto counters = Accuracy(f, spec, 0, run, &absent);
+  EXPECT_TRUE(absent.empty()) << absent;
+  ASSERT_EQ(built.size(), 2u);
+  EXPECT_EQ(built[0].dtype, c10::kBFloat16);
+  EXPECT_TRUE(built[0].quant.none());
+  EXPECT_EQ(built[1].dtype, c10::kFloat);
+  EXPECT_TRUE(built[1].quant.none());
+  std::vector<std::string> names;
+  for (const auto& [name, value] : counters) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"kld_mean", "kld_p99", "kld_max",
+                                             "same_top1_%", "top1_agree_%", "rel_err"}));
+  const at::Tensor kl = TorchKL(mine, ref);
+  EXPECT_NEAR(counters[0].second, kl.mean().item<double>(), 1e-12);
+  EXPECT_NEAR(counters[2].second, kl.max().item<double>(), 1e-12);
+  EXPECT_EQ(counters[3].second, 50);  // the second position's top token moved
+}
+
+TEST(Accuracy, OutputsThatAreNotLogitsHaveNoDivergence) {
+  std::vector<BenchSpec> built;
+  const Family f = Recording(&built, 1 << 20);
+  Fixed mine(at::tensor({1.0f, 2.0f, 3.0f}));
+  std::string absent;
+  const auto drift = Accuracy(f, Bf16(f), 0, mine, &absent);
+  ASSERT_EQ(drift.size(), 1u);
+  EXPECT_EQ(drift[0].first, "rel_err");
+}
+
+// A real decoder, generating: what the benchmark would build.
+BenchSpec NanoGenerate(const std::string& family, c10::ScalarType dtype) {
+  BenchSpec spec = SpecFor(family, "nano", "generate", 2);
+  spec.dtype = dtype;
+  spec.prompt = 6;
+  spec.new_tokens = 5;
+  return spec;
+}
+
+const Family& FamilyNamed(const std::string& name) {
+  static const auto* families =
+      new std::vector<Family>(RegisteredFamilies(/*include_test_only=*/true).value());
+  return *FindFamily(*families, name).value();
+}
+
+std::map<std::string, double> AccuracyOf(const BenchSpec& spec) {
+  const Family& family = FamilyNamed(spec.family);
+  at::manual_seed(7);
+  const std::unique_ptr<Workload> workload = family.build(spec);
+  std::string absent;
+  const auto counters = Accuracy(family, spec, 7, *workload, &absent);
+  EXPECT_TRUE(absent.empty()) << absent;
+  return {counters.begin(), counters.end()};
+}
+
+TEST(TeacherForced, AnFp32GenerationAgainstItselfHasNoDivergence) {
+  for (const std::string family : {"Llama", "GPT2"}) {
+    const BenchSpec spec = NanoGenerate(family, c10::kFloat);
+    std::unique_ptr<Workload> runs[2];
+    at::Tensor outs[2];
+    for (int i = 0; i < 2; ++i) {
+      at::manual_seed(7);
+      runs[i] = FamilyNamed(family).build(spec);
+      outs[i] = runs[i]->Evaluate();
+    }
+    const Divergence d = TeacherForced(*runs[0], outs[0], *runs[1], outs[1]);
+    EXPECT_EQ(d.positions, 2 * (6 + 5)) << family;  // the prompt and the new tokens
+    EXPECT_EQ(d.non_finite, 0) << family;
+    EXPECT_EQ(d.kld_max, 0) << family;
+    EXPECT_EQ(d.kld_mean, 0) << family;
+    EXPECT_EQ(d.same_top1, 100) << family;
+  }
+}
+
+TEST(TeacherForced, ScoringIsTheLogitsOfEveryPositionOfTheTokensGiven) {
+  const BenchSpec spec = NanoGenerate("Llama", c10::kFloat);
+  at::manual_seed(7);
+  const std::unique_ptr<Workload> run = FamilyNamed("Llama").build(spec);
+  const at::Tensor tokens = at::cat({run->Prompt(), run->Evaluate()}, 1);
+  const at::Tensor logits = run->Score(tokens);
+  ASSERT_EQ(logits.sizes(), (at::IntArrayRef{2, 11, 1000}));
+  // Each greedy token is the top one of the position before it, as the
+  // cached decoding chose it (within rounding: the two paths multiply in
+  // different shapes, and a random model's top two can be close).
+  const at::Tensor before = logits.narrow(1, 5, 5);  // (B, N, V)
+  const at::Tensor chosen = before.gather(-1, tokens.narrow(1, 6, 5).unsqueeze(-1));
+  EXPECT_TRUE(
+      (std::get<0>(before.max(-1)) - chosen.squeeze(-1)).le(1e-4).all().item<bool>());
+  // The prompt's logits are its positions' of the same forward.
+  EXPECT_TRUE(at::allclose(run->Logits(), logits.narrow(1, 0, 6), 1e-4, 1e-5));
+}
+
+TEST(TeacherForced, Bf16AndInt8RunsOfANanoDecoderDivergeALittle) {
+  for (const std::string family : {"Llama", "GPT2"}) {
+    BenchSpec int8 = NanoGenerate(family, c10::kFloat);
+    int8.quant.kind = QuantKind::kInt8;
+    for (const BenchSpec& spec : {NanoGenerate(family, c10::kBFloat16), int8}) {
+      const std::map<std::string, double> c = AccuracyOf(spec);
+      const std::string name = spec.Name();
+      ASSERT_EQ(c.count("kld_mean"), 1u) << name;
+      EXPECT_GT(c.at("kld_mean"), 0) << name;
+      EXPECT_LT(c.at("kld_mean"), 0.01) << name;
+      EXPECT_LE(c.at("kld_mean"), c.at("kld_max")) << name;
+      EXPECT_LE(c.at("kld_p99"), c.at("kld_max")) << name;
+      EXPECT_LT(c.at("kld_max"), 0.1) << name;
+      EXPECT_GE(c.at("same_top1_%"), 0) << name;
+      EXPECT_LE(c.at("same_top1_%"), 100) << name;
+      EXPECT_EQ(c.count("token_match_%"), 1u) << name;
+    }
+  }
+}
+
+TEST(TeacherForced, AReducedPrecisionForwardOfALanguageModelIsScoredOnItsLogits) {
+  BenchSpec spec = SpecFor("Transformer", "nano", "forward", 2, 16);
+  spec.dtype = c10::kBFloat16;
+  const std::map<std::string, double> c = AccuracyOf(spec);
+  ASSERT_EQ(c.count("kld_mean"), 1u);
+  EXPECT_GT(c.at("kld_mean"), 0);
+  EXPECT_LT(c.at("kld_max"), 0.1);
+  EXPECT_EQ(c.count("rel_err"), 1u);
 }
 
 }  // namespace

@@ -23,12 +23,14 @@ FAKE_BENCH_LLAMA=1 makes it a bench of Llama generation instead (for
 tools/vs-llamacpp): Llama/{nano,1B}/cpu/generate/batch:1/prompt:P/new:N
 [/depth:D]/DTYPE[/QUANT][/weights:STEM] for every --dtype (fp32, bf16) and
 every --quant (none; int8, int8dyn, and int4 at each --quant_group G as
-int4:gG), from --prompt, --new_tokens, --depth and --weights. --quant and
---quant_group are refused as unknown flags (exit 2), as a bench without
-them refuses them, unless FAKE_BENCH_QUANT=1. Its counters: pp_tok/s,
-FAKE_BENCH_PP (default 100), and tg_tok/s, FAKE_BENCH_TG (default 10), each
-times 2 in bf16, times 3, 4, 5 for int8, int8dyn, int4, and times 1 + 0.01 x
-the repetition's index. FAKE_BENCH_ERROR, a regex: the benchmarks it matches
+int4:gG) and every --cpu_linear (aten; onednn, named .../onednn), from
+--prompt, --new_tokens, --depth and --weights. --quant and --quant_group
+are refused as unknown flags (exit 2), as a bench without them refuses
+them, unless FAKE_BENCH_QUANT=1; --cpu_linear too with
+FAKE_BENCH_NO_CPU_LINEAR=1. Its counters: pp_tok/s, FAKE_BENCH_PP (default
+100), and tg_tok/s, FAKE_BENCH_TG (default 10), each times 2 in bf16, times
+3, 4, 5 for int8, int8dyn, int4, times 1.5 through onednn, and times 1 +
+0.01 x the repetition's index. FAKE_BENCH_ERROR, a regex: the benchmarks it matches
 report an error.
 """
 import datetime
@@ -101,6 +103,7 @@ def main(argv):
 
 LLAMA_DTYPES = {"fp32": 1, "bf16": 2}
 LLAMA_QUANTS = {"none": 1, "int8": 3, "int8dyn": 4, "int4": 5}
+LLAMA_LINEARS = {"aten": 1, "onednn": 1.5}
 
 
 def llama_main(argv):
@@ -109,9 +112,15 @@ def llama_main(argv):
             print(f"bench: unknown flag '{name}'; bench flags: --depth, --dtype, ...",
                   file=sys.stderr)
             return 2
+    if flag(argv, "--cpu_linear") is not None and os.environ.get("FAKE_BENCH_NO_CPU_LINEAR"):
+        print("bench: unknown flag '--cpu_linear'; bench flags: --depth, --dtype, ...",
+              file=sys.stderr)
+        return 2
     dtypes = flag(argv, "--dtype", "fp32").split(",")
     quants = flag(argv, "--quant", "none").split(",")
-    for value, valid in [(d, LLAMA_DTYPES) for d in dtypes] + [(q, LLAMA_QUANTS) for q in quants]:
+    linears = flag(argv, "--cpu_linear", "aten").split(",")
+    for value, valid in ([(d, LLAMA_DTYPES) for d in dtypes] + [(q, LLAMA_QUANTS) for q in quants]
+                         + [(p, LLAMA_LINEARS) for p in linears]):
         if value not in valid:
             print(f"bench: unknown value '{value}' (valid: {', '.join(valid)})", file=sys.stderr)
             return 2
@@ -126,11 +135,13 @@ def llama_main(argv):
         for dtype in dtypes:
             for quant in quants:
                 groups = flag(argv, "--quant_group", "32").split(",") if quant == "int4" else [""]
-                for group in groups:
+                for group, linear in [(g, p) for g in groups for p in linears]:
                     suffix = "" if quant == "none" else f"/{quant}" + (f":g{group}" if group else "")
+                    suffix += "/onednn" if linear == "onednn" else ""
                     name = (f"Llama/{size}/{head}/{dtype}{suffix}"
                             + (f"/weights:{stem}" if weights else "") + "/manual_time")
-                    cases.append((name, LLAMA_DTYPES[dtype] * LLAMA_QUANTS[quant]))
+                    cases.append((name, LLAMA_DTYPES[dtype] * LLAMA_QUANTS[quant]
+                                  * LLAMA_LINEARS[linear]))
     cases = [c for c in cases if re.search(flag(argv, "--benchmark_filter", "."), c[0])]
     if flag(argv, "--benchmark_list_tests"):
         print("\n".join(name for name, _ in cases))

@@ -33,7 +33,8 @@ QUANT_FLAGS = ["--quant=none,int8,int4,int8dyn", "--quant_group=32,64", "--dtype
                "--peak_flops=1e13", "--peak_bandwidth=1e12"]
 # Counters bench reports that pybench does not: accuracy against the
 # unquantised model (bench's alone), and its CPU allocator's peak.
-BENCH_ONLY = {"top1_agree_%", "rel_err", "token_match_%", "peak_mem"}
+BENCH_ONLY = {"kld_mean", "kld_p99", "kld_max", "same_top1_%", "top1_agree_%", "rel_err",
+              "token_match_%", "peak_mem"}
 TRAINING = ("--quant={}: quantised weights are for inference; LibTorch's quantised linear "
             "kernels have no backward, so training phases run unquantised (--quant=none)")
 INT8DYN_BF16 = ("--quant=int8dyn: FBGEMM's dynamic int8 linear takes fp32 activations (it "

@@ -116,7 +116,19 @@ class ConfidentModelTest(unittest.TestCase):
                 r = self.result(phase, quant)
                 self.assertGreaterEqual(r["top1_agree_%"], 99.0, (phase, quant))
                 self.assertLess(r["rel_err"], 0.05, (phase, quant))
+                # Teacher-forced against fp32: the distributions barely move.
+                self.assertGreaterEqual(r["same_top1_%"], 99.0, (phase, quant))
+                self.assertGreater(r["kld_mean"], 0, (phase, quant))
+                self.assertLess(r["kld_mean"], 0.01, (phase, quant))
+                self.assertLessEqual(r["kld_p99"], r["kld_max"], (phase, quant))
             self.assertGreaterEqual(self.result("generate", quant)["token_match_%"], 99.0)
+
+    def test_fewer_bits_move_the_distributions_more(self):
+        # Teacher-forced KL against fp32: int4's 16 levels a group move the
+        # next-token distributions far more than int8's 255 a channel.
+        for phase in ("generate", "forward"):
+            int8, int4 = self.result(phase, "/int8"), self.result(phase, "/int4:g32")
+            self.assertGreater(int4["kld_mean"], 10 * int8["kld_mean"], phase)
 
     def test_token_match_counts_the_tokens_printed(self):
         prompt = self.printed("", "prompt")
@@ -131,7 +143,8 @@ class ConfidentModelTest(unittest.TestCase):
     def test_unquantised_runs_report_no_quantisation_counters(self):
         for phase in ("generate", "forward"):
             r = self.result(phase, "")
-            for counter in ("top1_agree_%", "rel_err", "token_match_%"):
+            for counter in ("kld_mean", "kld_p99", "kld_max", "same_top1_%", "top1_agree_%",
+                            "rel_err", "token_match_%"):
                 self.assertNotIn(counter, r, phase)
 
     def test_weight_bytes_are_the_packed_ones(self):

@@ -75,6 +75,27 @@ class ReportTest(ToolTest):
         self.assertEqual(float(fwd["step_p99_ms"]), 47.5)
         self.assertEqual(gen["step_sd_ms"], "", "no spread where the run has none")
 
+    def test_accuracy_counters_the_divergence_first(self):
+        # A bf16 generation checked against fp32: the teacher-forced KL and
+        # same-top-1 before token_match_%, whatever order the file has.
+        bf16 = GEN.replace("/fp32", "/bf16")
+        path = self.write("run.json", doc(
+            entry(GEN, 500.0, tokens_per_s=200.0),
+            entry(bf16, 250.0, tokens_per_s=400.0, **{
+                "token_match_%": 15.0, "same_top1_%": 97.5, "kld_max": 0.02,
+                "kld_p99": 0.004, "kld_mean": 3.2e-4})))
+        proc = self.run_tool("report", path)
+        self.assertExit(proc, 0)
+        self.assertIn("| benchmark | reps | median time | tokens/s | kld_mean | kld_p99 | kld_max "
+                      "| same_top1_% | token_match_% |", proc.stdout)
+        self.assertIn(f"| `{bf16}` | 1 | 250 ms | 400 tokens/s | 0.00032 | 0.004 | 0.02 | 97.5% "
+                      "| 15% |", proc.stdout)
+        self.assertIn(f"| `{GEN}` | 1 | 500 ms | 200 tokens/s | — | — | — | — | — |", proc.stdout)
+        gen, row = self.csv_rows(path)
+        self.assertEqual(float(row["kld_mean"]), 3.2e-4)
+        self.assertEqual(float(row["same_top1_%"]), 97.5)
+        self.assertEqual(gen["kld_mean"], "")
+
     def test_compiled_against_eager(self):
         # AOTInductor at 2x eager's speed with 0.8x its memory; TorchScript
         # at eager's speed.

@@ -190,24 +190,27 @@ class GgufWriterTest(unittest.TestCase):
 
 
 # The fake bench's Llama rates (pp 100, tg 10; x2 bf16; x3, x4, x5 int8,
-# int8dyn, int4; x1, 1.01, 1.02 over 3 repetitions) beside the stand-in
-# llama-bench's (pp 30, tg 3; x1, 2, 3, 4 F32, BF16, Q8_0, Q4_0; x0.98, 1,
-# 1.02): (llama.cpp, its pp, its tg, bench, its pp, its tg, the ratios).
+# int8dyn, int4; x1.5 onednn; x1, 1.01, 1.02 over 3 repetitions) beside the
+# stand-in llama-bench's (pp 30, tg 3; x1, 2, 3, 4 F32, BF16, Q8_0, Q4_0;
+# x0.98, 1, 1.02): (llama.cpp, its pp, its tg, bench, its pp, its tg, the
+# ratios), bench's fastest tg beside each type in bold.
 TABLE = [
     ["F32", "30.00 ± 0.60", "3.00 ± 0.06", "fp32", "101.00 ± 1.00", "10.10 ± 0.10",
      "3.37x", "3.37x"],
-    ["BF16", "60.00 ± 1.20", "6.00 ± 0.12", "bf16", "202.00 ± 2.00", "20.20 ± 0.20",
+    ["F32", "30.00 ± 0.60", "3.00 ± 0.06", "**fp32/onednn**", "151.50 ± 1.50",
+     "15.15 ± 0.15", "5.05x", "5.05x"],
+    ["BF16", "60.00 ± 1.20", "6.00 ± 0.12", "**bf16**", "202.00 ± 2.00", "20.20 ± 0.20",
      "3.37x", "3.37x"],
     ["Q8_0", "90.00 ± 1.80", "9.00 ± 0.18", "fp32/int8", "303.00 ± 3.00", "30.30 ± 0.30",
      "3.37x", "3.37x"],
-    ["Q8_0", "90.00 ± 1.80", "9.00 ± 0.18", "bf16/int8", "606.00 ± 6.00", "60.60 ± 0.60",
+    ["Q8_0", "90.00 ± 1.80", "9.00 ± 0.18", "**bf16/int8**", "606.00 ± 6.00", "60.60 ± 0.60",
      "6.73x", "6.73x"],
     ["Q8_0", "90.00 ± 1.80", "9.00 ± 0.18", "fp32/int8dyn", "404.00 ± 4.00", "40.40 ± 0.40",
      "4.49x", "4.49x"],
     ["Q8_0", "90.00 ± 1.80", "9.00 ± 0.18", "bf16/int8dyn", "—", "—", "—", "—"],
     ["Q4_0", "120.00 ± 2.40", "12.00 ± 0.24", "fp32/int4:g32", "505.00 ± 5.00", "50.50 ± 0.50",
      "4.21x", "4.21x"],
-    ["Q4_0", "120.00 ± 2.40", "12.00 ± 0.24", "bf16/int4:g32", "1010.00 ± 10.00",
+    ["Q4_0", "120.00 ± 2.40", "12.00 ± 0.24", "**bf16/int4:g32**", "1010.00 ± 10.00",
      "101.00 ± 1.00", "8.42x", "8.42x"],
 ]
 
@@ -287,12 +290,13 @@ class VsLlamacppTest(ToolTest):
         self.assertEqual({k: got[k] for k in ("-p", "-n", "-d", "-t", "-r", "-o", "-ngl")},
                          {"-p": ["8"], "-n": ["4"], "-d": ["16"], "-t": ["2"], "-r": ["3"],
                           "-o": ["json"], "-ngl": ["0"]})
-        # bench ran the checkpoint the files came from, once plain and once
-        # quantised, generating one token more than llama-bench's -n.
+        # bench ran the checkpoint the files came from, once plain, once
+        # through oneDNN's linear and once quantised, generating one token
+        # more than llama-bench's -n.
         listed = [args for args in self.logged(self.bench_log) if "--benchmark_list_tests" in args]
-        self.assertEqual(len(listed), 2)  # first, to stop early on arguments it refuses
-        plain, quantised = [flags(args[1:]) for args in self.measured()]
-        for got in (plain, quantised):
+        self.assertEqual(len(listed), 3)  # first, to stop early on arguments it refuses
+        plain, onednn, quantised = [flags(args[1:]) for args in self.measured()]
+        for got in (plain, onednn, quantised):
             self.assertEqual({k: got[k] for k in (
                 "--prompt", "--new_tokens", "--depth", "--threads", "--weights",
                 "--benchmark_repetitions", "--benchmark_filter", "--benchmark_min_time")},
@@ -303,24 +307,36 @@ class VsLlamacppTest(ToolTest):
         self.assertEqual(plain["--dtype"], "fp32,bf16")
         self.assertNotIn("--quant", plain)
         self.assertNotIn("--quant_group", plain)
+        self.assertNotIn("--cpu_linear", plain)
+        self.assertEqual((onednn["--dtype"], onednn["--cpu_linear"]), ("fp32", "onednn"))
+        self.assertNotIn("--quant", onednn)
+        self.assertNotIn("--cpu_linear", quantised)
         self.assertEqual((quantised["--dtype"], quantised["--quant"], quantised["--quant_group"]),
                          ("fp32,bf16", "int8,int8dyn,int4", "32"))
         with open(save) as f:
             saved = json.load(f)
         self.assertEqual(len(saved["llama_bench"]), 8)
-        self.assertEqual([r["bench"] for r in saved["table"]], [r[3] for r in TABLE])
+        self.assertEqual([r["bench"] for r in saved["table"]], [r[3].strip("*") for r in TABLE])
+        self.assertEqual([r["fastest"] for r in saved["table"]],
+                         [r[3].startswith("**") for r in TABLE])
+        self.assertTrue(saved["table"][1]["name"].endswith("/fp32/onednn/weights:llama-nano-seed0"),
+                        saved["table"][1]["name"])
         self.assertAlmostEqual(saved["table"][0]["pp_ratio"], 101 / 30)
 
     def test_a_bench_without_quant_measures_f32_and_bf16_of_a_checkpoint_given(self):
         weights = os.path.join(REPO, "test", "models", "fixtures", "llama-nano")
         older = fake_bench(os.path.join(self.tmp, "older"), FAKE_BENCH_LLAMA=1,
-                           FAKE_BENCH_LOG=self.bench_log)
+                           FAKE_BENCH_LOG=self.bench_log, FAKE_BENCH_NO_CPU_LINEAR=1)
         out, err = self.main(*self.args("--weights", weights, "--types", "BF16,F32,Q4_0",
                                         bench=older))
-        no_quant = ["—"] * 4
-        self.assertEqual(table_rows(out), TABLE[:2] + [TABLE[6][:4] + no_quant,
-                                                       TABLE[7][:4] + no_quant])
+        none = ["—"] * 4
+        # The one measured row beside F32 is its fastest.
+        self.assertEqual(table_rows(out), [TABLE[0][:3] + ["**fp32**"] + TABLE[0][4:],
+                                           TABLE[1][:3] + ["fp32/onednn"] + none, TABLE[2],
+                                           TABLE[7][:4] + none,
+                                           TABLE[8][:3] + ["bf16/int4:g32"] + none])
         self.assertIn("- Q4_0 beside bench bf16/int4:g32: this bench has no --quant", out)
+        self.assertIn("- F32 beside bench fp32/onednn: this bench has no --cpu_linear", out)
         (called,) = self.measured()
         self.assertIn(f"--weights={weights}", called)
         self.assertIn("--dtype=fp32,bf16", called)
@@ -337,6 +353,46 @@ class VsLlamacppTest(ToolTest):
         _, err = self.main(*self.args("--weights", weights, "--types", "F32", bench=older))
         self.assertIn(f"kept {files[0]}", err)
         self.assertNotIn("wrote", err)
+
+    def test_the_mark_follows_the_fastest_decode_not_the_order_of_the_rows(self):
+        class Measured:
+            def __init__(self, pp, tg):
+                self.rates = {"pp_tok/s": pp, "tg_tok/s": tg}
+
+            def values(self, counter):
+                return self.rates[counter]
+
+        args = vs_llamacpp.parse_args(self.args("--types", "F32,Q8_0", "--activations",
+                                                "fp32"))[0]
+        record = {"avg_ts": 1.0, "stddev_ts": 0.0}
+        found = {(t, test): record for t in ("F32", "Q8_0") for test in ("pp", "tg")}
+        # at::linear decodes faster than oneDNN here though its prompt is
+        # slower; beside Q8_0 the faster prompt is int8's, the faster decode
+        # int8dyn's.
+        measured = {("fp32", ""): (Measured([10.0], [4.0, 5.0]), "a", None),
+                    ("fp32", "onednn"): (Measured([20.0], [4.4]), "b", None),
+                    ("fp32", "int8"): (Measured([30.0], [1.0]), "c", None),
+                    ("fp32", "int8dyn"): (Measured([5.0], [3.0]), "d", None)}
+        rows = vs_llamacpp.table(args, found, measured)
+        self.assertEqual([(r["bench"], r["fastest"]) for r in rows],
+                         [("fp32", True), ("fp32/onednn", False), ("fp32/int8", False),
+                          ("fp32/int8dyn", True)])
+        # A type none of whose rows was measured has no mark.
+        rows = vs_llamacpp.table(args, found, {("fp32", "int8"): (None, "c", "failed")})
+        self.assertEqual([r["fastest"] for r in rows], [False] * 4)
+        self.assertNotIn("**", vs_llamacpp.markdown(args, rows))
+        self.assertIn("| **fp32** |", vs_llamacpp.markdown(
+            args, vs_llamacpp.table(args, found, measured)))
+
+    def test_bench_keys_tell_the_paths_apart(self):
+        for name, key in [
+                ("Llama/1B/cpu/generate/batch:1/prompt:32/new:17/fp32/weights:x", ("fp32", "")),
+                ("Llama/1B/cpu/generate/batch:1/prompt:32/new:17/fp32/onednn/weights:x",
+                 ("fp32", "onednn")),
+                ("Llama/1B/cpu/generate/batch:1/prompt:32/new:17/bf16/int4:g32/manual_time",
+                 ("bf16", "int4:g32")),
+                ("Llama/1B/cpu/generate/batch:1/prompt:32/new:17/fp32/int8dyn", ("fp32", "int8dyn"))]:
+            self.assertEqual(vs_llamacpp.bench_key(name), key, name)
 
     def test_bad_input_is_named_with_the_valid_choices(self):
         cases = [
@@ -399,8 +455,6 @@ class DocsTableTest(unittest.TestCase):
         for e in doc["benchmarks"]:
             if e.get("aggregate_name") == "mean":
                 dtype, quant = vs_llamacpp.bench_key(e["name"])
-                if "/onednn/" in e["name"]:
-                    quant = "onednn"
                 out[f"{dtype}/{quant}" if quant else dtype] = e
         return out
 

@@ -29,18 +29,21 @@ depth D, bench's after the prompt, at D+P: the same weights' bytes a step,
 P more positions of the cache.)
 
 The pairs, one row each (llama.cpp's type and the bench row beside it):
-  F32   bench fp32
+  F32   bench fp32 both ways: at::linear (fp32) and oneDNN's packed linear
+        (--cpu_linear=onednn, fp32/onednn)
   BF16  bench bf16
   Q8_0  bench --quant=int8 and --quant=int8dyn, at each --activations dtype
         (fp32/int8, bf16/int8, fp32/int8dyn, bf16/int8dyn)
   Q4_0  bench --quant=int4 --quant_group=32 (fp32/int4:g32, bf16/int4:g32)
-bench runs once for the unquantised rows and once with --quant for the
-quantised ones; a bench without --quant measures the unquantised rows and
-leaves the others empty, saying so. bench lists each run's benchmarks
+bench runs once for the unquantised rows, once with --cpu_linear=onednn
+for fp32/onednn and once with --quant for the quantised ones; a bench
+without --quant measures the unquantised rows and leaves the others empty,
+saying so. bench lists each run's benchmarks
 first, so that arguments it refuses stop the tool before anything long.
 Each cell is the mean +- standard deviation of the repetitions' tokens/s
 (llama-bench's avg_ts and stddev_ts; bench's pp_tok/s and tg_tok/s), and
-the ratio is bench's mean over llama.cpp's: above 1, bench is faster. A
+the ratio is bench's mean over llama.cpp's: above 1, bench is faster.
+Beside each llama.cpp type, bench's fastest row (by tg) is in bold. A
 bench row that failed shows its error under the table. Measure on an idle
 machine: other work on the same cores slows both sides, and unevenly.
 
@@ -87,7 +90,8 @@ OWN_FLAGS = dict(
      "--benchmark_repetitions": "use --repetitions",
      "--new_tokens": "use --new-tokens (llama-bench's -n)",
      "--dtype": "use --types and --activations", "--quant": "use --types",
-     "--quant_group": "Q4_0 pairs with int4 at group 32"},
+     "--quant_group": "Q4_0 pairs with int4 at group 32",
+     "--cpu_linear": "it runs fp32 both ways (aten and onednn) beside F32"},
     **{flag: "it reads bench's JSON itself" for flag in (
         "--benchmark_format", "--benchmark_out", "--benchmark_out_format",
         "--benchmark_list_tests")})
@@ -110,10 +114,15 @@ def default_out():
     return os.path.join(os.path.dirname(venv_dir()), "vs-llamacpp")
 
 
+ONEDNN = "onednn"  # the path of a row: bench's --cpu_linear=onednn, named .../onednn
+
+
 def bench_rows(gguf_type, activations):
-    """bench's (dtype, quant) rows beside a llama.cpp type."""
+    """bench's (dtype, path) rows beside a llama.cpp type: the path is ''
+    for the unquantised at::linear, onednn for oneDNN's packed linear, else
+    the quantisation."""
     if gguf_type == "F32":
-        return [("fp32", "")]
+        return [("fp32", ""), ("fp32", ONEDNN)]
     if gguf_type == "BF16":
         return [("bf16", "")]
     if gguf_type == "Q8_0":
@@ -126,13 +135,15 @@ def row_label(dtype, quant):
 
 
 def bench_key(name):
-    """(dtype, quant) of a generation benchmark's name: quant is '' when
-    unquantised, else int8, int8dyn or int4:gG, the part after the dtype."""
+    """(dtype, path) of a generation benchmark's name: path is int8, int8dyn
+    or int4:gG when quantised (the part after the dtype), else onednn for
+    oneDNN's packed linear, else ''."""
     parts = name.split("/")
     for i, part in enumerate(parts):
         if part in ("fp32", "bf16", "fp16"):
-            quant = next((p for p in parts[i + 1:]
-                          if p in ("int8", "int8dyn") or p.startswith("int4")), "")
+            rest = parts[i + 1:]
+            quant = next((p for p in rest if p in ("int8", "int8dyn") or p.startswith("int4")),
+                         ONEDNN if ONEDNN in rest else "")
             return part, quant
     return None, None
 
@@ -288,24 +299,29 @@ def run_llama_bench(args, files):
 
 
 def bench_runs(args):
-    """bench's runs: (dtypes, quants), unquantised and quantised, those the
-    types ask for."""
+    """bench's runs: (dtypes, quants, onednn), those the types ask for:
+    unquantised through at::linear, fp32 through oneDNN's packed linear
+    (beside F32), and quantised."""
     runs = []
     plain = [d for t, d in (("F32", "fp32"), ("BF16", "bf16")) if t in args.types]
     if plain:
-        runs.append((plain, []))
+        runs.append((plain, [], False))
+    if "F32" in args.types:
+        runs.append((["fp32"], [], True))
     quants = [q for t, qs in (("Q8_0", ("int8", "int8dyn")), ("Q4_0", ("int4",)))
               if t in args.types for q in qs]
     if quants:
-        runs.append((args.activations, quants))
+        runs.append((args.activations, quants, False))
     return runs
 
 
-def bench_command(args, bench_args, checkpoint, dtypes, quants):
+def bench_command(args, bench_args, checkpoint, dtypes, quants, onednn=False):
     cmd = [args.bench, f"--benchmark_filter=^Llama/{args.size}/cpu/generate/",
            f"--prompt={args.prompt}", f"--new_tokens={args.new_tokens + 1}",
            f"--depth={args.depth}", f"--threads={args.threads}", f"--weights={checkpoint}",
            f"--dtype={','.join(dtypes)}", f"--benchmark_repetitions={args.repetitions}"]
+    if onednn:
+        cmd.append(f"--cpu_linear={ONEDNN}")
     if quants:
         cmd.append(f"--quant={','.join(quants)}")
         if "int4" in quants:
@@ -314,30 +330,36 @@ def bench_command(args, bench_args, checkpoint, dtypes, quants):
 
 
 NO_QUANT = "this bench has no --quant (a build older than its quantised linears)"
+NO_ONEDNN = "this bench has no --cpu_linear (a build older than its oneDNN linears)"
 
 
 def check_bench_runs(args, bench_args, checkpoint):
     """The runs bench takes the arguments of (listing their benchmarks, so
     that what it refuses stops the tool before the long part), and why it
-    cannot run the others: a bench without --quant runs the unquantised."""
+    cannot run the others: a bench without --quant or --cpu_linear runs the
+    rest."""
     runs, refused = [], {}
-    for dtypes, quants in bench_runs(args):
-        cmd = bench_command(args, bench_args, checkpoint, dtypes, quants)
+    for dtypes, quants, onednn in bench_runs(args):
+        cmd = bench_command(args, bench_args, checkpoint, dtypes, quants, onednn)
         try:
             list_benchmarks(cmd[0], cmd[1:])
         except BadInput as e:
+            if onednn and "'--cpu_linear" in str(e):
+                refused.update({(d, ONEDNN): NO_ONEDNN for d in dtypes})
+                progress(f"{NO_ONEDNN}: bench's fp32/onednn row is left empty")
+                continue
             if not (quants and "'--quant" in str(e)):
                 raise
             refused.update({(d, q if q != "int4" else f"int4:g{INT4_GROUP}"): NO_QUANT
                             for d in dtypes for q in quants})
             progress(f"{NO_QUANT}: bench's rows beside Q8_0 and Q4_0 are left empty")
             continue
-        runs.append((dtypes, quants))
+        runs.append((dtypes, quants, onednn))
     return runs, refused
 
 
-def run_bench(args, bench_args, checkpoint, dtypes, quants):
-    cmd = bench_command(args, bench_args, checkpoint, dtypes, quants)
+def run_bench(args, bench_args, checkpoint, dtypes, quants, onednn=False):
+    cmd = bench_command(args, bench_args, checkpoint, dtypes, quants, onednn)
     cmd.append("--benchmark_format=json")
     progress("running " + " ".join(cmd))
     try:
@@ -376,9 +398,12 @@ def mean_sd(values):
 
 
 def table(args, found, measured):
+    """One row a bench row beside its llama.cpp type; `fastest` marks the
+    bench row of the highest mean tg_tok/s beside each type."""
     rows = []
     for gguf_type in args.types:
         pp, tg = found[(gguf_type, "pp")], found[(gguf_type, "tg")]
+        beside = []
         for dtype, quant in bench_rows(gguf_type, args.activations):
             result, name, error = measured.get((dtype, quant), (None, None, None))
             row = {"llama_cpp": gguf_type, "model_type": pp.get("model_type"),
@@ -386,7 +411,8 @@ def table(args, found, measured):
                    "llama_pp": (pp["avg_ts"], pp["stddev_ts"]),
                    "llama_tg": (tg["avg_ts"], tg["stddev_ts"]),
                    "bench": row_label(dtype, quant), "name": name, "error": error,
-                   "bench_pp": None, "bench_tg": None, "pp_ratio": None, "tg_ratio": None}
+                   "bench_pp": None, "bench_tg": None, "pp_ratio": None, "tg_ratio": None,
+                   "fastest": False}
             if result is not None:
                 row["bench_pp"] = mean_sd(result.values("pp_tok/s"))
                 row["bench_tg"] = mean_sd(result.values("tg_tok/s"))
@@ -394,7 +420,11 @@ def table(args, found, measured):
                 row["tg_ratio"] = row["bench_tg"][0] / tg["avg_ts"] if tg["avg_ts"] else None
             elif error is None:
                 row["error"] = "not measured (this bench has no such row)"
-            rows.append(row)
+            beside.append(row)
+        measured_rows = [r for r in beside if r["bench_tg"] is not None]
+        if measured_rows:
+            max(measured_rows, key=lambda r: r["bench_tg"][0])["fastest"] = True
+        rows += beside
     return rows
 
 
@@ -414,8 +444,9 @@ def markdown(args, rows):
     cells = []
     for r in rows:
         size = "" if not r["model_size"] else f" ({format_bytes(r['model_size'])})"
+        label = f"**{r['bench']}**" if r["fastest"] else r["bench"]
         cells.append([r["llama_cpp"] + size, rate(r["llama_pp"]), rate(r["llama_tg"]),
-                      r["bench"], rate(r["bench_pp"]), rate(r["bench_tg"]),
+                      label, rate(r["bench_pp"]), rate(r["bench_tg"]),
                       ratio(r["pp_ratio"]), ratio(r["tg_ratio"])])
     return markdown_table(headers, cells)
 
@@ -430,7 +461,7 @@ def vs_llamacpp_main(argv=None):
     runs, refused = check_bench_runs(args, bench_args, checkpoint)
     files = write_gguf_files(args, checkpoint, source)
     records, found = run_llama_bench(args, files)
-    docs = [run_bench(args, bench_args, checkpoint, dtypes, quants) for dtypes, quants in runs]
+    docs = [run_bench(args, bench_args, checkpoint, *run) for run in runs]
     rows = table(args, found, bench_results(docs, refused))
 
     first = records[0]
@@ -450,7 +481,7 @@ def vs_llamacpp_main(argv=None):
     print(markdown(args, rows))
     print()
     print("t/s: mean ± standard deviation over the repetitions; the ratios are bench's "
-          "mean over llama.cpp's.")
+          "mean over llama.cpp's; in bold, bench's fastest tg beside each llama.cpp type.")
     for r in rows:
         if r["error"]:
             print(f"- {r['llama_cpp']} beside bench {r['bench']}: {r['error']}")

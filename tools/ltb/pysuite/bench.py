@@ -56,8 +56,9 @@ after the dtype; training phases, and dtypes or devices a kernel does not
 take, are the benchmark's error in bench's words; weight_bytes (and
 weight_GB/s, read_GB/s, mbu) count the packed bytes; int8dyn leaves mfu out
 as bench does. Not here: gpu_util_% of the epochs (bench's NVML sampler),
-and --quant's accuracy counters (top1_agree_%, rel_err, token_match_%),
-which are bench's alone.
+and the accuracy counters of reduced precisions and --quant against fp32
+(kld_mean, kld_p99, kld_max, same_top1_%, top1_agree_%, rel_err,
+token_match_%), which are bench's alone.
 
 Names are bench's with the runtime last (after the dtype, or /weights:NAME): .../fp32/py_eager, or
 .../fp32/py_compile for torch.compile (its compile_s counter is the first
@@ -805,7 +806,6 @@ class Workload:
         self.prefill, self.decode = prefill, lambda t, at: decode(t, at, state)
         self.cache = [t for part in ("self", "cross") for kv in state[part] for t in kv]
         self.cache_per_position = None  # bench counts no cache reads for Whisper
-        self.printed_prompt = None  # bench's Whisper workload has no Prompt()
         self._element_bytes(s)
 
     # Generation (lib/workloads/generation.cc): a prefill, then decode steps,
@@ -1130,7 +1130,7 @@ def print_tokens(spec, workload):
     def show(what, ids):
         for row, r in enumerate(ids.cpu().long().tolist()):
             print(f"{name} {what}[{row}]: " + " ".join(str(x) for x in r), file=sys.stderr)
-    prompt = getattr(workload, "printed_prompt", workload.prompt)
+    prompt = workload.prompt
     if prompt is not None:
         show("prompt", prompt)
     show("tokens", workload.evaluate())

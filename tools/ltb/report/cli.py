@@ -10,7 +10,9 @@ Per benchmark and file: the median time (the mean step time of a run), the
 spread of the steps inside a run (step_sd_ms, the standard deviation;
 step_cv_%; step_p50_ms, step_p90_ms, step_p99_ms), the throughput counters
 (tokens/s, samples/s, FLOP/s, bytes/s; ttft_ms and tpot_ms of generation),
-peak memory and, with several files, the speedup against the first file
+peak memory; where a reduced precision or --quant was checked against fp32,
+the teacher-forced KL divergence (kld_mean, kld_p99, kld_max), same_top1_%,
+then token_match_% and rel_err; with several files, the speedup against the first file
 (its median time over this file's). Repetitions are reduced to their median; errored
 entries are listed under the table.
 

@@ -8,7 +8,7 @@ import sys
 
 from ltb.results import runtimes
 from ltb.results.cost import cost_per_epoch, cost_per_million
-from ltb.results.entries import REPORT_COUNTERS, collect, errors
+from ltb.results.entries import ACCURACY_COUNTERS, REPORT_COUNTERS, collect, errors
 from ltb.results.format import format_seconds, format_value, human, markdown_table
 from ltb.results.names import parse_name, split_ranks
 from ltb.results.scaling import scaling_markdown
@@ -30,7 +30,7 @@ def rows(docs, labels, prices):
                    "time": bench.median_time, "peak_mem": bench.median("peak_mem")}
             for counter in REPORT_COUNTERS:
                 row[counter] = bench.median(counter)
-            for counter in ("rel_err", "compile_s"):
+            for counter in (*ACCURACY_COUNTERS, "rel_err", "compile_s"):
                 row[counter] = bench.median(counter)
             if bench.has("step_cv_%"):
                 # The spread of the steps inside a run: the time is their
@@ -56,7 +56,7 @@ def columns(table, several_files):
     """The columns any row has a value for, in a fixed order."""
     wanted = ["benchmark"] + (["file"] if several_files else []) + ["repetitions", "time"]
     wanted += ["step_sd_ms", *SPREAD_COUNTERS]
-    wanted += list(REPORT_COUNTERS) + ["peak_mem", "rel_err", "compile_s"]
+    wanted += list(REPORT_COUNTERS) + ["peak_mem", *ACCURACY_COUNTERS, "rel_err", "compile_s"]
     wanted += ["speedup"] if several_files else []
     wanted += ["cost/1M tokens", "cost/1M samples", "cost/epoch"]
     return [c for c in wanted
