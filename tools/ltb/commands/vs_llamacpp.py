@@ -71,7 +71,7 @@ from ltb.base import BadInput, require, run, venv_dir, write_json
 from ltb.pysuite import facts
 from ltb.results.entries import collect, errors
 from ltb.results.format import format_bytes, markdown_table
-from ltb.running.bench import (check_bench, default_bench, last_lines, list_benchmarks,
+from ltb.bench_process.bench import (check_bench, default_bench, last_lines, list_benchmarks,
                                split_bench_args)
 
 GGUF_TYPES = ("F32", "BF16", "Q8_0", "Q4_0")  # llama_gguf.TYPES
