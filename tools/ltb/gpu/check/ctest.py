@@ -1,5 +1,4 @@
-"""Every test of the build directory, through ctest.
-"""
+"""Every test of the build directory, through ctest."""
 import os
 import re
 import shlex

@@ -1,6 +1,5 @@
 """Data-parallel runs through tools/launch: one rank (NCCL on a GPU, Gloo
-on the CPU), two where there are two GPUs, and a failing rank.
-"""
+on the CPU), two where there are two GPUs, and a failing rank."""
 import json
 import os
 import re

@@ -1,5 +1,4 @@
-"""The default suite on every device, and bench's CPU/GPU speedup summary.
-"""
+"""The default suite on every device, and bench's CPU/GPU speedup summary."""
 import os
 
 from ltb.gpu.check.results import expect_names, families_phases

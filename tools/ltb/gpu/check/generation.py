@@ -1,5 +1,4 @@
-"""Generation's prefill and decode counters (ttft, tpot, pp and tg tokens/s).
-"""
+"""Generation's prefill and decode counters (ttft, tpot, pp and tg tokens/s)."""
 from ltb.gpu.check.results import counters, fmt, short
 
 

@@ -1,5 +1,4 @@
-"""The memory guard refuses a model that cannot fit.
-"""
+"""The memory guard refuses a model that cannot fit."""
 import re
 
 from ltb.gpu.check.results import error_of, iterations, short

@@ -1,6 +1,5 @@
 """A real out-of-memory error, on the host and on the GPU, caught while the
-run goes on.
-"""
+run goes on."""
 import os
 import re
 import subprocess

@@ -1,5 +1,4 @@
-"""Every family and phase at its small size in fp32, bf16 and fp16.
-"""
+"""Every family and phase at its small size in fp32, bf16 and fp16."""
 from ltb.gpu.check.results import error_of, expect_names, families_phases, fmt, iterations, short
 
 

@@ -1,5 +1,4 @@
-"""--profile: operator tables, traces and gpu_busy_%.
-"""
+"""--profile: operator tables, traces and gpu_busy_%."""
 import os
 import shutil
 

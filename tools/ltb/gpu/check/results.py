@@ -1,6 +1,5 @@
 """Reading what a bench run wrote: its benchmarks, their errors, the names
-and counters a check expects, and numbers as the summary prints them.
-"""
+and counters a check expects, and numbers as the summary prints them."""
 import json
 import re
 

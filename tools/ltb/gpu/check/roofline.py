@@ -1,10 +1,9 @@
 """The matrix rate and the memory bandwidth against the peaks every mfu and
-mbu divides by, and torch.sum, which must not read faster than that peak.
-"""
+mbu divides by, and torch.sum, which must not read faster than that peak."""
 import re
 
+from ltb.gpu.check.pythons import tools_python
 from ltb.gpu.check.results import counters, expect_names, fmt, short
-from ltb.gpu.check.runner import tools_python
 
 
 # The hardware's two ceilings: the matrix product the datasheet's rate is

@@ -1,7 +1,6 @@
 """The shared runner of gpu-check's steps: one command at a time with its
 output on the console and in console.log, bench runs read back into a
-Check (one row of the summary), and the budget each step must fit in.
-"""
+Check (one row of the summary), and the budget each step must fit in."""
 import os
 import re
 import resource
@@ -9,14 +8,15 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 
-from ltb.base import REPO, SMALL_SIZES, Signalled, raise_on_signals, venv_dir
+from ltb.base import REPO, SMALL_SIZES, Signalled, raise_on_signals
+from ltb.gpu.check.pythons import tools_python
 from ltb.gpu.check.results import error_of, fmt, iterations, read_results, short
-from ltb.gpu.check.summary import FAILED, INTERRUPTED, OUT_OF_TIME, Check, write_archive, write_summary
+from ltb.gpu.check.summary import (FAILED, INTERRUPTED, OUT_OF_TIME, Check, write_archive,
+                                   write_summary)
 
 TOOLS = os.path.join(REPO, "tools")
 # Every family's size in the default suite, and the rehearsal's.
@@ -37,13 +37,10 @@ REHEARSAL_PEAKS = ["--peak_flops=1e13", "--peak_bandwidth=1e12"]
 REHEARSAL_THREADS = ["--threads=1"]
 # The rehearsal's shapes: small enough for a 2-core CPU.
 REHEARSAL_SHAPE = ["--batch=2", "--seq=64", "--dataset_samples=16", "--new_tokens=20"]
-# The rehearsal's Ops: the smallest matmul (a CPU without bf16 or fp16 arithmetic
-# takes a minute over a 2048x2048 one in those dtypes).
+# The rehearsal's Ops: the smallest matmul (a CPU without bf16 or fp16
+# arithmetic takes a minute over a 2048x2048 one in those dtypes).
 REHEARSAL_OPS = "Ops/(matmul/256x256|copy/256MiB|noop/empty)/"
 COMMAND_TIMEOUT = 600  # seconds: one bench run
-# The Python modules the tools that gpu-check and ctest run import.
-TOOL_MODULES = {"scipy": "tools/gate, tools/compare and compare.py",
-                "matplotlib": "tools/plot", "yaml": "the workflow tests"}
 # The least time each step needs on a GPU with --quick (seconds, after the
 # build): a step is not started with less than this left of --budget. The
 # rehearsal on a CPU uses a tenth of these.
@@ -51,35 +48,6 @@ STEP_SECONDS = {"bench": 5, "default suite": 60, "roofline": 10, "precision": 60
                 "generation": 20, "train_epoch": 30, "profile": 15, "transfers": 10,
                 "sync": 10, "memory guard": 5, "out of memory": 20, "data-parallel": 30,
                 "ctest": 120}
-
-
-def has_modules(python, modules):
-    try:
-        probe = subprocess.run([python, "-c", "import " + ", ".join(modules)],
-                               capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return probe.returncode == 0
-
-
-def venv_python():
-    return os.path.join(venv_dir(), "bin", "python")
-
-
-def tools_python(modules=tuple(TOOL_MODULES)):
-    """The first Python that has the modules: this one, the project's venv,
-    LTB_PYTHON (the offline machine's Python with torch), python3 on the
-    PATH; (python, []) or (this Python, the candidates tried) when none has."""
-    candidates = [sys.executable, venv_python(), os.environ.get("LTB_PYTHON"),
-                  shutil.which("python3")]
-    tried = []
-    for python in dict.fromkeys(c for c in candidates if c):
-        if not (os.path.isfile(python) or shutil.which(python)):
-            continue
-        tried.append(python)
-        if has_modules(python, modules):
-            return python, []
-    return sys.executable, tried
 
 
 class ignoring_signals:
@@ -123,7 +91,6 @@ class Runner:
         self.gpus = [d for d in self.devices if d.startswith("cuda")]
         self.gpu = bool(self.gpus)
         self.sizes = SMALL if self.gpu else NANO
-        # The rehearsal's shapes: small enough for a 2-core CPU.
         self.shape = [] if self.gpu else REHEARSAL_SHAPE
         self.fast = FAST if self.gpu else REHEARSAL_FAST
         self.encoder_seq = "128" if self.gpu else "64"

@@ -1,10 +1,9 @@
 """The first step: bench runs and lists the suite, its --help says which
-flags it has, and a Python has the tools' packages.
-"""
+flags it has, and a Python has the tools' packages."""
 import subprocess
 import sys
 
-from ltb.gpu.check.runner import TOOL_MODULES, has_modules
+from ltb.gpu.check.pythons import TOOL_MODULES, has_modules
 
 
 def run(r):

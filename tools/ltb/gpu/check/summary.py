@@ -1,6 +1,5 @@
 """What gpu-check leaves in OUTDIR as it goes: summary.md, rewritten after
-every step, the console's closing list, and with --pack results.tar.gz.
-"""
+every step, the console's closing list, and with --pack results.tar.gz."""
 import os
 import tarfile
 
@@ -27,6 +26,8 @@ class Check:
 
 
 def write_summary(r, final):
+    """summary.md as it stands (final: with the result, and the closing list
+    on the console)."""
     failed = [c for c in r.checks if c.status in (FAILED, OUT_OF_TIME)]
     mode = ("on " + ",".join(r.gpus)) if r.gpu else \
         f"rehearsal on {','.join(r.devices)} (nano sizes; what needs a GPU is skipped)"

@@ -1,5 +1,4 @@
-"""--sync=false against --sync=true on a small model.
-"""
+"""--sync=false against --sync=true on a small model."""
 from ltb.gpu.check.results import error_of, fmt, iterations, short
 from ltb.gpu.check.summary import FAILED
 

@@ -1,6 +1,5 @@
 """--tf32 and --cuda_graphs beside their plain twins, and graphed
-generation's tokens against eager generation's.
-"""
+generation's tokens against eager generation's."""
 import re
 
 from ltb.gpu.check.results import error_of, expect_names, fmt, iterations, short

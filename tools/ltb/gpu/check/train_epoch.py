@@ -1,6 +1,5 @@
 """train_epoch from memory and from disk, and gpu_util_% over an epoch
-sized to be long enough to sample.
-"""
+sized to be long enough to sample."""
 import math
 import os
 import re

@@ -1,5 +1,4 @@
-"""The transfer ops: host to device and back, pinned and pageable, and d2d.
-"""
+"""The transfer ops: host to device and back, pinned and pageable, and d2d."""
 from ltb.gpu.check.results import counters, expect_names, short
 
 
