@@ -43,7 +43,7 @@ def run(r):
         else:
             expect_names(c, name, doc, [f"^{f}/{z}/" for f, z in r.sizes.items()])
         if flag == "cuda_graphs":
-            graphed_tokens(r, c, doc)
+            graphed_tokens(c, doc)
         suffix = "/fp32/tf32" if flag == "tf32" else "/graph"
         expect_names(c, name, doc, [re.escape(suffix) + "$"])
         # Each axis beside its plain twin: the speed-up it gives.
@@ -68,7 +68,7 @@ def run(r):
                           if energy else ""))
 
 
-def graphed_tokens(r, c, doc):
+def graphed_tokens(c, doc):
     """Graphed generation makes the tokens eager generation makes: each
     graphed bf16 generate has token_match_% (against the eager fp32
     reference), within GRAPH_TOKEN_SLACK points of its eager twin's (the
