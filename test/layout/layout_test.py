@@ -133,9 +133,9 @@ if __name__ == "__main__":
 TOOLS = os.path.join(ROOT, "tools")
 PACKAGE = os.path.join(TOOLS, "ltb")
 # Lowest first: a room may import its own modules and those of the rooms
-# before it, never one after it. visit (gpu-check, gpu-run) imports base
+# before it, never one after it. gpu (gpu-check, gpu-run) imports base
 # alone: the GPU machine's Python may lack the tools' packages.
-PY_ROOMS = ["base", "results", "running", "gate", "history", "report", "pysuite", "visit",
+PY_ROOMS = ["base", "results", "bench_process", "gate", "history", "report", "pysuite", "gpu",
             "commands"]
 LOAD_BY_PATH = re.compile(r"SourceFileLoader|spec_from_file_location|spec_from_loader|"
                           r"run_path|exec\(open|imp\.load_source")
@@ -211,8 +211,8 @@ class ToolsLayoutTest(unittest.TestCase):
                 target = module.split(".")[1]
                 if target not in PY_ROOMS or PY_ROOMS.index(target) > PY_ROOMS.index(room):
                     wrong.append(f"{os.path.relpath(path, TOOLS)} ({room}) imports {module}")
-                if room == "visit" and target != "base" and target != "visit":
-                    wrong.append(f"{os.path.relpath(path, TOOLS)} (visit) imports {module}")
+                if room == "gpu" and target != "base" and target != "gpu":
+                    wrong.append(f"{os.path.relpath(path, TOOLS)} (gpu) imports {module}")
         self.assertEqual(wrong, [])
 
     def test_no_path_edits_and_no_loading_by_path(self):

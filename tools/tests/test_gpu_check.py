@@ -266,30 +266,31 @@ class FailureTest(ToolTest):
         # The roofline check's torch.sum against a bandwidth peak of 1 kB/s,
         # which any torch.sum beats, and against one no memory reaches.
         import argparse
-        from ltb.visit import gpu_check as gc
+        from ltb.gpu import check as gc
+        from ltb.gpu.check.roofline import torch_sum
         args = argparse.Namespace(outdir=os.path.join(self.tmp, "out"), devices="cpu",
                                   bench=shutil.which("true"), quick=False, pack=False,
                                   budget=None, timeout=120)
         check = gc.GpuCheck(args)
         check.torch_python = (sys.executable, [])  # the tests' Python has torch
         low = gc.Check("roofline")
-        check.torch_sum(low, "cpu", {"peak_bandwidth_cpu": "1000 bytes/s (measured: x)"})
+        torch_sum(check, low, "cpu", {"peak_bandwidth_cpu": "1000 bytes/s (measured: x)"})
         self.assertEqual(low.status, gc.FAILED)
         self.assertRegex(low.failures[0], r"torch\.sum over 0\.25 GiB on cpu read [0-9.e+-]+ "
                                           r"TB/s, above the bandwidth peak 1e-09 TB/s \(1000 "
                                           r"bytes/s \(measured: x\)\): a wrong peak")
         high = gc.Check("roofline")
-        check.torch_sum(high, "cpu", {"peak_bandwidth_cpu": "1e15 bytes/s (--peak_bandwidth)"})
+        torch_sum(check, high, "cpu", {"peak_bandwidth_cpu": "1e15 bytes/s (--peak_bandwidth)"})
         self.assertEqual((high.status, high.failures), (gc.RAN, []))
         self.assertRegex(high.notes[0], r"torch\.sum over 0\.25 GiB on cpu: [0-9.]+ TB/s, "
                                         r"0\.00 of the bandwidth peak 1000 TB/s")
         none = gc.Check("roofline")
-        check.torch_sum(none, "cpu", {})
+        torch_sum(check, none, "cpu", {})
         self.assertEqual(none.notes, ["torch.sum on cpu: not compared (no peak_bandwidth_cpu "
                                       "in the context)"])
         check.torch_python = (sys.executable, ["/usr/bin/python3"])  # none has torch
         without = gc.Check("roofline")
-        check.torch_sum(without, "cpu", {"peak_bandwidth_cpu": "1000 bytes/s (measured: x)"})
+        torch_sum(check, without, "cpu", {"peak_bandwidth_cpu": "1000 bytes/s (measured: x)"})
         self.assertEqual((without.status, without.notes),
                          (gc.RAN, ["torch.sum on cpu: not compared (no Python with torch)"]))
 
@@ -455,7 +456,7 @@ class PrebuiltTest(ToolTest):
 
     def visit(self, script):
         import argparse
-        from ltb.visit import gpu_run
+        from ltb.gpu import run as gpu_run
         bench = self.write("prebuilt", "#!/bin/sh\n" + script)
         os.chmod(bench, 0o755)
         kit = os.path.join(self.tmp, "kit")

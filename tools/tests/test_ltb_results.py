@@ -21,7 +21,7 @@ from ltb.results.load import START_CONTEXT, load, parse
 from ltb.results.format import format_bytes, format_change, format_seconds, format_value, markdown_table, relative_change
 from ltb.results.names import base_name, name_without, parse_name, size_rank
 from ltb.results.records import in_family, record_entries, split_contexts
-from ltb.running.bench import describe_exit, exact_filter
+from ltb.bench_process.bench import describe_exit, exact_filter
 
 GEN = "GPT2/small/cuda/generate/batch:1/prompt:32/new:100/fp32"
 

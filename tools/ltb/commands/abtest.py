@@ -52,9 +52,9 @@ from ltb.gate.options import add_gate_arguments, load_thresholds
 from ltb.results.entries import TIME_UNITS, seconds
 from ltb.results.format import format_seconds
 from ltb.results.records import in_family, record_entries, split_contexts
-from ltb.running.bench import (Interrupted, check_bench, default_bench, list_benchmarks,
+from ltb.bench_process.bench import (Interrupted, check_bench, default_bench, list_benchmarks,
                                raise_on_sigterm, run_benchmark, split_bench_args)
-from ltb.running.progress import Progress
+from ltb.bench_process.progress import Progress
 
 SIDES = ("base", "head")
 OWN_FLAGS = dict(

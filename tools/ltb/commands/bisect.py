@@ -39,7 +39,7 @@ from ltb.gate.verdicts import REGRESSION, compare
 from ltb.results.entries import BIGGER_IS_BETTER, collect
 from ltb.results.format import format_seconds, human
 from ltb.results.load import load
-from ltb.running.bench import last_lines
+from ltb.bench_process.bench import last_lines
 
 GOOD, BAD, SKIP, STOP = 0, 1, 125, 128  # git bisect run's exit codes
 

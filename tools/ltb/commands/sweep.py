@@ -45,9 +45,9 @@ import sys
 
 from ltb.base import EXIT_INTERRUPTED, REPO, BadInput, run, sha256_file, write_json
 from ltb.results.records import in_family, record_entries, split_contexts
-from ltb.running.bench import (Interrupted, check_bench, default_bench, list_benchmarks,
+from ltb.bench_process.bench import (Interrupted, check_bench, default_bench, list_benchmarks,
                                raise_on_sigterm, run_benchmark, split_bench_args)
-from ltb.running.progress import Progress
+from ltb.bench_process.progress import Progress
 
 OWN_FLAGS = {flag: "use --out for the merged JSON" for flag in (
     "--benchmark_out", "--benchmark_out_format", "--benchmark_format", "--benchmark_list_tests")}

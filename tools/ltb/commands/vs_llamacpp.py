@@ -6,61 +6,13 @@
                       [--repetitions 3] [--bench BIN] [--out DIR] [--save FILE]
                       [BENCH ARGUMENTS ...]
 
-The weights: --weights, a Hugging Face safetensors checkpoint of the Llama
-size (a file, or a folder as bench's --weights takes), or else a random
-fp32 one that this tool writes (OUT/llama-SIZE-seedSEED.safetensors, drawn
-from --seed as tools/llama-fixtures draws). bench loads it with --weights,
-and the same tensors are written as one GGUF file a type
-(OUT/STEM-TYPE.gguf, ltb/pysuite/llama_gguf.py: llama.cpp's names, the Q/K
-permutation and rope_freqs of convert_hf_to_gguf.py; the norms F32, every
-matrix of the type; Q4_0 as llama-quantize --pure makes it). A file written
-before from the same source is reused. OUT defaults to
-~/.cache/libtorch-bench/vs-llamacpp: Llama/1B takes 4.9 GB as fp32
-safetensors, and 9.4 GB more as the four GGUF files.
-
-Then one llama-bench process measures every file (`-m FILE ... -p P -n N
-[-d D] -t T -r R -ngl 0 -o json`: a prompt of P tokens, pp, and N tokens
-generated one at a time, tg, each --repetitions times), and bench measures
-Llama/SIZE/cpu/generate at the same prompt, depth and threads with as many
-repetitions: bench's tg_tok/s counts the decode steps after the first new
-token, which comes from the prefill, so bench runs --new_tokens=N+1 to time
-the N decode steps llama-bench's tgN times. (llama-bench's tg starts at
-depth D, bench's after the prompt, at D+P: the same weights' bytes a step,
-P more positions of the cache.)
-
-The pairs, one row each (llama.cpp's type and the bench row beside it):
-  F32   bench fp32 both ways: at::linear (fp32) and oneDNN's packed linear
-        (--cpu_linear=onednn, fp32/onednn)
-  BF16  bench bf16
-  Q8_0  bench --quant=int8 and --quant=int8dyn, at each --activations dtype
-        (fp32/int8, bf16/int8, fp32/int8dyn, bf16/int8dyn)
-  Q4_0  bench --quant=int4 --quant_group=32 (fp32/int4:g32, bf16/int4:g32)
-bench runs once for the unquantised rows, once with --cpu_linear=onednn
-for fp32/onednn and once with --quant for the quantised ones; a bench
-without --quant measures the unquantised rows and leaves the others empty,
-saying so. bench lists each run's benchmarks
-first, so that arguments it refuses stop the tool before anything long.
-Each cell is the mean +- standard deviation of the repetitions' tokens/s
-(llama-bench's avg_ts and stddev_ts; bench's pp_tok/s and tg_tok/s), and
-the ratio is bench's mean over llama.cpp's: above 1, bench is faster.
-Beside each llama.cpp type, bench's fastest row (by tg) is in bold. A
-bench row that failed shows its error under the table. Measure on an idle
-machine: other work on the same cores slows both sides, and unevenly.
-
---llama-bench is required. To build one from the llama-cpp-python source
-package, which carries llama.cpp under vendor/:
-    pip download --no-binary :all: --no-deps llama-cpp-python
-    tar xzf llama_cpp_python-*.tar.gz && cd llama_cpp_python-*/
-    cmake -S vendor/llama.cpp -B build -DLLAMA_CURL=OFF
-    cmake --build build --target llama-bench -j
-and pass --llama-bench build/bin/llama-bench. A CPU build measures the
-CPU, as bench's /cpu/ rows do.
-
-Every other argument goes to bench (e.g. --steps=1, one timed step a
-repetition, where a step is long). --save
-FILE writes llama-bench's records, bench's result files and the table as
-one JSON. Exit 0, or 2 on bad input (an unknown type or size, a missing
-file, a llama-bench or bench that fails or prints no JSON), with a message.
+Both measure Llama/SIZE's prompt (pp) and generation (tg) tokens/s on one
+checkpoint (--weights, or a random one drawn from --seed), written again as
+one GGUF file a --types type; the table pairs each llama.cpp type with its
+bench rows, and the ratio is bench's mean over llama.cpp's. Every other
+argument goes to bench; --save FILE keeps it all as one JSON. Exit 0, or 2
+on bad input. How the weights, the runs and the pairs are made, and how to
+build a llama-bench: docs/models.md (tools/vs-llamacpp).
 """
 import argparse
 import json
@@ -74,7 +26,7 @@ from ltb.base import BadInput, require, run, venv_dir, write_json
 from ltb.pysuite import facts
 from ltb.results.entries import collect, errors
 from ltb.results.format import format_bytes, markdown_table
-from ltb.running.bench import (check_bench, default_bench, last_lines, list_benchmarks,
+from ltb.bench_process.bench import (check_bench, default_bench, last_lines, list_benchmarks,
                                split_bench_args)
 
 GGUF_TYPES = ("F32", "BF16", "Q8_0", "Q4_0")  # llama_gguf.TYPES
@@ -164,7 +116,7 @@ def parse_args(argv):
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     parser.add_argument("--llama-bench", metavar="PATH",
-                        help="the llama-bench binary (required; see below to build one)")
+                        help="the llama-bench binary (required; docs/models.md says how to build one)")
     parser.add_argument("--size", default="1B",
                         help="the Llama size (default 1B; %s)" % ", ".join(llama_sizes()))
     parser.add_argument("--weights", metavar="PATH",
@@ -258,6 +210,23 @@ def write_gguf_files(args, checkpoint, source):
 RECORD_FIELDS = ("model_filename", "n_prompt", "n_gen", "avg_ts", "stddev_ts")
 
 
+def run_printing_json(cmd, name):
+    """Runs cmd; what it printed, parsed as JSON (None where it is not JSON),
+    and as text. A command that cannot start or that fails is bad input."""
+    progress("running " + " ".join(cmd))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        raise BadInput(f"cannot run {cmd[0]}: {e.strerror}")
+    if proc.returncode != 0:
+        raise BadInput(f"{name} exited with code {proc.returncode}: "
+                       + last_lines(proc.stderr, 3))
+    try:
+        return json.loads(proc.stdout), proc.stdout
+    except ValueError:
+        return None, proc.stdout
+
+
 def run_llama_bench(args, files):
     """llama-bench's records: {(type, 'pp' or 'tg'): record}."""
     cmd = [args.llama_bench, "-o", "json", "-r", str(args.repetitions), "-t", str(args.threads),
@@ -265,22 +234,11 @@ def run_llama_bench(args, files):
     cmd += ["-d", str(args.depth)] if args.depth else []
     for path in files.values():
         cmd += ["-m", path]
-    progress("running " + " ".join(cmd))
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-    except OSError as e:
-        raise BadInput(f"cannot run {args.llama_bench}: {e.strerror}")
-    if proc.returncode != 0:
-        raise BadInput(f"llama-bench exited with code {proc.returncode}: "
-                       + last_lines(proc.stderr, 3))
-    try:
-        records = json.loads(proc.stdout)
-    except ValueError:
-        records = None
+    records, printed = run_printing_json(cmd, "llama-bench")
     if not isinstance(records, list) or not all(
             isinstance(r, dict) and all(f in r for f in RECORD_FIELDS) for r in records):
         raise BadInput(f"llama-bench printed no JSON array of its records with "
-                       f"{', '.join(RECORD_FIELDS)} (-o json): {proc.stdout[:200]!r}")
+                       f"{', '.join(RECORD_FIELDS)} (-o json): {printed[:200]!r}")
     by_path = {os.path.realpath(p): t for t, p in files.items()}
     found = {}
     for r in records:
@@ -361,20 +319,9 @@ def check_bench_runs(args, bench_args, checkpoint):
 def run_bench(args, bench_args, checkpoint, dtypes, quants, onednn=False):
     cmd = bench_command(args, bench_args, checkpoint, dtypes, quants, onednn)
     cmd.append("--benchmark_format=json")
-    progress("running " + " ".join(cmd))
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-    except OSError as e:
-        raise BadInput(f"cannot run {args.bench}: {e.strerror}")
-    if proc.returncode != 0:
-        raise BadInput(f"bench exited with code {proc.returncode}: "
-                       + last_lines(proc.stderr, 3))
-    try:
-        doc = json.loads(proc.stdout)
-        if not isinstance(doc.get("benchmarks"), list):
-            raise ValueError
-    except (ValueError, AttributeError):
-        raise BadInput(f"bench printed no Google Benchmark JSON: {proc.stdout[:200]!r}")
+    doc, printed = run_printing_json(cmd, "bench")
+    if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
+        raise BadInput(f"bench printed no Google Benchmark JSON: {printed[:200]!r}")
     return doc
 
 

@@ -6,59 +6,14 @@
                  [--threshold 7%] [--alpha 0.05] [--thresholds FILE]
                  [--db [STORE]] > report.html
 
-Per benchmark and file: the median time (the mean step time of a run), the
-spread of the steps inside a run (step_sd_ms, the standard deviation;
-step_cv_%; step_p50_ms, step_p90_ms, step_p99_ms), the throughput counters
-(tokens/s, samples/s, FLOP/s, bytes/s; ttft_ms and tpot_ms of generation),
-peak memory; where a reduced precision or --quant was checked against fp32,
-the teacher-forced KL divergence (kld_mean, kld_p99, kld_max), same_top1_%,
-then token_match_% and rel_err; with several files, the speedup against the first file
-(its median time over this file's). Repetitions are reduced to their median; errored
-entries are listed under the table.
-
-Cost: --cost gives each file's price per device-hour, in file order; a run's
-device count is its context's world_size (else 1) or --device-count (in a
-file of several world sizes from tools/scaling, each benchmark's ranks). The
-table then has the cost per 1M tokens (or samples) and, for train_epoch
-benchmarks, per epoch.
-
-Compiled models (names ending in /aoti or /torchscript, from bench
---compiled) get a table of their own beside their eager benchmark: the
-speedup (eager time over compiled), the peak-memory ratio (eager peak_mem
-over compiled: TorchBench's compression ratio), the compile time and the
-compiled outputs' rel_err against eager. Generation benchmarks also get a
-table as llama-bench prints one: per model, device, dtype and threads, the
-tests ppP (prompt tokens/s of the prefill), tgN (tokens/s of the N decode
-steps) and, with --depth, "ppP @ dD" and "tgN @ dD". A file of several world sizes
-(tools/scaling) gets its weak-scaling table. The Markdown ends with the device
-speedup summary when a benchmark was measured on several devices.
-
-C++ and Python: where the files hold tools/pybench results (.../py_eager,
-.../py_compile) beside bench's eager or compiled ones of the same name, a
-table lines them up per benchmark: each runtime's mean time, its ratio to
-Python eager with a 95% confidence interval from the repetitions, and a
-verdict ("noise" when the interval holds 1; the settings, when the runs
-differ in threads, grad mode or warm-up); --format html adds the section
-"C++ and Python". Several files of one runtime are rounds (separate
-processes), pooled: with two or more a side, the interval comes from the
-rounds' means, which see the difference between processes that the
-repetitions of one process do not.
-
---format html writes one self-contained page (Chart.js and the data
-inlined; no network when it is opened): the run context and peaks, a
-roofline per device and dtype, the comparison of each file with the first
-(ratios, the gate's verdicts and p-values, with the gate's --threshold,
---alpha and --thresholds), scaling (time per token against
-sequence length, throughput against batch, data-parallel efficiency against
-ranks, speedup over the CPU), step-time distributions (p50/p90/p99 and CV,
-above 5% marked unsteady), eager against compiled, the history of a
-directory of runs (each benchmark's trend, with the runs where the gate
-against the run before failed it), the results store's series over commits
-with their change points and open changes (--db: the store of tools/history,
-its default without a value; the page may then have no file), and the
-errored benchmarks; each where the results have what it needs.
-
-Exit 0 on success, 2 on bad input or when no file has a measured benchmark.
+Per benchmark and file: the median time, the spread of the steps, the
+throughput counters, peak memory, the accuracy against fp32
+(kld_mean, kld_p99, kld_max, same_top1_%, token_match_%, rel_err), the speedup against the first file and,
+with --cost, the cost per 1M tokens; compiled models, generation (as
+llama-bench prints it), scaling and C++ beside Python get tables of their
+own; --format html writes one self-contained page. What each table and
+section holds: docs/tools.md (report). Exit 0 on success, 2 on bad input or
+when no file has a measured benchmark.
 """
 import argparse
 import os
