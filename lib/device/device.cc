@@ -180,10 +180,6 @@ std::string DeviceSummary() {
 
 void Synchronize(const c10::Device& device) { BackendOf(device).Synchronize(device); }
 
-std::string DeviceDisplayName(const c10::Device& device) {
-  return BackendOf(device).DisplayName(device);
-}
-
 int64_t DeviceAvailableBytes(const c10::Device& device) {
   return BackendOf(device).AvailableBytes(device);
 }

@@ -42,9 +42,6 @@ std::string DeviceSummary();
 // Blocks until all work queued on `device` has finished.
 void Synchronize(const c10::Device& device);
 
-// Human-readable name of the device ("Intel Xeon ...", "NVIDIA H100 ...").
-std::string DeviceDisplayName(const c10::Device& device);
-
 // Bytes the device can still give to a new benchmark, or -1 if unknown.
 int64_t DeviceAvailableBytes(const c10::Device& device);
 

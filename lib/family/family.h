@@ -69,7 +69,7 @@ class Workload {
   virtual int64_t UntrackedBytes() const { return 0; }
   // Whether the workload replays graphs itself under spec.graph (generation
   // graphs its decode steps); otherwise the harness captures whole steps.
-  virtual bool GraphsItself() const { return false; }
+  virtual bool ReplaysItsOwnGraphs() const { return false; }
 };
 
 // How far `out` is from `ref` (same shape, any devices): the largest absolute

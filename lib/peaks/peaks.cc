@@ -193,7 +193,8 @@ Peaks::Peaks(std::map<c10::ScalarType, double> flops_override, double bandwidth_
       shapes_(std::move(matmul_shapes)),
       record_(std::move(peak_cache)) {}
 
-Peak Peaks::Kept(const c10::Device& device, const std::string& quantity, Peak measured) {
+Peak Peaks::BestRecorded(const c10::Device& device, const std::string& quantity,
+                         Peak measured) {
   if (!record_.enabled() || measured.value <= 0) return measured;
   const RecordedPeak r = record_.Merge(
       PeakRecordKey(quantity, Key(device), BackendOf(device).DisplayName(device)),
@@ -215,7 +216,8 @@ void Peaks::Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandw
       p = {DatasheetFlops(*sheet, dtype, tf32),
            absl::StrCat("datasheet: ", sheet->model, " (", sheet->source, ")")};
     } else if (BackendOf(device).FlopsPeakMethod() == PeakMethod::kCpuLimit) {
-      p = Kept(device, absl::StrCat(DtypeName(dtype), " FLOP/s"), MeasureCpuFlops(dtype));
+      p = BestRecorded(device, absl::StrCat(DtypeName(dtype), " FLOP/s"),
+                       MeasureCpuFlops(dtype));
     } else {
       // TF32 measured with TF32 on, and off again after.
       BackendOf(device).SetTf32(tf32);
@@ -227,7 +229,7 @@ void Peaks::Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandw
         throw;
       }
       BackendOf(device).SetTf32(false);
-      p = Kept(device, absl::StrCat(PrecisionName(dtype, tf32), " FLOP/s"), p);
+      p = BestRecorded(device, absl::StrCat(PrecisionName(dtype, tf32), " FLOP/s"), p);
     }
     flops_[key] = p;
   }
@@ -243,13 +245,14 @@ void Peaks::Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandw
       p = {measured.bytes_per_s, DescribeBandwidthPeak(measured), true};
       // A buffer cut down by a limited address space may be served in part
       // by the cache: its rate is this run's alone, not the machine's.
-      if (BandwidthBufferIsFull(measured)) p = Kept(device, "bandwidth", p);
+      if (BandwidthBufferIsFull(measured)) p = BestRecorded(device, "bandwidth", p);
     } else {
-      p = Kept(device, "bandwidth",
-               {MeasureCopyPeak(device),
-                "measured: the faster of a 256MiB copy (bytes read + written) and a "
-                "matrix-vector product reading 256MiB",
-                true});
+      p = BestRecorded(
+          device, "bandwidth",
+          {MeasureCopyPeak(device),
+           "measured: the faster of a 256MiB copy (bytes read + written) and a "
+           "matrix-vector product reading 256MiB",
+           true});
     }
     bandwidth_[Key(device)] = p;
   }

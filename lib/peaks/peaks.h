@@ -90,7 +90,8 @@ class Peaks {
   // A peak measured in this run, merged into the record under `quantity`
   // ("bandwidth", "fp32 FLOP/s"): the best this machine has measured, its
   // source naming both it and this run's measurement.
-  Peak Kept(const c10::Device& device, const std::string& quantity, Peak measured);
+  Peak BestRecorded(const c10::Device& device, const std::string& quantity,
+                    Peak measured);
 
   std::map<c10::ScalarType, double> flops_override_;
   double bandwidth_override_;

@@ -37,7 +37,7 @@ size_t DeviceField(const std::vector<std::string>& parts) {
   return parts.size() > 3 && !is_device(parts[2]) && is_device(parts[3]) ? 3 : 2;
 }
 
-std::string Human(double v) {
+std::string WithSiPrefix(double v) {
   const char* units[] = {"", "k", "M", "G", "T", "P"};
   int i = 0;
   while (v >= 1000 && i < 5) {
@@ -91,8 +91,8 @@ std::string SpeedupSummary(const std::vector<benchmark::BenchmarkReporter::Run>&
     for (const std::string& device : devices_in_order[key]) {
       const Sum& s = devices.at(device);
       const double v = s.total / s.n;
-      absl::StrAppend(
-          &out, absl::StrFormat("    %-8s %12s %s", device, Human(v), counter_of[key]));
+      absl::StrAppend(&out, absl::StrFormat("    %-8s %12s %s", device, WithSiPrefix(v),
+                                            counter_of[key]));
       if (cpu > 0 && device != "cpu") {
         absl::StrAppend(
             &out, absl::StrFormat("   Speedup: %.2fx (%s vs cpu)", v / cpu, device));

@@ -40,7 +40,7 @@ class GenerateWorkload final : public Workload {
         depth_(spec.depth),
         weight_bytes_(weight_bytes) {}
 
-  bool GraphsItself() const override { return true; }
+  bool ReplaysItsOwnGraphs() const override { return true; }
   // The decode graphs' pool: what their replays write.
   int64_t UntrackedBytes() const override { return graphs_ ? graphs_->PoolBytes() : 0; }
 

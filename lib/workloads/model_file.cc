@@ -56,7 +56,7 @@ std::map<std::string, std::string> ParseMetadata(absl::string_view text) {
   return out;
 }
 
-absl::Status Bad(const std::string& path, const std::string& why) {
+absl::Status ModelFileError(const std::string& path, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
 }
 
@@ -243,7 +243,8 @@ std::string ModelFile::Stem() const {
 absl::StatusOr<ModelFile> InspectModelFile(const std::string& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) {
-    return Bad(path, fs::exists(path, ec) ? "not a regular file" : "no such file");
+    return ModelFileError(path,
+                          fs::exists(path, ec) ? "not a regular file" : "no such file");
   }
   ModelFile file;
   file.path = path;
@@ -251,16 +252,17 @@ absl::StatusOr<ModelFile> InspectModelFile(const std::string& path) {
       absl::EndsWith(path, ".pt2") ? ModelFormat::kAoti : ModelFormat::kTorchScript;
 #if !LTB_HAS_AOTI_PACKAGE
   if (file.format == ModelFormat::kAoti) {
-    return Bad(path, "AOTInductor packages need LibTorch " LTB_AOTI_PACKAGE_VERSION
-                     " or newer; this one is " TORCH_VERSION);
+    return ModelFileError(path,
+                          "AOTInductor packages need LibTorch " LTB_AOTI_PACKAGE_VERSION
+                          " or newer; this one is " TORCH_VERSION);
   }
 #endif
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
     reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
   } catch (const c10::Error& e) {
-    return Bad(path, absl::StrCat("not a model file (not a PyTorch archive: ",
-                                  e.what_without_backtrace(), ")"));
+    return ModelFileError(path, absl::StrCat("not a model file (not a PyTorch archive: ",
+                                             e.what_without_backtrace(), ")"));
   }
   if (file.format == ModelFormat::kAoti) {
     try {
@@ -274,19 +276,20 @@ absl::StatusOr<ModelFile> InspectModelFile(const std::string& path) {
       file.metadata = AotiMetadata(*reader);
 #endif
     } catch (const std::exception& e) {
-      return Bad(path, absl::StrCat("not an AOTInductor package: ", e.what()));
+      return ModelFileError(path, absl::StrCat("not an AOTInductor package: ", e.what()));
     }
     return file;
   }
   if (!reader->hasRecord("constants.pkl") && !reader->hasRecord("code/__torch__.py")) {
     if (reader->hasRecord("data.pkl")) {
-      return Bad(
+      return ModelFileError(
           path,
           "not a TorchScript module but saved tensors (torch.save: a state_dict or "
           "tensors, not a model); save the model with torch.jit.save, or compile it "
           "with AOTInductor into a .pt2");
     }
-    return Bad(path, "not a TorchScript module (torch.jit.save) nor an AOTInductor .pt2");
+    return ModelFileError(
+        path, "not a TorchScript module (torch.jit.save) nor an AOTInductor .pt2");
   }
   const std::string meta = std::string("extra/") + kTorchScriptMeta;
   if (reader->hasRecord(meta)) {
@@ -386,8 +389,8 @@ absl::StatusOr<std::optional<SavedIO>> LoadSavedIO(const ModelFile& file) {
     if (dict.contains("compile_s")) io.compile_s = dict.at("compile_s").toDouble();
     return std::optional<SavedIO>(std::move(io));
   } catch (const std::exception& e) {
-    return Bad(path,
-               absl::StrCat("not the inputs and outputs tools/export saves: ", e.what()));
+    return ModelFileError(
+        path, absl::StrCat("not the inputs and outputs tools/export saves: ", e.what()));
   }
 }
 

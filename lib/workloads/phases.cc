@@ -178,7 +178,7 @@ class GraphedWorkload final : public Workload {
 
 std::unique_ptr<Workload> GraphedSteps(std::unique_ptr<Workload> inner,
                                        const c10::Device& device) {
-  if (inner->GraphsItself()) return inner;
+  if (inner->ReplaysItsOwnGraphs()) return inner;
   return std::make_unique<GraphedWorkload>(std::move(inner), device);
 }
 

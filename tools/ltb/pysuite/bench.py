@@ -154,7 +154,7 @@ MALLOC = {"tuned": "glibc malloc, tuned: M_MMAP_MAX=0, M_TRIM_THRESHOLD=1GiB, M_
           "system": "glibc malloc, default settings"}
 
 
-class Bad(Exception):
+class BadFlag(Exception):
     """A bad flag: exit 2."""
 
 
@@ -166,18 +166,18 @@ def ints(text, what):
     except ValueError:
         values = []
     if not values or any(v <= 0 for v in values):
-        raise Bad(f"--{what}={text}: expected positive integers such as 1,8,32")
+        raise BadFlag(f"--{what}={text}: expected positive integers such as 1,8,32")
     return values
 
 
 def whole_ints(text, what):
     """bench's WholeInts: whole numbers >= 0 separated by commas."""
     if text == "":
-        raise Bad(f"--{what} needs at least one value")
+        raise BadFlag(f"--{what} needs at least one value")
     values = []
     for item in text.split(","):
         if not re.fullmatch(r"[+-]?\d+", item.strip()) or int(item) < 0:
-            raise Bad(f"--{what}={text}: '{item}' is not a whole number; valid: whole "
+            raise BadFlag(f"--{what}={text}: '{item}' is not a whole number; valid: whole "
                       "numbers >= 0 separated by commas, e.g. 0,1024,4096")
         values.append(int(item))
     return values
@@ -187,7 +187,7 @@ def switch(text, what):
     """bench's Switch: true/false, 1/0, yes/no."""
     values = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
     if text not in values:
-        raise Bad(f"--{what}={text}: valid: {', '.join(values)}")
+        raise BadFlag(f"--{what}={text}: valid: {', '.join(values)}")
     return values[text]
 
 
@@ -195,9 +195,9 @@ def seconds_flag(text, what):
     try:
         value = float(text[:-1] if text.endswith("s") else text)
     except ValueError:
-        raise Bad(f"--{what}={text}: expected seconds, e.g. 0.5")
+        raise BadFlag(f"--{what}={text}: expected seconds, e.g. 0.5")
     if value < 0:
-        raise Bad(f"--{what}={text}: must not be negative")
+        raise BadFlag(f"--{what}={text}: must not be negative")
     return value
 
 
@@ -206,16 +206,16 @@ def quant_flags(quants, groups):
     Quants, each int4 once a group size, in the flags' order."""
     for text, what in ((quants, "quant"), (groups, "quant_group")):
         if text == "":
-            raise Bad(f"--{what} needs at least one value")
+            raise BadFlag(f"--{what} needs at least one value")
     kinds = quants.split(",")
     for k in kinds:
         if k not in quant.NAMES:
-            raise Bad(f"bad --quant value '{quants}': unknown quantisation '{k}'; valid: "
+            raise BadFlag(f"bad --quant value '{quants}': unknown quantisation '{k}'; valid: "
                       + ", ".join(quant.NAMES))
     sizes = []
     for g in groups.split(","):
         if not re.fullmatch(r"[+-]?\d+", g.strip()) or int(g) not in quant.GROUPS:
-            raise Bad(f"bad --quant_group value '{groups}': unknown group size '{g}'; "
+            raise BadFlag(f"bad --quant_group value '{groups}': unknown group size '{g}'; "
                       "valid: " + ", ".join(map(str, quant.GROUPS)))
         sizes.append(int(g))
     return [quant.Quant(k, g) for k in kinds for g in (sizes if k == "int4" else [0])]
@@ -225,7 +225,7 @@ def choices(text, valid, what):
     values = text.split(",")
     for v in values:
         if v not in valid:
-            raise Bad(f"--{what}={text}: unknown '{v}'; valid: {', '.join(valid)}")
+            raise BadFlag(f"--{what}={text}: unknown '{v}'; valid: {', '.join(valid)}")
     return values
 
 
@@ -295,9 +295,9 @@ def parse_flags(argv):
     for arg in argv:
         name = arg[2:].split("=", 1)[0] if arg.startswith("--") else None
         if name in NOT_HERE:
-            raise Bad(f"--{name} is bench's only ({NOT_HERE[name]})")
+            raise BadFlag(f"--{name} is bench's only ({NOT_HERE[name]})")
         if name is not None and name not in own and name != "help":
-            raise Bad(f"unknown flag --{name}; valid: "
+            raise BadFlag(f"unknown flag --{name}; valid: "
                       + ", ".join(f"--{n}" for n in sorted(own - {'h', 'slowdown'})))
     a = p.parse_args(argv)
     a.list_tests = a.benchmark_list_tests in ("true", "1", "")
@@ -307,17 +307,17 @@ def parse_flags(argv):
                   else DEFAULT_SUITE_MIN_TIME if a.default_suite else GB_MIN_TIME)
     a.warmup_seconds = seconds_flag(a.warmup_s, "warmup_s")
     if a.warmup_steps < 0 or a.threads < 0 or a.interop_threads < 1:
-        raise Bad("--warmup_steps and --threads must not be negative, --interop_threads "
+        raise BadFlag("--warmup_steps and --threads must not be negative, --interop_threads "
                   "positive")
     if a.steps is not None and a.steps <= 0:
-        raise Bad(f"--steps={a.steps}: must be positive")
+        raise BadFlag(f"--steps={a.steps}: must be positive")
     if a.benchmark_repetitions < 1:
-        raise Bad("--benchmark_repetitions must be positive")
+        raise BadFlag("--benchmark_repetitions must be positive")
     if a.epochs <= 0 or a.warmup_epochs < 0 or a.dataset_samples <= 0 or a.shard_mb <= 0:
-        raise Bad("--epochs, --dataset_samples and --shard_mb must be positive, "
+        raise BadFlag("--epochs, --dataset_samples and --shard_mb must be positive, "
                   "--warmup_epochs not negative")
     if a.data not in DATA_SOURCES:
-        raise Bad(f"--data={a.data}: pybench runs train_epoch from a dataset in memory only "
+        raise BadFlag(f"--data={a.data}: pybench runs train_epoch from a dataset in memory only "
                   f"(bench's --data=disk reads shards it writes); valid: "
                   f"{', '.join(DATA_SOURCES)}")
     a.batches = ints(a.batch, "batch") if a.batch else None
@@ -331,7 +331,7 @@ def parse_flags(argv):
     a.runtimes = choices("eager,compile" if a.compile else a.runtime, tuple(RUNTIMES),
                          "runtime")
     if a.grad_mode not in GRAD_MODES:
-        raise Bad(f"--grad_mode={a.grad_mode}: valid: {', '.join(GRAD_MODES)}")
+        raise BadFlag(f"--grad_mode={a.grad_mode}: valid: {', '.join(GRAD_MODES)}")
     a.device_list = devices(a.devices)
     return a
 
@@ -343,7 +343,7 @@ def devices(text):
     out = []
     for d in text.split(","):
         if not re.fullmatch(r"cpu|cuda(:\d+)?", d):
-            raise Bad(f"--devices={text}: unknown '{d}'; valid: cpu, cuda, cuda:N")
+            raise BadFlag(f"--devices={text}: unknown '{d}'; valid: cpu, cuda, cuda:N")
         out.append(d)
     return out
 
@@ -399,7 +399,7 @@ def specs(args):
     try:
         pattern = re.compile(flt[1:] if negate else flt)
     except re.error as e:
-        raise Bad(f"--benchmark_filter={flt}: not a regular expression: {e}")
+        raise BadFlag(f"--benchmark_filter={flt}: not a regular expression: {e}")
     out = []
     for family, f in FAMILIES.items():
         for size in families.sizes(family):
@@ -1218,7 +1218,7 @@ def configure_malloc(mode):
     except (OSError, AttributeError):
         ok = False
     if not ok:
-        raise Bad("mallopt rejected the tuned settings (not glibc?): give --malloc=system")
+        raise BadFlag("mallopt rejected the tuned settings (not glibc?): give --malloc=system")
     return MALLOC[mode]
 
 
@@ -1245,7 +1245,7 @@ def peak_flops(args):
             try:
                 number = float(value)
             except ValueError:
-                raise Bad(f"--peak_flops={args.peak_flops}: expected a number or "
+                raise BadFlag(f"--peak_flops={args.peak_flops}: expected a number or "
                           "dtype=number pairs")
             for kind in ("cpu", "cuda"):
                 for d in ([dtype] if dtype else DTYPES):
@@ -1376,7 +1376,7 @@ def pybench_main(argv):
     try:
         args = parse_flags(argv)
         selected = specs(args)
-    except Bad as e:
+    except BadFlag as e:
         print(f"pybench: {e}", file=sys.stderr)
         return 2
     if not selected:
@@ -1391,7 +1391,7 @@ def pybench_main(argv):
     try:
         args.malloc_text = configure_malloc(args.malloc)
         peaks = peak_flops(args)
-    except (Bad, BadInput) as e:
+    except (BadFlag, BadInput) as e:
         print(f"pybench: {e}", file=sys.stderr)
         return 2
     doc = {"context": context(args, threads, peaks), "benchmarks": []}
