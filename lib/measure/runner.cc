@@ -17,9 +17,9 @@
 #include "measure/counters.h"
 #include "measure/guard.h"
 #include "measure/health.h"
-#include "measure/serve.h"
 #include "measure/timed_loop.h"
 #include "measure/warmup.h"
+#include "serve/serve.h"
 
 namespace ltb {
 

@@ -21,8 +21,8 @@
 #include "base/cache_dir.h"
 #include "device/device.h"
 #include "family/spec.h"
-#include "measure/serve.h"
 #include "peaks/peaks.h"
+#include "serve/serve.h"
 
 // The suite's flags, those of families with settings of their own included
 // (they reach the family's factory as FamilyOptions: no model file reads a

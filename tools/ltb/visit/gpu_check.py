@@ -85,6 +85,12 @@ NANO = {family: "nano" for family in SMALL}
 SUITE_OPS = "Ops/(matmul/2048x2048|copy/256MiB|noop/empty)/"
 TRANSFERS = ("h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable", "d2d")
 GENERATION_COUNTERS = ("ttft_ms", "tpot_ms", "pp_tok/s", "tg_tok/s")
+# The serve step's counters (LoadGen's results), and its load: Server at a
+# fixed rate for about 10 s on a GPU and Offline (a second of each in the
+# rehearsal).
+SERVE_COUNTERS = ("samples/s", "p50_ms", "p99_ms", "valid")
+SERVE_GPU = ["--target_qps=100", "--serve_min_s=10", "--serve_min_queries=100"]
+SERVE_REHEARSAL = ["--target_qps=20", "--serve_min_s=1", "--serve_min_queries=16"]
 FAST = ["--benchmark_min_time=0.05", "--warmup_s=0.1"]
 # The rehearsal's: a step or a few of each, after the one warm-up step that
 # bench always takes (its precision check alone runs 76 benchmarks, a third
@@ -151,7 +157,7 @@ QUICK_GRAPHS = "^(Transformer/small/{d}/forward/|GPT2/small/{d}/generate/|Llama/
 # build): a step is not started with less than this left of --budget. The
 # rehearsal on a CPU uses a tenth of these.
 STEP_SECONDS = {"bench": 5, "default suite": 60, "roofline": 10, "precision": 60, "tf32 and graphs": 30,
-                "generation": 20, "train_epoch": 30, "profile": 15, "transfers": 10,
+                "generation": 20, "serve": 30, "train_epoch": 30, "profile": 15, "transfers": 10,
                 "sync": 10, "memory guard": 5, "out of memory": 20, "data-parallel": 30,
                 "ctest": 120}
 
@@ -495,7 +501,7 @@ class GpuCheck:
 
     STEPS = (("bench", "sanity"), ("default suite", "default_suite"), ("roofline", "roofline"),
              ("precision", "precision"), ("tf32 and graphs", "tf32_and_graphs"),
-             ("generation", "generation"), ("train_epoch", "train_epoch"),
+             ("generation", "generation"), ("serve", "serve"), ("train_epoch", "train_epoch"),
              ("profile", "profile"), ("transfers", "transfers"), ("sync", "sync"),
              ("memory guard", "memory_guard"), ("out of memory", "oom"),
              ("data-parallel", "data_parallel"), ("ctest", "ctest"))
@@ -827,6 +833,21 @@ class GpuCheck:
         for e in self.counters(c, "generation", doc, "/generate/", GENERATION_COUNTERS):
             c.notes.append(f"{short(e['name'])}: " + ", ".join(
                 f"{k} {fmt(e[k])}" for k in GENERATION_COUNTERS + ("tokens/s",) if k in e))
+
+    def serve(self):
+        """GPT2's forward under MLPerf LoadGen: Server at a fixed rate, and
+        Offline; a rate the device cannot hold is LoadGen's INVALID, a
+        result, not a failure."""
+        self.section("serve")
+        c = self.check("serve: Server and Offline under MLPerf LoadGen")
+        doc = self.bench_run(c, "serve", [
+            f"--devices={','.join(self.step_devices)}", "--warmup_s=0.1", *self.shape,
+            "--scenario=Server,Offline", *(SERVE_GPU if self.gpu else SERVE_REHEARSAL),
+            f"--benchmark_filter=^GPT2/{self.sizes['GPT2']}/{self.step_re}/serve/"])
+        for e in self.counters(c, "serve", doc, "/serve/", SERVE_COUNTERS):
+            c.notes.append(f"{short(e['name'])}: " + ", ".join(
+                f"{k} {fmt(e[k])}" for k in SERVE_COUNTERS[:-1] if k in e)
+                + f"; {e.get('label', '')}")
 
     def train_epoch(self):
         self.section("train_epoch")

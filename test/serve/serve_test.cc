@@ -2,7 +2,7 @@
 // request run once, batches within bounds), the batched outputs against the
 // unbatched phase's, the counters read from a detail log, the refusals and
 // the names.
-#include "measure/serve.h"
+#include "serve/serve.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "measure/serve.h"
+#include "serve/serve.h"
 
 #include <ATen/ops/empty_like.h>
 #include <c10/core/InferenceMode.h>
