@@ -99,3 +99,55 @@ class LoadGenTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipUnless(HAS_RUNTIME, "torch or mlperf_loadgen is not installed")
+class PybenchServeTest(unittest.TestCase):
+    """pybench's --scenario: bench's names, LoadGen's counters, bench's refusals."""
+
+    def pybench(self, *args):
+        import contextlib
+        import io
+        from ltb.pysuite import bench as pybench
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = pybench.pybench_main(list(args))
+            except SystemExit as e:
+                code = e.code
+        return code, out.getvalue(), err.getvalue()
+
+    def test_names_match_bench_and_a_run_reports_loadgens_counters(self):
+        import json
+        import os
+        common = ["--benchmark_filter=GPT2/nano/cpu/serve/", "--devices=cpu", "--seq=16",
+                  "--max_batch=4", "--target_qps=100,200", "--scenario=Server,Offline"]
+        code, out, err = self.pybench(*common, "--benchmark_list_tests")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(sorted(line.split("/py_")[0] for line in out.split()), [
+            "GPT2/nano/cpu/serve/scenario:Offline/max_batch:4/seq:16/fp32",
+            "GPT2/nano/cpu/serve/scenario:Server/qps:100/max_batch:4/seq:16/fp32",
+            "GPT2/nano/cpu/serve/scenario:Server/qps:200/max_batch:4/seq:16/fp32"])
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "py.json")
+            code, _, err = self.pybench(
+                "--benchmark_filter=GPT2/nano/cpu/serve/", "--devices=cpu", "--seq=16",
+                "--max_batch=4", "--scenario=Offline", "--target_qps=300", "--warmup_s=0",
+                "--serve_min_s=0.1", "--serve_min_queries=16", "--peak_flops=1e12",
+                f"--benchmark_out={path}")
+            self.assertEqual(code, 0, err)
+            with open(path) as f:
+                [e] = json.load(f)["benchmarks"]
+            self.assertEqual(e["iterations"], 1)
+            self.assertGreater(e["samples/s"], 0)
+            self.assertAlmostEqual(e["tokens/s"] / e["samples/s"], 16)
+            self.assertRegex(e["label"], r"^scenario:Offline (VALID|INVALID)")
+            self.assertEqual(len(os.listdir(os.path.join(tmp, "py.loadgen"))), 1)
+
+    def test_refusals_name_the_valid_choices(self):
+        for args, expected in ((["--scenario=Burst"], "SingleStream, MultiStream, Server"),
+                               (["--scenario=Server", "--latency_bound_ms=0"], "> 0"),
+                               (["--scenario=Server", "--target_qps=x"], "not a rate")):
+            code, _, err = self.pybench("--benchmark_filter=GPT2/nano/cpu/serve/", *args)
+            self.assertEqual(code, 2, (args, err))
+            self.assertIn(expected, err, args)
