@@ -94,8 +94,7 @@ BenchSpec ServedSpec(const BenchSpec& spec) {
   if (!spec.serving()) return spec;
   BenchSpec served = spec;
   served.phase = spec.serve.phase;
-  served.serve = ServeSettings{};
-  served.serve.scenario.clear();
+  served.serve = ServeSettings{};  // no scenario: the plain phase
   return served;
 }
 
