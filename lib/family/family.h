@@ -70,6 +70,13 @@ class Workload {
   // Whether the workload replays graphs itself under spec.graph (generation
   // graphs its decode steps); otherwise the harness captures whole steps.
   virtual bool ReplaysItsOwnGraphs() const { return false; }
+  // serve: the inputs of one step, batch first (B, ...), which the served
+  // samples are made like; undefined where the workload cannot run a batch
+  // it is given.
+  virtual at::Tensor BatchInputs() const { return {}; }
+  // serve: the model's output on `batch`, inputs like BatchInputs() of any
+  // batch size, in inference mode.
+  virtual at::Tensor RunBatch(const at::Tensor& batch) { return {}; }
 };
 
 // How far `out` is from `ref` (same shape, any devices): the largest absolute
@@ -221,6 +228,9 @@ struct Family {
   std::vector<MatmulShape> peak_matmul_shapes;
   // Names read Family/size/phase/device/... (Ops/matmul/2048x2048/cpu/...).
   bool phase_before_device = false;
+  // Its forward workload runs batches it is given (Workload::RunBatch):
+  // --scenario registers serve benchmarks of its forward cases.
+  bool serves = false;
   // Numbers its runs depend on beyond the size cards and the shapes (a
   // decoder's context and depth chunk, an image's side, a learning rate,
   // an audio window's seconds), by name: `bench --list_families` prints

@@ -41,7 +41,13 @@ std::string BenchSpec::Name() const {
                         DtypeName(dtype));
   } else {
     name = absl::StrCat(family, "/", size, "/", DeviceName(device), "/", phase);
-    if (batch > 0) absl::StrAppend(&name, "/batch:", batch);
+    if (serving()) {
+      absl::StrAppend(&name, "/scenario:", serve.scenario);
+      if (serve.scenario == "Server") absl::StrAppend(&name, "/qps:", serve.target_qps);
+      absl::StrAppend(&name, "/max_batch:", serve.max_batch);
+    } else if (batch > 0) {
+      absl::StrAppend(&name, "/batch:", batch);
+    }
     if (seq > 0) absl::StrAppend(&name, "/seq:", seq);
     if (prompt > 0) absl::StrAppend(&name, "/prompt:", prompt, "/new:", new_tokens);
     if (depth > 0) absl::StrAppend(&name, "/depth:", depth);

@@ -62,6 +62,28 @@ struct EpochSettings {
   uint64_t seed = 0;
 };
 
+// The serve phase: another inference phase (serve_phase) run under MLPerf
+// LoadGen's load in one of its scenarios, through a dynamic batcher
+// (measure/serve.h). Only the scenario and Server's QPS are in the name.
+struct ServeSettings {
+  std::string scenario;             // SingleStream, MultiStream, Server, Offline
+  std::string phase = "forward";    // the inference phase served
+  double target_qps = 10;           // Server: the arrival rate; Offline: expected
+  double latency_bound_ms = 0;      // Server: p99 bound; 0: LoadGen's (100 ms)
+  int64_t samples_per_query = 0;    // MultiStream; 0: LoadGen's (8)
+  double min_s = 1;                 // LoadGen's min_duration
+  int64_t min_queries = 32;         // LoadGen's min_query_count
+  int64_t max_batch = 8;            // the batcher's largest batch
+  int64_t batch_timeout_us = 2000;  // how long a batch waits to fill
+  std::string log_dir;              // LoadGen's logs, one folder a benchmark
+};
+
+// The scenarios --scenario takes, in LoadGen's order.
+inline constexpr const char* kServeScenarios[] = {"SingleStream", "MultiStream", "Server",
+                                                  "Offline"};
+// The phase name of served benchmarks.
+inline constexpr char kServe[] = "serve";
+
 struct BenchSpec {
   std::string family;                          // "Transformer"
   std::string size;                            // "small"; for Ops, the operation
@@ -104,6 +126,8 @@ struct BenchSpec {
   std::string weights;
   // train_epoch: its dataset and how it is read (not in the name).
   EpochSettings epochs;
+  // serve: the scenario and batcher (scenario empty: not a serve benchmark).
+  ServeSettings serve;
 
   // Model families: Family/size/device/phase/batch:B/seq:T/dtype[/nosync];
   // TF32 (fp32 as TF32): .../fp32/tf32[...];
@@ -117,10 +141,13 @@ struct BenchSpec {
   // .../dtype/int8dyn;
   // packed oneDNN linears (--cpu_linear=onednn): .../dtype[/channels_last]/onednn;
   // compiled models: .../dtype/aoti or .../dtype/torchscript.
+  // serve: Family/size/device/serve/scenario:S[/qps:Q]/max_batch:B[/seq:T]/dtype,
+  // Q (Server only) the target QPS, B the batcher's largest batch.
   // Families that name the phase first (Ops, whose phase is the shape):
   // Ops/op/shape/device/dtype[/nosync].
   std::string Name() const;
   bool training() const { return kind == PhaseKind::kTraining; }
+  bool serving() const { return !serve.scenario.empty(); }
 };
 
 // The short name of a --weights path for benchmark names: the file's name

@@ -19,6 +19,7 @@
 #include "measure/health.h"
 #include "measure/timed_loop.h"
 #include "measure/warmup.h"
+#include "serve/serve.h"
 
 namespace ltb {
 
@@ -87,6 +88,24 @@ absl::StatusOr<Plan> PlanRun(const Family& family, const BenchSpec& spec) {
   return plan;
 }
 
+// serve: the benchmark of the phase it serves, at the batcher's largest batch,
+// whose workload the batcher runs.
+BenchSpec ServedSpec(const BenchSpec& spec) {
+  if (!spec.serving()) return spec;
+  BenchSpec served = spec;
+  served.phase = spec.serve.phase;
+  served.serve = ServeSettings{};  // no scenario: the plain phase
+  return served;
+}
+
+// serve: tokens a sample holds where the phase counts tokens; else 0.
+double TokensPerSample(const Plan& plan, const BenchSpec& served) {
+  const int64_t samples =
+      plan.samples_per_step > 0 ? plan.samples_per_step : served.batch;
+  if (plan.tokens_per_step <= 0 || samples <= 0) return 0;
+  return static_cast<double>(plan.tokens_per_step) / static_cast<double>(samples);
+}
+
 }  // namespace
 
 // The memory guard, once a benchmark (not at each of Google Benchmark's
@@ -110,6 +129,15 @@ bool Runner::Measure(benchmark::State& state, const Family& family, const BenchS
                      const RunOptions& options, const Plan& plan, Measured* measured) {
   const std::string estimate = FormatBytes(plan.memory.Total());
   try {
+    if (spec.serving()) {
+      // One LoadGen test: its counters, or its error, are set on `state`.
+      const BenchSpec served = ServedSpec(spec);
+      Workload& workload = cache_.Prepare(family, served, options);
+      if (!RunServe(state, workload, spec, TokensPerSample(plan, served)).ok()) {
+        cache_.Release();
+      }
+      return false;
+    }
     Workload& workload = cache_.Prepare(family, spec, options);
     if (std::optional<std::string> stopped = RunTimedSteps(
             state, workload, spec, cache_.current().launches_per_sample, measured)) {
@@ -147,10 +175,12 @@ void Runner::Run(benchmark::State& state, const Family& family, const BenchSpec&
     return Fail(state, absl::StrCat("not run: ", DeviceName(spec.device),
                                     " is unusable: ", *why));
   }
-  absl::StatusOr<Plan> plan = PlanRun(family, spec);
+  // serve plans and guards the phase it serves.
+  const BenchSpec served = ServedSpec(spec);
+  absl::StatusOr<Plan> plan = PlanRun(family, served);
   if (!plan.ok()) return Fail(state, std::string(plan.status().message()));
   try {
-    if (absl::Status fits = Guard(spec, *plan, options.memory_guard); !fits.ok()) {
+    if (absl::Status fits = Guard(served, *plan, options.memory_guard); !fits.ok()) {
       return Fail(state, std::string(fits.message()));
     }
   } catch (const std::exception& e) {  // a collective of the vote failed

@@ -73,6 +73,7 @@ constexpr double kCNNLr = 0.1;
 Family CNNFamily() {
   Family f;
   f.name = "CNN";
+  f.serves = true;
   for (const CNNSize& s : CNNSizes()) f.sizes.push_back(s.name);
   f.phases = {ForwardPhase(Shape::kBatch), TrainStepPhase(Shape::kBatch)};
   f.suite = {"default/"};

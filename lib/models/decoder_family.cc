@@ -300,6 +300,8 @@ std::unique_ptr<Workload> MakeLanguageModelWorkload(const BenchSpec& s, DecoderL
   const at::Tensor targets = ids.narrow(1, 1, s.seq).contiguous();
   fns.forward = [model, inputs]() mutable { return model(inputs); };
   fns.logits = true;
+  fns.inputs = inputs;
+  fns.forward_on = [model](const at::Tensor& batch) mutable { return model(batch); };
   fns.loss = [targets, vocab](const at::Tensor& logits) {
     return torch::nn::functional::cross_entropy(
         logits.reshape({-1, vocab}).to(at::kFloat), targets.reshape({-1}));
@@ -457,6 +459,7 @@ DecoderLM MakeDecoder(const std::string& family, const DecoderOptions& o) {
 Family DecoderFamily(const DecoderRow& row) {
   Family f;
   f.name = row.family;
+  f.serves = true;
   for (const DecoderSize& s : row.sizes) f.sizes.push_back(s.name);
   f.phases = {ForwardPhase(), ForwardBackwardPhase(), TrainStepPhase(),
               row.generates ? GeneratePhase() : TrainEpochPhase()};

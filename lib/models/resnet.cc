@@ -165,6 +165,7 @@ constexpr double kResNetLr = 0.1;
 Family ResNetFamily() {
   Family f;
   f.name = "ResNet";
+  f.serves = true;
   for (const ResNetSize& s : ResNetSizes()) f.sizes.push_back(s.name);
   f.phases = {ForwardPhase(Shape::kBatch), TrainStepPhase(Shape::kBatch)};
   f.suite = {"resnet18/"};

@@ -30,6 +30,8 @@ std::unique_ptr<Workload> BuildClassifier(
   ModelFns fns;
   fns.module = module;
   fns.forward = [forward, images]() { return forward(images); };
+  fns.inputs = images;
+  fns.forward_on = forward;
   fns.loss = [labels](const at::Tensor& logits) {
     return torch::nn::functional::cross_entropy(logits.to(at::kFloat), labels);
   };

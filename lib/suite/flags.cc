@@ -22,6 +22,7 @@
 #include "device/device.h"
 #include "family/spec.h"
 #include "peaks/peaks.h"
+#include "serve/serve.h"
 
 // The suite's flags, those of families with settings of their own included
 // (they reach the family's factory as FamilyOptions: no model file reads a
@@ -172,6 +173,32 @@ ABSL_FLAG(std::string, inputs, "",
 ABSL_FLAG(std::string, flops_per_step, "",
           "--model: FLOPs of one forward, for FLOP/s and mfu. Default: what LibTorch's "
           "profiler counts in one step, when it can.");
+
+ABSL_FLAG(std::string, scenario, "",
+          "serve: MLPerf LoadGen scenarios to run the forward phase under, e.g. "
+          "SingleStream,MultiStream,Server,Offline; each registers "
+          ".../serve/scenario:S/... benchmarks. Default: none.");
+ABSL_FLAG(std::string, target_qps, "10",
+          "serve: Server's arrival rates (queries a second) to sweep, e.g. 20,40; "
+          "Offline takes the first as its expected rate.");
+ABSL_FLAG(double, latency_bound_ms, 0,
+          "serve: Server's p99 latency bound in ms. Default: LoadGen's (100 ms).");
+ABSL_FLAG(int64_t, samples_per_query, 0,
+          "serve: MultiStream's samples a query. Default: LoadGen's (8).");
+ABSL_FLAG(double, serve_min_s, 1,
+          "serve: LoadGen's minimum test duration in seconds (MLPerf's: 600).");
+ABSL_FLAG(int64_t, serve_min_queries, 32,
+          "serve: LoadGen's minimum query count (MLPerf's: 1024 SingleStream, 270336 "
+          "Server, 24576 samples Offline).");
+ABSL_FLAG(int64_t, max_batch, 8, "serve: the dynamic batcher's largest batch.");
+ABSL_FLAG(int64_t, batch_timeout_us, 2000,
+          "serve: how long the batcher's oldest waiting sample waits for a batch to "
+          "fill, in microseconds.");
+ABSL_FLAG(std::string, serve_log_dir, "",
+          "serve: where LoadGen's logs are kept, a folder a benchmark. Default: "
+          "<--benchmark_out without extension>.loadgen, else ./loadgen_logs.");
+ABSL_FLAG(std::string, serve_phase, "forward",
+          "serve: the inference phase served (valid: forward).");
 
 namespace ltb {
 namespace {
@@ -690,6 +717,55 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
       return absl::InvalidArgumentError(
           absl::StrCat("--", name, " needs at least one value"));
     }
+  }
+
+  ServeSettings& serve = sweep.serve;
+  serve.phase = absl::GetFlag(FLAGS_serve_phase);
+  serve.latency_bound_ms = absl::GetFlag(FLAGS_latency_bound_ms);
+  if (SuiteFlagGiven("latency_bound_ms") && !(serve.latency_bound_ms > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--latency_bound_ms=", absl::GetFlag(FLAGS_latency_bound_ms),
+        ": the bound must be a number of milliseconds > 0 (or left out for LoadGen's "
+        "100 ms)"));
+  }
+  serve.samples_per_query = absl::GetFlag(FLAGS_samples_per_query);
+  serve.min_s = absl::GetFlag(FLAGS_serve_min_s);
+  serve.min_queries = absl::GetFlag(FLAGS_serve_min_queries);
+  serve.max_batch = absl::GetFlag(FLAGS_max_batch);
+  serve.batch_timeout_us = absl::GetFlag(FLAGS_batch_timeout_us);
+  serve.log_dir = absl::GetFlag(FLAGS_serve_log_dir);
+  sweep.serve_qps.clear();
+  for (const std::string& item : SplitList(absl::GetFlag(FLAGS_target_qps))) {
+    double qps = 0;
+    if (!absl::SimpleAtod(item, &qps) || !(qps > 0) || std::isinf(qps)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--target_qps: '", item,
+                       "' is not a rate; valid: numbers > 0 (queries a second), "
+                       "comma-separated"));
+    }
+    if (std::find(sweep.serve_qps.begin(), sweep.serve_qps.end(), qps) ==
+        sweep.serve_qps.end()) {
+      sweep.serve_qps.push_back(qps);
+    }
+  }
+  if (sweep.serve_qps.empty()) {
+    return absl::InvalidArgumentError("--target_qps needs at least one value");
+  }
+  for (const absl::string_view scenario :
+       absl::StrSplit(absl::GetFlag(FLAGS_scenario), ',', absl::SkipWhitespace())) {
+    ServeSettings check = serve;
+    check.scenario = std::string(absl::StripAsciiWhitespace(scenario));
+    check.target_qps = sweep.serve_qps.front();
+    if (absl::Status valid = ValidateServe(check); !valid.ok()) return valid;
+    if (std::find(sweep.serve_scenarios.begin(), sweep.serve_scenarios.end(),
+                  check.scenario) == sweep.serve_scenarios.end()) {
+      sweep.serve_scenarios.push_back(check.scenario);
+    }
+  }
+  if (SuiteFlagGiven("serve_phase") && sweep.serve_scenarios.empty()) {
+    ServeSettings check = serve;
+    check.scenario = "Server";
+    if (absl::Status valid = ValidateServe(check); !valid.ok()) return valid;
   }
 
   o.threads.intra_op = absl::GetFlag(FLAGS_threads).value;

@@ -116,6 +116,7 @@ constexpr int kDataParallelSteps = 10;
 // those counts are fixed rather than timed.
 int64_t FixedIterations(const BenchSpec& spec, const SuiteOptions& o, int world_size) {
   if (spec.iterations == Iterations::kEpochs) return o.measured_epochs;
+  if (spec.serving()) return 1;  // one LoadGen test
   if (o.steps > 0) return o.steps;
   if (world_size > 1 && spec.data_parallel) return kDataParallelSteps;
   return 0;
@@ -412,6 +413,14 @@ absl::StatusOr<std::unique_ptr<Suite>> Suite::Register(const SuiteOptions& optio
   if (absl::Status s = ConfigureThreads(options.threads); !s.ok()) return s;
 
   Sweep sweep = SweepFor(options, command_line, AvailableDevices());
+  if (sweep.serve.log_dir.empty()) {
+    // LoadGen's logs beside the results they explain.
+    sweep.serve.log_dir = command_line.out.empty()
+                              ? "loadgen_logs"
+                              : std::filesystem::path(command_line.out)
+                                    .replace_extension(".loadgen")
+                                    .string();
+  }
   if (dist->world_size > 1 || options.force_process_group) {
     // Data-parallel: one device a rank, bound by the backend of the first
     // accelerator asked for (cuda:LOCAL_RANK, or the one GPU a rank sees),

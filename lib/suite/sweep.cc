@@ -217,8 +217,30 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
       base.spec.backend = c.backend;
       base.spec.weights = sweep.weights;
       base.spec.epochs = sweep.epochs;
+      // serve: one benchmark a scenario (and Server's rates) beside each of
+      // the served phase's, batch aside (the batcher's max_batch replaces it)
+      // and without graphs.
+      const bool serves =
+          family.serves && !sweep.serve_scenarios.empty() && inference &&
+          c.phase.name == sweep.serve.phase && c.backend.empty() &&
+          (c.phase.shape == Shape::kBatch || c.phase.shape == Shape::kSequence);
       Product(axes, 0, base, [&](const Point& p) {
         out.push_back({&family, p.spec, c.unit});
+        if (!serves || p.spec.graph || p.spec.batch != p.shapes.batches.front()) return;
+        for (const std::string& scenario : sweep.serve_scenarios) {
+          const std::vector<double> rates =
+              scenario == "Server" ? sweep.serve_qps
+                                   : std::vector<double>{sweep.serve_qps.front()};
+          for (const double qps : rates) {
+            BenchSpec served = p.spec;
+            served.phase = kServe;
+            served.serve = sweep.serve;
+            served.serve.scenario = scenario;
+            served.serve.target_qps = qps;
+            if (served.batch > 0) served.batch = served.serve.max_batch;
+            out.push_back({&family, served, c.unit});
+          }
+        }
       });
     }
   }

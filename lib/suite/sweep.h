@@ -44,6 +44,11 @@ struct Sweep {
   std::string compiled_dir;                      // --compiled: tools/export's files
   std::string weights;                           // --weights: a checkpoint
   EpochSettings epochs;                          // train_epoch's data
+  // --scenario: serve benchmarks of the serving families' forward cases, one
+  // a scenario (and, for Server, a --target_qps); empty: none registered.
+  std::vector<std::string> serve_scenarios;
+  std::vector<double> serve_qps = {10};
+  ServeSettings serve;  // the batcher's and LoadGen's settings
   // The default suite: the CPU runs each family's smaller suite shapes, and
   // the other devices measure those too beside their own (when the run
   // includes the CPU), so that the speedup summary compares the same work.

@@ -82,6 +82,14 @@ class ForwardWorkload final : public Workload {
     if (fns_.weight_bytes <= 0) return {};
     return {{"weight_bytes", fns_.weight_bytes}};
   }
+  at::Tensor BatchInputs() const override {
+    return fns_.forward_on ? fns_.inputs : at::Tensor();
+  }
+  at::Tensor RunBatch(const at::Tensor& batch) override {
+    if (!fns_.forward_on) return {};
+    c10::InferenceMode guard;
+    return fns_.forward_on(batch);
+  }
 
  private:
   ModelFns fns_;

@@ -45,6 +45,11 @@ struct ModelFns {
   // Inference: the bytes of weights a forward reads, reported as the
   // counter weight_bytes; 0: none reported.
   double weight_bytes = 0;
+  // serve (inference): the stored inputs, batch first, and the model on
+  // inputs like them of any batch size; unset where the model's inputs are
+  // not batch first.
+  at::Tensor inputs;
+  std::function<at::Tensor(const at::Tensor&)> forward_on;
 };
 
 // Precision policy: inference phases run a model whose weights and buffers

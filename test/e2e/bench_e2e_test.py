@@ -1332,3 +1332,136 @@ class StepsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipUnless(BENCH, "LTB_BENCH is not set")
+class ServeTest(unittest.TestCase):
+    """The serve phase: a nano model under LoadGen in two scenarios, LoadGen's
+    logs kept beside the JSON, a bound no server meets, refusals, an interrupt."""
+
+    SERVE = ["--devices=cpu", "--warmup_s=0", "--seq=16", "--serve_min_s=0.2",
+             "--serve_min_queries=16", "--max_batch=4", "--target_qps=100", *GIVEN_PEAKS]
+    NAME = "GPT2/nano/cpu/serve/scenario:{}/max_batch:4/seq:16/fp32"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.files = []
+        for i in range(2):
+            path = os.path.join(cls.tmp.name, f"run{i}.json")
+            run_bench("--benchmark_filter=GPT2/nano/cpu/serve/", *cls.SERVE,
+                      "--scenario=SingleStream,Offline", f"--benchmark_out={path}",
+                      "--benchmark_out_format=json")
+            cls.files.append(path)
+        with open(cls.files[0]) as f:
+            cls.doc = json.load(f)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def entries(self, doc=None):
+        return {b["run_name"]: b for b in (doc or self.doc)["benchmarks"]}
+
+    def test_each_scenario_is_one_loadgen_test_with_its_counters(self):
+        entries = self.entries()
+        self.assertEqual(set(entries), {
+            self.NAME.format(s) + "/iterations:1/manual_time"
+            for s in ("SingleStream", "Offline")})
+        for name, b in entries.items():
+            self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
+            self.assertEqual(b["iterations"], 1, name)
+            self.assertGreater(b["samples/s"], 0, name)
+            # A sequence of 16 tokens a sample.
+            self.assertAlmostEqual(b["tokens/s"] / b["samples/s"], 16, places=6)
+            self.assertLessEqual(b["p50_ms"], b["p90_ms"])
+            self.assertLessEqual(b["p90_ms"], b["p99_ms"])
+            self.assertLessEqual(b["p99_ms"], b["p99.9_ms"])
+            self.assertGreater(b["latency_mean_ms"], 0)
+            self.assertIn(b["valid"], (0, 1))
+            self.assertRegex(b["label"], r"^scenario:\w+ (VALID|INVALID)")
+            self.assertEqual(b["max_batch"], 4)
+            self.assertNotIn("goodput", b, "goodput is Server's")
+        single = entries[self.NAME.format("SingleStream") + "/iterations:1/manual_time"]
+        self.assertGreaterEqual(single["queries"], 16)
+        # SingleStream issues one sample at a time: every batch holds one.
+        self.assertEqual(single["batches"], single["queries"])
+
+    def test_loadgens_logs_are_kept_beside_the_json(self):
+        logs = os.path.join(self.tmp.name, "run0.loadgen")
+        for scenario in ("SingleStream", "Offline"):
+            folder = os.path.join(logs, self.NAME.format(scenario)
+                                  .replace("/", "_").replace(":", "-"))
+            with open(os.path.join(folder, "mlperf_log_detail.txt")) as f:
+                detail = f.read()
+            self.assertIn(f'"effective_scenario", "value": "{scenario}"', detail)
+            self.assertIn('"result_validity"', detail)
+            self.assertTrue(os.path.isfile(os.path.join(folder, "mlperf_log_summary.txt")))
+
+    def test_compare_py_accepts_two_runs(self):
+        proc = subprocess.run([sys.executable, COMPARE_PY, "benchmarks", *self.files],
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn(self.NAME.format("Offline"), proc.stdout)
+
+    def test_a_bound_no_server_meets_is_invalid_not_an_error(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            doc = run_json("--benchmark_filter=GPT2/nano/cpu/serve/", *self.SERVE,
+                           "--scenario=Server", "--latency_bound_ms=0.001",
+                           f"--serve_log_dir={tmp}")
+            [b] = doc["benchmarks"]
+            self.assertEqual(b["run_name"],
+                             "GPT2/nano/cpu/serve/scenario:Server/qps:100/max_batch:4/"
+                             "seq:16/fp32/iterations:1/manual_time")
+            self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
+            self.assertEqual(b["valid"], 0)
+            self.assertRegex(b["label"], r"^scenario:Server INVALID: \S")
+            self.assertAlmostEqual(b["bound_ms"], 0.001)
+            # Not one sample within a microsecond: no goodput.
+            self.assertEqual(b["goodput"], 0)
+            self.assertGreater(b["qps_completed"], 0)
+            self.assertEqual(len(os.listdir(tmp)), 1)
+
+    def test_refusals_name_the_valid_choices(self):
+        for args, expected in (
+                (["--scenario=Burst"], "valid: SingleStream, MultiStream, Server, Offline"),
+                (["--scenario=Server", "--latency_bound_ms=0"], "must be a number of"),
+                (["--scenario=Server", "--latency_bound_ms=-3"], "must be a number of"),
+                (["--scenario=Server", "--serve_phase=train_step"], "valid: forward"),
+                (["--scenario=Offline", "--target_qps=fast"], "valid: numbers > 0")):
+            proc = run_bench("--benchmark_filter=GPT2/nano/cpu/serve/", *args, check=False)
+            self.assertEqual(proc.returncode, 2, (args, proc.stderr))
+            self.assertIn(expected, proc.stderr, args)
+            self.assertEqual(proc.stdout.count("/serve/"), 0, "nothing ran")
+
+    def test_an_interrupt_keeps_the_logs_and_what_was_measured(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "out.json")
+            logs = os.path.join(tmp, "logs")
+            proc = subprocess.Popen(
+                [BENCH, "--benchmark_filter=GPT2/nano/cpu/serve/", *self.SERVE,
+                 "--scenario=Offline,Server", "--serve_min_s=3", f"--serve_log_dir={logs}",
+                 f"--benchmark_out={out}", "--benchmark_out_format=json"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for line in proc.stdout:  # the console prints each result as it ends
+                if line.startswith(self.NAME.format("Offline")):
+                    break
+            else:
+                proc.kill()
+                self.fail("no first result: " + proc.stderr.read())
+            time.sleep(1)  # Server's test is in flight for 3 s
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=120)
+            self.assertEqual(proc.returncode, 130, err)
+            with open(out) as f:
+                entries = self.entries(json.load(f))
+            offline = entries[self.NAME.format("Offline") + "/iterations:1/manual_time"]
+            self.assertFalse(offline.get("error_occurred", False))
+            self.assertGreater(offline["samples/s"], 0)
+            [server] = [b for n, b in entries.items() if "scenario:Server" in n]
+            self.assertTrue(server["error_occurred"])
+            self.assertIn("interrupted by SIGINT", server["error_message"])
+            self.assertEqual(len(os.listdir(logs)), 2)
+            for folder in os.listdir(logs):
+                self.assertTrue(os.path.isfile(
+                    os.path.join(logs, folder, "mlperf_log_detail.txt")), folder)

@@ -12,7 +12,7 @@ LIB = os.path.join(ROOT, "lib")
 
 # Lowest first: a room may include its own headers and those of the rooms
 # before it, never one after it.
-ROOMS = ["base", "device", "family", "distributed", "layers", "workloads", "peaks",
+ROOMS = ["base", "device", "family", "distributed", "layers", "workloads", "peaks", "serve",
          "measure", "report", "suite", "models"]
 # models/ is last: the harness includes no model header.
 MAX_SOURCES = 20

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,48 @@ TEST(RunFilter, ABadRegularExpressionIsAnError) {
   EXPECT_NE(bad.status().message().find("is not a valid regular expression"),
             std::string::npos);
   EXPECT_TRUE(RunFilter(Families(), {}, WithFilter("-GPT2/(nano|small)/")).ok());
+}
+
+std::set<std::string> NamesOf(const std::vector<Registration>& registrations) {
+  std::set<std::string> names;
+  for (const Registration& r : registrations) names.insert(r.spec.Name());
+  return names;
+}
+
+TEST(ExpandSweep, ScenariosAddServeBenchmarksAndKeepEveryOtherName) {
+  Sweep plain;
+  plain.devices = {HostDevice()};
+  plain.batches = {2, 4};
+  plain.seqs = {32};
+  Sweep served = plain;
+  served.serve_scenarios = {"SingleStream", "Server"};
+  served.serve_qps = {20, 40};
+  served.serve.max_batch = 8;
+  const std::set<std::string> before = NamesOf(ExpandSweep(Families(), plain));
+  const std::set<std::string> after = NamesOf(ExpandSweep(Families(), served));
+  std::set<std::string> kept, serve;
+  for (const std::string& name : after) {
+    (name.find("/serve/") == std::string::npos ? kept : serve).insert(name);
+  }
+  EXPECT_EQ(kept, before);
+  for (const char* name :
+       {"GPT2/nano/cpu/serve/scenario:SingleStream/max_batch:8/seq:32/fp32",
+        "GPT2/nano/cpu/serve/scenario:Server/qps:20/max_batch:8/seq:32/fp32",
+        "GPT2/nano/cpu/serve/scenario:Server/qps:40/max_batch:8/seq:32/fp32",
+        "ResNet/resnet18/cpu/serve/scenario:Server/qps:40/max_batch:8/fp32",
+        "CNN/nano/cpu/serve/scenario:SingleStream/max_batch:8/fp32"}) {
+    EXPECT_EQ(serve.count(name), 1u) << name;
+  }
+  // One a scenario and rate per forward benchmark, whatever --batch sweeps;
+  // none for families whose forward cannot run a batch it is given.
+  for (const std::string& name : serve) {
+    EXPECT_EQ(name.find("Encoder/"), std::string::npos) << name;
+    EXPECT_EQ(name.find("Whisper/"), std::string::npos) << name;
+    EXPECT_EQ(name.find("/batch:"), std::string::npos) << name;
+  }
+  size_t gpt2_nano = 0;
+  for (const std::string& name : serve) gpt2_nano += name.rfind("GPT2/nano/", 0) == 0;
+  EXPECT_EQ(gpt2_nano, 3u);
 }
 
 TEST(SweepFor, AddsTheDevicesAndDtypesTheFilterNamesUnlessGiven) {

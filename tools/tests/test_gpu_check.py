@@ -26,6 +26,7 @@ REHEARSAL = {
     "TF32 (--tf32=true)": "skipped|not offered",
     "CUDA graphs (--cuda_graphs=true)": "skipped|not offered",
     "generation: prefill and decode counters": "ran",
+    "serve: Server and Offline under MLPerf LoadGen": "ran",
     "gpu_util_% during train_epoch": "skipped",
     "train_epoch from memory": "ran",
     "train_epoch from disk": "ran",
@@ -129,7 +130,8 @@ class RehearsalTest(unittest.TestCase):
         jsons = {n for n in names if n.endswith(".json") and "/" not in n}
         # One JSON per bench run of the rehearsal, each one readable.
         self.assertEqual(jsons, {
-            "default.json", "roofline.json", "precision.json", "generation.json", "train_epoch_memory.json",
+            "default.json", "roofline.json", "precision.json", "generation.json", "serve.json",
+            "train_epoch_memory.json",
             "train_epoch_disk.json", "profile.json", "sync_true.json", "sync_false.json",
             "memory_guard.json", "oom_host.json", "data_parallel_1.json",
             "failing_rank_cpu.json"})

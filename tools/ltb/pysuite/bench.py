@@ -99,7 +99,7 @@ require("torch", "numpy")  # this Python, or the project's venv, which has them
 
 import torch  # noqa: E402
 
-from ltb.pysuite import facts, families, quant, weights  # noqa: E402
+from ltb.pysuite import facts, families, quant, serve, weights  # noqa: E402
 
 RUNTIMES = {"eager": "py_eager", "compile": "py_compile"}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -124,6 +124,8 @@ BENCH_GRAD_MODE = "inference_mode"
 FAMILIES = {name: dict(facts.settings(name), **facts.family(name)["constants"])
             for name in families.FAMILIES}
 VISION = ("ResNet", "CNN")
+# The families whose forward serves (lib: Family::serves), and its settings.
+SERVING = ("ResNet", "CNN", "Transformer", "GPT2", "Llama")
 LANGUAGE = ("Transformer", "GPT2", "Llama")
 DEPTH_FAMILIES = tuple(f["name"] for f in facts.load()["families"] if f["generates_at_depth"])
 # How bench words a decoder's limit on positions (GPT2's is its size card's
@@ -290,6 +292,17 @@ def parse_flags(argv):
     add("--grad_mode", default=BENCH_GRAD_MODE,
         help="inference phases: inference_mode (bench's), no_grad or grad: the classic "
              "mistakes, recorded in the context so that the comparison names them")
+    add("--scenario", default="", help="serve: MLPerf LoadGen scenarios to run the forward "
+        "phase under (SingleStream, MultiStream, Server, Offline), as bench's")
+    add("--target_qps", default="10", help="serve: Server's rates; Offline's expected rate")
+    add("--latency_bound_ms", type=float, default=None, help="serve: Server's p99 bound")
+    add("--samples_per_query", type=int, default=0, help="serve: MultiStream's samples")
+    add("--serve_min_s", type=float, default=1, help="serve: LoadGen's minimum duration")
+    add("--serve_min_queries", type=int, default=32, help="serve: LoadGen's minimum queries")
+    add("--max_batch", type=int, default=8, help="serve: the batcher's largest batch")
+    add("--batch_timeout_us", type=int, default=2000, help="serve: the batcher's wait")
+    add("--serve_log_dir", default="", help="serve: LoadGen's logs (default: beside "
+        "--benchmark_out, else ./loadgen_logs)")
     add("--slowdown", type=float, default=1.0, help=argparse.SUPPRESS)  # the tests'
     own = {a.option_strings[0][2:] for a in p._actions if a.option_strings}
     for arg in argv:
@@ -333,7 +346,40 @@ def parse_flags(argv):
     if a.grad_mode not in GRAD_MODES:
         raise BadFlag(f"--grad_mode={a.grad_mode}: valid: {', '.join(GRAD_MODES)}")
     a.device_list = devices(a.devices)
+    serve_flags(a)
     return a
+
+
+def serve_flags(a):
+    """The serve settings, refused as bench refuses them (lib/suite/flags.cc)."""
+    a.scenarios = []
+    for item in (x.strip() for x in a.scenario.split(",")):
+        if item and item not in serve.SCENARIOS:
+            raise Bad(f"--scenario: unknown scenario '{item}'; valid: "
+                      + ", ".join(serve.SCENARIOS))
+        if item and item not in a.scenarios:
+            a.scenarios.append(item)
+    a.serve_qps = []
+    for item in (x.strip() for x in a.target_qps.split(",")):
+        try:
+            qps = float(item)
+        except ValueError:
+            qps = 0
+        if not qps > 0 or math.isinf(qps):
+            raise Bad(f"--target_qps: '{item}' is not a rate; valid: numbers > 0 (queries "
+                      "a second), comma-separated")
+        if qps not in a.serve_qps:
+            a.serve_qps.append(qps)
+    if a.latency_bound_ms is not None and not a.latency_bound_ms > 0:
+        raise Bad(f"--latency_bound_ms={a.latency_bound_ms:g}: the bound must be a number of "
+                  "milliseconds > 0 (or left out for LoadGen's 100 ms)")
+    if a.max_batch < 1 or a.batch_timeout_us < 0 or a.serve_min_s < 0 or \
+            a.serve_min_queries < 1:
+        raise Bad("--max_batch and --serve_min_queries must be >= 1, --batch_timeout_us and "
+                  "--serve_min_s >= 0")
+    if not a.serve_log_dir:
+        a.serve_log_dir = (os.path.splitext(a.benchmark_out)[0] + ".loadgen"
+                           if a.benchmark_out else "loadgen_logs")
 
 
 def devices(text):
@@ -360,13 +406,21 @@ class Spec:
         self.depth, self.weights, self.quant = depth, weights, quant
         self.dtype, self.runtime = dtype, runtime
         self.steps = None
+        self.serve = None  # serve: scenario, qps, max_batch (the forward is served)
 
     @property
     def training(self):
         return self.phase in TRAINING_PHASES
 
     def name(self):
-        name = f"{self.family}/{self.size}/{self.device}/{self.phase}/batch:{self.batch}"
+        if self.serve:  # lib/family/spec.cc
+            sv = self.serve
+            name = f"{self.family}/{self.size}/{self.device}/serve/scenario:{sv['scenario']}"
+            if sv["scenario"] == "Server":
+                name += f"/qps:{sv['qps']:g}"
+            name += f"/max_batch:{sv['max_batch']}"
+        else:
+            name = f"{self.family}/{self.size}/{self.device}/{self.phase}/batch:{self.batch}"
         if self.seq:
             name += f"/seq:{self.seq}"
         if self.prompt:
@@ -440,6 +494,21 @@ def specs(args):
                             s.steps = args.epochs if phase == "train_epoch" else args.steps
                             if (pattern.search(s.full_name()) is not None) != negate:
                                 out.append(s)
+                            if (phase != "forward" or family not in SERVING
+                                    or b != batches[0]):
+                                continue
+                            # lib/suite/sweep.cc: one a scenario (Server: a rate).
+                            for scenario in args.scenarios:
+                                for qps in (args.serve_qps if scenario == "Server"
+                                            else args.serve_qps[:1]):
+                                    v = Spec(family, size, device, phase, args.max_batch,
+                                             dtype, runtime, seq=first, weights=args.weights,
+                                             quant=q)
+                                    v.serve = {"scenario": scenario, "qps": qps,
+                                               "max_batch": args.max_batch}
+                                    v.steps = 1  # one LoadGen test
+                                    if (pattern.search(v.full_name()) is not None) != negate:
+                                        out.append(v)
     return out
 
 
@@ -672,6 +741,7 @@ class Workload:
             inputs = self.batch[:, :s.seq].contiguous()
             targets = self.batch[:, 1:].contiguous()
             self.infer = lambda: self.forward(inputs)
+            self.serve_inputs = inputs
             self.loss = lambda: torch.nn.functional.cross_entropy(
                 self.forward(inputs).reshape(-1, vocab).float(), targets.reshape(-1))
 
@@ -697,6 +767,7 @@ class Workload:
         inputs = images if s.training else images.to(DTYPES[s.dtype])
         targets = torch.randint(0, o.classes, (s.batch,), device=s.device)
         self.infer = lambda: self.forward(inputs)
+        self.serve_inputs = inputs
         self.loss = lambda: torch.nn.functional.cross_entropy(
             self.forward(inputs).float(), targets)
         if s.phase == "train_step":
@@ -1169,7 +1240,39 @@ def shared_cache_text():
     return f"shared: {where}, {files} files at the start"
 
 
+def serve_one(spec, args):
+    """One LoadGen test of the forward at the batcher's largest batch, as
+    bench's serve benchmark (lib/serve), as Google Benchmark's JSON entry."""
+    sv = spec.serve
+    workload = Workload(spec, args)
+    warm_up(workload, args)
+    name = spec.full_name()
+    folder = os.path.join(args.serve_log_dir,
+                          spec.name().rsplit("/", 1)[0].replace("/", "_").replace(":", "-"))
+    # Google Benchmark's cpu_time: the calling thread's, over the test.
+    cpu = time.thread_time()
+    counters, label, seconds = serve.serve(
+        workload.forward, workload.serve_inputs, sv["scenario"], folder,
+        target_qps=sv["qps"], latency_bound_ms=args.latency_bound_ms or 0,
+        samples_per_query=args.samples_per_query, min_s=args.serve_min_s,
+        min_queries=args.serve_min_queries, max_batch=sv["max_batch"],
+        batch_timeout_us=args.batch_timeout_us,
+        tokens_per_sample=workload.tokens_per_step / spec.batch if workload.tokens_per_step
+        else 0, synchronize=lambda: synchronize(spec.device))
+    e = {"name": name, "family_index": 0, "per_family_instance_index": 0, "run_name": name,
+         "run_type": "iteration", "repetitions": 1, "repetition_index": 0, "threads": 1,
+         "iterations": 1, "real_time": seconds * 1e3,
+         "cpu_time": (time.thread_time() - cpu) * 1e3,
+         "time_unit": "ms"}
+    e.update(sorted(counters.items()))
+    e["label"] = label
+    del workload
+    return [e]
+
+
 def run_one(spec, args, peaks):
+    if spec.serve:
+        return serve_one(spec, args)
     workload = Workload(spec, args)
     warm_up(workload, args)
     if args.print_tokens and spec.phase == "generate":

@@ -1,0 +1,452 @@
+#include "serve/serve.h"
+
+#include <ATen/ops/empty_like.h>
+#include <c10/core/InferenceMode.h>
+#include <loadgen/loadgen.h>
+#include <loadgen/query_sample_library.h>
+#include <loadgen/system_under_test.h>
+#include <loadgen/test_settings.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/interrupt.h"
+#include "device/device.h"
+
+namespace ltb {
+
+Batcher::Batcher(int64_t max_batch, int64_t timeout_us, RunBatch run)
+    : max_batch_(std::max<int64_t>(1, max_batch)),
+      timeout_(timeout_us),
+      run_(std::move(run)),
+      worker_([this] { Work(); }) {}
+
+Batcher::~Batcher() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  worker_.join();
+}
+
+void Batcher::Submit(const std::vector<ServeRequest>& requests) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.insert(queue_.end(), requests.begin(), requests.end());
+  }
+  wake_.notify_all();
+}
+
+void Batcher::Drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [this] { return queue_.empty() && !running_batch_; });
+}
+
+int64_t Batcher::batches() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return batches_;
+}
+
+int64_t Batcher::largest_batch() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return largest_;
+}
+
+void Batcher::Work() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopped with nothing left
+    // The oldest request's wait bounds the batch's: a full batch, or the
+    // deadline, or the end, whichever comes first.
+    const auto deadline = queue_.front().arrived + timeout_;
+    wake_.wait_until(lock, deadline, [this] {
+      return stop_ || static_cast<int64_t>(queue_.size()) >= max_batch_;
+    });
+    const size_t take = std::min<size_t>(queue_.size(), static_cast<size_t>(max_batch_));
+    std::vector<ServeRequest> batch(queue_.begin(), queue_.begin() + take);
+    queue_.erase(queue_.begin(), queue_.begin() + take);
+    running_batch_ = true;
+    ++batches_;
+    largest_ = std::max<int64_t>(largest_, static_cast<int64_t>(take));
+    lock.unlock();
+    run_(batch);
+    lock.lock();
+    running_batch_ = false;
+    if (queue_.empty()) idle_.notify_all();
+  }
+}
+
+namespace {
+
+at::Tensor MakeSample(const at::Tensor& batch_inputs, size_t i) {
+  const int64_t rows = batch_inputs.size(0);
+  const int64_t row = static_cast<int64_t>(i) % rows;
+  const int64_t shift = static_cast<int64_t>(i) / rows;
+  at::Tensor sample = batch_inputs.select(0, row);
+  if (shift == 0 || sample.dim() == 0) return sample.clone();
+  return sample.roll({shift}, {-1}).clone();
+}
+
+}  // namespace
+
+std::vector<at::Tensor> MakeSamples(const at::Tensor& batch_inputs, size_t count) {
+  std::vector<at::Tensor> samples;
+  samples.reserve(count);
+  for (size_t i = 0; i < count; ++i) samples.push_back(MakeSample(batch_inputs, i));
+  return samples;
+}
+
+BatchRunner::BatchRunner(Workload& workload, int64_t max_batch, const c10::Device& device)
+    : workload_(workload), device_(device) {
+  const at::Tensor inputs = workload.BatchInputs();
+  if (!inputs.defined()) {
+    throw std::invalid_argument("this workload cannot run batches it is given");
+  }
+  std::vector<int64_t> shape = inputs.sizes().vec();
+  shape[0] = max_batch;
+  // empty_like keeps the inputs' memory format (channels_last images).
+  staging_ = at::empty_like(inputs.select(0, 0).unsqueeze(0).expand(shape).contiguous(
+      inputs.suggest_memory_format()));
+}
+
+at::Tensor BatchRunner::Run(const std::vector<at::Tensor>& samples,
+                            const std::vector<ServeRequest>& batch) {
+  c10::InferenceMode guard;
+  const int64_t b = static_cast<int64_t>(batch.size());
+  if (b > staging_.size(0)) {
+    throw std::out_of_range(absl::StrCat("a batch of ", b, " is larger than the ",
+                                         staging_.size(0), " it was built for"));
+  }
+  for (int64_t i = 0; i < b; ++i) staging_[i].copy_(samples.at(batch[i].index));
+  at::Tensor out = workload_.RunBatch(staging_.narrow(0, 0, b));
+  Synchronize(device_);
+  return out;
+}
+
+absl::Status ValidateServe(const ServeSettings& serve) {
+  const auto& names = kServeScenarios;
+  if (std::find(std::begin(names), std::end(names), serve.scenario) == std::end(names)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--scenario: unknown scenario '", serve.scenario,
+                     "'; valid: ", absl::StrJoin(names, ", ")));
+  }
+  if (serve.phase != "forward") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--serve_phase=", serve.phase,
+        ": serve runs an inference phase on batches of samples (not a training "
+        "phase, nor generation); valid: forward"));
+  }
+  if (!(serve.target_qps > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--target_qps must be a number > 0 (queries a second), not ", serve.target_qps));
+  }
+  if (serve.latency_bound_ms < 0 || !(serve.latency_bound_ms == serve.latency_bound_ms)) {
+    return absl::InvalidArgumentError(
+        "--latency_bound_ms must be a number > 0 (milliseconds), or left out for "
+        "LoadGen's 100 ms");
+  }
+  if (serve.max_batch < 1) {
+    return absl::InvalidArgumentError("--max_batch must be a whole number >= 1");
+  }
+  if (serve.batch_timeout_us < 0) {
+    return absl::InvalidArgumentError("--batch_timeout_us must be a whole number >= 0");
+  }
+  if (serve.min_s < 0 || serve.min_queries < 1) {
+    return absl::InvalidArgumentError(
+        "--serve_min_s must be >= 0 and --serve_min_queries >= 1");
+  }
+  return absl::OkStatus();
+}
+
+std::map<std::string, std::string> ParseDetailLog(const std::string& text) {
+  std::map<std::string, std::string> values;
+  std::istringstream lines(text);
+  std::string line;
+  const std::string mark = ":::MLLOG ";
+  while (std::getline(lines, line)) {
+    const size_t at = line.find(mark);
+    if (at == std::string::npos) continue;
+    const nlohmann::json entry =
+        nlohmann::json::parse(line.substr(at + mark.size()), nullptr, false);
+    if (entry.is_discarded() || !entry.contains("key") || !entry.contains("value")) {
+      continue;
+    }
+    const nlohmann::json& value = entry["value"];
+    values[entry["key"].get<std::string>()] =
+        value.is_string() ? value.get<std::string>() : value.dump();
+  }
+  return values;
+}
+
+namespace {
+
+// A number of the detail log; -1 where absent or not a number.
+double Number(const std::map<std::string, std::string>& detail, const std::string& key) {
+  const auto it = detail.find(key);
+  if (it == detail.end()) return -1;
+  try {
+    return std::stod(it->second);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+}  // namespace
+
+ServeCounters CountersFromDetail(const std::map<std::string, std::string>& detail,
+                                 const ServeSettings& serve, double tokens_per_sample) {
+  ServeCounters out;
+  auto add = [&](const std::string& name, double value) {
+    if (value >= 0) out.counters.emplace_back(name, value);
+  };
+  const std::string& scenario = serve.scenario;
+  double samples_per_s = -1;
+  if (scenario == "SingleStream") {
+    samples_per_s = Number(detail, "result_qps_with_loadgen_overhead");
+  } else if (scenario == "MultiStream") {
+    // Each query's samples complete before the next is issued.
+    const double query_ns = Number(detail, "result_mean_query_latency_ns");
+    const double per_query = Number(detail, "effective_samples_per_query");
+    if (query_ns > 0 && per_query > 0) samples_per_s = per_query / (query_ns * 1e-9);
+  } else if (scenario == "Server") {
+    samples_per_s = Number(detail, "result_completed_samples_per_sec");
+  } else {
+    samples_per_s = Number(detail, "result_samples_per_second");
+  }
+  add("samples/s", samples_per_s);
+  if (tokens_per_sample > 0 && samples_per_s >= 0) {
+    add("tokens/s", samples_per_s * tokens_per_sample);
+  }
+  if (scenario == "Server") {
+    add("qps_scheduled", Number(detail, "result_scheduled_samples_per_sec"));
+    add("qps_completed", samples_per_s);
+    const double queries = Number(detail, "result_query_count");
+    const double over = Number(detail, "result_overlatency_query_count");
+    // One sample a query: the share of samples within the bound.
+    if (queries > 0 && over >= 0 && samples_per_s >= 0) {
+      add("goodput", samples_per_s * (1 - over / queries));
+    }
+    add("bound_ms", Number(detail, "effective_target_latency_ns") * 1e-6);
+  }
+  const double ns = 1e-6;  // to milliseconds
+  auto latency = [&](const std::string& name, const std::string& key) {
+    const double v = Number(detail, key);
+    if (v >= 0) out.counters.emplace_back(name, v * ns);
+  };
+  latency("latency_mean_ms", "result_mean_latency_ns");
+  latency("p50_ms", "result_50.00_percentile_latency_ns");
+  latency("p90_ms", "result_90.00_percentile_latency_ns");
+  latency("p99_ms", "result_99.00_percentile_latency_ns");
+  latency("p99.9_ms", "result_99.90_percentile_latency_ns");
+  add("queries", Number(detail, "result_query_count"));
+  const auto validity = detail.find("result_validity");
+  const bool valid = validity != detail.end() && validity->second == "VALID";
+  out.counters.emplace_back("valid", valid ? 1 : 0);
+  out.label = absl::StrCat("scenario:", scenario, " ",
+                           validity == detail.end() ? "no result" : validity->second);
+  if (!valid) {
+    const auto reason = detail.find("result_invalid_reason");
+    if (reason != detail.end() && !reason->second.empty()) {
+      std::string why = reason->second;
+      while (!why.empty() && why.back() == ' ') why.pop_back();
+      absl::StrAppend(&out.label, ": ", why);
+    }
+    const auto early = detail.find("early_stopping_met");
+    if (early != detail.end() && early->second == "false") {
+      absl::StrAppend(&out.label, " (early stopping not met: too few queries for ",
+                      "the percentile's bound)");
+    }
+  }
+  out.seconds_per_sample = samples_per_s > 0 ? 1 / samples_per_s : 0;
+  return out;
+}
+
+std::string ServeLogFolder(const std::string& log_dir, const BenchSpec& spec) {
+  std::string name = spec.Name();
+  for (char& c : name) {
+    if (c == '/' || c == ':') c = c == '/' ? '_' : '-';
+  }
+  return (std::filesystem::path(log_dir) / name).string();
+}
+
+namespace {
+
+mlperf::TestScenario ScenarioOf(const std::string& name) {
+  if (name == "SingleStream") return mlperf::TestScenario::SingleStream;
+  if (name == "MultiStream") return mlperf::TestScenario::MultiStream;
+  if (name == "Server") return mlperf::TestScenario::Server;
+  return mlperf::TestScenario::Offline;
+}
+
+// Holds the samples LoadGen asks for, built from the workload's inputs when
+// loaded (outside the timed test), dropped when unloaded.
+class SampleLibrary : public mlperf::QuerySampleLibrary {
+ public:
+  SampleLibrary(at::Tensor inputs, size_t count)
+      : inputs_(std::move(inputs)), samples_(count) {}
+  const std::string& Name() override { return name_; }
+  size_t TotalSampleCount() override { return samples_.size(); }
+  size_t PerformanceSampleCount() override { return samples_.size(); }
+  void LoadSamplesToRam(const std::vector<mlperf::QuerySampleIndex>& indices) override {
+    c10::InferenceMode guard;
+    for (const auto i : indices) samples_.at(i) = MakeSample(inputs_, i);
+  }
+  void UnloadSamplesFromRam(
+      const std::vector<mlperf::QuerySampleIndex>& indices) override {
+    for (const auto i : indices) samples_.at(i) = at::Tensor();
+  }
+  const std::vector<at::Tensor>& samples() const { return samples_; }
+
+ private:
+  std::string name_ = "ltb-samples";
+  at::Tensor inputs_;
+  std::vector<at::Tensor> samples_;
+};
+
+// Puts LoadGen's queries on the batcher's queue.
+class QueueSut : public mlperf::SystemUnderTest {
+ public:
+  explicit QueueSut(Batcher* batcher) : batcher_(batcher) {}
+  const std::string& Name() override { return name_; }
+  void IssueQuery(const std::vector<mlperf::QuerySample>& samples) override {
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<ServeRequest> requests;
+    requests.reserve(samples.size());
+    for (const mlperf::QuerySample& s : samples) requests.push_back({s.id, s.index, now});
+    batcher_->Submit(requests);
+  }
+  void FlushQueries() override {}
+
+ private:
+  std::string name_ = "ltb-batcher";
+  Batcher* batcher_;
+};
+
+// Samples the library holds: enough distinct inputs that a batch rarely
+// repeats one, few enough to keep in memory beside the model.
+constexpr size_t kServeSamples = 64;
+
+absl::Status RunLoadGenTest(benchmark::State& state, Workload& workload,
+                            const BenchSpec& spec, double tokens_per_sample);
+
+}  // namespace
+
+absl::Status RunServe(benchmark::State& state, Workload& workload, const BenchSpec& spec,
+                      double tokens_per_sample) {
+  absl::Status status = RunLoadGenTest(state, workload, spec, tokens_per_sample);
+  if (!status.ok()) state.SkipWithError(std::string(status.message()).c_str());
+  return status;
+}
+
+namespace {
+
+absl::Status RunLoadGenTest(benchmark::State& state, Workload& workload,
+                            const BenchSpec& spec, double tokens_per_sample) {
+  const ServeSettings& serve = spec.serve;
+  if (!workload.BatchInputs().defined()) {
+    return absl::UnimplementedError(
+        absl::StrCat(spec.family, "'s ", serve.phase,
+                     " workload cannot run batches it is given, so it cannot serve"));
+  }
+  const std::string folder = ServeLogFolder(serve.log_dir, spec);
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--serve_log_dir: cannot make ", folder, ": ", ec.message()));
+  }
+
+  mlperf::TestSettings settings;
+  settings.scenario = ScenarioOf(serve.scenario);
+  settings.mode = mlperf::TestMode::PerformanceOnly;
+  settings.min_duration_ms = static_cast<uint64_t>(serve.min_s * 1000);
+  settings.min_query_count = static_cast<uint64_t>(serve.min_queries);
+  settings.server_target_qps = serve.target_qps;
+  settings.offline_expected_qps = serve.target_qps;
+  if (serve.latency_bound_ms > 0) {
+    settings.server_target_latency_ns =
+        static_cast<uint64_t>(serve.latency_bound_ms * 1e6);
+  }
+  if (serve.samples_per_query > 0) {
+    settings.multi_stream_samples_per_query =
+        static_cast<uint64_t>(serve.samples_per_query);
+  }
+  settings.performance_sample_count_override = kServeSamples;
+  mlperf::LogSettings log;
+  log.log_output.outdir = folder;
+  log.enable_trace = false;
+
+  SampleLibrary library(workload.BatchInputs(), kServeSamples);
+  BatchRunner runner(workload, serve.max_batch, spec.device);
+  std::mutex error_mu;
+  std::string error;
+  bool interrupted = false;
+  // SingleStream has one sample in flight at a time: waiting for a second
+  // would only add the wait to every latency.
+  const int64_t timeout_us =
+      serve.scenario == "SingleStream" ? 0 : serve.batch_timeout_us;
+  Batcher batcher(serve.max_batch, timeout_us,
+                  [&](const std::vector<ServeRequest>& batch) {
+                    // After an interrupt, or a failure, samples complete
+                    // unrun so that LoadGen ends its test and writes its logs.
+                    bool run = !StopRequested();
+                    {
+                      std::lock_guard<std::mutex> lock(error_mu);
+                      if (!run) interrupted = true;
+                      run = run && error.empty();
+                    }
+                    if (run) {
+                      try {
+                        runner.Run(library.samples(), batch);
+                      } catch (const std::exception& e) {
+                        std::lock_guard<std::mutex> lock(error_mu);
+                        if (error.empty()) error = e.what();
+                      }
+                    }
+                    std::vector<mlperf::QuerySampleResponse> responses;
+                    responses.reserve(batch.size());
+                    for (const ServeRequest& r : batch)
+                      responses.emplace_back(r.id, 0, 0);
+                    mlperf::QuerySamplesComplete(responses.data(), responses.size());
+                  });
+  QueueSut sut(&batcher);
+
+  for (auto _ : state) {
+    mlperf::StartTest(&sut, &library, settings, log);
+    batcher.Drain();
+    std::ifstream in(std::filesystem::path(folder) / "mlperf_log_detail.txt");
+    std::stringstream text;
+    text << in.rdbuf();
+    const ServeCounters counters =
+        CountersFromDetail(ParseDetailLog(text.str()), serve, tokens_per_sample);
+    state.SetIterationTime(counters.seconds_per_sample);
+    {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!error.empty()) {
+        return absl::InternalError(
+            absl::StrCat("serve: ", error, " (LoadGen's logs: ", folder, ")"));
+      }
+      if (interrupted) {
+        return absl::CancelledError(
+            absl::StrCat(StopReason(), " during LoadGen's test; its logs: ", folder));
+      }
+    }
+    for (const auto& [name, value] : counters.counters) state.counters[name] = value;
+    state.counters["max_batch"] = static_cast<double>(serve.max_batch);
+    state.counters["batches"] = static_cast<double>(batcher.batches());
+    state.SetLabel(counters.label);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+}  // namespace ltb

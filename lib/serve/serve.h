@@ -1,0 +1,124 @@
+// The serve phase: an inference workload under MLPerf LoadGen's load, in one
+// of its scenarios. LoadGen issues queries; a dynamic batcher gathers their
+// samples into batches (up to a size, or until a wait runs out), runs the
+// workload on samples built before the clock starts, and completes each
+// sample; LoadGen's own results become the benchmark's counters, and its
+// logs are kept.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "family/family.h"
+
+namespace ltb {
+
+// One sample of a query: LoadGen's response id, the sample's index in the
+// library, and when the batcher was given it.
+struct ServeRequest {
+  uintptr_t id = 0;
+  size_t index = 0;
+  std::chrono::steady_clock::time_point arrived;
+};
+
+// Gathers requests into batches on one worker thread: a batch starts with
+// the oldest request waiting and runs once it holds `max_batch` requests or
+// the oldest has waited `timeout_us`, whichever comes first. `run` gets each
+// batch, in arrival order, on the worker thread.
+class Batcher {
+ public:
+  using RunBatch = std::function<void(const std::vector<ServeRequest>&)>;
+  Batcher(int64_t max_batch, int64_t timeout_us, RunBatch run);
+  ~Batcher();
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
+
+  // Queues requests; they keep their order.
+  void Submit(const std::vector<ServeRequest>& requests);
+  // Returns once every request submitted so far has been run.
+  void Drain();
+
+  int64_t batches() const;
+  int64_t largest_batch() const;
+
+ private:
+  void Work();
+
+  const int64_t max_batch_;
+  const std::chrono::microseconds timeout_;
+  RunBatch run_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;  // the worker: requests, or the end
+  std::condition_variable idle_;  // Drain: nothing queued or running
+  std::deque<ServeRequest> queue_;
+  bool running_batch_ = false;
+  bool stop_ = false;
+  int64_t batches_ = 0;
+  int64_t largest_ = 0;
+  std::thread worker_;
+};
+
+// `count` samples made like a batch of a workload's inputs (B, ...): sample i
+// is row i % B, rolled along its last dimension by i / B, so that samples
+// differ and keep the inputs' kind (token ids stay valid ids).
+std::vector<at::Tensor> MakeSamples(const at::Tensor& batch_inputs, size_t count);
+
+// Runs batches of samples through a workload: copies them into a batch
+// allocated once (as a server's input buffer is), runs the workload on it
+// and waits for the device, so that a sample completes when its output
+// exists.
+class BatchRunner {
+ public:
+  BatchRunner(Workload& workload, int64_t max_batch, const c10::Device& device);
+  // The outputs of `samples[r.index]` for each request, batch first.
+  at::Tensor Run(const std::vector<at::Tensor>& samples,
+                 const std::vector<ServeRequest>& batch);
+
+ private:
+  Workload& workload_;
+  c10::Device device_;
+  at::Tensor staging_;
+};
+
+// An error naming the valid choices where a serve setting cannot run: an
+// unknown scenario, a bound, rate or count out of range.
+absl::Status ValidateServe(const ServeSettings& serve);
+
+// LoadGen's detail log (mlperf_log_detail.txt) as key -> value text, the
+// last value of each key.
+std::map<std::string, std::string> ParseDetailLog(const std::string& text);
+
+// The counters and label of one LoadGen test, from its detail log's values:
+// samples/s (and tokens/s when `tokens_per_sample` > 0), Server's scheduled
+// and completed QPS and goodput, the latencies in ms, and valid (1 or 0)
+// with LoadGen's reason in the label.
+struct ServeCounters {
+  std::vector<std::pair<std::string, double>> counters;
+  std::string label;
+  double seconds_per_sample = 0;  // 1 / samples/s: the benchmark's time
+};
+ServeCounters CountersFromDetail(const std::map<std::string, std::string>& detail,
+                                 const ServeSettings& serve, double tokens_per_sample);
+
+// The folder of one serve benchmark's LoadGen logs under `log_dir`.
+std::string ServeLogFolder(const std::string& log_dir, const BenchSpec& spec);
+
+// One serve benchmark: one LoadGen test over `workload` (built at the
+// spec's max_batch), its counters set on `state`. Returns an error to report
+// instead (the workload cannot run batches it is given, an interrupt).
+absl::Status RunServe(benchmark::State& state, Workload& workload, const BenchSpec& spec,
+                      double tokens_per_sample);
+
+}  // namespace ltb

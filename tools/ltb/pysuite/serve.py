@@ -1,0 +1,246 @@
+"""The serve phase in Python: a model's forward under MLPerf LoadGen's load,
+through LoadGen's own Python bindings (mlperf_loadgen, the version bench links)
+and the dynamic batcher of bench's lib/serve, so that a C++ and a Python
+server are measured by the same load generator, the same way.
+
+One worker thread forms batches of up to max_batch samples, or fewer once the
+oldest has waited batch_timeout_us (SingleStream does not wait: one sample is
+in flight), copies them into an input buffer allocated once, runs the model,
+waits for the device and completes each sample. The counters are LoadGen's,
+read from its detail log as lib/serve/serve.cc reads them."""
+import collections
+import json
+import os
+import threading
+import time
+
+SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
+# The samples LoadGen's library holds (lib/serve/serve.cc kServeSamples).
+SAMPLES = 64
+
+
+class Batcher:
+    """Gathers (id, index, arrived) requests into batches on one worker
+    thread; run(batch) gets each batch, in arrival order."""
+
+    def __init__(self, max_batch, timeout_us, run):
+        self.max_batch = max(1, int(max_batch))
+        self.timeout = timeout_us / 1e6
+        self.run = run
+        self.queue = collections.deque()
+        self.cv = threading.Condition()
+        self.running = False
+        self.stop = False
+        self.batches = 0
+        self.largest = 0
+        self.error = None
+        self.thread = threading.Thread(target=self._work, daemon=True)
+        self.thread.start()
+
+    def submit(self, requests):
+        with self.cv:
+            self.queue.extend(requests)
+            self.cv.notify_all()
+
+    def drain(self):
+        """Returns once every request submitted so far has run."""
+        with self.cv:
+            self.cv.wait_for(lambda: not self.queue and not self.running)
+
+    def close(self):
+        with self.cv:
+            self.stop = True
+            self.cv.notify_all()
+        self.thread.join()
+
+    def _work(self):
+        with self.cv:
+            while True:
+                self.cv.wait_for(lambda: self.stop or self.queue)
+                if not self.queue:
+                    return
+                # The oldest request's wait bounds the batch's.
+                deadline = self.queue[0][2] + self.timeout
+                while not self.stop and len(self.queue) < self.max_batch:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self.cv.wait(left)
+                take = min(len(self.queue), self.max_batch)
+                batch = [self.queue.popleft() for _ in range(take)]
+                self.running = True
+                self.batches += 1
+                self.largest = max(self.largest, take)
+                self.cv.release()
+                try:
+                    self.run(batch)
+                except Exception as e:  # noqa: BLE001 - reported after the test
+                    self.error = self.error or e
+                finally:
+                    self.cv.acquire()
+                    self.running = False
+                    self.cv.notify_all()
+
+
+def make_sample(batch_inputs, i):
+    """Sample i: row i % B of the inputs, rolled along its last dimension by
+    i // B (lib/serve/serve.cc MakeSample)."""
+    rows = batch_inputs.shape[0]
+    row, shift = batch_inputs[i % rows], i // rows
+    return (row.roll(shift, -1) if shift and row.dim() else row).clone()
+
+
+def parse_detail(text):
+    """LoadGen's detail log as key -> value (the last of each key)."""
+    values = {}
+    mark = ":::MLLOG "
+    for line in text.splitlines():
+        at = line.find(mark)
+        if at < 0:
+            continue
+        try:
+            entry = json.loads(line[at + len(mark):])
+        except ValueError:
+            continue
+        if "key" in entry and "value" in entry:
+            values[entry["key"]] = entry["value"]
+    return values
+
+
+def _number(detail, key):
+    try:
+        return float(detail[key])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def counters_from_detail(detail, scenario, tokens_per_sample=0):
+    """(counters, label, seconds per sample) as lib/serve's CountersFromDetail."""
+    out = {}
+    if scenario == "SingleStream":
+        rate = _number(detail, "result_qps_with_loadgen_overhead")
+    elif scenario == "MultiStream":
+        query_ns = _number(detail, "result_mean_query_latency_ns")
+        per_query = _number(detail, "effective_samples_per_query")
+        rate = per_query / (query_ns * 1e-9) if query_ns and per_query else None
+    elif scenario == "Server":
+        rate = _number(detail, "result_completed_samples_per_sec")
+    else:
+        rate = _number(detail, "result_samples_per_second")
+    if rate is not None:
+        out["samples/s"] = rate
+        if tokens_per_sample > 0:
+            out["tokens/s"] = rate * tokens_per_sample
+    if scenario == "Server":
+        for name, key in (("qps_scheduled", "result_scheduled_samples_per_sec"),):
+            if _number(detail, key) is not None:
+                out[name] = _number(detail, key)
+        if rate is not None:
+            out["qps_completed"] = rate
+        queries = _number(detail, "result_query_count")
+        over = _number(detail, "result_overlatency_query_count")
+        if queries and over is not None and rate is not None:
+            out["goodput"] = rate * (1 - over / queries)
+        bound = _number(detail, "effective_target_latency_ns")
+        if bound is not None:
+            out["bound_ms"] = bound * 1e-6
+    for name, key in (("latency_mean_ms", "result_mean_latency_ns"),
+                      ("p50_ms", "result_50.00_percentile_latency_ns"),
+                      ("p90_ms", "result_90.00_percentile_latency_ns"),
+                      ("p99_ms", "result_99.00_percentile_latency_ns"),
+                      ("p99.9_ms", "result_99.90_percentile_latency_ns")):
+        if _number(detail, key) is not None:
+            out[name] = _number(detail, key) * 1e-6
+    if _number(detail, "result_query_count") is not None:
+        out["queries"] = _number(detail, "result_query_count")
+    validity = detail.get("result_validity")
+    valid = validity == "VALID"
+    out["valid"] = 1 if valid else 0
+    label = f"scenario:{scenario} {validity or 'no result'}"
+    if not valid:
+        reason = str(detail.get("result_invalid_reason", "")).rstrip()
+        if reason:
+            label += f": {reason}"
+        if detail.get("early_stopping_met") is False:
+            label += " (early stopping not met: too few queries for the percentile's bound)"
+    return out, label, (1 / rate if rate else 0)
+
+
+def serve(forward, batch_inputs, scenario, log_dir, *, target_qps=10, latency_bound_ms=0,
+          samples_per_query=0, min_s=1, min_queries=32, max_batch=8, batch_timeout_us=2000,
+          tokens_per_sample=0, synchronize=lambda: None):
+    """One LoadGen test of forward over samples made like batch_inputs (B, ...):
+    (counters, label, seconds per sample). LoadGen's logs stay in log_dir."""
+    import mlperf_loadgen as lg
+    import torch
+
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario '{scenario}'; valid: {', '.join(SCENARIOS)}")
+    os.makedirs(log_dir, exist_ok=True)
+    samples = [None] * SAMPLES
+    shape = (max_batch, *batch_inputs.shape[1:])
+    staging = torch.empty_like(batch_inputs[:1].expand(shape).contiguous(
+        memory_format=torch.channels_last if batch_inputs.dim() == 4
+        and batch_inputs.is_contiguous(memory_format=torch.channels_last)
+        and not batch_inputs.is_contiguous() else torch.contiguous_format))
+
+    def run(batch):
+        try:
+            with torch.inference_mode():
+                for i, (_, index, _) in enumerate(batch):
+                    staging[i].copy_(samples[index])
+                forward(staging[:len(batch)])
+                synchronize()
+        finally:  # completed whatever happens, so that LoadGen ends its test
+            lg.QuerySamplesComplete([lg.QuerySampleResponse(r[0], 0, 0) for r in batch])
+
+    batcher = Batcher(max_batch, 0 if scenario == "SingleStream" else batch_timeout_us, run)
+
+    def issue(query_samples):
+        now = time.monotonic()
+        batcher.submit([(q.id, q.index, now) for q in query_samples])
+
+    def load(indices):
+        with torch.inference_mode():
+            for i in indices:
+                samples[i] = make_sample(batch_inputs, i)
+
+    def unload(indices):
+        for i in indices:
+            samples[i] = None
+
+    settings = lg.TestSettings()
+    settings.scenario = getattr(lg.TestScenario, scenario)
+    settings.mode = lg.TestMode.PerformanceOnly
+    settings.min_duration_ms = int(min_s * 1000)
+    settings.min_query_count = int(min_queries)
+    settings.server_target_qps = target_qps
+    settings.offline_expected_qps = target_qps
+    if latency_bound_ms > 0:
+        settings.server_target_latency_ns = int(latency_bound_ms * 1e6)
+    if samples_per_query > 0:
+        settings.multi_stream_samples_per_query = int(samples_per_query)
+    settings.performance_sample_count_override = SAMPLES
+    output = lg.LogOutputSettings()
+    output.outdir = log_dir
+    log = lg.LogSettings()
+    log.log_output = output
+    log.enable_trace = False
+
+    sut = lg.ConstructSUT(issue, lambda: None)
+    qsl = lg.ConstructQSL(SAMPLES, SAMPLES, load, unload)
+    try:
+        lg.StartTestWithLogSettings(sut, qsl, settings, log)
+        batcher.drain()
+    finally:
+        batcher.close()
+        lg.DestroyQSL(qsl)
+        lg.DestroySUT(sut)
+    if batcher.error is not None:
+        raise batcher.error
+    with open(os.path.join(log_dir, "mlperf_log_detail.txt")) as f:
+        detail = parse_detail(f.read())
+    counters, label, seconds = counters_from_detail(detail, scenario, tokens_per_sample)
+    counters["max_batch"] = max_batch
+    counters["batches"] = batcher.batches
+    return counters, label, seconds
