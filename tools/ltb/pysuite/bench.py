@@ -355,7 +355,7 @@ def serve_flags(a):
     a.scenarios = []
     for item in (x.strip() for x in a.scenario.split(",")):
         if item and item not in serve.SCENARIOS:
-            raise Bad(f"--scenario: unknown scenario '{item}'; valid: "
+            raise BadFlag(f"--scenario: unknown scenario '{item}'; valid: "
                       + ", ".join(serve.SCENARIOS))
         if item and item not in a.scenarios:
             a.scenarios.append(item)
@@ -366,16 +366,16 @@ def serve_flags(a):
         except ValueError:
             qps = 0
         if not qps > 0 or math.isinf(qps):
-            raise Bad(f"--target_qps: '{item}' is not a rate; valid: numbers > 0 (queries "
+            raise BadFlag(f"--target_qps: '{item}' is not a rate; valid: numbers > 0 (queries "
                       "a second), comma-separated")
         if qps not in a.serve_qps:
             a.serve_qps.append(qps)
     if a.latency_bound_ms is not None and not a.latency_bound_ms > 0:
-        raise Bad(f"--latency_bound_ms={a.latency_bound_ms:g}: the bound must be a number of "
+        raise BadFlag(f"--latency_bound_ms={a.latency_bound_ms:g}: the bound must be a number of "
                   "milliseconds > 0 (or left out for LoadGen's 100 ms)")
     if a.max_batch < 1 or a.batch_timeout_us < 0 or a.serve_min_s < 0 or \
             a.serve_min_queries < 1:
-        raise Bad("--max_batch and --serve_min_queries must be >= 1, --batch_timeout_us and "
+        raise BadFlag("--max_batch and --serve_min_queries must be >= 1, --batch_timeout_us and "
                   "--serve_min_s >= 0")
     if not a.serve_log_dir:
         a.serve_log_dir = (os.path.splitext(a.benchmark_out)[0] + ".loadgen"
