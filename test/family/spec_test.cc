@@ -10,8 +10,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "family/registry.h"
-#include "models/ops.h"
 #include "models/decoder_family.h"
+#include "models/ops.h"
 #include "spec_for.h"
 #include "suite/sweep.h"
 
