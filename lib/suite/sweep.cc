@@ -81,17 +81,17 @@ struct Point {
 using Setter = std::function<void(Point*)>;
 using Axis = std::function<std::vector<Setter>(const Point&)>;
 
-// Each of `values`, set by `set`.
+// A setter for each of `values`, setting it by `set`.
 template <typename T, typename Set>
-std::vector<Setter> Each(const std::vector<T>& values, Set set) {
+std::vector<Setter> SettersOf(const std::vector<T>& values, Set set) {
   std::vector<Setter> out;
   for (const T& v : values) out.push_back([v, set](Point* p) { set(p, v); });
   return out;
 }
 
-// `values` where `applies`, else the one value `otherwise`.
+// `values` where the axis applies, else the one value `otherwise`.
 template <typename T>
-std::vector<T> Where(bool applies, const std::vector<T>& values, T otherwise) {
+std::vector<T> SweptIf(bool applies, const std::vector<T>& values, T otherwise) {
   return applies ? values : std::vector<T>{otherwise};
 }
 
@@ -141,68 +141,72 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
               if (!c.needs_host_transfers || BackendOf(d).Caps().host_transfers)
                 devices.push_back(d);
             }
-            return Each(devices, [](Point* p, c10::Device d) { p->spec.device = d; });
+            return SettersOf(devices,
+                             [](Point* p, c10::Device d) { p->spec.device = d; });
           },
           [&](const Point& p) {
-            return Each(ShapesOn(family, c, sweep, p.spec.device, has_cpu),
-                        [](Point* q, const Shapes& s) { q->shapes = s; });
+            return SettersOf(ShapesOn(family, c, sweep, p.spec.device, has_cpu),
+                             [](Point* q, const Shapes& s) { q->shapes = s; });
           },
           [&](const Point&) {
-            return Each(dtypes, [](Point* p, c10::ScalarType t) { p->spec.dtype = t; });
+            return SettersOf(dtypes,
+                             [](Point* p, c10::ScalarType t) { p->spec.dtype = t; });
           },
           [&](const Point&) {
-            return Each(Where(family.sweeps_memory_format, sweep.channels_last, false),
-                        [](Point* p, bool v) { p->spec.channels_last = v; });
+            return SettersOf(
+                SweptIf(family.sweeps_memory_format, sweep.channels_last, false),
+                [](Point* p, bool v) { p->spec.channels_last = v; });
           },
           // Quantised weights: the families that quantise their linear
           // layers, every phase (training and devices without the kernel
           // say why they cannot), eager models only.
           [&](const Point&) {
-            return Each(
-                Where(family.quantizes && c.backend.empty(), sweep.quants, Quant{}),
+            return SettersOf(
+                SweptIf(family.quantizes && c.backend.empty(), sweep.quants, Quant{}),
                 [](Point* q, const Quant& v) { q->spec.quant = v; });
           },
           // Packed linears: CPU inference of the families whose models have
           // them, unquantised.
           [&](const Point& p) {
-            return Each(Where(family.packs_cpu_linears && caps(p).packed_linears &&
-                                  inference && p.spec.quant.none(),
-                              sweep.pack_cpu_linears, false),
-                        [](Point* q, bool v) { q->spec.pack_cpu_linears = v; });
+            return SettersOf(SweptIf(family.packs_cpu_linears && caps(p).packed_linears &&
+                                         inference && p.spec.quant.none(),
+                                     sweep.pack_cpu_linears, false),
+                             [](Point* q, bool v) { q->spec.pack_cpu_linears = v; });
           },
           // TF32: fp32 matmuls and convolutions on devices that have it.
           [&](const Point& p) {
-            return Each(Where(p.spec.dtype == c10::kFloat && c.tf32 &&
-                                  !c.dtype.has_value() && caps(p).tf32,
-                              sweep.tf32, false),
-                        [](Point* q, bool v) { q->spec.tf32 = v; });
+            return SettersOf(SweptIf(p.spec.dtype == c10::kFloat && c.tf32 &&
+                                         !c.dtype.has_value() && caps(p).tf32,
+                                     sweep.tf32, false),
+                             [](Point* q, bool v) { q->spec.tf32 = v; });
           },
           // Graphs: inference steps captured once on devices that have them.
           [&](const Point& p) {
-            return Each(
-                Where(inference && c.graphs && c.backend.empty() && caps(p).graphs,
-                      sweep.graphs, false),
+            return SettersOf(
+                SweptIf(inference && c.graphs && c.backend.empty() && caps(p).graphs,
+                        sweep.graphs, false),
                 [](Point* q, bool v) { q->spec.graph = v; });
           },
           [&](const Point& p) {
-            return Each(p.shapes.batches, [](Point* q, int64_t b) { q->spec.batch = b; });
+            return SettersOf(p.shapes.batches,
+                             [](Point* q, int64_t b) { q->spec.batch = b; });
           },
           [&](const Point& p) {
-            return Each(p.shapes.lengths,
-                        [generate = c.phase.shape == Shape::kGenerate](
-                            Point* q, const std::pair<int64_t, int64_t>& l) {
-                          if (generate) {
-                            q->spec.prompt = l.first;
-                            q->spec.new_tokens = l.second;
-                          } else {
-                            q->spec.seq = l.first;
-                          }
-                        });
+            return SettersOf(p.shapes.lengths,
+                             [generate = c.phase.shape == Shape::kGenerate](
+                                 Point* q, const std::pair<int64_t, int64_t>& l) {
+                               if (generate) {
+                                 q->spec.prompt = l.first;
+                                 q->spec.new_tokens = l.second;
+                               } else {
+                                 q->spec.seq = l.first;
+                               }
+                             });
           },
           [&](const Point&) {
-            return Each(
-                Where(c.phase.shape == Shape::kGenerate && family.generates_at_depth,
-                      sweep.depths, int64_t{0}),
+            return SettersOf(
+                SweptIf(c.phase.shape == Shape::kGenerate && family.generates_at_depth,
+                        sweep.depths, int64_t{0}),
                 [](Point* p, int64_t d) { p->spec.depth = d; });
           },
       };
