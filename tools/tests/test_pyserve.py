@@ -106,16 +106,8 @@ class PybenchServeTest(unittest.TestCase):
     """pybench's --scenario: bench's names, LoadGen's counters, bench's refusals."""
 
     def pybench(self, *args):
-        import contextlib
-        import io
-        from ltb.pysuite import bench as pybench
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = pybench.pybench_main(list(args))
-            except SystemExit as e:
-                code = e.code
-        return code, out.getvalue(), err.getvalue()
+        from tests.test_pybench import pybench_outputs
+        return pybench_outputs(*args)
 
     def test_names_match_bench_and_a_run_reports_loadgens_counters(self):
         import json
