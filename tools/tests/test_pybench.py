@@ -285,11 +285,11 @@ class PybenchTest(ToolTest):
         """The loop itself, counted: with 7 samples in batches of 2, an epoch
         takes 3 steps of (2, seq + 1) tokens, the tokens and samples a step
         pybench reports; bench's data for the same seed."""
-        from ltb.pysuite import bench as pybench
-        args = pybench.parse_flags(["--benchmark_filter=^Transformer/nano/cpu/train_epoch/",
-                                    "--batch=2", "--seq=16", "--dataset_samples=7"])
-        [spec] = pybench.specs(args)
-        workload = pybench.Workload(spec, args)
+        from ltb.pysuite import flags, sweep, workloads
+        args = flags.parse_flags(["--benchmark_filter=^Transformer/nano/cpu/train_epoch/",
+                                  "--batch=2", "--seq=16", "--dataset_samples=7"])
+        [spec] = sweep.specs(args)
+        workload = workloads.Workload(spec, args)
         seen = []
         workload._train = lambda batch: seen.append(tuple(batch.shape))
         workload.step()
@@ -996,11 +996,11 @@ if __name__ == "__main__":
 
 class AggregatesTest(unittest.TestCase):
     def test_a_cv_of_a_counter_whose_mean_is_zero_is_left_out_as_bench_does(self):
-        from ltb.pysuite import bench as pybench
+        from ltb.pysuite import counters
         entries = [{"name": "x", "family_index": 0, "per_family_instance_index": 0,
                     "run_name": "x", "real_time": t, "cpu_time": t, "token_match_%": 0.0,
                     "tg_tok/s": r} for t, r in ((1.0, 10.0), (3.0, 30.0))]
-        rows = {a["aggregate_name"]: a for a in pybench.aggregates(entries)}
+        rows = {a["aggregate_name"]: a for a in counters.aggregates(entries)}
         self.assertEqual(rows["mean"]["token_match_%"], 0.0)
         self.assertEqual(rows["stddev"]["token_match_%"], 0.0)
         self.assertNotIn("token_match_%", rows["cv"])

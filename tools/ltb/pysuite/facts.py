@@ -35,11 +35,13 @@ def names():
 
 def settings(name):
     """What pybench needs of a family (as lib/models/*.cc set its Family):
-    phases, the default suite's pattern, default shapes, the default suite's
-    CPU shapes, whether its phases sweep --quant, and a prompt its
-    generation fixes."""
+    phases, what each phase's names carry (batch, sequence or generate),
+    the default suite's pattern, default shapes, the default suite's CPU
+    shapes, whether its phases sweep --quant, and a prompt its generation
+    fixes."""
     f = family(name)
-    out = {"phases": tuple(f["phases"]), "suite": "|".join(f["suite"]),
+    out = {"phases": tuple(f["phases"]), "shapes": {c["phase"]: c["shape"] for c in f["cases"]},
+           "suite": "|".join(f["suite"]),
            "batch": f["default_batch"], "seqs": tuple(f["default_seqs"]),
            "cpu_batch": f["suite_cpu_batch"], "cpu_seqs": tuple(f["suite_cpu_seqs"]),
            "cpu_new_tokens": f["suite_cpu_new_tokens"],

@@ -1,0 +1,107 @@
+"""The run's context (lib/report/context.cc): what decides a comparison
+with bench (threads, grad mode, warm-up, malloc, torch's version and its
+BLAS, the peaks and how they were found, the compile cache), under
+bench's keys."""
+import datetime
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+
+import torch
+
+from ltb.base import REPO
+from ltb.pysuite import weights
+from ltb.pysuite.flags import COMPILE_CACHES
+
+
+def shared_cache_text():
+    """Where Inductor's on-disk cache is and how many files it held when
+    the run started: a compile_s over a cache that held the same graphs
+    is a warm-cache time."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    where = cache_dir()
+    files = sum(len(names) for _, _, names in os.walk(where))
+    return f"shared: {where}, {files} files at the start"
+
+
+def git_commit():
+    try:
+        out = subprocess.run(["git", "-C", REPO, "describe", "--always",
+                              "--dirty", "--abbrev=12"], capture_output=True, text=True,
+                             timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def blas():
+    config = torch.__config__.show()
+    m = re.search(r"BLAS_INFO=([^,\n]+)", config)
+    return (m[1].strip() if m else "unknown") + " (linked into LibTorch)"
+
+
+def context(args, threads, peaks):
+    grad = {"inference_mode": "inference phases under torch.inference_mode (bench: "
+            "c10::InferenceMode)", "no_grad": "inference phases under torch.no_grad",
+            "grad": "inference phases with autograd on"}[args.grad_mode]
+    c = {
+        "date": datetime.datetime.now(datetime.timezone.utc).astimezone().isoformat(
+            timespec="seconds"),
+        "host_name": socket.gethostname(), "executable": os.path.abspath(sys.argv[0]),
+        "num_cpus": os.cpu_count(), "mhz_per_cpu": 0, "cpu_scaling_enabled": False,
+        "caches": [], "load_avg": list(os.getloadavg()), "library_build_type": "release",
+        "runtime": "python", "python_version": platform.python_version(),
+        "torch_version": torch.__version__.split("+")[0],
+        "libtorch_version": torch.__version__.split("+")[0],
+        "blas": blas(), "blas_threads": str(torch.get_num_threads()),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_model": cpu_model(), "cpu_logical_cores": str(os.cpu_count()),
+        "cpu_tensor_allocator": "PyTorch's default CPU allocator (no statistics: no "
+                                "peak_mem on the CPU)",
+        "intra_op_threads": str(threads), "inter_op_threads": str(torch.get_num_interop_threads()),
+        "malloc": args.malloc_text, "grad_mode": args.grad_mode,
+        "grad_mode_detail": grad + "; training phases with "
+                     "autograd, AdamW(lr=1e-4) for train_step (vision: SGD, lr 0.1, "
+                     "momentum 0.9)",
+        "min_time": (f"{args.min_time:g} s (the default suite's)" if args.default_suite
+                     and not args.min_time_given else
+                     "as given (--benchmark_min_time, else Google Benchmark's 0.5 s)"),
+        "warmup": f">= {args.warmup_steps} steps and >= {args.warmup_seconds:g} s",
+        "seed": str(args.seed), "suite_commit": git_commit(), "sync": args.sync,
+        "world_size": "1", "process_group": "none",
+    }
+    for var in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"):  # as bench records
+        if os.environ.get(var):
+            c[var.lower()] = os.environ[var]
+    if args.weights:  # lib/suite/suite.cc: what was loaded, by content
+        c["weights"] = args.weights
+        try:
+            c["weights_sha256"] = weights.checkpoint_sha256(args.weights)
+        except weights.BadWeights as e:
+            c["weights_sha256"] = f"unreadable: {e}"
+    if "compile" in args.runtimes:
+        c["compile"] = ("torch.compile(model) with its defaults (Inductor); compile_s: the "
+                        "first warm-up step less a warm step")
+        c["compile_cache"] = (f"fresh: {COMPILE_CACHES['fresh']}"
+                              if args.compile_cache == "fresh" else shared_cache_text())
+    for (kind, dtype), (value, how) in sorted(peaks.items()):
+        if dtype == "bandwidth":
+            c[f"peak_bandwidth_{kind}"] = f"{value:.4g} bytes/s ({how})"
+        else:
+            c[f"peak_flops_{kind}_{dtype}"] = f"{value:.4g} FLOP/s ({how})"
+    return c
+

@@ -1,0 +1,61 @@
+"""The peaks that mfu and mbu divide by (lib/peaks): given (--peak_flops,
+--peak_bandwidth), taken from the context of a bench run (--peaks_from),
+or else the best of torch.matmul measured at start; each with how it was
+found, which the context records."""
+import math
+import re
+import time
+
+import torch
+
+from ltb.pysuite.device import DTYPES, synchronize
+from ltb.pysuite.flags import BadFlag
+from ltb.results.load import load
+
+
+def peak_flops(args):
+    """{(device kind, dtype or 'bandwidth'): (FLOP/s or bytes/s, how it was
+    found)}."""
+    peaks = {}
+    if args.peak_bandwidth:
+        for kind in ("cpu", "cuda"):
+            peaks[(kind, "bandwidth")] = (args.peak_bandwidth, "given (--peak_bandwidth)")
+    if args.peak_flops:
+        for part in args.peak_flops.split(","):
+            dtype, _, value = part.rpartition("=")
+            try:
+                number = float(value)
+            except ValueError:
+                raise BadFlag(f"--peak_flops={args.peak_flops}: expected a number or "
+                          "dtype=number pairs")
+            for kind in ("cpu", "cuda"):
+                for d in ([dtype] if dtype else DTYPES):
+                    peaks[(kind, d)] = (number, "given (--peak_flops)")
+        return peaks
+    if args.peaks_from:
+        doc = load(args.peaks_from)
+        for key, text in doc["context"].items():
+            m = (re.fullmatch(r"peak_flops_(cpu|cuda)_(fp32|bf16|fp16)", key)
+                 or re.fullmatch(r"peak_bandwidth_(cpu|cuda)()", key))
+            value = re.match(r"\s*([0-9.]+(?:[eE][+-]?\d+)?)", str(text))
+            if m and value:
+                peaks[(m[1], m[2] or "bandwidth")] = (
+                    float(value[1]), f"bench's, from {args.peaks_from}: {text}")
+        return peaks
+    for device in args.device_list:
+        kind = device.split(":")[0]
+        for dtype in args.dtypes:
+            a = torch.randn(2048, 2048, device=device).to(DTYPES[dtype])
+            b = torch.randn(2048, 2048, device=device).to(DTYPES[dtype])
+            best = math.inf
+            for _ in range(5):
+                synchronize(device)
+                t = time.perf_counter()
+                a @ b
+                synchronize(device)
+                best = min(best, time.perf_counter() - t)
+            peaks[(kind, dtype)] = (2 * 2048 ** 3 / best, "measured: the fastest of 5 "
+                                    "torch.matmul 2048x2048 (not bench's register-resident "
+                                    "peak: give --peaks_from=BENCH.json for the same peak)")
+    return peaks
+

@@ -1,0 +1,161 @@
+"""How a benchmark runs (lib/measure/runner.cc, warmup.cc): its workload
+built, warmed up, then Google Benchmark's iteration rule over timed steps
+for each repetition; a served benchmark as one LoadGen test; a compiled
+one in its own Inductor cache."""
+import contextlib
+import os
+import sys
+import time
+
+import torch
+
+from ltb.pysuite import serve
+from ltb.pysuite.counters import aggregates, entry, reset_peak_rss
+from ltb.pysuite.device import synchronize
+from ltb.pysuite.workloads import Workload
+
+MAX_ITERATIONS = 1_000_000_000  # Google Benchmark's kMaxIterations
+
+
+def timed(workload):
+    synchronize(workload.spec.device)
+    start = time.perf_counter()
+    workload.step()
+    synchronize(workload.spec.device)
+    return time.perf_counter() - start
+
+
+def warm_up(workload, args):
+    """lib/measure/warmup.cc: at least --warmup_steps steps, and steps until
+    their measured time reaches --warmup_s or twice that in wall time. The
+    first step of a compiled runtime compiles: its time less the median warm
+    step's is compile_s. train_epoch warms up by --warmup_epochs whole
+    epochs, not by time."""
+    epochs = workload.spec.phase == "train_epoch"
+    count = args.warmup_epochs if epochs else args.warmup_steps
+    seconds = 0.0 if epochs else args.warmup_seconds
+    steps, warm, start = [], 0.0, time.perf_counter()
+    while (len(steps) < count or
+           (warm < seconds and time.perf_counter() - start < 2 * seconds)):
+        steps.append(timed(workload))
+        warm += steps[-1]
+    if workload.spec.runtime == "compile":
+        if len(steps) < 2:
+            steps.append(timed(workload))
+        rest = sorted(steps[1:])
+        workload.compile_s = max(steps[0] - rest[len(rest) // 2], 0.0)
+    return steps
+
+
+def run_iterations(workload, iterations):
+    """One of Google Benchmark's runs: `iterations` steps, each timed (the
+    manual time is their sum). Returns (seconds, step times, the process's
+    CPU seconds)."""
+    cpu = time.process_time()
+    steps = [timed(workload) for _ in range(iterations)]
+    return sum(steps), steps, time.process_time() - cpu
+
+
+def repetition(workload, args, iterations):
+    """One repetition by Google Benchmark's rule (BenchmarkRunner): grow the
+    iterations until the manual time reaches the minimum time; a given
+    iteration count (--steps, or the first repetition's) runs as it is."""
+    device = workload.spec.device
+    while True:
+        if device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats(device)
+        rss_reset = reset_peak_rss()
+        workload.reset_stats()
+        seconds, steps, cpu = run_iterations(workload, iterations)
+        fixed = (workload.spec.steps is not None
+                 or getattr(workload, "fixed_iterations", False))
+        if fixed or iterations >= MAX_ITERATIONS or seconds >= args.min_time:
+            workload.fixed_iterations = True
+            workload.cpu_seconds = cpu
+            return iterations, seconds, steps, rss_reset
+        multiplier = args.min_time * 1.4 / max(seconds, 1e-9)
+        if seconds / args.min_time <= 0.1:
+            multiplier = 10.0
+        iterations = min(max(round(multiplier * iterations), iterations + 1), MAX_ITERATIONS)
+
+
+def print_tokens(spec, workload):
+    """lib/measure/warmup.cc --print_tokens: after the warm-up, the prompt's
+    ids (where the workload has one) and one generation's, to stderr, a line
+    a sequence."""
+    name = spec.name()
+
+    def show(what, ids):
+        for row, r in enumerate(ids.cpu().long().tolist()):
+            print(f"{name} {what}[{row}]: " + " ".join(str(x) for x in r), file=sys.stderr)
+    prompt = workload.prompt
+    if prompt is not None:
+        show("prompt", prompt)
+    show("tokens", workload.evaluate())
+    sys.stderr.flush()
+
+
+def compile_cache(spec, args):
+    """The cache a compiled benchmark compiles in: a fresh, empty one with
+    --compile_cache=fresh (removed after), else Inductor's own; either way
+    Dynamo's compiled frames of the benchmarks before it are dropped."""
+    if spec.runtime != "compile":
+        return contextlib.nullcontext()
+    # Dynamo keeps what it compiled on the model class's forward: the next
+    # benchmark of the family would run it without compiling (compile_s 0).
+    torch._dynamo.reset()
+    if args.compile_cache != "fresh":
+        return contextlib.nullcontext()
+    from torch._inductor.utils import fresh_cache
+    return fresh_cache()
+
+
+def serve_one(spec, args):
+    """One LoadGen test of the forward at the batcher's largest batch, as
+    bench's serve benchmark (lib/serve), as Google Benchmark's JSON entry."""
+    sv = spec.serve
+    workload = Workload(spec, args)
+    warm_up(workload, args)
+    name = spec.full_name()
+    folder = os.path.join(args.serve_log_dir,
+                          spec.name().rsplit("/", 1)[0].replace("/", "_").replace(":", "-"))
+    # Google Benchmark's cpu_time: the calling thread's, over the test.
+    cpu = time.thread_time()
+    counters, label, seconds = serve.serve(
+        workload.forward, workload.serve_inputs, sv["scenario"], folder,
+        target_qps=sv["qps"], latency_bound_ms=args.latency_bound_ms or 0,
+        samples_per_query=args.samples_per_query, min_s=args.serve_min_s,
+        min_queries=args.serve_min_queries, max_batch=sv["max_batch"],
+        batch_timeout_us=args.batch_timeout_us,
+        tokens_per_sample=workload.tokens_per_step / spec.batch if workload.tokens_per_step
+        else 0, synchronize=lambda: synchronize(spec.device))
+    e = {"name": name, "family_index": 0, "per_family_instance_index": 0, "run_name": name,
+         "run_type": "iteration", "repetitions": 1, "repetition_index": 0, "threads": 1,
+         "iterations": 1, "real_time": seconds * 1e3,
+         "cpu_time": (time.thread_time() - cpu) * 1e3,
+         "time_unit": "ms"}
+    e.update(sorted(counters.items()))
+    e["label"] = label
+    del workload
+    return [e]
+
+
+def run_one(spec, args, peaks):
+    if spec.serve:
+        return serve_one(spec, args)
+    workload = Workload(spec, args)
+    warm_up(workload, args)
+    if args.print_tokens and spec.phase == "generate":
+        print_tokens(spec, workload)
+    iterations = spec.steps or 1
+    entries = []
+    for index in range(args.benchmark_repetitions):
+        iterations, seconds, steps, rss_reset = repetition(workload, args, iterations)
+        entries.append(entry(spec, args.benchmark_repetitions, index, iterations, seconds,
+                             steps, workload, peaks, rss_reset))
+    del workload
+    if spec.device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return entries + (aggregates(entries) if len(entries) > 1 else [])
+
+

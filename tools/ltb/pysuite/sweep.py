@@ -1,0 +1,127 @@
+"""What runs: the benchmarks the flags select, in bench's order
+(lib/suite/sweep.cc ExpandSweep), each a Spec named as bench names it
+(lib/family/spec.cc) with the runtime last."""
+import re
+
+from ltb.pysuite import families, kinds, quant, weights
+from ltb.pysuite.family import DEPTH_FAMILIES, FAMILIES, TRAINING_PHASES
+from ltb.pysuite.flags import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT, RUNTIMES, BadFlag
+
+
+class Spec:
+    """One benchmark, named as bench's BenchSpec::Name() with the runtime."""
+
+    def __init__(self, family, size, device, phase, batch, dtype, runtime, seq=0, prompt=0,
+                 new_tokens=0, depth=0, weights="", quant=quant.NONE):
+        self.family, self.size, self.device, self.phase = family, size, device, phase
+        self.batch, self.seq, self.prompt, self.new_tokens = batch, seq, prompt, new_tokens
+        self.depth, self.weights, self.quant = depth, weights, quant
+        self.dtype, self.runtime = dtype, runtime
+        self.steps = None
+        self.serve = None  # serve: scenario, qps, max_batch (the forward is served)
+
+    @property
+    def training(self):
+        return self.phase in TRAINING_PHASES
+
+    def name(self):
+        if self.serve:  # lib/family/spec.cc
+            sv = self.serve
+            name = f"{self.family}/{self.size}/{self.device}/serve/scenario:{sv['scenario']}"
+            if sv["scenario"] == "Server":
+                name += f"/qps:{sv['qps']:g}"
+            name += f"/max_batch:{sv['max_batch']}"
+        else:
+            name = f"{self.family}/{self.size}/{self.device}/{self.phase}/batch:{self.batch}"
+        if self.seq:
+            name += f"/seq:{self.seq}"
+        if self.prompt:
+            name += f"/prompt:{self.prompt}/new:{self.new_tokens}"
+        if self.depth:
+            name += f"/depth:{self.depth}"
+        name += f"/{self.dtype}"
+        if not self.quant.none:
+            name += f"/{self.quant.name()}"
+        if self.weights:
+            name += f"/weights:{weights.weights_name(self.weights)}"
+        return f"{name}/{RUNTIMES[self.runtime]}"
+
+    def full_name(self):
+        # Google Benchmark names a fixed iteration count (bench --steps).
+        steps = f"/iterations:{self.steps}" if self.steps else ""
+        return self.name() + steps + "/manual_time"
+
+
+def default_suite_filter():
+    return "^(" + "|".join(f"{f}/({s['suite']})" for f, s in FAMILIES.items()) + ")"
+
+
+def specs(args):
+    """Every benchmark the flags select, in bench's order (ExpandSweep)."""
+    flt = default_suite_filter() if args.default_suite else args.benchmark_filter
+    if flt == "all":  # bench's word for everything
+        flt = "."
+    negate = flt.startswith("-")
+    try:
+        pattern = re.compile(flt[1:] if negate else flt)
+    except re.error as e:
+        raise BadFlag(f"--benchmark_filter={flt}: not a regular expression: {e}")
+    out = []
+    for family, f in FAMILIES.items():
+        serves = kinds.of(family).serves
+        for size in families.sizes(family):
+            for phase in f["phases"]:
+                for device in args.device_list:
+                    cpu = device == "cpu" and args.default_suite
+                    batch = f["cpu_batch"] if cpu and f["cpu_batch"] else f["batch"]
+                    batches = args.batches or [batch]
+                    shape = f["shapes"][phase]
+                    if shape == "generate":
+                        new = f["cpu_new_tokens"] if cpu and f["cpu_new_tokens"] else \
+                            DEFAULT_NEW_TOKENS
+                        prompt = f["cpu_prompt"] if cpu and f["cpu_prompt"] else DEFAULT_PROMPT
+                        prompts = ([f["fixed_prompt"]] if "fixed_prompt" in f
+                                   else args.prompts or [prompt])
+                        lengths = [(p, n) for p in prompts for n in (args.news or [new])]
+                    elif shape == "batch":
+                        lengths = [(0, 0)]
+                    else:
+                        lengths = [(t, 0) for t in
+                                   (args.seqs or (cpu and f["cpu_seqs"]) or f["seqs"])]
+                    # lib/suite/sweep.cc: --depth sweeps the decoders' generation.
+                    depths = (args.depths if phase == "generate" and family in DEPTH_FAMILIES
+                              else [0])
+                    # The families that quantise sweep --quant in every phase
+                    # (training says why it does not run).
+                    quants = args.quants if f["quantizes"] else [quant.NONE]
+                    axes = [(d, q, b, x, depth) for d in args.dtypes for q in quants
+                            for b in batches for x in lengths for depth in depths]
+                    for dtype, q, b, (first, second), depth in axes:
+                        for runtime in args.runtimes:
+                            s = (Spec(family, size, device, phase, b, dtype, runtime,
+                                      prompt=first, new_tokens=second, depth=depth,
+                                      weights=args.weights, quant=q)
+                                 if shape == "generate" else
+                                 Spec(family, size, device, phase, b, dtype, runtime,
+                                      seq=first, weights=args.weights, quant=q))
+                            # An epoch is one iteration (suite.cc FixedIterations).
+                            s.steps = args.epochs if phase == "train_epoch" else args.steps
+                            if (pattern.search(s.full_name()) is not None) != negate:
+                                out.append(s)
+                            if (phase != "forward" or not serves
+                                    or b != batches[0]):
+                                continue
+                            # lib/suite/sweep.cc: one a scenario (Server: a rate).
+                            for scenario in args.scenarios:
+                                for qps in (args.serve_qps if scenario == "Server"
+                                            else args.serve_qps[:1]):
+                                    v = Spec(family, size, device, phase, args.max_batch,
+                                             dtype, runtime, seq=first, weights=args.weights,
+                                             quant=q)
+                                    v.serve = {"scenario": scenario, "qps": qps,
+                                               "max_batch": args.max_batch}
+                                    v.steps = 1  # one LoadGen test
+                                    if (pattern.search(v.full_name()) is not None) != negate:
+                                        out.append(v)
+    return out
+
