@@ -127,6 +127,10 @@ class FactsTest(unittest.TestCase):
                                           "generate"))
         self.assertEqual((gpt2["batch"], gpt2["seqs"], gpt2["cpu_seqs"]), (1, (512,), (64,)))
         self.assertEqual(facts.settings("Whisper")["fixed_prompt"], 4)
+        # What each phase's names carry: the sweep reads it.
+        self.assertEqual(facts.settings("Whisper")["shapes"],
+                         {"encode": "batch", "generate": "generate", "transcribe": "generate"})
+        self.assertEqual(set(gpt2["shapes"].values()), {"sequence", "generate"})
         self.assertNotIn("fixed_prompt", facts.settings("Llama"))
         with self.assertRaisesRegex(KeyError, "bench has no family 'Gpt3'; it has .*GPT2"):
             facts.family("Gpt3")

@@ -1007,3 +1007,25 @@ class AggregatesTest(unittest.TestCase):
         self.assertAlmostEqual(rows["cv"]["tg_tok/s"], (200 ** 0.5) / 20)
         self.assertAlmostEqual(rows["cv"]["real_time"], (2 ** 0.5) / 2)
         json.dumps(rows, allow_nan=False)  # every value a number
+
+
+class KindsTest(unittest.TestCase):
+    """The registry the workloads dispatch through: every family has a
+    kind, and its kind has a step for each of the family's phases."""
+
+    def test_every_family_has_a_kind_with_a_step_for_each_phase(self):
+        import types
+        from ltb.pysuite import family, kinds
+        self.assertEqual(sorted(kinds.KINDS), sorted(family.FAMILIES))
+        names = ("infer_step", "forward_backward", "train_step", "train_epoch", "generate")
+        workload = types.SimpleNamespace(**{n: n for n in names})
+        for name, f in family.FAMILIES.items():
+            steps = kinds.of(name).steps(workload)
+            self.assertEqual([p for p in f["phases"] if p not in steps], [], name)
+        self.assertEqual(kinds.of("Whisper").steps(workload)["transcribe"], "infer_step")
+        # The forward serves where bench's does (lib: Family::serves).
+        self.assertEqual([n for n in family.FAMILIES if kinds.of(n).serves],
+                         ["Transformer", "GPT2", "Llama", "ResNet", "CNN"])
+        with self.assertRaisesRegex(KeyError, "no kind for family 'Gpt3'; the families: "
+                                    "ResNet, CNN, Transformer"):
+            kinds.of("Gpt3")
