@@ -56,7 +56,7 @@ TEST(PrecisionTest, EveryNanoPhaseRunsInItsDtype) {
       cache = cache || name.rfind("cache:", 0) == 0;
       if (!at::isFloatingType(t.scalar_type())) continue;
       if (name.size() >= 8 && name.compare(name.size() - 8, 8, "inv_freq") == 0) {
-        // RoPE's inverse frequencies stay fp32 in every dtype (llama.h).
+        // RoPE's inverse frequencies stay fp32 in every dtype (decoder.h).
         EXPECT_EQ(t.scalar_type(), c10::kFloat) << name;
         continue;
       }

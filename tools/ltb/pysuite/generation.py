@@ -16,7 +16,8 @@ GROWTH_WINDOW = facts.load()["measurement"]["growth_window"]
 
 
 def setup_decoder(w, model):
-    """A decoder's generation. At a depth (decoder_generation.h): the cache
+    """A decoder's generation (lib/models/decoder_family.cc
+    MakeDecodeWorkload). At a depth: the cache
     holds depth + prompt + new positions, its first `depth` filled once
     here from random tokens in chunks of the family's depth_chunk; every
     step's prompt then starts at the depth."""
@@ -34,7 +35,7 @@ def setup_decoder(w, model):
     w.prefill = lambda: cached(w.prompt, s.depth, cache)
     w.decode = lambda token, at: cached(token, at, cache)
     w.cache = [t for kv in cache for t in kv]
-    # decoder_generation.h: a decode step reads every cached position's
+    # A decode step reads every cached position's
     # keys and values, (B, heads, positions, hs) in every layer.
     w.cache_per_position = sum(t.nbytes / t.shape[2] for t in w.cache)
     ready(w)

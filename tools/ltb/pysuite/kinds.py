@@ -127,7 +127,7 @@ class LanguageModel(Kind):
         if s.phase == "generate":
             positions = s.depth + s.prompt + s.new_tokens
             context = self.context(s.size)
-            if positions > context:  # PlanGPT2, PlanLlama
+            if positions > context:  # decoder_family.cc CheckGenerateShape
                 raise Refused(f"depth {s.depth} + prompt {s.prompt} + new tokens "
                               f"{s.new_tokens} = {positions} positions, but {self.said} "
                               f"{context}: lower --depth, --prompt or --new_tokens")

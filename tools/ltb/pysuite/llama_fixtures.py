@@ -1,6 +1,7 @@
 """Llama checkpoints written by Hugging Face transformers, and what
 transformers' LlamaForCausalLM computes with them: the fixtures that prove
-the Llama family (lib/models/llama.{h,cc}, tools/families.py) equal to it.
+the Llama family (lib/models/decoder.{h,cc} and decoder_family.{h,cc};
+in Python ltb/pysuite/models/decoder.py and decoder_family.py) equal to it.
 
     tools/llama-fixtures weights SHAPE DIR [--seed N] [--only NAME,...]
     tools/llama-fixtures checkpoint SHAPE DIR [--seed N]
@@ -12,7 +13,7 @@ SHAPE is one of
           2 kv heads, head size 16, tied head
   1B-2L   Llama 3.2 1B's shape (V 128256, d 2048, d_ff 8192, 32 heads, 8 kv
           heads, head size 64, tied head) with 2 layers instead of 16
-Both as tools/families.py's (and so the C++ table's) Llama options: RoPE
+Both as ltb/pysuite/families.py's (and so the C++ table's) Llama options: RoPE
 theta 500000 with Llama 3's scaling (factor 32, low/high-frequency factors 1
 and 4, original context 8192), RMSNorm eps 1e-5, no biases, and transformers'
 max_position_embeddings 131072.
@@ -51,7 +52,7 @@ expected    (transformers) loads the checkpoint `weights` writes (into a
             with the seed, shape, config and versions in its __metadata__;
             and checks that generate's tokens are greedy decoding by
             recomputing the whole sequence, and reports how far
-            tools/families.py's Llama is from transformers.
+            ltb/pysuite/families.py's Llama is from transformers.
 all         (transformers) regenerates DIR (default test/models/fixtures):
             llama-nano/ by `checkpoint`, and both expected files.
 
@@ -367,7 +368,7 @@ def greedy_by_recompute(forward, tokens, n):
 
 
 def mirror_model(shape, weights):
-    """tools/families.py's Llama with `weights` ({name: tensor}), loaded
+    """ltb/pysuite/families.py's Llama with `weights` ({name: tensor}), loaded
     strictly: the checkpoint's names, plus its computed inverse frequencies."""
     size, overrides, _, _ = SHAPES[shape]
     model = families.build("Llama", size, **overrides).eval()
@@ -444,10 +445,10 @@ def write_expected(shape, out_dir, seed=SEED, weights_dir=None):
 
         mirror = mirror_model(shape, state)
         err = relative_error(mirror(ids), logits)
-        check(err <= REL_TOL, f"tools/families.py vs transformers: logits relative error "
+        check(err <= REL_TOL, f"ltb/pysuite/families.py vs transformers: logits relative error "
               f"{err:.3g} (max abs diff / max abs value; at most {REL_TOL:g})")
         mirrored, _ = greedy_by_recompute(mirror, ids, new_tokens)
-        check(torch.equal(mirrored, tokens), "tools/families.py's greedy tokens are "
+        check(torch.equal(mirrored, tokens), "ltb/pysuite/families.py's greedy tokens are "
               "transformers'")
 
     expected = {"prompt": ids.numpy(), "tokens": tokens.numpy()}

@@ -1,8 +1,8 @@
 """Hugging Face safetensors checkpoints loaded by name into the Python
 mirrors (ltb/pysuite/models/), as bench's --weights loads them into the C++
 modules: lib/models/safetensors.cc (Checkpoint::Open, the header's checks),
-lib/models/weights.cc (LoadWeights), the families' names (llama.cc,
-gpt2.cc, transformer.cc BuildX), lib/family/spec.cc WeightsName and
+lib/models/weights.cc (LoadWeights), the families' names (the rows of
+lib/models/decoder_family.cc), lib/family/spec.cc WeightsName and
 lib/base/digest.cc CheckpointSha256, with the same one-sentence errors.
 
 Reads with the standard library and torch alone (the header with json).
