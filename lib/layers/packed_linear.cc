@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/linear.h>
 #include <ATen/ops/mkldnn_linear.h>
 
 #include "absl/status/statusor.h"
@@ -62,6 +63,20 @@ WeightChange PackableLinearImpl::Quantize(const Quant& quant) {
 }
 
 void PackableLinearImpl::PackForCpuInference() { packed_ = PackedLinear(weight, bias); }
+
+at::Tensor TiedHeadImpl::forward(const at::Tensor& x) {
+  if (quantized_.quantized()) return quantized_(x);
+  return packed_.packed() ? packed_(x) : at::linear(x, weight_);
+}
+
+void TiedHeadImpl::PackForCpuInference() {
+  packed_ = PackedLinear(weight_, at::Tensor());
+}
+
+WeightChange TiedHeadImpl::Quantize(const Quant& quant) {
+  quantized_ = QuantizedLinear(weight_, at::Tensor(), quant);
+  return {static_cast<int64_t>(weight_.nbytes()), quantized_.bytes()};
+}
 
 absl::StatusOr<int> PackLinears(torch::nn::Module& module, const c10::Device& device,
                                 c10::ScalarType dtype) {

@@ -7,9 +7,11 @@
 
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
+#include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
 
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "layers/quant.h"
@@ -61,6 +63,27 @@ class PackableLinearImpl : public torch::nn::LinearImpl,
   QuantizedLinear quantized_;
 };
 TORCH_MODULE(PackableLinear);
+
+// An output layer multiplying by another layer's weight (a head tied to the
+// embedding): no parameter of its own, so the model's names stay the
+// reference's. Packed or quantised, it holds a copy and leaves the weight
+// to the layer that owns it (the lookup keeps reading it in the run's dtype).
+class TiedHeadImpl : public torch::nn::Module, public CpuPackable, public Quantizable {
+ public:
+  // `weight` (out, in) shares the owner's tensor, so that it follows the
+  // model's moves, casts and loaded checkpoints (all through set_data).
+  explicit TiedHeadImpl(at::Tensor weight) : weight_(std::move(weight)) {}
+  at::Tensor forward(const at::Tensor& x);
+  void PackForCpuInference() override;
+  // A decode step reads the quantised copy instead of the whole weight.
+  WeightChange Quantize(const Quant& quant) override;
+
+ private:
+  at::Tensor weight_;
+  PackedLinear packed_;
+  QuantizedLinear quantized_;
+};
+TORCH_MODULE(TiedHead);
 
 // Packs every CpuPackable module of `module` (itself included) for inference
 // on `device` in `dtype`; an error when oneDNN cannot, or when the model has

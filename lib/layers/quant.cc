@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/dtype.h"
 #include "device/backend.h"
 #include "device/device.h"
 
@@ -246,6 +247,26 @@ at::Tensor QuantizedLinear::operator()(const at::Tensor& x) const {
   }
   if (bias_.defined()) y = y + bias_;
   return y.reshape(shape);  // (..., out)
+}
+
+absl::StatusOr<QuantCost> PlanQuant(const BenchSpec& spec, int64_t params) {
+  QuantCost cost;
+  if (spec.quant.none()) return cost;
+  std::string why;
+  if (!CanQuantize(spec, &why)) return absl::UnimplementedError(why);
+  // int4: half a byte a weight, and a scale and a zero a group.
+  const double per_weight = spec.quant.kind == QuantKind::kInt4
+                                ? 0.5 + 2.0 *
+                                            static_cast<double>(DtypeBytes(spec.dtype)) /
+                                            static_cast<double>(spec.quant.group)
+                                : 1.0;
+  cost.held_bytes = static_cast<int64_t>(static_cast<double>(params) * per_weight);
+  if (spec.quant.kind == QuantKind::kInt8Dyn) {
+    cost.mfu_left_out =
+        "FBGEMM's dynamic int8 linear multiplies in int8, whose peak the suite does not "
+        "measure";
+  }
+  return cost;
 }
 
 absl::StatusOr<WeightChange> QuantizeLinears(torch::nn::Module& module,

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "family/spec.h"
 
 namespace torch::nn {
@@ -24,6 +25,17 @@ namespace ltb {
 // Whether `spec`'s --quant can run: its phase, its device's kernels, its
 // dtype; `why` says what is missing when it cannot.
 bool CanQuantize(const BenchSpec& spec, std::string* why = nullptr);
+
+// What --quant adds to a model's plan: the bytes of the quantised copies,
+// held beside the loaded weights they are made from (at most every
+// parameter, a tied head's copy included), and why mfu does not apply
+// (empty: it does). An Unimplemented error, with the reason, where
+// CanQuantize says no; nothing for --quant=none.
+struct QuantCost {
+  int64_t held_bytes = 0;
+  std::string mfu_left_out;
+};
+absl::StatusOr<QuantCost> PlanQuant(const BenchSpec& spec, int64_t params);
 
 // A weight (out, in) quantised, before any kernel's packing: what the
 // kernels compute with, and what the tests dequantise.
@@ -82,8 +94,7 @@ struct WeightChange {
   int64_t added = 0;
 };
 
-// A module whose linear layers can be quantised (PackableLinear, and the
-// language models for their tied output heads).
+// A module whose linear layers can be quantised (PackableLinear, TiedHead).
 class Quantizable {
  public:
   virtual ~Quantizable() = default;

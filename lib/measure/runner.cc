@@ -13,7 +13,6 @@
 #include "base/interrupt.h"
 #include "device/device.h"
 #include "distributed/distributed.h"
-#include "layers/quant.h"
 #include "measure/counters.h"
 #include "measure/guard.h"
 #include "measure/health.h"
@@ -72,7 +71,6 @@ absl::StatusOr<Plan> PlanRun(const Family& family, const BenchSpec& spec) {
   std::string why;
   if (!DeviceAvailable(spec.device, &why)) return absl::UnavailableError(why);
   if (!DtypeRuns(spec.device, spec.dtype, &why)) return absl::UnimplementedError(why);
-  if (!CanQuantize(spec, &why)) return absl::UnimplementedError(why);
   absl::StatusOr<Plan> plan = family.PlanFor(spec);
   if (!plan.ok()) return plan.status();
   plan->memory.host_build = plan->params * 4;

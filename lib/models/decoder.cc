@@ -318,7 +318,9 @@ DecoderLMImpl::DecoderLMImpl(const DecoderOptions& o, const DecoderNames& n)
   if (o.positions() == PositionKind::kRopeHalf) {
     rotary = trunk->register_module(n.rope, Rotary(o));
   }
-  if (!o.tied()) {
+  if (o.tied()) {
+    tied_head = register_module("tied_head", TiedHead(embed->weight));
+  } else {
     head = register_module(n.head, MakeLinear(n, o.d_model(), o.vocab_size(), false));
   }
   for (int64_t i = 0; i < o.num_layers(); ++i) layers->push_back(DecoderBlock(o, n));
@@ -350,10 +352,7 @@ at::Tensor DecoderLMImpl::Trunk(const at::Tensor& tokens, int64_t position,
 
 at::Tensor DecoderLMImpl::Logits(const at::Tensor& hidden) {
   const at::Tensor y = final_norm(hidden);
-  if (head) return head(y);
-  if (head_quantized_.quantized()) return head_quantized_(y);
-  if (head_packed_.packed()) return head_packed_(y);
-  return at::linear(y, embed->weight);
+  return head ? head(y) : tied_head(y);
 }
 
 at::Tensor DecoderLMImpl::forward(const at::Tensor& tokens) {
@@ -376,18 +375,6 @@ KVCache DecoderLMImpl::MakeCache(int64_t batch, int64_t positions) const {
     }
   }
   return cache;
-}
-
-void DecoderLMImpl::PackForCpuInference() {
-  if (options_.tied()) head_packed_ = PackedLinear(embed->weight, at::Tensor());
-}
-
-WeightChange DecoderLMImpl::Quantize(const Quant& quant) {
-  if (!options_.tied()) return {};
-  head_quantized_ = QuantizedLinear(embed->weight, at::Tensor(), quant);
-  // A decode step reads the quantised head instead of the embedding (one
-  // row of which the lookup reads).
-  return {static_cast<int64_t>(embed->weight.nbytes()), head_quantized_.bytes()};
 }
 
 at::Tensor GenerateWithCache(DecoderLM& model, const at::Tensor& prompt,

@@ -203,7 +203,7 @@ class DecoderBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DecoderBlock);
 
-class DecoderLMImpl : public torch::nn::Module, public CpuPackable, public Quantizable {
+class DecoderLMImpl : public torch::nn::Module {
  public:
   DecoderLMImpl(const DecoderOptions& o, const DecoderNames& n);
   // tokens (B, T) at positions [0, T) -> logits (B, T, V); no cache.
@@ -212,12 +212,6 @@ class DecoderLMImpl : public torch::nn::Module, public CpuPackable, public Quant
   // the cache; logits of the last position only, (B, V).
   at::Tensor forward_cached(const at::Tensor& tokens, int64_t position, KVCache& cache);
   KVCache MakeCache(int64_t batch, int64_t positions) const;
-  // Packs a tied head for oneDNN (an untied one, and the blocks' layers,
-  // pack themselves); for CPU inference after the weights are final.
-  void PackForCpuInference() override;
-  // Tied: quantises a copy of the head (the lookup keeps the embedding in
-  // the run's dtype); an untied head quantises itself.
-  WeightChange Quantize(const Quant& quant) override;
 
   const DecoderOptions& options() const { return options_; }
   DecoderBlockImpl& block(size_t i) { return *layers[i]->as<DecoderBlock>(); }
@@ -226,7 +220,8 @@ class DecoderLMImpl : public torch::nn::Module, public CpuPackable, public Quant
   torch::nn::ModuleList layers{nullptr};
   Norm final_norm{nullptr};
   Rotary rotary{nullptr};        // RopeHalf
-  PackableLinear head{nullptr};  // untied only
+  PackableLinear head{nullptr};  // untied
+  TiedHead tied_head{nullptr};   // tied: the embedding's weight
 
  private:
   // Hidden states of tokens at [position, position + T) after the last
@@ -234,8 +229,6 @@ class DecoderLMImpl : public torch::nn::Module, public CpuPackable, public Quant
   at::Tensor Trunk(const at::Tensor& tokens, int64_t position, KVCache* cache);
   at::Tensor Logits(const at::Tensor& hidden);  // the final norm, then the head
   DecoderOptions options_;
-  PackedLinear head_packed_;
-  QuantizedLinear head_quantized_;
 };
 TORCH_MODULE(DecoderLM);
 

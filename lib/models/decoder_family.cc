@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "family/registry.h"
+#include "layers/prepare.h"
 #include "layers/quant.h"
 #include "models/size_table.h"
 #include "workloads/epoch.h"
@@ -145,24 +146,15 @@ DecoderRow LlamaRow() {
 // What one benchmark holds, by kind: weights and, training, their fp32
 // gradients, AdamW's moments and the saved activations; inference, the
 // widest live tensors of a layer and the logits; generation, the cache, the
-// widest chunk with its scores, and the last logits.
-MemoryEstimate DecoderMemory(const DecoderOptions& o, const BenchSpec& s,
-                             int64_t params) {
+// widest chunk with its scores, and the last logits; `quantised`: the bytes
+// of quantised copies held beside the weights (PlanQuant).
+MemoryEstimate DecoderMemory(const DecoderOptions& o, const BenchSpec& s, int64_t params,
+                             int64_t quantised) {
   const int64_t d = o.d_model(), f = o.d_ff(), v = o.vocab_size(),
                 layers = o.num_layers();
   const int64_t q = o.num_heads() * o.head_dim(), k = o.num_kv_heads() * o.head_dim();
   const int64_t mlp = (o.mlp() == MlpKind::kSwiGLU ? 3 : 2) * f;
   MemoryEstimate m;
-  // Quantised weights are made from the loaded ones: both are held at once
-  // (at most every parameter quantised, a tied head's copy included).
-  int64_t quantised = 0;
-  if (!s.quant.none()) {
-    const double per_weight = s.quant.kind == QuantKind::kInt4
-                                  ? 0.5 + 2.0 * static_cast<double>(DtypeBytes(s.dtype)) /
-                                              static_cast<double>(s.quant.group)
-                                  : 1.0;
-    quantised = static_cast<int64_t>(static_cast<double>(params) * per_weight);
-  }
   if (s.phase == kGenerate) {
     const int64_t e = DtypeBytes(s.dtype);
     const int64_t chunk = std::max(s.prompt, std::min(s.depth, kDepthChunk));
@@ -225,11 +217,9 @@ absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
   Plan plan;
   plan.params = DecoderParamCount(*o);
   if (!s.training()) plan.weight_bytes = ReadWeightBytes(*o, plan.params, s.dtype);
-  if (s.quant.kind == QuantKind::kInt8Dyn) {
-    plan.mfu_left_out =
-        "FBGEMM's dynamic int8 linear multiplies in int8, whose peak the suite does not "
-        "measure";
-  }
+  absl::StatusOr<QuantCost> quant = PlanQuant(s, plan.params);
+  if (!quant.ok()) return quant.status();
+  plan.mfu_left_out = quant->mfu_left_out;
   if (s.phase == kGenerate) {
     if (absl::Status shape = CheckGenerateShape(s, row.family, o->max_positions());
         !shape.ok()) {
@@ -239,7 +229,7 @@ absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
     plan.flops_per_step =
         DecoderGenerateFlops(*o, s.batch, s.prompt, s.new_tokens, s.depth);
     plan.reports_weight_bandwidth = true;
-    plan.memory = DecoderMemory(*o, s, plan.params);
+    plan.memory = DecoderMemory(*o, s, plan.params, quant->held_bytes);
     return plan;
   }
   if (s.batch <= 0 || s.seq <= 0) {
@@ -258,7 +248,7 @@ absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
     plan.tokens_per_step = samples * s.seq;
     plan.samples_per_step = samples;
   }
-  plan.memory = DecoderMemory(*o, s, plan.params);
+  plan.memory = DecoderMemory(*o, s, plan.params, quant->held_bytes);
   return plan;
 }
 

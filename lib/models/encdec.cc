@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "family/registry.h"
+#include "layers/prepare.h"
 #include "models/size_table.h"
 #include "workloads/epoch.h"
 #include "workloads/optimizers.h"

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "family/registry.h"
+#include "layers/prepare.h"
 #include "models/size_table.h"
 #include "workloads/phases.h"
 

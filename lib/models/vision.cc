@@ -4,6 +4,7 @@
 #include <torch/optim/sgd.h>
 
 #include "absl/strings/str_cat.h"
+#include "layers/prepare.h"
 #include "workloads/optimizers.h"
 #include "workloads/phases.h"
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "family/registry.h"
+#include "layers/prepare.h"
 #include "models/attention.h"
 #include "models/size_table.h"
 #include "workloads/generation.h"

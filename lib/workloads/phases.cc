@@ -11,7 +11,6 @@
 #include "base/torch_compat.h"
 #include "device/autocast.h"
 #include "device/device.h"
-#include "layers/packed_linear.h"
 #include "workloads/trainer.h"
 
 namespace ltb {
@@ -33,24 +32,6 @@ Phase TrainEpochPhase() {
   return {kTrainEpoch, PhaseKind::kTraining, Shape::kSequence, Iterations::kEpochs, true};
 }
 Phase GeneratePhase() { return {kGenerate, PhaseKind::kInference, Shape::kGenerate}; }
-
-WeightChange PrepareModel(torch::nn::Module& module, const BenchSpec& spec) {
-  if (spec.training()) {
-    module.to(spec.device, c10::kFloat);
-    module.train();
-    return {};
-  }
-  module.to(spec.device, spec.dtype);
-  module.eval();
-  if (spec.pack_cpu_linears) {
-    absl::StatusOr<int> packed = PackLinears(module, spec.device, spec.dtype);
-    if (!packed.ok()) throw std::runtime_error(std::string(packed.status().message()));
-  }
-  if (spec.quant.none()) return {};
-  absl::StatusOr<WeightChange> change = QuantizeLinears(module, spec);
-  if (!change.ok()) throw std::runtime_error(std::string(change.status().message()));
-  return *change;
-}
 
 c10::ScalarType InputDtype(const BenchSpec& spec) {
   return spec.training() ? c10::kFloat : spec.dtype;

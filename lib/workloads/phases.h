@@ -9,7 +9,6 @@
 #include <memory>
 
 #include "family/family.h"
-#include "layers/quant.h"
 
 namespace ltb {
 
@@ -51,17 +50,6 @@ struct ModelFns {
   at::Tensor inputs;
   std::function<at::Tensor(const at::Tensor&)> forward_on;
 };
-
-// Precision policy: inference phases run a model whose weights and buffers
-// were converted to spec.dtype, in eval mode; training phases keep fp32
-// weights, in train mode, and run forward and loss under autocast to
-// spec.dtype (mixed precision), as training does in practice. PrepareModel
-// applies the device, weight dtype and mode by the phase's kind, and for
-// inference with spec.pack_cpu_linears packs the model's linear layers for
-// oneDNN, and with spec.quant quantises them (throwing, with the reason,
-// where that cannot run). Returns what quantising changed in the bytes of
-// weights a step reads.
-WeightChange PrepareModel(torch::nn::Module& module, const BenchSpec& spec);
 
 // The dtype a phase's floating-point inputs take: the spec's for inference,
 // fp32 for training (autocast converts inside the model).

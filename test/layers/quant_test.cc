@@ -15,6 +15,7 @@
 #include "device/device.h"
 #include "family/registry.h"
 #include "layers/packed_linear.h"
+#include "layers/prepare.h"
 #include "models/decoder_family.h"
 #include "suite/sweep.h"
 #include "workloads/phases.h"

@@ -12,15 +12,16 @@ LIB = os.path.join(ROOT, "lib")
 
 # Lowest first: a room may include its own headers and those of the rooms
 # before it, never one after it.
-ROOMS = ["base", "device", "family", "distributed", "layers", "workloads", "peaks", "serve",
+ROOMS = ["base", "device", "family", "distributed", "workloads", "layers", "peaks", "serve",
          "measure", "report", "suite", "models"]
 # models/ is last: the harness includes no model header.
 MAX_SOURCES = 20
-# What models/ may include: the model-author API (family/), the layers and
-# what its families' steps are made of (workloads/), never the harness above
-# them (peaks, measure, report, suite): a family gets the run's settings
-# through its factory (family/registry.h's FamilyOptions).
-MODELS_BUILD_ON = ROOMS[:ROOMS.index("workloads") + 1]
+# What models/ may include: the model-author API (family/), what its
+# families' steps are made of (workloads/) and the layers (layers/), nothing
+# above them: never the harness (peaks, measure, report, suite); a family
+# gets the run's settings through its factory (family/registry.h's
+# FamilyOptions).
+MODELS_BUILD_ON = ROOMS[:ROOMS.index("layers") + 1]
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([a-z_0-9]+)\.h"', re.M)
 # Branching on the device type: is_cuda(), is_cpu(), is_mps(), kCUDA,

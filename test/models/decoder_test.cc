@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "layers/prepare.h"
 #include "models/decoder_family.h"
 #include "profiled_flops.h"
 #include "random_weights.h"
@@ -178,10 +179,10 @@ TEST_P(EveryDecoder, PackedCpuLinearsGiveTheSameTokens) {
   const at::Tensor p = torch::randint(0, 1000, {2, 16});
   const at::Tensor expected = GenerateByRecompute(model, p, 24);
   // Each block's projections (q, k, v, o or qkv, o) and MLP matrices, and
-  // the model, which packs a tied head; an untied head packs itself.
+  // the head (a tied one packs a copy of the embedding).
   const int per_block = (o.fused_qkv() ? 2 : 4) + (o.mlp() == MlpKind::kSwiGLU ? 3 : 2);
   EXPECT_EQ(PackLinears(*model, c10::Device(c10::kCPU), c10::kFloat).value(),
-            o.num_layers() * per_block + 1 + (o.tied() ? 0 : 1));
+            o.num_layers() * per_block + 1);
   EXPECT_TRUE(torch::equal(GenerateWithCache(model, p, 24), expected));
 }
 

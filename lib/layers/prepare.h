@@ -1,0 +1,25 @@
+// A model made ready for its phase before the timed steps: device, dtype and
+// mode by the phase's kind, then the linear layers' other paths for
+// inference (oneDNN's packed weights, quantised weights).
+#pragma once
+
+#include "family/spec.h"
+#include "layers/quant.h"
+
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
+
+namespace ltb {
+
+// Precision policy: inference phases run a model whose weights and buffers
+// were converted to spec.dtype, in eval mode; training phases keep fp32
+// weights, in train mode, and run forward and loss under autocast to
+// spec.dtype (mixed precision), as training does in practice. For inference
+// with spec.pack_cpu_linears the model's linear layers are packed for
+// oneDNN, and with spec.quant quantised (throwing, with the reason, where
+// that cannot run). Returns what quantising changed in the bytes of weights
+// a step reads.
+WeightChange PrepareModel(torch::nn::Module& module, const BenchSpec& spec);
+
+}  // namespace ltb
