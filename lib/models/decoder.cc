@@ -30,11 +30,13 @@ int64_t DecoderParamCount(const DecoderOptions& o) {
   const int64_t d = o.d_model(), f = o.d_ff(), v = o.vocab_size();
   const int64_t q = QueryWidth(o), k = KvWidth(o);
   const int64_t norm = o.norm() == NormKind::kLayer ? 2 * d : d;
-  int64_t biases = 0;
-  if (o.bias()) biases = q + 2 * k + d + (o.mlp() == MlpKind::kSwiGLU ? 2 * f : f) + d;
-  if (!o.bias() && o.qkv_bias()) biases = q + 2 * k;
-  const int64_t layer =
-      2 * d * q + 2 * d * k + MlpMatrices(o) * d * f + 2 * norm + biases;
+  const int64_t qkv_biases = o.bias() || o.qkv_bias() ? q + (o.k_bias() ? 2 : 1) * k : 0;
+  // An attention with the norm before it; the MLP's with its norm.
+  const int64_t attention =
+      2 * d * q + 2 * d * k + qkv_biases + (o.bias() ? d : 0) + norm;
+  const int64_t mlp_biases = o.bias() ? (o.mlp() == MlpKind::kSwiGLU ? 2 * f : f) + d : 0;
+  const int64_t layer = attention * (o.cross_positions() > 0 ? 2 : 1) +
+                        MlpMatrices(o) * d * f + mlp_biases + norm;
   return o.num_layers() * layer + v * d + (o.tied() ? 0 : v * d) +
          (o.positions() == PositionKind::kLearned ? o.max_positions() * d : 0) + norm;
 }
@@ -47,7 +49,9 @@ double DecoderLayerFlops(const DecoderOptions& o, double batch, double tokens,
   const double projections = 2 * batch * tokens * d * (2 * q + 2 * k);  // q, o; k, v
   const double attention = 2 * batch * tokens * keys * q * 2;           // QK^T, AV
   const double mlp = 2 * batch * tokens * d * f * static_cast<double>(MlpMatrices(o));
-  return projections + attention + mlp;
+  const double cross =  // q, o; QK^T, AV
+      2 * batch * tokens * d * 2 * q + 2 * batch * tokens * o.cross_positions() * q * 2;
+  return projections + attention + mlp + (o.cross_positions() > 0 ? cross : 0);
 }
 
 double DecoderForwardFlops(const DecoderOptions& o, int64_t batch, int64_t seq) {
@@ -67,6 +71,14 @@ double DecoderGenerateFlops(const DecoderOptions& o, int64_t batch, int64_t prom
 }
 
 // ---------------------------------------------------------------- modules
+
+std::vector<at::Tensor> KVCache::tensors() const {
+  std::vector<at::Tensor> all;
+  for (const auto* part : {&keys, &values, &cross_keys, &cross_values}) {
+    all.insert(all.end(), part->begin(), part->end());
+  }
+  return all;
+}
 
 NormImpl::NormImpl(NormKind kind, int64_t dim, double eps) : kind_(kind), eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
@@ -195,45 +207,62 @@ DecoderAttentionImpl::DecoderAttentionImpl(const DecoderOptions& opt,
       head_dim_(opt.head_dim()),
       positions_(opt.positions()),
       fused_(opt.fused_attention()),
-      v_first_(n.v_first) {
+      v_first_(n.v_first),
+      causal_(opt.causal()) {
   TORCH_CHECK(heads_ % kv_heads_ == 0, "kv heads (", kv_heads_, ") must divide heads (",
               heads_, ")");
   const int64_t d = opt.d_model(), width = heads_ * head_dim_, kv = kv_heads_ * head_dim_;
   const bool qkv_bias = opt.bias() || opt.qkv_bias();
   if (opt.fused_qkv()) {
-    TORCH_CHECK(kv == width, "a fused q/k/v projection needs as many kv heads as heads");
+    TORCH_CHECK(kv == width && opt.k_bias(),
+                "a fused q/k/v projection needs as many kv heads as heads, and k's bias");
     qkv_proj = register_module(n.qkv, MakeLinear(n, d, 3 * width, qkv_bias));
   } else {
     q_proj = register_module(n.q, MakeLinear(n, d, width, qkv_bias));
-    k_proj = register_module(n.k, MakeLinear(n, d, kv, qkv_bias));
+    k_proj = register_module(n.k, MakeLinear(n, d, kv, qkv_bias && opt.k_bias()));
     v_proj = register_module(n.v, MakeLinear(n, d, kv, qkv_bias));
   }
   o_proj = register_module(n.o, MakeLinear(n, width, d, opt.bias()));
   if (positions_ == PositionKind::kRopePairs) rope = register_module(n.rope, Rotary(opt));
 }
 
+at::Tensor DecoderAttentionImpl::Heads(const at::Tensor& y, int64_t n) const {
+  return y.view({y.size(0), y.size(1), n, head_dim_}).transpose(1, 2);
+}
+
+at::Tensor DecoderAttentionImpl::Merge(const at::Tensor& y) const {
+  return y.transpose(1, 2).reshape({y.size(0), y.size(2), heads_ * head_dim_});
+}
+
+std::pair<at::Tensor, at::Tensor> DecoderAttentionImpl::KeysValues(const at::Tensor& xa) {
+  return {Heads(k_proj(xa), kv_heads_), Heads(v_proj(xa), kv_heads_)};
+}
+
+at::Tensor DecoderAttentionImpl::Cross(const at::Tensor& x, const at::Tensor& k,
+                                       const at::Tensor& v) {
+  const at::Tensor q = Heads(q_proj(x), heads_);
+  return o_proj(Merge(Attention(q, k, v, /*causal=*/false, fused_)));
+}
+
 at::Tensor DecoderAttentionImpl::forward(const at::Tensor& x, const LayerInput& in) {
   const int64_t b = x.size(0), t = x.size(1), width = heads_ * head_dim_;
-  const auto heads = [&](const at::Tensor& y, int64_t n) {
-    return y.view({b, t, n, head_dim_}).transpose(1, 2);  // (B, n, T, hs)
-  };
   at::Tensor q, k, v;
   if (qkv_proj) {
     const std::vector<at::Tensor> parts = qkv_proj(x).split(width, -1);
-    q = heads(parts[0], heads_), k = heads(parts[1], kv_heads_);
-    v = heads(parts[2], kv_heads_);
+    q = Heads(parts[0], heads_), k = Heads(parts[1], kv_heads_);
+    v = Heads(parts[2], kv_heads_);
   } else if (v_first_) {
-    v = heads(v_proj(x), kv_heads_);
-    q = heads(q_proj(x), heads_), k = heads(k_proj(x), kv_heads_);
+    v = Heads(v_proj(x), kv_heads_);
+    q = Heads(q_proj(x), heads_), k = Heads(k_proj(x), kv_heads_);
   } else {
-    q = heads(q_proj(x), heads_), k = heads(k_proj(x), kv_heads_);
-    v = heads(v_proj(x), kv_heads_);
+    q = Heads(q_proj(x), heads_), k = Heads(k_proj(x), kv_heads_);
+    v = Heads(v_proj(x), kv_heads_);
   }
   // RopePairs: this attention's tables; RopeHalf: the model's (cos, sin).
   // Rotated in the wider of the projections' and the rotary's dtypes (fp32
   // under autocast), as transformers does; then back to v's for the cache
   // and the attention.
-  if (positions_ != PositionKind::kLearned) {
+  if (positions_ == PositionKind::kRopePairs || positions_ == PositionKind::kRopeHalf) {
     const auto cs = rope ? rope(in.positions, x.scalar_type()) : in.rope;
     q = ApplyRotary(positions_, q, cs).to(v.scalar_type());
     k = ApplyRotary(positions_, k, cs).to(v.scalar_type());
@@ -266,13 +295,13 @@ at::Tensor DecoderAttentionImpl::forward(const at::Tensor& x, const LayerInput& 
             .reshape({b, heads_, keys, head_dim_});
   }
   // A chunk is causal over itself and sees every cached position before it.
-  const at::Tensor y = Attention(q, k, v, /*causal=*/t > 1, fused_);  // (B, nh, T, hs)
-  return o_proj(y.transpose(1, 2).reshape({b, t, width}));            // (B, T, q)
+  return o_proj(Merge(Attention(q, k, v, causal_ && t > 1, fused_)));  // (B, T, d)
 }
 
-DecoderMlpImpl::DecoderMlpImpl(const DecoderOptions& o, const DecoderNames& n) {
+DecoderMlpImpl::DecoderMlpImpl(const DecoderOptions& o, const DecoderNames& n)
+    : kind_(o.mlp()) {
   const int64_t d = o.d_model(), f = o.d_ff();
-  if (o.mlp() == MlpKind::kGeluTanh) {
+  if (kind_ != MlpKind::kSwiGLU) {
     up = register_module(n.up, MakeLinear(n, d, f, o.bias()));
     down = register_module(n.down, MakeLinear(n, f, d, o.bias()));
     return;
@@ -284,18 +313,27 @@ DecoderMlpImpl::DecoderMlpImpl(const DecoderOptions& o, const DecoderNames& n) {
 }
 
 at::Tensor DecoderMlpImpl::forward(const at::Tensor& x) {
-  if (!gate) return down(torch::gelu(up(x), "tanh"));
+  if (kind_ == MlpKind::kGelu) return down(torch::gelu(up(x)));
+  if (kind_ == MlpKind::kGeluTanh) return down(torch::gelu(up(x), "tanh"));
   return down(torch::silu(gate(x)) * up(x));
 }
 
 DecoderBlockImpl::DecoderBlockImpl(const DecoderOptions& o, const DecoderNames& n)
     : norm1(register_module(n.norm1, Norm(o.norm(), o.d_model(), o.eps()))),
       norm2(register_module(n.norm2, Norm(o.norm(), o.d_model(), o.eps()))),
-      attn(register_module(n.attn, DecoderAttention(o, n))),
-      mlp(register_module(n.mlp, DecoderMlp(o, n))) {}
+      attn(register_module(n.attn, DecoderAttention(o, n))) {
+  // Built in the reference's order, which decides the weights LibTorch's
+  // initialisers draw: self-attention, cross-attention, the MLP.
+  if (o.cross_positions() > 0) {
+    cross_norm = register_module(n.cross_norm, Norm(o.norm(), o.d_model(), o.eps()));
+    cross = register_module(n.cross, DecoderAttention(o, n));
+  }
+  mlp = register_module(n.mlp, DecoderMlp(o, n));
+}
 
 at::Tensor DecoderBlockImpl::forward(const at::Tensor& x, const LayerInput& in) {
-  const at::Tensor h = x + attn(norm1(x), in);
+  at::Tensor h = x + attn(norm1(x), in);
+  if (cross) h = h + cross->Cross(cross_norm(h), in.cross_k, in.cross_v);
   return h + mlp(norm2(h));
 }
 
@@ -377,27 +415,43 @@ KVCache DecoderLMImpl::MakeCache(int64_t batch, int64_t positions) const {
   return cache;
 }
 
-at::Tensor GenerateWithCache(DecoderLM& model, const at::Tensor& prompt,
-                             int64_t new_tokens) {
-  KVCache cache = model->MakeCache(prompt.size(0), prompt.size(1) + new_tokens);
+at::Tensor GreedyWithCache(
+    const std::function<at::Tensor(const at::Tensor&, int64_t)>& step,
+    const at::Tensor& prompt, int64_t new_tokens) {
   std::vector<at::Tensor> out;
-  at::Tensor token = model->forward_cached(prompt, 0, cache).argmax(-1, true);  // (B, 1)
+  at::Tensor token = step(prompt, 0).argmax(-1, true);  // (B, 1)
   out.push_back(token);
   for (int64_t i = 1; i < new_tokens; ++i) {
-    token = model->forward_cached(token, prompt.size(1) + i - 1, cache).argmax(-1, true);
+    token = step(token, prompt.size(1) + i - 1).argmax(-1, true);
     out.push_back(token);
   }
   return at::cat(out, 1);
 }
 
-at::Tensor GenerateByRecompute(DecoderLM& model, const at::Tensor& prompt,
-                               int64_t new_tokens) {
+at::Tensor GreedyByRecompute(const std::function<at::Tensor(const at::Tensor&)>& logits,
+                             const at::Tensor& prompt, int64_t new_tokens) {
   at::Tensor seq = prompt;
   for (int64_t i = 0; i < new_tokens; ++i) {
-    const at::Tensor next = model(seq).select(1, seq.size(1) - 1).argmax(-1, true);
+    const at::Tensor next = logits(seq).select(1, seq.size(1) - 1).argmax(-1, true);
     seq = at::cat({seq, next}, 1);
   }
   return seq.narrow(1, prompt.size(1), new_tokens);
+}
+
+at::Tensor GenerateWithCache(DecoderLM& model, const at::Tensor& prompt,
+                             int64_t new_tokens) {
+  KVCache cache = model->MakeCache(prompt.size(0), prompt.size(1) + new_tokens);
+  return GreedyWithCache(
+      [&](const at::Tensor& tokens, int64_t position) {
+        return model->forward_cached(tokens, position, cache);
+      },
+      prompt, new_tokens);
+}
+
+at::Tensor GenerateByRecompute(DecoderLM& model, const at::Tensor& prompt,
+                               int64_t new_tokens) {
+  return GreedyByRecompute([&](const at::Tensor& tokens) { return model(tokens); },
+                           prompt, new_tokens);
 }
 
 // ----------------------------------------------------- random initialisation

@@ -12,6 +12,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,9 +26,11 @@ enum class NormKind { kLayer, kRms };  // LayerNorm (with bias), RMSNorm
 // rotary, adjacent pairs (0,1), (2,3), ... rotated, cos/sin tables computed
 // once (in float64) as buffers of each attention. RopeHalf: Hugging Face's
 // Llama rotary, the two halves of a head rotated together, one model-level
-// fp32 inv_freq (Llama 3's scaling when rope_factor > 0).
-enum class PositionKind { kLearned, kRopePairs, kRopeHalf };
-enum class MlpKind { kGeluTanh, kSwiGLU };  // fc, gelu(tanh), proj; down(silu(gate) * up)
+// fp32 inv_freq (Llama 3's scaling when rope_factor > 0). None: the caller
+// adds them before the blocks (Whisper's encoder, fixed sinusoids).
+enum class PositionKind { kLearned, kRopePairs, kRopeHalf, kNone };
+// fc, gelu(tanh), proj; down(silu(gate) * up); fc, gelu (exact), proj (Whisper).
+enum class MlpKind { kGeluTanh, kSwiGLU, kGelu };
 
 struct DecoderOptions {
   // kv heads: `heads`; head size: d_model / heads.
@@ -64,8 +67,13 @@ struct DecoderOptions {
   TORCH_ARG(MlpKind, mlp) = MlpKind::kSwiGLU;
   TORCH_ARG(bool, bias) = false;       // every linear layer of the blocks
   TORCH_ARG(bool, qkv_bias) = false;   // q, k and v only (Qwen2)
+  TORCH_ARG(bool, k_bias) = true;      // false: k's alone has none (Whisper's key)
   TORCH_ARG(bool, fused_qkv) = false;  // one (d, 3d) projection (GPT-2's c_attn)
   TORCH_ARG(bool, tied) = false;       // the head is the token embedding
+  TORCH_ARG(bool, causal) = true;      // false: self-attention sees every position
+  // Positions of an encoder's output that every block cross-attends to,
+  // after its self-attention (Whisper's audio_ctx); 0: no cross-attention.
+  TORCH_ARG(int64_t, cross_positions) = 0;
   // Fused: LibTorch's scaled_dot_product_attention; else the explicit
   // composition, which profilers count as matmuls.
   TORCH_ARG(bool, fused_attention) = true;
@@ -77,8 +85,9 @@ struct DecoderNames {
   std::string embed, pos_embed, layers, final_norm, head;
   std::string rope;  // RopeHalf: the trunk's rotary; RopePairs: each attention's
   std::string norm1, norm2, attn, mlp;
-  std::string q, k, v, o, qkv;  // qkv: fused_qkv's projection
-  std::string gate, up, down;   // GeluTanh: up (fc) and down (proj)
+  std::string cross_norm, cross;  // cross-attention's
+  std::string q, k, v, o, qkv;    // qkv: fused_qkv's projection
+  std::string gate, up, down;     // GeluTanh: up (fc) and down (proj)
   // The order the reference builds its MLP's matrices in (which decides the
   // weights LibTorch's initialisers draw) and projects q, k and v in (which
   // decides how autograd sums their gradients): its weights and gradients
@@ -92,13 +101,14 @@ struct DecoderNames {
   std::vector<std::string> residual_scaled;
 };
 
-// Parameters: L(d q + 2 d k + q d + MLP + norms + biases) + V d (+ V d
-// untied) + positions d + final norm, q = heads x head size, k = kv heads x
-// head size.
+// Parameters: L(d q + 2 d k + q d + MLP + norms + biases, and as much
+// again for cross-attention) + V d (+ V d untied) + positions d + final norm,
+// q = heads x head size, k = kv heads x head size.
 int64_t DecoderParamCount(const DecoderOptions& o);
 // FLOPs of one layer for `tokens` queries over `keys` keys (2 per
 // multiply-add): q and o (d x q), k and v (d x k), QK^T and AV, the MLP's
-// two or three matrices.
+// two or three matrices; cross-attention's q and o, and QK^T and AV over
+// cross_positions keys (its k and v are the encoder output's, computed once).
 double DecoderLayerFlops(const DecoderOptions& o, double batch, double tokens,
                          double keys);
 // Every position's logits of (batch, seq) tokens; backward is 2x this.
@@ -110,9 +120,13 @@ double DecoderGenerateFlops(const DecoderOptions& o, int64_t batch, int64_t prom
                             int64_t new_tokens, int64_t depth = 0);
 
 // Keys and values of every layer, (B, kv heads, positions, head size) each,
-// allocated once and written in place as positions fill.
+// allocated once and written in place as positions fill; and those of the
+// encoder output that cross-attention reads, (B, heads, cross positions,
+// head size), computed once per input.
 struct KVCache {
   std::vector<at::Tensor> keys, values;
+  std::vector<at::Tensor> cross_keys, cross_values;
+  std::vector<at::Tensor> tensors() const;  // all of them, in that order
 };
 
 class NormImpl : public torch::nn::Module {
@@ -158,13 +172,15 @@ at::Tensor ApplyRotary(PositionKind kind, const at::Tensor& x,
 at::Tensor RopeInverseFrequencies(const DecoderOptions& o);
 
 // Where one forward is: the positions (T), RopeHalf's (cos, sin) of them,
-// and for a cached forward the layer's cache and the first position.
+// for a cached forward the layer's cache and the first position, and the
+// keys and values the layer cross-attends to.
 struct LayerInput {
   at::Tensor positions;
   std::pair<at::Tensor, at::Tensor> rope;
   at::Tensor* cache_k = nullptr;
   at::Tensor* cache_v = nullptr;
   int64_t position = 0;
+  at::Tensor cross_k, cross_v;
 };
 
 class DecoderAttentionImpl : public torch::nn::Module {
@@ -172,16 +188,23 @@ class DecoderAttentionImpl : public torch::nn::Module {
   DecoderAttentionImpl(const DecoderOptions& o, const DecoderNames& n);
   // x: (B, T, d) at positions [position, position + T). With a cache, writes
   // this chunk's keys and values and attends to every cached position before
-  // it; without, causal over the chunk.
+  // it; without, causal over the chunk (unless the model is not causal).
   at::Tensor forward(const at::Tensor& x, const LayerInput& in);
+  // Keys and values of an encoder output xa (B, S, d), (B, heads, S, hs) each.
+  std::pair<at::Tensor, at::Tensor> KeysValues(const at::Tensor& xa);
+  // Cross-attention of x (B, T, d) over KeysValues' keys and values.
+  at::Tensor Cross(const at::Tensor& x, const at::Tensor& k, const at::Tensor& v);
   PackableLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr},
       qkv_proj{nullptr};
   Rotary rope{nullptr};  // RopePairs: this attention's tables
 
  private:
+  at::Tensor Heads(const at::Tensor& y,
+                   int64_t n) const;            // (B, T, n hs) -> (B, n, T, hs)
+  at::Tensor Merge(const at::Tensor& y) const;  // (B, nh, T, hs) -> (B, T, q)
   int64_t heads_, kv_heads_, head_dim_;
   PositionKind positions_;
-  bool fused_, v_first_;
+  bool fused_, v_first_, causal_;
 };
 TORCH_MODULE(DecoderAttention);
 
@@ -190,6 +213,9 @@ class DecoderMlpImpl : public torch::nn::Module {
   DecoderMlpImpl(const DecoderOptions& o, const DecoderNames& n);
   at::Tensor forward(const at::Tensor& x);
   PackableLinear gate{nullptr}, up{nullptr}, down{nullptr};
+
+ private:
+  MlpKind kind_;
 };
 TORCH_MODULE(DecoderMlp);
 
@@ -197,8 +223,8 @@ class DecoderBlockImpl : public torch::nn::Module {
  public:
   DecoderBlockImpl(const DecoderOptions& o, const DecoderNames& n);
   at::Tensor forward(const at::Tensor& x, const LayerInput& in);
-  Norm norm1{nullptr}, norm2{nullptr};
-  DecoderAttention attn{nullptr};
+  Norm norm1{nullptr}, norm2{nullptr}, cross_norm{nullptr};
+  DecoderAttention attn{nullptr}, cross{nullptr};
   DecoderMlp mlp{nullptr};
 };
 TORCH_MODULE(DecoderBlock);
@@ -239,6 +265,14 @@ at::Tensor GenerateWithCache(DecoderLM& model, const at::Tensor& prompt,
 // The same tokens by recomputing the whole sequence every step (no cache).
 at::Tensor GenerateByRecompute(DecoderLM& model, const at::Tensor& prompt,
                                int64_t new_tokens);
+// Both for any model: `step(tokens, position)` gives the logits of the last
+// of tokens at [position, position + T) (B, V), filling its cache;
+// `logits(tokens)` those of every position from 0 (B, T, V), with no cache.
+at::Tensor GreedyWithCache(
+    const std::function<at::Tensor(const at::Tensor&, int64_t)>& step,
+    const at::Tensor& prompt, int64_t new_tokens);
+at::Tensor GreedyByRecompute(const std::function<at::Tensor(const at::Tensor&)>& logits,
+                             const at::Tensor& prompt, int64_t new_tokens);
 
 // Random weights as Hugging Face initialises GPT-2 and Llama
 // (PreTrainedModel._init_weights): every matrix and embedding from

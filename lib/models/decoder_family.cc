@@ -337,17 +337,11 @@ std::unique_ptr<Workload> MakeDecodeWorkload(const BenchSpec& s, DecoderLM model
   fns.score = [model](const at::Tensor& tokens) mutable {
     return model->forward(tokens);
   };
-  fns.cache = [cache]() {
-    std::vector<at::Tensor> tensors = cache->keys;
-    tensors.insert(tensors.end(), cache->values.begin(), cache->values.end());
-    return tensors;
-  };
+  fns.cache = [cache]() { return cache->tensors(); };
   // Keys and values are (B, kv heads, positions, head size) in every layer.
   double per_position = 0;
-  for (const auto* list : {&cache->keys, &cache->values}) {
-    for (const at::Tensor& t : *list) {
-      per_position += static_cast<double>(t.nbytes()) / static_cast<double>(t.size(2));
-    }
+  for (const at::Tensor& t : cache->tensors()) {
+    per_position += static_cast<double>(t.nbytes()) / static_cast<double>(t.size(2));
   }
   fns.cache_read_bytes = [per_position](int64_t positions) {
     return per_position * static_cast<double>(positions);
@@ -375,7 +369,15 @@ std::unique_ptr<Workload> BuildDecoder(const DecoderRow& row, const BenchSpec& s
 
 const char* OptionName(NormKind k) { return k == NormKind::kLayer ? "layer" : "rms"; }
 const char* OptionName(MlpKind k) {
-  return k == MlpKind::kSwiGLU ? "swiglu" : "gelu_tanh";
+  switch (k) {
+    case MlpKind::kGeluTanh:
+      return "gelu_tanh";
+    case MlpKind::kSwiGLU:
+      return "swiglu";
+    case MlpKind::kGelu:
+      return "gelu";
+  }
+  return "";
 }
 const char* OptionName(PositionKind k) {
   switch (k) {
@@ -385,6 +387,8 @@ const char* OptionName(PositionKind k) {
       return "rope_pairs";
     case PositionKind::kRopeHalf:
       return "rope_half";
+    case PositionKind::kNone:
+      return "none";
   }
   return "";
 }
@@ -411,8 +415,11 @@ std::string DecoderSizeCards(const DecoderRow& row) {
                                   {"mlp", OptionName(o.mlp())},
                                   {"bias", o.bias()},
                                   {"qkv_bias", o.qkv_bias()},
+                                  {"k_bias", o.k_bias()},
                                   {"fused_qkv", o.fused_qkv()},
                                   {"tied", o.tied()},
+                                  {"causal", o.causal()},
+                                  {"cross_positions", o.cross_positions()},
                                   {"fused_attention", o.fused_attention()}};
   });
 }

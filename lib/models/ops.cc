@@ -24,6 +24,7 @@ struct OpDef {
   bool crosses_link = false;    // host <-> device: its bytes cross the host link
   MatmulShape mkn = {0, 0, 0};  // matmuls only
   std::function<OpCost(int64_t elt)> cost;
+  // What its tensors hold; unset: the bytes its cost counts (each operand once).
   std::function<int64_t(int64_t elt)> memory;
   std::function<std::function<void()>(const at::TensorOptions&)> make_step;
 };
@@ -49,7 +50,6 @@ OpDef Matmul(int64_t m, int64_t k, int64_t n) {
   d.cost = [=](int64_t e) {
     return OpCost{2.0 * m * k * n, static_cast<double>((m * k + k * n + m * n) * e)};
   };
-  d.memory = [=](int64_t e) { return (m * k + k * n + m * n) * e; };
   d.make_step = [=](const at::TensorOptions& o) -> std::function<void()> {
     at::Tensor a = at::randn({m, k}, o), b = at::randn({k, n}, o),
                c = at::empty({m, n}, o);
@@ -67,7 +67,6 @@ OpDef Bmm(int64_t batch, int64_t m, int64_t k, int64_t n) {
     return OpCost{2.0 * batch * m * k * n,
                   static_cast<double>(batch * (m * k + k * n + m * n) * e)};
   };
-  d.memory = [=](int64_t e) { return batch * (m * k + k * n + m * n) * e; };
   d.make_step = [=](const at::TensorOptions& o) -> std::function<void()> {
     at::Tensor a = at::randn({batch, m, k}, o), b = at::randn({batch, k, n}, o),
                c = at::empty({batch, m, n}, o);
@@ -89,9 +88,6 @@ OpDef Conv2d(int64_t n, int64_t c, int64_t hw, int64_t k, int64_t r, int64_t str
     return OpCost{
         2.0 * n * k * c * r * r * out * out,
         static_cast<double>((n * c * hw * hw + k * c * r * r + n * k * out * out) * e)};
-  };
-  d.memory = [=](int64_t e) {
-    return (n * c * hw * hw + k * c * r * r + n * k * out * out) * e;
   };
   d.make_step = [=](const at::TensorOptions& o) -> std::function<void()> {
     at::Tensor x = at::randn({n, c, hw, hw}, o), w = at::randn({k, c, r, r}, o);
@@ -199,7 +195,6 @@ OpDef Noop() {
   d.op = "noop";
   d.shape = "empty";
   d.cost = [](int64_t) { return OpCost{}; };
-  d.memory = [](int64_t) { return int64_t{0}; };
   d.make_step = [](const at::TensorOptions&) -> std::function<void()> { return [] {}; };
   return d;
 }
@@ -275,7 +270,8 @@ absl::StatusOr<Plan> PlanOps(const BenchSpec& s) {
   plan.bytes_per_step = cost.bytes;
   plan.bytes_cross_host_link = (*d)->crosses_link;
   plan.counts_direct_convolution = (*d)->op == "conv2d";
-  plan.memory.activations = (*d)->memory(e);
+  plan.memory.activations =
+      (*d)->memory ? (*d)->memory(e) : static_cast<int64_t>(cost.bytes);
   return plan;
 }
 

@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "family/registry.h"
 #include "layers/prepare.h"
-#include "models/attention.h"
 #include "models/size_table.h"
 #include "workloads/generation.h"
 #include "workloads/phases.h"
@@ -28,142 +27,74 @@ absl::StatusOr<WhisperOptions> WhisperSizeOptions(const std::string& size) {
   return FindSize("Whisper", WhisperSizes(), size, &WhisperSize::options);
 }
 
-namespace {
-
-// Attention: 4 w^2 weights and 3 biases (no key bias); MLP 8 w^2 + 5 w;
-// LayerNorm 2 w.
-int64_t AttentionParams(int64_t w) { return 4 * w * w + 3 * w; }
-int64_t MlpParams(int64_t w) { return 8 * w * w + 5 * w; }
-int64_t NormParams(int64_t w) { return 2 * w; }
-
-int64_t DecoderParamCount(const WhisperOptions& o) {
-  const int64_t w = o.width();
-  return o.vocab() * w + o.text_ctx() * w +
-         o.decoder_layers() *
-             (2 * AttentionParams(w) + MlpParams(w) + 3 * NormParams(w)) +
-         NormParams(w);
+DecoderOptions WhisperBlocks(const WhisperOptions& o, bool decoder) {
+  return DecoderOptions(decoder ? o.vocab() : 0, o.width(), 4 * o.width(),
+                        decoder ? o.decoder_layers() : o.encoder_layers(), o.heads())
+      .max_positions(o.text_ctx())
+      .norm(NormKind::kLayer)
+      .positions(decoder ? PositionKind::kLearned : PositionKind::kNone)
+      .mlp(MlpKind::kGelu)
+      .bias(true)
+      .k_bias(false)
+      .tied(true)
+      .causal(decoder)
+      .cross_positions(decoder ? o.audio_ctx() : 0)
+      .fused_attention(o.fused_attention());
 }
-
-}  // namespace
 
 int64_t WhisperParamCount(const WhisperOptions& o) {
   const int64_t w = o.width();
   const int64_t convs = o.mels() * w * 3 + w + w * w * 3 + w;
-  const int64_t encoder =
-      convs +
-      o.encoder_layers() * (AttentionParams(w) + MlpParams(w) + 2 * NormParams(w)) +
-      NormParams(w);
-  return encoder + DecoderParamCount(o);
+  return convs + DecoderParamCount(WhisperBlocks(o, false)) +
+         DecoderParamCount(WhisperBlocks(o, true));
 }
 
 double WhisperEncodeFlops(const WhisperOptions& o, int64_t batch) {
   const double b = batch, w = o.width(), t = o.audio_ctx();
   const double convs = 2 * o.mels() * w * 3 * o.frames() + 2 * w * w * 3 * t;
-  return b * (convs + o.encoder_layers() * (24 * t * w * w + 4 * t * t * w));
+  return b * convs +
+         o.encoder_layers() * DecoderLayerFlops(WhisperBlocks(o, false), b, t, t);
 }
-
-namespace {
-
-// One decoder layer over `q` new tokens attending to `k` cached ones: self
-// q, k, v, o (8 q w^2), cross q and o (4 q w^2), MLP (16 q w^2), and the
-// two attentions.
-double DecoderLayerFlops(const WhisperOptions& o, double q, double k) {
-  const double w = o.width();
-  return 28 * q * w * w + 4 * q * k * w + 4 * q * o.audio_ctx() * w;
-}
-
-}  // namespace
 
 double WhisperGenerateFlops(const WhisperOptions& o, int64_t batch, int64_t prompt,
                             int64_t new_tokens) {
-  const double w = o.width(), layers = o.decoder_layers();
-  const double cross_kv = layers * 4.0 * o.audio_ctx() * w * w;
-  const double logits = 2.0 * w * o.vocab();
-  double flops = cross_kv + layers * DecoderLayerFlops(o, prompt, prompt) + logits;
-  for (int64_t i = 1; i < new_tokens; ++i) {
-    flops += layers * DecoderLayerFlops(o, 1, prompt + i) + logits;
-  }
-  return batch * flops;
+  const double cross_kv = 4.0 * batch * o.audio_ctx() * o.width() * o.width();
+  return o.decoder_layers() * cross_kv +
+         DecoderGenerateFlops(WhisperBlocks(o, true), batch, prompt, new_tokens);
 }
 
 int64_t WhisperDecodeWeightCount(const WhisperOptions& o) {
   const int64_t w = o.width();
   const int64_t cross_key_value =
       o.decoder_layers() * (2 * w * w + w);  // used once per utterance
-  return DecoderParamCount(o) - o.text_ctx() * w - cross_key_value;
+  return DecoderParamCount(WhisperBlocks(o, true)) - o.text_ctx() * w - cross_key_value;
 }
 
 // ---------------------------------------------------------------- modules
 
-WhisperAttentionImpl::WhisperAttentionImpl(int64_t width, int64_t heads, bool fused)
-    : query(register_module("query", PackableLinear(width, width))),
-      key(register_module(
-          "key", PackableLinear(torch::nn::LinearOptions(width, width).bias(false)))),
-      value(register_module("value", PackableLinear(width, width))),
-      out(register_module("out", PackableLinear(width, width))),
-      heads_(heads),
-      fused_(fused) {
-  TORCH_CHECK(width % heads == 0, "heads (", heads, ") must divide the width (", width,
-              ")");
-}
-
-at::Tensor WhisperAttentionImpl::Heads(const at::Tensor& y) const {
-  return y.view({y.size(0), y.size(1), heads_, y.size(2) / heads_}).transpose(1, 2);
-}
-
-at::Tensor WhisperAttentionImpl::Merge(const at::Tensor& y) const {
-  return y.transpose(1, 2).reshape({y.size(0), y.size(2), y.size(1) * y.size(3)});
-}
-
-at::Tensor WhisperAttentionImpl::forward(const at::Tensor& x, bool causal) {
-  return out(
-      Merge(Attention(Heads(query(x)), Heads(key(x)), Heads(value(x)), causal, fused_)));
-}
-
-at::Tensor WhisperAttentionImpl::forward_cached(const at::Tensor& x, at::Tensor& cache_k,
-                                                at::Tensor& cache_v, int64_t position) {
-  const int64_t t = x.size(1);
-  TORCH_CHECK(t == 1 || position == 0,
-              "a chunk of several tokens must start at position 0");
-  cache_k.narrow(2, position, t).copy_(Heads(key(x)));
-  cache_v.narrow(2, position, t).copy_(Heads(value(x)));
-  const at::Tensor k = cache_k.narrow(2, 0, position + t);  // (B, nh, position + T, hs)
-  const at::Tensor v = cache_v.narrow(2, 0, position + t);
-  return out(Merge(Attention(Heads(query(x)), k, v, /*causal=*/t > 1, fused_)));
-}
-
-std::pair<at::Tensor, at::Tensor> WhisperAttentionImpl::KeysValues(const at::Tensor& xa) {
-  return {Heads(key(xa)), Heads(value(xa))};
-}
-
-at::Tensor WhisperAttentionImpl::Cross(const at::Tensor& x, const at::Tensor& k,
-                                       const at::Tensor& v) {
-  return out(Merge(Attention(Heads(query(x)), k, v, /*causal=*/false, fused_)));
-}
-
-WhisperBlockImpl::WhisperBlockImpl(int64_t width, int64_t heads, bool cross, bool fused) {
-  const auto norm = [&] {
-    return torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}));
-  };
-  attn = register_module("attn", WhisperAttention(width, heads, fused));
-  attn_ln = register_module("attn_ln", norm());
-  if (cross) {
-    cross_attn = register_module("cross_attn", WhisperAttention(width, heads, fused));
-    cross_attn_ln = register_module("cross_attn_ln", norm());
-  }
-  // Drawn in order (a function's arguments are constructed in any order),
-  // as the Python model draws them, so that one seed gives the same weights.
-  PackableLinear up(width, 4 * width);
-  PackableLinear down(4 * width, width);
-  mlp = register_module("mlp", torch::nn::Sequential(up, torch::nn::GELU(), down));
-  mlp_ln = register_module("mlp_ln", norm());
-}
-
-at::Tensor WhisperBlockImpl::Mlp(const at::Tensor& x) {
-  return x + mlp->forward(mlp_ln(x));
-}
-
 namespace {
+
+// The reference's module names; its weights drawn by LibTorch's initialisers.
+const DecoderNames& WhisperNames() {
+  static const auto* names = [] {
+    auto* n = new DecoderNames;
+    n->norm1 = "attn_ln", n->norm2 = "mlp_ln", n->cross_norm = "cross_attn_ln";
+    n->attn = "attn", n->cross = "cross_attn", n->mlp = "mlp";
+    n->q = "query", n->k = "key", n->v = "value", n->o = "out";
+    n->up = "0", n->down = "2";  // mlp: Sequential(Linear, GELU, Linear)
+    n->hf_init = false;
+    return n;
+  }();
+  return *names;
+}
+
+torch::nn::ModuleList Blocks(const DecoderOptions& o) {
+  torch::nn::ModuleList blocks;
+  for (int64_t i = 0; i < o.num_layers(); ++i) {
+    blocks->push_back(DecoderBlock(o, WhisperNames()));
+  }
+  return blocks;
+}
 
 // The fixed sinusoidal positions of the encoder: sin then cos of position
 // times log-spaced timescales up to 10000.
@@ -176,10 +107,6 @@ at::Tensor Sinusoids(int64_t length, int64_t channels) {
   return torch::cat({t.sin(), t.cos()}, 1);  // (length, channels)
 }
 
-WhisperBlock Block(const torch::nn::ModuleList& list, size_t i) {
-  return WhisperBlock(list->ptr<WhisperBlockImpl>(i));
-}
-
 }  // namespace
 
 WhisperEncoderImpl::WhisperEncoderImpl(const WhisperOptions& o) {
@@ -190,12 +117,8 @@ WhisperEncoderImpl::WhisperEncoderImpl(const WhisperOptions& o) {
       "conv2", torch::nn::Conv1d(torch::nn::Conv1dOptions(w, w, 3).stride(2).padding(1)));
   positional_embedding_ =
       register_buffer("positional_embedding", Sinusoids(o.audio_ctx(), w));
-  blocks = register_module("blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < o.encoder_layers(); ++i) {
-    blocks->push_back(WhisperBlock(w, o.heads(), /*cross=*/false, o.fused_attention()));
-  }
-  ln_post =
-      register_module("ln_post", torch::nn::LayerNorm(torch::nn::LayerNormOptions({w})));
+  blocks = register_module("blocks", Blocks(WhisperBlocks(o, false)));
+  ln_post = register_module("ln_post", Norm(NormKind::kLayer, w, 1e-5));
 }
 
 at::Tensor WhisperEncoderImpl::forward(const at::Tensor& mel) {
@@ -203,9 +126,7 @@ at::Tensor WhisperEncoderImpl::forward(const at::Tensor& mel) {
   x = torch::gelu(conv2(x)).transpose(1, 2);          // (B, frames / 2, w)
   x = x + positional_embedding_.to(x.scalar_type());  // (B, T, w)
   for (size_t i = 0; i < blocks->size(); ++i) {
-    WhisperBlock b = Block(blocks, i);
-    x = x + b->attn(b->attn_ln(x), /*causal=*/false);
-    x = b->Mlp(x);
+    x = blocks[i]->as<DecoderBlock>()->forward(x, LayerInput());
   }
   return ln_post(x);
 }
@@ -215,13 +136,8 @@ WhisperDecoderImpl::WhisperDecoderImpl(const WhisperOptions& o) {
       register_module("token_embedding", torch::nn::Embedding(o.vocab(), o.width()));
   positional_embedding = register_parameter(
       "positional_embedding", torch::randn({o.text_ctx(), o.width()}) * 0.01);
-  blocks = register_module("blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < o.decoder_layers(); ++i) {
-    blocks->push_back(
-        WhisperBlock(o.width(), o.heads(), /*cross=*/true, o.fused_attention()));
-  }
-  ln = register_module("ln",
-                       torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.width()})));
+  blocks = register_module("blocks", Blocks(WhisperBlocks(o, true)));
+  ln = register_module("ln", Norm(NormKind::kLayer, o.width(), 1e-5));
 }
 
 WhisperImpl::WhisperImpl(const WhisperOptions& o)
@@ -231,12 +147,21 @@ WhisperImpl::WhisperImpl(const WhisperOptions& o)
 
 at::Tensor WhisperImpl::Encode(const at::Tensor& mel) { return encoder(mel); }
 
-at::Tensor WhisperImpl::Embed(const at::Tensor& tokens, int64_t position) {
-  TORCH_CHECK(position + tokens.size(1) <= options_.text_ctx(), "position ",
-              position + tokens.size(1), " is beyond the decoder's ",
-              options_.text_ctx());
-  return decoder->token_embedding(tokens) +
-         decoder->positional_embedding.narrow(0, position, tokens.size(1));  // (B, T, w)
+at::Tensor WhisperImpl::Hidden(const at::Tensor& tokens, int64_t position,
+                               KVCache& cache) {
+  const int64_t t = tokens.size(1);
+  TORCH_CHECK(position + t <= options_.text_ctx(), "position ", position + t,
+              " is beyond the decoder's ", options_.text_ctx());
+  at::Tensor x = decoder->token_embedding(tokens) +
+                 decoder->positional_embedding.narrow(0, position, t);  // (B, T, w)
+  LayerInput in;
+  in.position = position;
+  for (size_t i = 0; i < decoder->blocks->size(); ++i) {
+    if (!cache.keys.empty()) in.cache_k = &cache.keys[i], in.cache_v = &cache.values[i];
+    in.cross_k = cache.cross_keys[i], in.cross_v = cache.cross_values[i];
+    x = decoder->blocks[i]->as<DecoderBlock>()->forward(x, in);
+  }
+  return x;
 }
 
 at::Tensor WhisperImpl::Logits(const at::Tensor& x) {
@@ -244,85 +169,63 @@ at::Tensor WhisperImpl::Logits(const at::Tensor& x) {
 }
 
 at::Tensor WhisperImpl::Decode(const at::Tensor& tokens, const at::Tensor& xa) {
-  at::Tensor x = Embed(tokens, 0);
-  for (size_t i = 0; i < decoder->blocks->size(); ++i) {
-    WhisperBlock b = Block(decoder->blocks, i);
-    x = x + b->attn(b->attn_ln(x), /*causal=*/true);
-    const auto [k, v] = b->cross_attn->KeysValues(xa);
-    x = x + b->cross_attn->Cross(b->cross_attn_ln(x), k, v);
-    x = b->Mlp(x);
-  }
-  return Logits(x);  // (B, T, V)
+  KVCache cross;
+  ComputeCross(xa, cross);
+  return Logits(Hidden(tokens, 0, cross));  // (B, T, V)
 }
 
-WhisperState WhisperImpl::Start(const at::Tensor& xa, int64_t positions) {
-  WhisperState s;
+KVCache WhisperImpl::Start(const at::Tensor& xa, int64_t positions) {
+  KVCache cache;
   const int64_t hs = options_.width() / options_.heads();
   for (size_t i = 0; i < decoder->blocks->size(); ++i) {
-    s.self_k.push_back(
-        torch::empty({xa.size(0), options_.heads(), positions, hs}, xa.options()));
-    s.self_v.push_back(
-        torch::empty({xa.size(0), options_.heads(), positions, hs}, xa.options()));
+    for (auto* list : {&cache.keys, &cache.values}) {
+      list->push_back(
+          torch::empty({xa.size(0), options_.heads(), positions, hs}, xa.options()));
+    }
   }
-  ComputeCross(xa, s);
-  return s;
+  ComputeCross(xa, cache);
+  return cache;
 }
 
-void WhisperImpl::ComputeCross(const at::Tensor& xa, WhisperState& state) {
+void WhisperImpl::ComputeCross(const at::Tensor& xa, KVCache& cache) {
   // Once allocated, the keys and values are written in place: a decode step
   // captured as a graph reads the same tensors at every replay.
-  state.cross_k.resize(decoder->blocks->size());
-  state.cross_v.resize(decoder->blocks->size());
+  cache.cross_keys.resize(decoder->blocks->size());
+  cache.cross_values.resize(decoder->blocks->size());
   for (size_t i = 0; i < decoder->blocks->size(); ++i) {
-    auto [k, v] = Block(decoder->blocks, i)->cross_attn->KeysValues(xa);
-    const bool same = state.cross_k[i].defined() &&
-                      state.cross_k[i].sizes() == k.sizes() &&
-                      state.cross_k[i].dtype() == k.dtype();
-    if (same) {
-      state.cross_k[i].copy_(k);
-      state.cross_v[i].copy_(v);
+    auto [k, v] = decoder->blocks[i]->as<DecoderBlock>()->cross->KeysValues(xa);
+    at::Tensor& old_k = cache.cross_keys[i];
+    if (old_k.defined() && old_k.sizes() == k.sizes() && old_k.dtype() == k.dtype()) {
+      old_k.copy_(k);
+      cache.cross_values[i].copy_(v);
     } else {
-      state.cross_k[i] = k;
-      state.cross_v[i] = v;
+      old_k = k;
+      cache.cross_values[i] = v;
     }
   }
 }
 
 at::Tensor WhisperImpl::DecodeCached(const at::Tensor& tokens, int64_t position,
-                                     WhisperState& state) {
-  at::Tensor x = Embed(tokens, position);
-  for (size_t i = 0; i < decoder->blocks->size(); ++i) {
-    WhisperBlock b = Block(decoder->blocks, i);
-    x = x + b->attn->forward_cached(b->attn_ln(x), state.self_k[i], state.self_v[i],
-                                    position);
-    x = x + b->cross_attn->Cross(b->cross_attn_ln(x), state.cross_k[i], state.cross_v[i]);
-    x = b->Mlp(x);
-  }
+                                     KVCache& cache) {
+  const at::Tensor x = Hidden(tokens, position, cache);
   return Logits(x.select(1, x.size(1) - 1));  // (B, V)
 }
 
 at::Tensor WhisperGenerateWithCache(Whisper& model, const at::Tensor& xa,
                                     const at::Tensor& prompt, int64_t new_tokens) {
-  WhisperState state = model->Start(xa, prompt.size(1) + new_tokens);
-  std::vector<at::Tensor> out;
-  at::Tensor token = model->DecodeCached(prompt, 0, state).argmax(-1, true);  // (B, 1)
-  out.push_back(token);
-  for (int64_t i = 1; i < new_tokens; ++i) {
-    token = model->DecodeCached(token, prompt.size(1) + i - 1, state).argmax(-1, true);
-    out.push_back(token);
-  }
-  return torch::cat(out, 1);
+  KVCache cache = model->Start(xa, prompt.size(1) + new_tokens);
+  return GreedyWithCache(
+      [&](const at::Tensor& tokens, int64_t position) {
+        return model->DecodeCached(tokens, position, cache);
+      },
+      prompt, new_tokens);
 }
 
 at::Tensor WhisperGenerateByRecompute(Whisper& model, const at::Tensor& xa,
                                       const at::Tensor& prompt, int64_t new_tokens) {
-  at::Tensor seq = prompt;
-  for (int64_t i = 0; i < new_tokens; ++i) {
-    const at::Tensor next =
-        model->Decode(seq, xa).select(1, seq.size(1) - 1).argmax(-1, true);
-    seq = torch::cat({seq, next}, 1);
-  }
-  return seq.narrow(1, prompt.size(1), new_tokens);
+  return GreedyByRecompute(
+      [&](const at::Tensor& tokens) { return model->Decode(tokens, xa); }, prompt,
+      new_tokens);
 }
 
 // ----------------------------------------------------------------- family
@@ -422,7 +325,7 @@ std::unique_ptr<Workload> BuildWhisper(const BenchSpec& s) {
   const at::Tensor xa = model->Encode(mel);  // generation starts from an encoded window
   // The self-attention cache is allocated once; each generation computes the
   // cross-attention keys and values from the encoder output, then decodes.
-  auto state = std::make_shared<WhisperState>(model->Start(xa, s.prompt + s.new_tokens));
+  auto state = std::make_shared<KVCache>(model->Start(xa, s.prompt + s.new_tokens));
   GenerateFns fns;
   fns.module = model.ptr();
   fns.prompt = prompt;
@@ -436,14 +339,7 @@ std::unique_ptr<Workload> BuildWhisper(const BenchSpec& s) {
   fns.score = [model, xa](const at::Tensor& tokens) mutable {
     return model->Decode(tokens, xa);
   };
-  fns.cache = [state]() {
-    std::vector<at::Tensor> tensors;
-    for (const auto* part :
-         {&state->self_k, &state->self_v, &state->cross_k, &state->cross_v}) {
-      tensors.insert(tensors.end(), part->begin(), part->end());
-    }
-    return tensors;
-  };
+  fns.cache = [state]() { return state->tensors(); };
   return MakeGenerateWorkload(
       s, std::move(fns),
       static_cast<double>(WhisperDecodeWeightCount(o)) * DtypeBytes(s.dtype));

@@ -1,17 +1,14 @@
 // The Whisper family (shared/MODELS.md, "Whisper"): an encoder over log-mel
-// spectrograms and a text decoder with self- and cross-attention, named as
-// in the reference implementation. Generation keeps a self-attention cache
-// and computes the cross-attention keys and values once per utterance.
+// spectrograms and a text decoder with self- and cross-attention, built of
+// the decoder's blocks (models/decoder.h) named as in the reference
+// implementation. Generation keeps a self-attention cache and computes the
+// cross-attention keys and values once per utterance.
 #pragma once
 
 #include <torch/nn/module.h>
-#include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/modulelist.h>
-#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
-#include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
@@ -20,7 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "family/family.h"
-#include "layers/packed_linear.h"
+#include "models/decoder.h"
 
 namespace ltb {
 
@@ -67,45 +64,10 @@ double WhisperGenerateFlops(const WhisperOptions& o, int64_t batch, int64_t prom
 // value projections and the position table excluded).
 int64_t WhisperDecodeWeightCount(const WhisperOptions& o);
 
-class WhisperAttentionImpl : public torch::nn::Module {
- public:
-  WhisperAttentionImpl(int64_t width, int64_t heads, bool fused);
-
-  // Self-attention over x (B, T, w), causal or not.
-  at::Tensor forward(const at::Tensor& x, bool causal);
-  // Causal self-attention of x at [position, position + T), filling the cache.
-  at::Tensor forward_cached(const at::Tensor& x, at::Tensor& cache_k, at::Tensor& cache_v,
-                            int64_t position);
-  // Keys and values of the encoder output xa (B, S, w), (B, heads, S, hs) each.
-  std::pair<at::Tensor, at::Tensor> KeysValues(const at::Tensor& xa);
-  // Cross-attention of x over precomputed keys and values.
-  at::Tensor Cross(const at::Tensor& x, const at::Tensor& k, const at::Tensor& v);
-
-  PackableLinear query{nullptr}, key{nullptr}, value{nullptr}, out{nullptr};
-
- private:
-  at::Tensor Heads(const at::Tensor& y) const;  // (B, T, w) -> (B, nh, T, hs)
-  at::Tensor Merge(const at::Tensor& y) const;  // (B, nh, T, hs) -> (B, T, w)
-  int64_t heads_;
-  bool fused_;
-};
-TORCH_MODULE(WhisperAttention);
-
-class WhisperBlockImpl : public torch::nn::Module {
- public:
-  WhisperBlockImpl(int64_t width, int64_t heads, bool cross, bool fused);
-  WhisperAttention attn{nullptr}, cross_attn{nullptr};
-  torch::nn::LayerNorm attn_ln{nullptr}, cross_attn_ln{nullptr}, mlp_ln{nullptr};
-  torch::nn::Sequential mlp{nullptr};
-  at::Tensor Mlp(const at::Tensor& x);
-};
-TORCH_MODULE(WhisperBlock);
-
-// Per decoder layer: self-attention cache and cross-attention keys/values.
-struct WhisperState {
-  std::vector<at::Tensor> self_k, self_v;    // (B, nh, text_ctx, hs)
-  std::vector<at::Tensor> cross_k, cross_v;  // (B, nh, audio_ctx, hs)
-};
+// The blocks' settings (decoder: with cross-attention over the encoder
+// output): LayerNorm, exact GELU, biases but the key's, no positions of
+// their own.
+DecoderOptions WhisperBlocks(const WhisperOptions& o, bool decoder);
 
 class WhisperEncoderImpl : public torch::nn::Module {
  public:
@@ -114,7 +76,7 @@ class WhisperEncoderImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& mel);
   torch::nn::Conv1d conv1{nullptr}, conv2{nullptr};
   torch::nn::ModuleList blocks{nullptr};
-  torch::nn::LayerNorm ln_post{nullptr};
+  Norm ln_post{nullptr};
 
  private:
   at::Tensor positional_embedding_;  // sinusoids, a buffer
@@ -127,7 +89,7 @@ class WhisperDecoderImpl : public torch::nn::Module {
   torch::nn::Embedding token_embedding{nullptr};
   at::Tensor positional_embedding;  // learned, (text_ctx, w)
   torch::nn::ModuleList blocks{nullptr};
-  torch::nn::LayerNorm ln{nullptr};
+  Norm ln{nullptr};
 };
 TORCH_MODULE(WhisperDecoder);
 
@@ -140,12 +102,11 @@ class WhisperImpl : public torch::nn::Module {
   // tokens (B, T) from position 0 over xa -> logits (B, T, V); no cache.
   at::Tensor Decode(const at::Tensor& tokens, const at::Tensor& xa);
   // Allocates the self-attention cache and computes the cross keys/values.
-  WhisperState Start(const at::Tensor& xa, int64_t positions);
+  KVCache Start(const at::Tensor& xa, int64_t positions);
   // Computes the cross-attention keys and values of a new encoder output.
-  void ComputeCross(const at::Tensor& xa, WhisperState& state);
+  void ComputeCross(const at::Tensor& xa, KVCache& cache);
   // tokens (B, T) at [position, position + T) -> logits of the last (B, V).
-  at::Tensor DecodeCached(const at::Tensor& tokens, int64_t position,
-                          WhisperState& state);
+  at::Tensor DecodeCached(const at::Tensor& tokens, int64_t position, KVCache& cache);
 
   const WhisperOptions& options() const { return options_; }
 
@@ -153,7 +114,10 @@ class WhisperImpl : public torch::nn::Module {
   WhisperDecoder decoder{nullptr};
 
  private:
-  at::Tensor Embed(const at::Tensor& tokens, int64_t position);
+  // The decoder's hidden states (B, T, w) of tokens at [position, position
+  // + T) over the cache's cross keys and values, using and filling its
+  // self-attention keys and values when it has them.
+  at::Tensor Hidden(const at::Tensor& tokens, int64_t position, KVCache& cache);
   at::Tensor Logits(const at::Tensor& x);  // tied to the token embedding
   WhisperOptions options_;
 };

@@ -76,16 +76,16 @@ TEST(WhisperGenerate, ANewWindowsCrossKeysAndValuesGoIntoTheSameTensors) {
   torch::NoGradGuard no_grad;
   const at::Tensor first = model->Encode(torch::randn({2, 80, 3000}));
   const at::Tensor second = model->Encode(torch::randn({2, 80, 3000}));
-  WhisperState state = model->Start(first, 8);
+  KVCache state = model->Start(first, 8);
   std::vector<const void*> where;
-  for (const at::Tensor& k : state.cross_k) where.push_back(k.data_ptr());
+  for (const at::Tensor& k : state.cross_keys) where.push_back(k.data_ptr());
   model->ComputeCross(second, state);
-  WhisperState fresh = model->Start(second, 8);
-  ASSERT_EQ(state.cross_k.size(), where.size());
+  KVCache fresh = model->Start(second, 8);
+  ASSERT_EQ(state.cross_keys.size(), where.size());
   for (size_t i = 0; i < where.size(); ++i) {
-    EXPECT_EQ(state.cross_k[i].data_ptr(), where[i]) << i;
-    EXPECT_TRUE(at::equal(state.cross_k[i], fresh.cross_k[i])) << i;
-    EXPECT_TRUE(at::equal(state.cross_v[i], fresh.cross_v[i])) << i;
+    EXPECT_EQ(state.cross_keys[i].data_ptr(), where[i]) << i;
+    EXPECT_TRUE(at::equal(state.cross_keys[i], fresh.cross_keys[i])) << i;
+    EXPECT_TRUE(at::equal(state.cross_values[i], fresh.cross_values[i])) << i;
   }
 }
 

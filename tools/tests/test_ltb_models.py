@@ -204,8 +204,8 @@ class DecoderTest(unittest.TestCase):
         o = ltb_models.options("Llama", "nano")
         for field, want in (("norm", "unknown norm 'batch'; valid: layer, rms"),
                             ("positions", "unknown positions 'batch'; valid: learned, "
-                                          "rope_pairs, rope_half"),
-                            ("mlp", "unknown mlp 'batch'; valid: gelu_tanh, swiglu")):
+                                          "rope_pairs, rope_half, none"),
+                            ("mlp", "unknown mlp 'batch'; valid: gelu_tanh, swiglu, gelu")):
             with self.subTest(field=field), self.assertRaisesRegex(ValueError, want):
                 dataclasses.replace(o, **{field: "batch"})
 

@@ -19,8 +19,8 @@ from torch import nn
 from ltb.pysuite.models.common import attend, cached, init_like_hugging_face, undrawn
 
 NORMS = ("layer", "rms")
-POSITIONS = ("learned", "rope_pairs", "rope_half")
-MLPS = ("gelu_tanh", "swiglu")
+POSITIONS = ("learned", "rope_pairs", "rope_half", "none")
+MLPS = ("gelu_tanh", "swiglu", "gelu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,18 +41,25 @@ class DecoderOptions:
     eps: float = 1e-5
     # "learned": a table of max_positions rows added to the tokens';
     # "rope_pairs": rotary over adjacent pairs, tables per attention;
-    # "rope_half": Hugging Face's rotate_half, Llama 3 scaling if rope_factor > 0.
+    # "rope_half": Hugging Face's rotate_half, Llama 3 scaling if rope_factor > 0;
+    # "none": added before the blocks (Whisper's encoder, fixed sinusoids).
     positions: str = "rope_pairs"
     rope_theta: float = 10000.0
     rope_factor: float = 0.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_context: int = 8192
-    mlp: str = "swiglu"  # "gelu_tanh": down(gelu(fc)); "swiglu": down(silu(fc) * up)
+    # "gelu_tanh": down(gelu(fc)); "swiglu": down(silu(fc) * up); "gelu": exact (Whisper)
+    mlp: str = "swiglu"
     bias: bool = False  # every linear of the blocks
     qkv_bias: bool = False  # q, k and v only (Qwen2)
+    k_bias: bool = True  # False: k's alone has none (Whisper's key)
     fused_qkv: bool = False  # one projection of q, k, v (GPT-2's c_attn)
     tied: bool = False  # the head is the token embedding
+    causal: bool = True  # False: self-attention sees every position
+    # Positions of an encoder output every block cross-attends to after its
+    # self-attention (Whisper's audio_ctx); 0: no cross-attention.
+    cross_positions: int = 0
 
     def __post_init__(self):
         if self.num_kv_heads is None:
@@ -96,6 +103,8 @@ class DecoderNames:
     up: str = None
     head: str = "lm_head"
     rope: str = None
+    cross_norm: str = None  # cross-attention's
+    cross: str = None
     # The order the MLP's matrices are built in, which decides the drawn
     # weights where hf_init is false, and the order q, k and v are projected
     # in, which decides how autograd sums their gradients: the reference
@@ -231,11 +240,27 @@ class Attention(Named):
             self.add("qkv", linear(o.d_model, q + 2 * kv, bias=in_bias))
         else:
             for role, width in (("q", q), ("k", kv), ("v", kv)):
-                self.add(role, linear(o.d_model, width, bias=in_bias))
+                self.add(role, linear(o.d_model, width,
+                                      bias=in_bias and (role != "k" or o.k_bias)))
         self.add("o", linear(q, o.d_model, bias=o.bias))
         if o.positions == "rope_pairs":
             self.add("rope", PairRotary(o))
         self.options = o
+
+    def _heads(self, y, n):
+        b, t, _ = y.shape
+        return y.view(b, t, n, self.options.head_dim).transpose(1, 2)  # (B, n, T, hs)
+
+    def keys_values(self, xa):
+        """The keys and values of an encoder output xa (B, S, d), (B, kv, S, hs) each."""
+        kv = self.options.num_kv_heads
+        return self._heads(self.part("k")(xa), kv), self._heads(self.part("v")(xa), kv)
+
+    def cross(self, x, k, v):
+        """Cross-attention of x (B, T, d) over keys_values' keys and values."""
+        b, t, _ = x.shape
+        y = attend(self._heads(self.part("q")(x), self.options.num_heads), k, v, causal=False)
+        return self.part("o")(y.transpose(1, 2).reshape(b, t, -1))  # (B, T, d)
 
     def _rotate(self, y, positions, tables):
         if self.options.positions == "rope_pairs":
@@ -257,12 +282,9 @@ class Attention(Named):
             y = {role: self.part(role)(x) for role in self.names.qkv_order}
             q, k, v = y["q"], y["k"], y["v"]
 
-        def heads(y, n):
-            return y.view(b, t, n, o.head_dim).transpose(1, 2)  # (B, n, T, hs)
-
-        v = heads(v, o.num_kv_heads)
-        q = self._rotate(heads(q, o.num_heads), positions, tables).to(v.dtype)
-        k = self._rotate(heads(k, o.num_kv_heads), positions, tables).to(v.dtype)
+        v = self._heads(v, o.num_kv_heads)
+        q = self._rotate(self._heads(q, o.num_heads), positions, tables).to(v.dtype)
+        k = self._rotate(self._heads(k, o.num_kv_heads), positions, tables).to(v.dtype)
         if cache is not None:
             k, v = cached(cache, k, v, position)  # (B, kv, position + T, hs)
         rep = o.num_heads // o.num_kv_heads
@@ -276,7 +298,7 @@ class Attention(Named):
             k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
         # A chunk is causal over itself and sees every cached position before
         # it; one new token attends to all before it.
-        y = attend(q, k, v, causal=cache is None or t > 1)  # (B, nh, T, hs)
+        y = attend(q, k, v, causal=o.causal and (cache is None or t > 1))  # (B, nh, T, hs)
         return self.part("o")(y.transpose(1, 2).reshape(b, t, q_width))  # (B, T, d)
 
 
@@ -289,12 +311,13 @@ class MLP(Named):
         for role in names.mlp_order:
             if role != "up" or o.mlp == "swiglu":
                 self.add(role, linear(*shapes[role], bias=o.bias))
-        self.swiglu = o.mlp == "swiglu"
+        self.kind = o.mlp
 
     def forward(self, x):
-        if self.swiglu:
+        if self.kind == "swiglu":
             return self.part("down")(F.silu(self.part("fc")(x)) * self.part("up")(x))
-        return self.part("down")(F.gelu(self.part("fc")(x), approximate="tanh"))
+        approximate = "tanh" if self.kind == "gelu_tanh" else "none"
+        return self.part("down")(F.gelu(self.part("fc")(x), approximate=approximate))
 
 
 class Block(Named):
@@ -303,10 +326,17 @@ class Block(Named):
         self.add("norm1", norm(o))
         self.add("norm2", norm(o))
         self.add("attn", Attention(o, names))
+        # Built in the reference's order, which decides the drawn weights.
+        if o.cross_positions:
+            self.add("cross_norm", norm(o))
+            self.add("cross", Attention(o, names))
         self.add("mlp", MLP(o, names))
 
-    def forward(self, x, positions, tables=None, cache=None, position=0):
+    def forward(self, x, positions=None, tables=None, cache=None, position=0, cross=None):
+        # cross: the (keys, values) this layer cross-attends to.
         h = x + self.part("attn")(self.part("norm1")(x), positions, tables, cache, position)
+        if cross is not None:
+            h = h + self.part("cross").cross(self.part("cross_norm")(h), *cross)
         return h + self.part("mlp")(self.part("norm2")(h))
 
 

@@ -1,5 +1,5 @@
-"""Whisper (lib/models/whisper.{h,cc}): Hugging Face's Whisper encoder and
-decoder with cached generation."""
+"""Whisper (lib/models/whisper.{h,cc}): the Whisper encoder and decoder, of
+the decoder's blocks (decoder.py), with cached generation."""
 import dataclasses
 import math
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ltb.pysuite.models.common import attend, cached
+from ltb.pysuite.models.decoder import Block, DecoderNames, DecoderOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,62 +23,28 @@ class WhisperOptions:
     text_ctx: int = 448  # decoder positions
 
 
-class WhisperAttention(nn.Module):
-    def __init__(self, width, heads):
-        super().__init__()
-        if width % heads:
-            raise ValueError(f"heads ({heads}) must divide the width ({width})")
-        self.query = nn.Linear(width, width)
-        self.key = nn.Linear(width, width, bias=False)
-        self.value = nn.Linear(width, width)
-        self.out = nn.Linear(width, width)
-        self.heads = heads
-
-    def _heads(self, y):
-        b, t, w = y.shape
-        return y.view(b, t, self.heads, w // self.heads).transpose(1, 2)  # (B, nh, T, hs)
-
-    def forward(self, x, xa=None, causal=False):
-        # Self-attention over x (B, T, w), or cross-attention over xa (B, S, w).
-        kv = x if xa is None else xa
-        q, k, v = self._heads(self.query(x)), self._heads(self.key(kv)), self._heads(self.value(kv))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # (B, nh, T, hs)
-        return self.out(y.transpose(1, 2).flatten(2))  # (B, T, w)
-
-    def forward_cached(self, x, cache, position):
-        # Causal self-attention of x at [position, position + T), writing its
-        # keys and values into cache (C++: forward_cached).
-        k, v = cached(cache, self._heads(self.key(x)), self._heads(self.value(x)), position)
-        q = self._heads(self.query(x))
-        y = attend(q, k, v, causal=x.shape[1] > 1)  # (B, nh, T, hs)
-        return self.out(y.transpose(1, 2).flatten(2))  # (B, T, w)
-
-    def keys_values(self, xa):
-        # The encoder output's keys and values, (B, nh, S, hs) each.
-        return self._heads(self.key(xa)), self._heads(self.value(xa))
-
-    def cross(self, x, k, v):
-        # Cross-attention of x (B, T, w) over precomputed keys and values.
-        y = F.scaled_dot_product_attention(self._heads(self.query(x)), k, v)  # (B, nh, T, hs)
-        return self.out(y.transpose(1, 2).flatten(2))  # (B, T, w)
+def whisper_blocks(o, decoder):
+    """The blocks' DecoderOptions (C++ WhisperBlocks; decoder: with
+    cross-attention over the encoder output): LayerNorm, exact GELU, biases
+    but the key's, no positions of their own."""
+    return DecoderOptions(
+        o.vocab if decoder else 0, o.width, 4 * o.width,
+        o.decoder_layers if decoder else o.encoder_layers, o.heads,
+        max_positions=o.text_ctx, norm="layer", positions="learned" if decoder else "none",
+        mlp="gelu", bias=True, k_bias=False, tied=True, causal=decoder,
+        cross_positions=o.audio_ctx if decoder else 0)
 
 
-class WhisperBlock(nn.Module):
-    def __init__(self, width, heads, cross):
-        super().__init__()
-        self.attn = WhisperAttention(width, heads)
-        self.attn_ln = nn.LayerNorm(width)
-        self.cross_attn = WhisperAttention(width, heads) if cross else None
-        self.cross_attn_ln = nn.LayerNorm(width) if cross else None
-        self.mlp = nn.Sequential(
-            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
-        self.mlp_ln = nn.LayerNorm(width)
+# The reference's module names; its weights drawn by PyTorch's initialisers.
+NAMES = DecoderNames(embed="token_embedding", layers="blocks", norm1="attn_ln",
+                     norm2="mlp_ln", attn="attn", o="out", mlp="mlp", fc="0", down="2",
+                     final_norm="ln", q="query", k="key", v="value",
+                     cross_norm="cross_attn_ln", cross="cross_attn", hf_init=False)
 
-    def forward(self, x, xa=None, causal=False):
-        x = x + self.attn(self.attn_ln(x), causal=causal)
-        if self.cross_attn is not None:
-            x = x + self.cross_attn(self.cross_attn_ln(x), xa)
-        return x + self.mlp(self.mlp_ln(x))
+
+def blocks(o, decoder):
+    b = whisper_blocks(o, decoder)
+    return nn.ModuleList(Block(b, NAMES) for _ in range(b.num_layers))
 
 
 def sinusoids(length, channels):
@@ -95,8 +61,7 @@ class WhisperEncoder(nn.Module):
         self.conv1 = nn.Conv1d(o.mels, o.width, 3, padding=1)
         self.conv2 = nn.Conv1d(o.width, o.width, 3, stride=2, padding=1)
         self.register_buffer("positional_embedding", sinusoids(o.audio_ctx, o.width))
-        self.blocks = nn.ModuleList(
-            WhisperBlock(o.width, o.heads, cross=False) for _ in range(o.encoder_layers))
+        self.blocks = blocks(o, decoder=False)
         self.ln_post = nn.LayerNorm(o.width)
 
     def forward(self, mel):
@@ -114,16 +79,30 @@ class WhisperDecoder(nn.Module):
         super().__init__()
         self.token_embedding = nn.Embedding(o.vocab, o.width)
         self.positional_embedding = nn.Parameter(torch.randn(o.text_ctx, o.width) * 0.01)
-        self.blocks = nn.ModuleList(
-            WhisperBlock(o.width, o.heads, cross=True) for _ in range(o.decoder_layers))
+        self.blocks = blocks(o, decoder=True)
         self.ln = nn.LayerNorm(o.width)
+        self.text_ctx = o.text_ctx
+
+    def hidden(self, tokens, position, cross, cache=None):
+        """tokens (B, T) at [position, position + T) -> (B, T, w) before the
+        final norm, cross-attending to `cross` ((k, v) per layer), using and
+        filling `cache` ((k, v) per layer) when given."""
+        t = tokens.shape[1]
+        if position + t > self.text_ctx:
+            raise ValueError(f"position {position + t} is beyond the decoder's {self.text_ctx}")
+        x = self.token_embedding(tokens) + self.positional_embedding[position:position + t]
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache=None if cache is None else cache[i], position=position,
+                      cross=cross[i])
+        return x
+
+    def logits(self, x):
+        return F.linear(self.ln(x), self.token_embedding.weight)  # tied
 
     def forward(self, tokens, xa):
         # tokens (B, T) from position 0 over xa (B, S, w) -> logits (B, T, V).
-        x = self.token_embedding(tokens) + self.positional_embedding[:tokens.shape[1]]  # (B, T, w)
-        for block in self.blocks:
-            x = block(x, xa, causal=True)
-        return F.linear(self.ln(x), self.token_embedding.weight)  # tied
+        cross = [block.cross_attn.keys_values(xa) for block in self.blocks]
+        return self.logits(self.hidden(tokens, 0, cross))
 
 
 class Whisper(nn.Module):
@@ -171,17 +150,8 @@ class Whisper(nn.Module):
     def decode_cached(self, tokens, position, state):
         """tokens (B, T) at [position, position + T) -> the last position's
         logits (B, V)."""
-        d = self.decoder
-        t = tokens.shape[1]
-        if position + t > self.options.text_ctx:
-            raise ValueError(f"position {position + t} is beyond the decoder's "
-                             f"{self.options.text_ctx}")
-        x = d.token_embedding(tokens) + d.positional_embedding[position:position + t]  # (B, T, w)
-        for block, cache, (k, v) in zip(d.blocks, state["self"], state["cross"]):
-            x = x + block.attn.forward_cached(block.attn_ln(x), cache, position)
-            x = x + block.cross_attn.cross(block.cross_attn_ln(x), k, v)
-            x = x + block.mlp(block.mlp_ln(x))
-        return F.linear(d.ln(x[:, t - 1]), d.token_embedding.weight)  # (B, V), tied
+        x = self.decoder.hidden(tokens, position, state["cross"], state["self"])
+        return self.decoder.logits(x[:, tokens.shape[1] - 1])  # (B, V)
 
     def generate(self, xa, prompt, new_tokens):
         """Greedy tokens (B, new_tokens) after prompt (B, P) over xa, with a
