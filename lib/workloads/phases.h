@@ -50,6 +50,10 @@ struct ModelFns {
   // not batch first.
   at::Tensor inputs;
   std::function<at::Tensor(const at::Tensor&)> forward_on;
+  // Language models: the logits (B, T, V) of token ids (B, T) of any batch
+  // and length the model takes (Workload::Score), for scoring a text; unset
+  // elsewhere.
+  std::function<at::Tensor(const at::Tensor&)> score;
 };
 
 // Precision policy: inference phases run a model whose weights and buffers
