@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cmath>
@@ -71,6 +72,13 @@ at::Tensor PositionKL(const at::Tensor& logits, const at::Tensor& ref) {
 }
 
 namespace {
+
+// What went wrong, in the sentence LibTorch's checks give, without their
+// stack trace.
+std::string Why(const std::exception& e) {
+  const auto* error = dynamic_cast<const c10::Error*>(&e);
+  return error != nullptr ? error->what_without_backtrace() : e.what();
+}
 
 // Positions (all but the last dimension) whose logits are not all finite.
 int64_t NonFinite(const at::Tensor& logits) {
@@ -262,9 +270,10 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
   // Compiled models report their own drift, against the eager outputs.
   if (spec.training() || !spec.backend.empty()) return {};
   const bool quantised = !spec.quant.none();
-  // Language models score a text; others have no next-token distributions.
-  const bool scores_text =
-      text.defined() && (workload.Prompt().defined() || workload.EvaluatesLogits());
+  // The language models that read checkpoints score a text: the others
+  // either predict no tokens or predict them from audio the text lacks.
+  const bool scores_text = text.defined() && family.loads_weights &&
+                           (workload.Prompt().defined() || workload.EvaluatesLogits());
   std::vector<std::string> missing;
   const auto done = [&](std::vector<std::pair<std::string, double>> result) {
     *absent = absl::StrJoin(missing, "; ");
@@ -279,7 +288,7 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
       if (std::isfinite(score.Ppl())) return done({{"ppl", score.Ppl()}});
       missing.push_back("ppl left out: the text's cross-entropy is not finite");
     } catch (const std::exception& e) {
-      missing.push_back(absl::StrCat("no perplexity: ", e.what()));
+      missing.push_back(absl::StrCat("no perplexity: ", Why(e)));
     }
     return done({});
   }
@@ -344,7 +353,7 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
     }
   } catch (const std::exception& e) {
     missing.push_back(
-        absl::StrCat("no accuracy check: the ", what, " reference failed: ", e.what()));
+        absl::StrCat("no accuracy check: the ", what, " reference failed: ", Why(e)));
     return done({});
   }
   if (!workload.Prompt().defined() && !workload.EvaluatesLogits()) return done(result);
@@ -373,7 +382,7 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
         }
       } catch (const std::exception& e) {
         // The divergence falls back to the prompt and the greedy tokens.
-        missing.push_back(absl::StrCat("no perplexity: ", e.what()));
+        missing.push_back(absl::StrCat("no perplexity: ", Why(e)));
         if (!expected.defined()) expected = ref->Evaluate();
       }
     }
@@ -390,7 +399,7 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
     result = std::move(counters);
   } catch (const std::exception& e) {
     missing.push_back(absl::StrCat(
-        "no KL divergence: the fp32 unquantised reference failed: ", e.what()));
+        "no KL divergence: the fp32 unquantised reference failed: ", Why(e)));
   }
   return done(result);
 }

@@ -106,8 +106,9 @@ Divergence TeacherForced(Workload& run, const at::Tensor& out, Workload& referen
 // That gives kld_mean, kld_p99, kld_max and same_top1_% (Diverge). Empty
 // for unquantised fp32 without a text, training, or workloads without a
 // single output.
-// With a held-out text (`text` defined, ReadEvalTokens), every inference
-// of a language model also scores it: ppl for the run, ppl_ratio against the
+// With a held-out text (`text` defined, ReadEvalTokens), inference of the
+// language models that load checkpoints (Family::loads_weights: Transformer,
+// GPT2, Llama) also scores it: ppl for the run, ppl_ratio against the
 // fp32 model unquantised, and the kld_* and same_top1_% counters computed
 // over the text's positions instead of the prompt's and greedy tokens' (an
 // unquantised fp32 run: ppl alone).

@@ -151,8 +151,8 @@ ABSL_FLAG(std::string, weights, "",
           "Names end in /weights:NAME; the context records the files' SHA-256.");
 ABSL_FLAG(std::string, eval_tokens, "",
           "A held-out text's token ids (a text file, one sequence a line, as "
-          "tools/train-nano writes) that inference of the language models scores in "
-          "the accuracy check: ppl, and against fp32 unquantised ppl_ratio, kld_* and "
+          "tools/train-nano writes) that inference of Transformer, GPT2 and Llama scores "
+          "in the accuracy check: ppl, and against fp32 unquantised ppl_ratio, kld_* and "
           "same_top1_% over its positions. Not in the names; the context records it.");
 ABSL_FLAG(std::string, compiled, "",
           "Directory of compiled models tools/export wrote: each runs beside the eager "

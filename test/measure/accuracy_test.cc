@@ -517,6 +517,40 @@ TEST(Accuracy, AReducedPrecisionScoresTheTextAgainstFp32) {
   }
 }
 
+TEST(Accuracy, ATextLongerThanTheModelsPositionsSaysSoInOneSentence) {
+  // The Transformer's positions are its seq: an fp32 run has nothing else
+  // to report, and says why in LibTorch's sentence, without its stack trace.
+  const BenchSpec spec = SpecFor("Transformer", "nano", "forward", 1, 16);
+  const Family& family = FamilyNamed("Transformer");
+  at::manual_seed(7);
+  const std::unique_ptr<Workload> run = family.build(spec);
+  std::string absent;
+  const auto counters =
+      Accuracy(family, spec, 7, *run, at::randint(0, 1000, {2, 30}, at::kLong), &absent);
+  EXPECT_TRUE(counters.empty());
+  EXPECT_EQ(absent,
+            "no perplexity: sequence of 30 positions is longer than the model's 16");
+}
+
+TEST(Accuracy, ASpeechModelDoesNotScoreAText) {
+  // Whisper's decoder predicts tokens from audio: a text alone is not what
+  // it models.
+  BenchSpec spec = SpecFor("Whisper", "nano", "generate", 1);
+  spec.dtype = c10::kBFloat16;
+  spec.prompt = 4;
+  spec.new_tokens = 3;
+  const Family& family = FamilyNamed("Whisper");
+  at::manual_seed(7);
+  const std::unique_ptr<Workload> run = family.build(spec);
+  std::string absent;
+  const auto counters =
+      Accuracy(family, spec, 7, *run, at::randint(0, 256, {2, 8}, at::kLong), &absent);
+  EXPECT_TRUE(absent.empty()) << absent;
+  const std::map<std::string, double> c(counters.begin(), counters.end());
+  EXPECT_EQ(c.count("ppl"), 0u);
+  EXPECT_EQ(c.count("kld_mean"), 1u);  // over the prompt and the greedy tokens
+}
+
 TEST(Accuracy, ATextTheModelCannotReadFallsBackToThePromptAndSaysWhy) {
   BenchSpec spec = NanoGenerate("Llama", c10::kBFloat16);
   const Family& family = FamilyNamed("Llama");
