@@ -2,13 +2,19 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cmath>
+#include <fstream>
 #include <iostream>
 #include <memory>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "device/device.h"
 #include "measure/guard.h"
 
@@ -65,20 +71,52 @@ at::Tensor PositionKL(const at::Tensor& logits, const at::Tensor& ref) {
   return at::cat(parts);
 }
 
-Divergence Diverge(const at::Tensor& logits, const at::Tensor& ref) {
+namespace {
+
+// What went wrong, in the sentence LibTorch's checks give, without their
+// stack trace.
+std::string Why(const std::exception& e) {
+  const auto* error = dynamic_cast<const c10::Error*>(&e);
+  return error != nullptr ? error->what_without_backtrace() : e.what();
+}
+
+// Positions (all but the last dimension) whose logits are not all finite.
+int64_t NonFinite(const at::Tensor& logits) {
+  return logits.numel() / std::max<int64_t>(1, logits.size(-1)) -
+         logits.isfinite().all(-1).sum().to(HostDevice()).item<int64_t>();
+}
+
+// Positions whose argmax agree.
+int64_t SameTop1(const at::Tensor& logits, const at::Tensor& ref) {
+  return logits.to(HostDevice())
+      .argmax(-1)
+      .eq(ref.to(HostDevice()).argmax(-1))
+      .sum()
+      .item<int64_t>();
+}
+
+// The Divergence of positions whose KL is `kl`, of which `non_finite` had
+// logits that are not finite and `same` the same top token.
+Divergence Summarise(const at::Tensor& kl, int64_t non_finite, int64_t same) {
   Divergence d;
-  const at::Tensor kl = PositionKL(logits, ref);
   d.positions = kl.numel();
   if (d.positions == 0) return d;
-  d.non_finite =
-      d.positions - logits.isfinite().all(-1).sum().to(HostDevice()).item<int64_t>();
+  d.non_finite = non_finite;
   if (d.non_finite == 0) {
     d.kld_mean = kl.mean().item<double>();
     d.kld_p99 = at::quantile(kl, 0.99).item<double>();
     d.kld_max = kl.max().item<double>();
   }
-  d.same_top1 = Top1Agreement(logits, ref);
+  d.same_top1 = static_cast<double>(same) / static_cast<double>(d.positions) * 100;
   return d;
+}
+
+}  // namespace
+
+Divergence Diverge(const at::Tensor& logits, const at::Tensor& ref) {
+  const at::Tensor kl = PositionKL(logits, ref);
+  if (kl.numel() == 0) return {};
+  return Summarise(kl, NonFinite(logits), SameTop1(logits, ref));
 }
 
 std::vector<std::pair<std::string, double>> DivergenceCounters(const Divergence& d) {
@@ -89,6 +127,122 @@ std::vector<std::pair<std::string, double>> DivergenceCounters(const Divergence&
   }
   out.emplace_back("same_top1_%", d.same_top1);
   return out;
+}
+
+absl::StatusOr<at::Tensor> ReadEvalTokens(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(
+        path,
+        ": cannot open it; valid: a text file of token ids, one sequence a line "
+        "(tools/train-nano writes one)"));
+  }
+  std::vector<int64_t> ids;
+  int64_t rows = 0, width = 0, number = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    ++number;
+    const absl::string_view text = absl::StripAsciiWhitespace(line);
+    if (text.empty() || text.front() == '#') continue;
+    int64_t n = 0;
+    for (const absl::string_view word :
+         absl::StrSplit(text, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
+      int64_t id = 0;
+      if (!absl::SimpleAtoi(word, &id) || id < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, " line ", number, ": '", word,
+            "' is not a token id; valid: integers >= 0 separated by spaces"));
+      }
+      ids.push_back(id);
+      ++n;
+    }
+    if (rows > 0 && n != width) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, " line ", number, " holds ", n, " ids, but the first sequence ", width,
+          ": every sequence must be as long"));
+    }
+    width = n;
+    ++rows;
+  }
+  if (in.bad()) {
+    return absl::DataLossError(absl::StrCat(path, ": reading it failed"));
+  }
+  if (rows == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " holds no sequence of token ids (lines of ids, '#' comments)"));
+  }
+  if (width < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": its sequences have ", width,
+                     " id; scoring needs at least 2 (a token and the one it predicts)"));
+  }
+  return at::from_blob(ids.data(), {rows, width}, at::TensorOptions().dtype(at::kLong))
+      .clone();
+}
+
+at::Tensor NextTokenNll(const at::Tensor& logits, const at::Tensor& tokens) {
+  TORCH_CHECK(tokens.dim() == 2 && tokens.size(1) >= 1 && logits.dim() == 3 &&
+                  logits.size(0) == tokens.size(0) && logits.size(1) == tokens.size(1),
+              "logits (B, T, V) of tokens (B, T), not ", logits.sizes(), " and ",
+              tokens.sizes());
+  const int64_t t = tokens.size(1) - 1;
+  const at::Tensor log_q =
+      logits.narrow(1, 0, t).to(HostDevice(), at::kDouble).log_softmax(-1);  // (B, t, V)
+  const at::Tensor next =
+      tokens.narrow(1, 1, t).to(HostDevice(), at::kLong).unsqueeze(-1);  // (B, t, 1)
+  return log_q.gather(-1, next).neg().reshape({-1});
+}
+
+double TextScore::Ppl() const { return std::exp(nll); }
+double TextScore::RefPpl() const { return std::exp(ref_nll); }
+
+TextScore ScoreText(Workload& run, Workload* reference, const at::Tensor& tokens,
+                    const c10::Device& device) {
+  TORCH_CHECK(tokens.dim() == 2 && tokens.size(0) > 0 && tokens.size(1) >= 2,
+              "a text of (sequences, T >= 2) token ids, not ", tokens.sizes());
+  const int64_t rows = tokens.size(0), width = tokens.size(1);
+  const at::Tensor ids = tokens.to(device, at::kLong);
+  // The vocabulary, from the logits of one token, before any id beyond it
+  // indexes outside the embedding (on a GPU, an assert that ends the
+  // process's use of the device).
+  const at::Tensor probe = run.Score(at::zeros({1, 1}, ids.options()));
+  if (!probe.defined()) {
+    throw std::runtime_error("the benchmark's workload does not score token sequences");
+  }
+  const int64_t vocab = probe.size(-1);
+  const int64_t largest = tokens.max().item<int64_t>();
+  if (largest >= vocab) {
+    throw std::runtime_error(absl::StrCat("the text holds token id ", largest,
+                                          ", outside the model's vocabulary of ", vocab));
+  }
+  const int64_t chunk = std::max<int64_t>(1, kChunkValues / (width * vocab));
+  std::vector<at::Tensor> nll, ref_nll, kl;
+  int64_t non_finite = 0, same = 0;
+  for (int64_t start = 0; start < rows; start += chunk) {
+    const at::Tensor part = ids.narrow(0, start, std::min(chunk, rows - start));
+    const at::Tensor logits = run.Score(part);  // (n, T, V)
+    nll.push_back(NextTokenNll(logits, part));
+    if (reference == nullptr) continue;
+    const at::Tensor ref_logits = reference->Score(part);
+    if (!ref_logits.defined()) {
+      throw std::runtime_error("the reference's workload does not score token sequences");
+    }
+    ref_nll.push_back(NextTokenNll(ref_logits, part));
+    // The positions that predict a token of the text.
+    const at::Tensor q = logits.narrow(1, 0, width - 1),
+                     p = ref_logits.narrow(1, 0, width - 1);
+    kl.push_back(PositionKL(q, p));
+    non_finite += NonFinite(q);
+    same += SameTop1(q, p);
+  }
+  TextScore score;
+  score.predictions = rows * (width - 1);
+  score.nll = at::cat(nll).mean().item<double>();
+  if (reference != nullptr) {
+    score.ref_nll = at::cat(ref_nll).mean().item<double>();
+    score.divergence = Summarise(at::cat(kl), non_finite, same);
+  }
+  return score;
 }
 
 Divergence TeacherForced(Workload& run, const at::Tensor& out, Workload& reference,
@@ -110,12 +264,34 @@ Divergence TeacherForced(Workload& run, const at::Tensor& out, Workload& referen
 std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
                                                      const BenchSpec& spec, uint64_t seed,
                                                      Workload& workload,
+                                                     const at::Tensor& text,
                                                      std::string* absent) {
   absent->clear();
   // Compiled models report their own drift, against the eager outputs.
   if (spec.training() || !spec.backend.empty()) return {};
   const bool quantised = !spec.quant.none();
-  if (!quantised && spec.dtype == c10::kFloat) return {};
+  // The language models that read checkpoints score a text: the others
+  // either predict no tokens or predict them from audio the text lacks.
+  const bool scores_text = text.defined() && family.loads_weights &&
+                           (workload.Prompt().defined() || workload.EvaluatesLogits());
+  std::vector<std::string> missing;
+  const auto done = [&](std::vector<std::pair<std::string, double>> result) {
+    *absent = absl::StrJoin(missing, "; ");
+    if (!absent->empty()) std::cerr << spec.Name() << ": " << *absent << "\n";
+    return result;
+  };
+  if (!quantised && spec.dtype == c10::kFloat) {
+    // The model as trained: its perplexity alone, what the others' ratio is to.
+    if (!scores_text) return {};
+    try {
+      const TextScore score = ScoreText(workload, nullptr, text, spec.device);
+      if (std::isfinite(score.Ppl())) return done({{"ppl", score.Ppl()}});
+      missing.push_back("ppl left out: the text's cross-entropy is not finite");
+    } catch (const std::exception& e) {
+      missing.push_back(absl::StrCat("no perplexity: ", Why(e)));
+    }
+    return done({});
+  }
   const at::Tensor out = workload.Evaluate();
   if (!out.defined()) return {};
   // Quantised weights against the same weights unquantised, in the same
@@ -134,7 +310,6 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
   BenchSpec fp32 = reference;
   fp32.dtype = c10::kFloat;
   fp32.tf32 = false;
-  std::vector<std::string> missing;
   // Builds `ref` beside the benchmark's model where the memory guard says
   // it fits; else says why there is no check in `missing`.
   const auto build = [&](const BenchSpec& ref, const std::string& what,
@@ -149,11 +324,6 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
     }
     at::manual_seed(seed);
     return family.build(ref);
-  };
-  const auto done = [&](std::vector<std::pair<std::string, double>> result) {
-    *absent = absl::StrJoin(missing, "; ");
-    if (!absent->empty()) std::cerr << spec.Name() << ": " << *absent << "\n";
-    return result;
   };
   std::vector<std::pair<std::string, double>> result;
   const std::string what = quantised ? "unquantised" : "fp32";
@@ -183,7 +353,7 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
     }
   } catch (const std::exception& e) {
     missing.push_back(
-        absl::StrCat("no accuracy check: the ", what, " reference failed: ", e.what()));
+        absl::StrCat("no accuracy check: the ", what, " reference failed: ", Why(e)));
     return done({});
   }
   if (!workload.Prompt().defined() && !workload.EvaluatesLogits()) return done(result);
@@ -193,22 +363,43 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
       expected = at::Tensor();
       ref = build(fp32, "fp32 unquantised", "KL divergence");
       if (ref == nullptr) return done(result);
-      expected = ref->Evaluate();
+      // Scoring a text needs no greedy tokens of the reference.
+      if (!scores_text) expected = ref->Evaluate();
     }
-    const Divergence d = TeacherForced(workload, out, *ref, expected);
+    // First: what a reader should look at before token_match_%.
+    std::vector<std::pair<std::string, double>> counters;
+    Divergence d;
+    bool scored = false;
+    if (scores_text) {
+      try {
+        const TextScore score = ScoreText(workload, ref.get(), text, spec.device);
+        d = score.divergence;
+        scored = true;
+        if (std::isfinite(score.Ppl()) && std::isfinite(score.RefPpl())) {
+          counters = {{"ppl", score.Ppl()}, {"ppl_ratio", score.Ppl() / score.RefPpl()}};
+        } else {
+          missing.push_back("ppl left out: the text's cross-entropy is not finite");
+        }
+      } catch (const std::exception& e) {
+        // The divergence falls back to the prompt and the greedy tokens.
+        missing.push_back(absl::StrCat("no perplexity: ", Why(e)));
+        if (!expected.defined()) expected = ref->Evaluate();
+      }
+    }
+    if (!scored) d = TeacherForced(workload, out, *ref, expected);
     if (d.positions > 0) {
       if (d.non_finite > 0) {
         missing.push_back(absl::StrCat("kld left out: the logits of ", d.non_finite,
                                        " of ", d.positions, " positions are not finite"));
       }
-      // First: what a reader should look at before token_match_%.
-      std::vector<std::pair<std::string, double>> counters = DivergenceCounters(d);
-      counters.insert(counters.end(), result.begin(), result.end());
-      result = std::move(counters);
+      const std::vector<std::pair<std::string, double>> kl = DivergenceCounters(d);
+      counters.insert(counters.end(), kl.begin(), kl.end());
     }
+    counters.insert(counters.end(), result.begin(), result.end());
+    result = std::move(counters);
   } catch (const std::exception& e) {
     missing.push_back(absl::StrCat(
-        "no KL divergence: the fp32 unquantised reference failed: ", e.what()));
+        "no KL divergence: the fp32 unquantised reference failed: ", Why(e)));
   }
   return done(result);
 }

@@ -2,7 +2,8 @@
 // fp32's, on the same weights and inputs: for language models the
 // teacher-forced KL divergence of each position's next-token distribution
 // and the share of positions with the same top token; rel_err for values,
-// token_match_% for tokens.
+// token_match_% for tokens; with a held-out text (--eval_tokens), the
+// perplexity each precision gives it.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -11,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "family/family.h"
 
 namespace ltb {
@@ -51,6 +53,37 @@ Divergence Diverge(const at::Tensor& logits, const at::Tensor& ref);
 // same_top1_%.
 std::vector<std::pair<std::string, double>> DivergenceCounters(const Divergence& d);
 
+// A held-out text's token ids for --eval_tokens: a text file of one
+// sequence a line, its ids (integers >= 0) separated by spaces, every line
+// as long, at least 2 ids; lines that start with '#' say where the text came
+// from and are skipped. A (sequences, T) int64 tensor on the host, or an
+// error naming the file and the line.
+absl::StatusOr<at::Tensor> ReadEvalTokens(const std::string& path);
+
+// Every position's negative log-likelihood of the token after it, in nats
+// and fp64 on the host: -log softmax(logits[b, t])[tokens[b, t + 1]] for t
+// < T - 1, as a (B * (T - 1),) tensor; logits (B, T, V) of tokens (B, T).
+// Its mean is the cross-entropy of the text, exp of it the perplexity.
+at::Tensor NextTokenNll(const at::Tensor& logits, const at::Tensor& tokens);
+
+// A text scored by a run, and by a reference where one is given: each
+// sequence read from position 0 in one plain forward (Workload::Score),
+// teacher-forced, over the positions that predict a token of the text.
+struct TextScore {
+  int64_t predictions = 0;      // sequences x (T - 1)
+  double nll = 0, ref_nll = 0;  // mean NextTokenNll: run, reference
+  Divergence divergence;        // of the run from the reference, same positions
+  double Ppl() const;
+  double RefPpl() const;
+};
+
+// Scores `tokens` (ReadEvalTokens) on `device` with `run` and, unless null,
+// `reference`, a few sequences at a time (the logits of all of them at once
+// would take gigabytes at a large vocabulary). Throws where an id is not in
+// the model's vocabulary, or where a workload cannot score tokens.
+TextScore ScoreText(Workload& run, Workload* reference, const at::Tensor& tokens,
+                    const c10::Device& device);
+
 // `run` against `reference`, two builds of one benchmark, teacher-forced:
 // for generation, both score the reference's prompt followed by its greedy
 // tokens `ref_out` (Workload::Score); for a forward that evaluates logits,
@@ -71,13 +104,21 @@ Divergence TeacherForced(Workload& run, const at::Tensor& out, Workload& referen
 // one forward, so that one flipped token does not change every later
 // position; for a forward, both outputs are logits of the same inputs.
 // That gives kld_mean, kld_p99, kld_max and same_top1_% (Diverge). Empty
-// for unquantised fp32, training, or workloads without a single output.
+// for unquantised fp32 without a text, training, or workloads without a
+// single output.
+// With a held-out text (`text` defined, ReadEvalTokens), inference of the
+// language models that load checkpoints (Family::loads_weights: Transformer,
+// GPT2, Llama) also scores it: ppl for the run, ppl_ratio against the
+// fp32 model unquantised, and the kld_* and same_top1_% counters computed
+// over the text's positions instead of the prompt's and greedy tokens' (an
+// unquantised fp32 run: ppl alone).
 // A reference is built beside the benchmark's model only where the memory
 // guard says it fits; where it does not (or fails), `absent` says why there
 // is no check.
 std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
                                                      const BenchSpec& spec, uint64_t seed,
                                                      Workload& workload,
+                                                     const at::Tensor& text,
                                                      std::string* absent);
 
 }  // namespace ltb

@@ -25,6 +25,10 @@ struct RunOptions {
   // --print_tokens: generate phases print the token ids of one generation
   // (outside the timed steps) to stderr, one line a sequence.
   bool print_tokens = false;
+  // --eval_tokens: a held-out text's token ids (measure/accuracy.h,
+  // ReadEvalTokens) that language models' accuracy check scores: ppl,
+  // ppl_ratio, and the divergence over its positions. Empty: none.
+  std::string eval_tokens;
 };
 
 }  // namespace ltb

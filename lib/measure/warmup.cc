@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <stdexcept>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -92,7 +93,15 @@ Workload& WorkloadCache::Prepare(const Family& family, const BenchSpec& spec,
   }
   const int64_t launches = LaunchesPerSample(
       median, !BackendOf(spec.device).Caps().host && spec.sync && !epochs && !lockstep);
-  p.accuracy = Accuracy(family, spec, options.seed, *workload, &p.accuracy_absent);
+  at::Tensor text;
+  if (!options.eval_tokens.empty() && !spec.training()) {
+    // Checked when the flags were read; read again for each benchmark, as
+    // cheap as a small file is, so that nothing of a run is global.
+    absl::StatusOr<at::Tensor> tokens = ReadEvalTokens(options.eval_tokens);
+    if (!tokens.ok()) throw std::runtime_error(std::string(tokens.status().message()));
+    text = *std::move(tokens);
+  }
+  p.accuracy = Accuracy(family, spec, options.seed, *workload, text, &p.accuracy_absent);
   if (options.print_tokens && spec.phase == kGenerate) {
     const auto print = [&](const char* what, const at::Tensor& ids) {
       const at::Tensor all = ids.to(HostDevice()).to(at::kLong);

@@ -292,6 +292,7 @@ std::unique_ptr<Workload> MakeLanguageModelWorkload(const BenchSpec& s, DecoderL
   fns.logits = true;
   fns.inputs = inputs;
   fns.forward_on = [model](const at::Tensor& batch) mutable { return model(batch); };
+  fns.score = fns.forward_on;
   fns.loss = [targets, vocab](const at::Tensor& logits) {
     return torch::nn::functional::cross_entropy(
         logits.reshape({-1, vocab}).to(at::kFloat), targets.reshape({-1}));

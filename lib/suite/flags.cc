@@ -21,6 +21,7 @@
 #include "base/cache_dir.h"
 #include "device/device.h"
 #include "family/spec.h"
+#include "measure/accuracy.h"
 #include "peaks/peaks.h"
 #include "serve/serve.h"
 
@@ -148,6 +149,11 @@ ABSL_FLAG(std::string, weights, "",
           "model.safetensors.index.json and its shards) loaded by name into Llama, GPT2 "
           "or Transformer instead of random weights; its shapes must be the size's. "
           "Names end in /weights:NAME; the context records the files' SHA-256.");
+ABSL_FLAG(std::string, eval_tokens, "",
+          "A held-out text's token ids (a text file, one sequence a line, as "
+          "tools/train-nano writes) that inference of Transformer, GPT2 and Llama scores "
+          "in the accuracy check: ppl, and against fp32 unquantised ppl_ratio, kld_* and "
+          "same_top1_% over its positions. Not in the names; the context records it.");
 ABSL_FLAG(std::string, compiled, "",
           "Directory of compiled models tools/export wrote: each runs beside the eager "
           "benchmark it compiles, named like it with /aoti or /torchscript appended.");
@@ -794,6 +800,12 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   run.print_tokens = absl::GetFlag(FLAGS_print_tokens).value;
   run.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed).value);
   run.memory_guard = absl::GetFlag(FLAGS_memory_guard).value;
+  run.eval_tokens = absl::GetFlag(FLAGS_eval_tokens);
+  if (!run.eval_tokens.empty()) {
+    if (absl::Status read = ReadEvalTokens(run.eval_tokens).status(); !read.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--eval_tokens: ", read.message()));
+    }
+  }
 
   EpochSettings& epochs = o.epochs;
   epochs.dataset_samples = absl::GetFlag(FLAGS_dataset_samples).value;

@@ -217,7 +217,8 @@ void AddContext(const SuiteOptions& o, const CommandLine& command_line,
        "(_weight_int4pack_mm), int8dyn FBGEMM's dynamic int8 linear "
        "(quantized::linear_dynamic); kld_mean, kld_p99, kld_max and same_top1_% "
        "teacher-forced against fp32 unquantised, top1_agree_%, rel_err and "
-       "token_match_% against the same weights unquantised"},
+       "token_match_% against the same weights unquantised; with --eval_tokens, ppl, "
+       "ppl_ratio and the kld over the text"},
   };
   if (!o.sweep.weights.empty()) {
     // What was loaded, by content: the files' SHA-256 (a bad checkpoint says
@@ -226,6 +227,15 @@ void AddContext(const SuiteOptions& o, const CommandLine& command_line,
     absl::StatusOr<std::string> digest = CheckpointSha256(o.sweep.weights);
     extra.emplace_back(
         "weights_sha256",
+        digest.ok() ? *digest : absl::StrCat("unreadable: ", digest.status().message()));
+  }
+  if (!o.run.eval_tokens.empty()) {
+    // The text ppl and the divergence were computed over, by content: two
+    // files of one name are not one text.
+    extra.emplace_back("eval_tokens", o.run.eval_tokens);
+    absl::StatusOr<std::string> digest = FileSha256(o.run.eval_tokens);
+    extra.emplace_back(
+        "eval_tokens_sha256",
         digest.ok() ? *digest : absl::StrCat("unreadable: ", digest.status().message()));
   }
   // The peaks are added by the reporters (LateContextReporter): a benchmark

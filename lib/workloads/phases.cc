@@ -56,6 +56,11 @@ class ForwardWorkload final : public Workload {
     return fns_.forward();
   }
   bool EvaluatesLogits() const override { return fns_.logits; }
+  at::Tensor Score(const at::Tensor& tokens) override {
+    if (!fns_.score) return {};
+    c10::InferenceMode guard;
+    return fns_.score(tokens);
+  }
   std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
     return ModuleTensors(*fns_.module);
   }
@@ -148,6 +153,8 @@ class GraphedWorkload final : public Workload {
     return output_.defined() ? output_.clone() : output_;
   }
   bool EvaluatesLogits() const override { return inner_->EvaluatesLogits(); }
+  // Eager, outside the graph: a text's sequences are not the captured shape.
+  at::Tensor Score(const at::Tensor& tokens) override { return inner_->Score(tokens); }
   std::vector<std::pair<std::string, at::Tensor>> Tensors() const override {
     return inner_->Tensors();
   }

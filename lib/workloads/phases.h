@@ -49,6 +49,10 @@ struct ModelFns {
   // not batch first.
   at::Tensor inputs;
   std::function<at::Tensor(const at::Tensor&)> forward_on;
+  // Language models: the logits (B, T, V) of token ids (B, T) of any batch
+  // and length the model takes (Workload::Score), for scoring a text; unset
+  // elsewhere.
+  std::function<at::Tensor(const at::Tensor&)> score;
 };
 
 // The dtype a phase's floating-point inputs take: the spec's for inference,

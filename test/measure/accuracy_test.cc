@@ -3,8 +3,11 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/nn/functional/loss.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
@@ -71,7 +74,7 @@ TEST(Accuracy, TheReferenceIsEagerPlainFp32) {
   spec.tf32 = true;
   Fixed mine(at::tensor({1.0f, 2.0f, 3.0f}));
   std::string absent;
-  const auto drift = Accuracy(f, spec, 0, mine, &absent);
+  const auto drift = Accuracy(f, spec, 0, mine, at::Tensor(), &absent);
   ASSERT_EQ(built.size(), 1u);
   EXPECT_EQ(built[0].dtype, c10::kFloat);
   EXPECT_FALSE(built[0].graph);
@@ -87,7 +90,7 @@ TEST(Accuracy, AReferenceThatDoesNotFitIsNotBuiltAndTheCheckSaysWhy) {
   const Family f = Recording(&built, std::numeric_limits<int64_t>::max() / 4);
   Fixed mine(at::tensor({1.0f}));
   std::string absent;
-  EXPECT_TRUE(Accuracy(f, Bf16(f), 0, mine, &absent).empty());
+  EXPECT_TRUE(Accuracy(f, Bf16(f), 0, mine, at::Tensor(), &absent).empty());
   EXPECT_TRUE(built.empty());
   EXPECT_TRUE(absl::StartsWith(
       absent, "no accuracy check: the fp32 reference does not fit beside the model ("))
@@ -101,7 +104,7 @@ TEST(Accuracy, NoneIsDueInFp32AndNoneIsSaidMissing) {
   spec.dtype = c10::kFloat;
   Fixed mine(at::tensor({1.0f}));
   std::string absent = "left over";
-  EXPECT_TRUE(Accuracy(f, spec, 0, mine, &absent).empty());
+  EXPECT_TRUE(Accuracy(f, spec, 0, mine, at::Tensor(), &absent).empty());
   EXPECT_TRUE(built.empty());
   EXPECT_TRUE(absent.empty());
 }
@@ -205,7 +208,7 @@ TEST(Accuracy, AQuantisedRunsDivergenceIsAgainstFp32Unquantised) {
       at::tensor({0.0f, 1.0f, 2.5f, 0.0f, 1.0f, 2.0f}).reshape({2, 3});
   Fixed run(mine, /*logits=*/true);
   std::string absent;
-  const auto counters = Accuracy(f, spec, 0, run, &absent);
+  const auto counters = Accuracy(f, spec, 0, run, at::Tensor(), &absent);
   EXPECT_TRUE(absent.empty()) << absent;
   ASSERT_EQ(built.size(), 2u);
   EXPECT_EQ(built[0].dtype, c10::kBFloat16);
@@ -227,7 +230,7 @@ TEST(Accuracy, OutputsThatAreNotLogitsHaveNoDivergence) {
   const Family f = Recording(&built, 1 << 20);
   Fixed mine(at::tensor({1.0f, 2.0f, 3.0f}));
   std::string absent;
-  const auto drift = Accuracy(f, Bf16(f), 0, mine, &absent);
+  const auto drift = Accuracy(f, Bf16(f), 0, mine, at::Tensor(), &absent);
   ASSERT_EQ(drift.size(), 1u);
   EXPECT_EQ(drift[0].first, "rel_err");
 }
@@ -252,7 +255,7 @@ std::map<std::string, double> AccuracyOf(const BenchSpec& spec) {
   at::manual_seed(7);
   const std::unique_ptr<Workload> workload = family.build(spec);
   std::string absent;
-  const auto counters = Accuracy(family, spec, 7, *workload, &absent);
+  const auto counters = Accuracy(family, spec, 7, *workload, at::Tensor(), &absent);
   EXPECT_TRUE(absent.empty()) << absent;
   return {counters.begin(), counters.end()};
 }
@@ -322,6 +325,247 @@ TEST(TeacherForced, AReducedPrecisionForwardOfALanguageModelIsScoredOnItsLogits)
   EXPECT_GT(c.at("kld_mean"), 0);
   EXPECT_LT(c.at("kld_max"), 0.1);
   EXPECT_EQ(c.count("rel_err"), 1u);
+}
+
+// ------------------------------------------------------ a held-out text
+
+// A file in the test's temporary folder holding `text`; removed at the end.
+class TokenFile {
+ public:
+  explicit TokenFile(const std::string& text)
+      : path_((std::filesystem::temp_directory_path() /
+               ("ltb_tokens_" + std::to_string(::getpid()) + "_" +
+                std::to_string(counter_++) + ".txt"))
+                  .string()) {
+    std::ofstream(path_) << text;
+  }
+  ~TokenFile() { std::filesystem::remove(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  std::string path_;
+};
+
+TEST(EvalTokens, ALineIsASequenceAndCommentsAreSkipped) {
+  const TokenFile file("# from a held-out text\n3 1 4 1\n\n5  9\t2 6\n# end\n");
+  absl::StatusOr<at::Tensor> tokens = ReadEvalTokens(file.path());
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_EQ(tokens->scalar_type(), at::kLong);
+  EXPECT_TRUE(at::equal(*tokens,
+                        at::tensor({3, 1, 4, 1, 5, 9, 2, 6}, at::kLong).reshape({2, 4})));
+}
+
+TEST(EvalTokens, BadFilesSayWhatIsWrongAndWhere) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"1 2 3\n4 5\n", "line 2 holds 2 ids, but the first sequence 3"},
+      {"1 2\n3 x\n", "line 2: 'x' is not a token id; valid: integers >= 0"},
+      {"1 -2\n", "line 1: '-2' is not a token id"},
+      {"# nothing\n\n", "holds no sequence of token ids"},
+      {"7\n8\n", "its sequences have 1 id; scoring needs at least 2"},
+  };
+  for (const auto& [text, message] : cases) {
+    const TokenFile file(text);
+    const absl::StatusOr<at::Tensor> tokens = ReadEvalTokens(file.path());
+    ASSERT_FALSE(tokens.ok()) << text;
+    EXPECT_TRUE(absl::StrContains(tokens.status().message(), message))
+        << tokens.status().message();
+    EXPECT_TRUE(absl::StartsWith(tokens.status().message(), file.path()));
+  }
+  const absl::StatusOr<at::Tensor> none = ReadEvalTokens("/nonexistent/tokens.txt");
+  ASSERT_FALSE(none.ok());
+  EXPECT_TRUE(absl::StrContains(none.status().message(), "cannot open it; valid: a text"))
+      << none.status().message();
+}
+
+TEST(Perplexity, UniformLogitsGiveTheVocabularySize) {
+  // Every token equally likely among 7: each prediction costs ln 7 nats.
+  const at::Tensor tokens = at::tensor({1, 2, 3, 4, 5, 6}, at::kLong).reshape({2, 3});
+  const at::Tensor nll = NextTokenNll(at::zeros({2, 3, 7}), tokens);
+  ASSERT_EQ(nll.sizes(), (at::IntArrayRef{4}));  // T - 1 predictions a sequence
+  EXPECT_TRUE(at::allclose(nll, at::full({4}, std::log(7.0), at::kDouble), 0, 1e-15));
+  EXPECT_NEAR(std::exp(nll.mean().item<double>()), 7.0, 1e-12);
+}
+
+TEST(Perplexity, NextTokenNllIsTorchsCrossEntropyOfTheShiftedTokens) {
+  at::manual_seed(6);
+  const at::Tensor logits = 4 * at::randn({3, 9, 13});
+  const at::Tensor tokens = at::randint(0, 13, {3, 9}, at::kLong);
+  const at::Tensor nll = NextTokenNll(logits, tokens);
+  const at::Tensor expected = torch::nn::functional::cross_entropy(
+      logits.narrow(1, 0, 8).reshape({-1, 13}).to(at::kDouble),
+      tokens.narrow(1, 1, 8).reshape({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  EXPECT_TRUE(at::allclose(nll, expected, 1e-12, 1e-15));
+  // A position that predicts the next token surely costs nothing.
+  at::Tensor sure = at::zeros({1, 2, 3});
+  sure[0][0][2] = 1000;
+  EXPECT_EQ(
+      NextTokenNll(sure, at::tensor({0, 2}, at::kLong).reshape({1, 2})).item<double>(),
+      0);
+}
+
+// A language model's stand-in: the logits of tokens are a fixed function of
+// them (each position's row of `table` by its token), so that two of them
+// with different tables give known distributions.
+class TableModel final : public Workload {
+ public:
+  explicit TableModel(at::Tensor table) : table_(std::move(table)) {}
+  void Step() override {}
+  at::Tensor Score(const at::Tensor& tokens) override {
+    ++calls;
+    return at::embedding(table_, tokens);  // (B, T, V)
+  }
+  int calls = 0;
+
+ private:
+  at::Tensor table_;
+};
+
+TEST(ScoreText, ChunksOfSequencesGiveWhatTheWholeTextGives) {
+  at::manual_seed(8);
+  // A vocabulary of 2^14: 64 sequences of 8 ids take two chunks of 2^22
+  // logits. The text uses its first 100 ids.
+  const int64_t vocab = 1 << 14;
+  const at::Tensor table = 3 * at::randn({100, vocab});
+  const at::Tensor near = table + 0.3 * at::randn({100, vocab});
+  const at::Tensor tokens = at::randint(0, 100, {64, 8}, at::kLong);
+  TableModel run(near), reference(table);
+  const TextScore score = ScoreText(run, &reference, tokens, c10::Device(c10::kCPU));
+  EXPECT_EQ(run.calls, 3);  // the probe and two chunks
+  EXPECT_EQ(score.predictions, 64 * 7);
+  const at::Tensor whole = at::embedding(near, tokens);
+  const at::Tensor whole_ref = at::embedding(table, tokens);
+  EXPECT_NEAR(score.nll, NextTokenNll(whole, tokens).mean().item<double>(), 1e-9);
+  EXPECT_NEAR(score.ref_nll, NextTokenNll(whole_ref, tokens).mean().item<double>(), 1e-9);
+  EXPECT_NEAR(score.Ppl(), std::exp(score.nll), 1e-9);
+  // The divergence of the positions that predict a token of the text.
+  const Divergence d = Diverge(whole.narrow(1, 0, 7), whole_ref.narrow(1, 0, 7));
+  EXPECT_EQ(score.divergence.positions, 64 * 7);
+  EXPECT_NEAR(score.divergence.kld_mean, d.kld_mean, 1e-12);
+  EXPECT_NEAR(score.divergence.kld_max, d.kld_max, 1e-12);
+  EXPECT_EQ(score.divergence.same_top1, d.same_top1);
+}
+
+TEST(ScoreText, AnIdOutsideTheVocabularyIsRefusedBeforeItIsScored) {
+  TableModel run(at::zeros({10, 10}));
+  const at::Tensor tokens = at::tensor({1, 2, 10, 3}, at::kLong).reshape({2, 2});
+  try {
+    ScoreText(run, nullptr, tokens, c10::Device(c10::kCPU));
+    FAIL() << "scored an id outside the vocabulary";
+  } catch (const std::exception& e) {
+    EXPECT_STREQ(e.what(),
+                 "the text holds token id 10, outside the model's vocabulary of 10");
+  }
+  EXPECT_EQ(run.calls, 1);  // the probe alone
+}
+
+TEST(Accuracy, AnFp32RunReportsTheTextsPerplexityAlone) {
+  const BenchSpec spec = SpecFor("GPT2", "nano", "forward", 2, 16);
+  const Family& family = FamilyNamed("GPT2");
+  at::manual_seed(7);
+  const std::unique_ptr<Workload> run = family.build(spec);
+  at::manual_seed(9);
+  const at::Tensor text = at::randint(0, 1000, {5, 40}, at::kLong);
+  std::string absent;
+  const auto counters = Accuracy(family, spec, 7, *run, text, &absent);
+  EXPECT_TRUE(absent.empty()) << absent;
+  ASSERT_EQ(counters.size(), 1u);
+  EXPECT_EQ(counters[0].first, "ppl");
+  // exp of torch's mean cross-entropy of the model's logits of the text.
+  const at::Tensor logits = run->Score(text);
+  const double loss = torch::nn::functional::cross_entropy(
+                          logits.narrow(1, 0, 39).reshape({-1, 1000}).to(at::kDouble),
+                          text.narrow(1, 1, 39).reshape({-1}))
+                          .item<double>();
+  EXPECT_NEAR(counters[0].second, std::exp(loss), 1e-9 * std::exp(loss));
+}
+
+TEST(Accuracy, AReducedPrecisionScoresTheTextAgainstFp32) {
+  for (const std::string phase : {"forward", "generate"}) {
+    BenchSpec spec = phase == "forward" ? SpecFor("Llama", "nano", "forward", 2, 16)
+                                        : NanoGenerate("Llama", c10::kFloat);
+    spec.dtype = c10::kBFloat16;
+    const Family& family = FamilyNamed("Llama");
+    at::manual_seed(7);
+    const std::unique_ptr<Workload> run = family.build(spec);
+    const at::Tensor text = at::randint(0, 1000, {3, 30}, at::kLong);
+    std::string absent;
+    const auto counters = Accuracy(family, spec, 7, *run, text, &absent);
+    EXPECT_TRUE(absent.empty()) << absent;
+    std::vector<std::string> names;
+    for (const auto& [name, value] : counters) names.push_back(name);
+    std::vector<std::string> expected = {"ppl",     "ppl_ratio",   "kld_mean", "kld_p99",
+                                         "kld_max", "same_top1_%", "rel_err"};
+    if (phase == "generate") expected.back() = "token_match_%";
+    EXPECT_EQ(names, expected) << phase;
+    const std::map<std::string, double> c(counters.begin(), counters.end());
+    // The ratio is to fp32's perplexity of the same text.
+    at::manual_seed(7);
+    BenchSpec fp32 = spec;
+    fp32.dtype = c10::kFloat;
+    const std::unique_ptr<Workload> ref = family.build(fp32);
+    const double ref_ppl =
+        std::exp(NextTokenNll(ref->Score(text), text).mean().item<double>());
+    EXPECT_NEAR(c.at("ppl") / c.at("ppl_ratio"), ref_ppl, 1e-9 * ref_ppl) << phase;
+    EXPECT_NEAR(c.at("ppl_ratio"), 1, 0.05) << phase;
+    // Over the text's 3 x 29 predicting positions, not the prompt's.
+    const Divergence d =
+        Diverge(run->Score(text).narrow(1, 0, 29), ref->Score(text).narrow(1, 0, 29));
+    EXPECT_NEAR(c.at("kld_mean"), d.kld_mean, 1e-12) << phase;
+    EXPECT_EQ(c.at("same_top1_%"), d.same_top1) << phase;
+  }
+}
+
+TEST(Accuracy, ATextLongerThanTheModelsPositionsSaysSoInOneSentence) {
+  // The Transformer's positions are its seq: an fp32 run has nothing else
+  // to report, and says why in LibTorch's sentence, without its stack trace.
+  const BenchSpec spec = SpecFor("Transformer", "nano", "forward", 1, 16);
+  const Family& family = FamilyNamed("Transformer");
+  at::manual_seed(7);
+  const std::unique_ptr<Workload> run = family.build(spec);
+  std::string absent;
+  const auto counters =
+      Accuracy(family, spec, 7, *run, at::randint(0, 1000, {2, 30}, at::kLong), &absent);
+  EXPECT_TRUE(counters.empty());
+  EXPECT_EQ(absent,
+            "no perplexity: sequence of 30 positions is longer than the model's 16");
+}
+
+TEST(Accuracy, ASpeechModelDoesNotScoreAText) {
+  // Whisper's decoder predicts tokens from audio: a text alone is not what
+  // it models.
+  BenchSpec spec = SpecFor("Whisper", "nano", "generate", 1);
+  spec.dtype = c10::kBFloat16;
+  spec.prompt = 4;
+  spec.new_tokens = 3;
+  const Family& family = FamilyNamed("Whisper");
+  at::manual_seed(7);
+  const std::unique_ptr<Workload> run = family.build(spec);
+  std::string absent;
+  const auto counters =
+      Accuracy(family, spec, 7, *run, at::randint(0, 256, {2, 8}, at::kLong), &absent);
+  EXPECT_TRUE(absent.empty()) << absent;
+  const std::map<std::string, double> c(counters.begin(), counters.end());
+  EXPECT_EQ(c.count("ppl"), 0u);
+  EXPECT_EQ(c.count("kld_mean"), 1u);  // over the prompt and the greedy tokens
+}
+
+TEST(Accuracy, ATextTheModelCannotReadFallsBackToThePromptAndSaysWhy) {
+  BenchSpec spec = NanoGenerate("Llama", c10::kBFloat16);
+  const Family& family = FamilyNamed("Llama");
+  at::manual_seed(7);
+  const std::unique_ptr<Workload> run = family.build(spec);
+  const at::Tensor text = at::full({2, 5}, 1000, at::kLong);  // Llama/nano's V is 1000
+  std::string absent;
+  const auto counters = Accuracy(family, spec, 7, *run, text, &absent);
+  EXPECT_EQ(absent,
+            "no perplexity: the text holds token id 1000, outside the model's vocabulary "
+            "of 1000");
+  const std::map<std::string, double> c(counters.begin(), counters.end());
+  EXPECT_EQ(c.count("ppl"), 0u);
+  EXPECT_EQ(c.count("kld_mean"), 1u);
+  EXPECT_EQ(c.count("token_match_%"), 1u);
 }
 
 }  // namespace

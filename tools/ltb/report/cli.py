@@ -8,7 +8,8 @@
 
 Per benchmark and file: the median time, the spread of the steps, the
 throughput counters, peak memory, the accuracy against fp32
-(kld_mean, kld_p99, kld_max, same_top1_%, token_match_%, rel_err), the speedup against the first file and,
+(ppl and ppl_ratio on a held-out text, kld_mean, kld_p99, kld_max, same_top1_%,
+token_match_%, rel_err), the speedup against the first file and,
 with --cost, the cost per 1M tokens; compiled models, generation (as
 llama-bench prints it), scaling and C++ beside Python get tables of their
 own; --format html writes one self-contained page. What each table and

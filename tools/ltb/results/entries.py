@@ -24,9 +24,11 @@ REPORT_COUNTERS = THROUGHPUT_COUNTERS + ("ttft_ms", "tpot_ms")
 
 
 # How far a reduced precision or quantisation is from fp32 (bench's
-# lib/measure/accuracy.h), report's columns in this order: the
-# teacher-forced divergence first, the greedy tokens' match after.
-ACCURACY_COUNTERS = ("kld_mean", "kld_p99", "kld_max", "same_top1_%", "token_match_%")
+# lib/measure/accuracy.h), report's columns in this order: a held-out
+# text's perplexity and its ratio to fp32's (--eval_tokens), the
+# teacher-forced divergence, the greedy tokens' match last.
+ACCURACY_COUNTERS = ("ppl", "ppl_ratio", "kld_mean", "kld_p99", "kld_max", "same_top1_%",
+                     "token_match_%")
 
 
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
