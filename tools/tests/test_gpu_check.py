@@ -131,7 +131,7 @@ class RehearsalTest(unittest.TestCase):
         # One JSON per bench run of the rehearsal, each one readable.
         self.assertEqual(jsons, {
             "default.json", "roofline.json", "precision.json", "generation.json", "serve.json",
-            "train_epoch_memory.json",
+            "serve_generate.json", "train_epoch_memory.json",
             "train_epoch_disk.json", "profile.json", "sync_true.json", "sync_false.json",
             "memory_guard.json", "oom_host.json", "data_parallel_1.json",
             "failing_rank_cpu.json"})
@@ -186,6 +186,13 @@ class RehearsalTest(unittest.TestCase):
         self.assertTrue(gen)
         for counter in ("ttft_ms", "tpot_ms", "pp_tok/s", "tg_tok/s"):
             self.assertIn(counter, gen[0])
+        served = self.load("serve_generate")
+        self.assertTrue(served)
+        for name, e in served.items():
+            self.assertRegex(name, r"^GPT2/nano/cpu/serve/scenario:Server/qps:10/max_batch:4/"
+                                   r"prompt:4:16/output:2:8/fp32")
+            for counter in ("tokens/s", "ttft_p99_ms", "tpot_p99_ms", "mean_active_slots"):
+                self.assertIn(counter, e)
         for source in ("memory", "disk"):
             epochs = self.load(f"train_epoch_{source}")
             self.assertTrue(any(n.startswith("EncDec/nano/cpu/train_epoch/") for n in epochs))
