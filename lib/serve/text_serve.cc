@@ -1,5 +1,6 @@
 #include "serve/text_serve.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/ops/tensor.h>
 #include <c10/core/InferenceMode.h>
 #include <loadgen/loadgen.h>
@@ -102,7 +103,9 @@ void ContinuousBatcher::Abandon() {
 ContinuousServer::ContinuousServer(SlotDecoder& decoder,
                                    ContinuousBatcher::FirstToken first,
                                    ContinuousBatcher::Done done)
-    : batcher_(decoder, std::move(first), std::move(done)), worker_([this] { Work(); }) {}
+    : batcher_(decoder, std::move(first), std::move(done)),
+      threads_(at::get_num_threads()),
+      worker_([this] { Work(); }) {}
 
 ContinuousServer::~ContinuousServer() {
   {
@@ -145,6 +148,9 @@ SchedulerStats ContinuousServer::stats() const {
 }
 
 void ContinuousServer::Work() {
+  // The run's intra-op threads (--threads): OpenMP's count is the calling
+  // thread's, and a new thread starts from OpenMP's default.
+  at::set_num_threads(threads_);
   c10::InferenceMode guard;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {

@@ -122,6 +122,7 @@ class ContinuousServer {
   bool abandon_ = false;
   std::string error_;
   SchedulerStats stats_;  // a copy, updated after each step
+  int threads_;           // the constructing thread's intra-op threads
   std::thread worker_;
 };
 
