@@ -226,6 +226,32 @@ class RehearsalTest(unittest.TestCase):
                                        r"0\.\d\d of the bandwidth peak 1 TB/s")
 
 
+class ServeCommandTest(unittest.TestCase):
+    """The serve step's generation command, on a GPU and in the rehearsal,
+    registers one Server benchmark of GPT2's generation in bench."""
+
+    def test_the_generation_command_registers_one_server_benchmark(self):
+        import types
+
+        from ltb.gpu.check import serve
+
+        bench = built_bench()
+        if not os.access(bench, os.X_OK):
+            self.skipTest(f"no bench binary at {bench} (set LTB_BENCH)")
+        for gpu, size, expected in (
+                (True, "small", "GPT2/small/cpu/serve/scenario:Server/qps:8/max_batch:8/"
+                                "prompt:32:128/output:16:64/fp32"),
+                (False, "nano", "GPT2/nano/cpu/serve/scenario:Server/qps:10/max_batch:4/"
+                                "prompt:4:16/output:2:8/fp32")):
+            r = types.SimpleNamespace(gpu=gpu, step_devices=["cpu"], step_re="(cpu)",
+                                      sizes={"GPT2": size})
+            proc = subprocess.run([bench, *serve.text_serve_args(r), "--benchmark_list_tests"],
+                                  capture_output=True, text=True, timeout=120)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            listed = [n for n in proc.stdout.split() if n.startswith("GPT2/")]
+            self.assertEqual([n.split("/iterations")[0] for n in listed], [expected])
+
+
 class FailureTest(ToolTest):
     def check_with_results(self, result):
         """The rehearsal with a bench that writes `result` wherever
