@@ -18,7 +18,6 @@
 #include "absl/strings/str_join.h"
 #include "base/interrupt.h"
 #include "device/device.h"
-#include "serve/text_serve.h"
 
 namespace ltb {
 
@@ -145,7 +144,6 @@ absl::Status ValidateServe(const ServeSettings& serve) {
         ": serve runs an inference phase (not a training phase); valid: forward, "
         "generate"));
   }
-  if (absl::Status text = ValidateTextServe(serve); !text.ok()) return text;
   if (!(serve.target_qps > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--target_qps must be a number > 0 (queries a second), not ", serve.target_qps));
@@ -343,9 +341,7 @@ absl::Status RunLoadGenTest(benchmark::State& state, Workload& workload,
 
 absl::Status RunServe(benchmark::State& state, Workload& workload, const BenchSpec& spec,
                       double tokens_per_sample) {
-  absl::Status status = workload.Slots() != nullptr
-                            ? RunTextServe(state, *workload.Slots(), spec)
-                            : RunLoadGenTest(state, workload, spec, tokens_per_sample);
+  absl::Status status = RunLoadGenTest(state, workload, spec, tokens_per_sample);
   if (!status.ok()) state.SkipWithError(std::string(status.message()).c_str());
   return status;
 }

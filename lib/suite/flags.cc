@@ -786,6 +786,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
     check.scenario = std::string(absl::StripAsciiWhitespace(scenario));
     check.target_qps = sweep.serve_qps.front();
     if (absl::Status valid = ValidateServe(check); !valid.ok()) return valid;
+    if (absl::Status valid = ValidateTextServe(check); !valid.ok()) return valid;
     if (std::find(sweep.serve_scenarios.begin(), sweep.serve_scenarios.end(),
                   check.scenario) == sweep.serve_scenarios.end()) {
       sweep.serve_scenarios.push_back(check.scenario);

@@ -219,12 +219,13 @@ TEST(TextServeFlags, LengthsAreAValueOrARangeAndOutputsAtLeastTwo) {
   ServeSettings serve;
   serve.scenario = "Offline";
   serve.phase = "generate";
+  EXPECT_TRUE(ValidateServe(serve).ok());  // generate is a phase that serves
   serve.output_min = 1;
-  EXPECT_FALSE(ValidateServe(serve).ok());
+  EXPECT_FALSE(ValidateTextServe(serve).ok());
   serve.output_min = 2;
-  EXPECT_TRUE(ValidateServe(serve).ok());
+  EXPECT_TRUE(ValidateTextServe(serve).ok());
   serve.tpot_bound_ms = -1;
-  EXPECT_FALSE(ValidateServe(serve).ok());
+  EXPECT_FALSE(ValidateTextServe(serve).ok());
 }
 
 TEST(TextServeFlags, DrawsAreSeededAndWithinTheirRange) {
@@ -308,10 +309,9 @@ TEST(RunTextServe, ReportsTokensAndTokenLatencies) {
     EXPECT_EQ(w->Slots()->slots(), 4);
     EXPECT_EQ(w->Slots()->context(), 20);
     absl::Status status;
-    benchmark::RegisterBenchmark(("TextServe_" + scenario).c_str(),
-                                 [&](benchmark::State& state) {
-                                   status = RunTextServe(state, *w->Slots(), spec);
-                                 })
+    benchmark::RegisterBenchmark(
+        ("TextServe_" + scenario).c_str(),
+        [&](benchmark::State& state) { status = RunTextServe(state, *w->Slots(), spec); })
         ->Iterations(1)
         ->UseManualTime();
     struct Collect : benchmark::BenchmarkReporter {
