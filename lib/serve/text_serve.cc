@@ -158,7 +158,9 @@ void ContinuousServer::Work() {
     if (stop_ && !busy_ && incoming_.empty()) return;
     for (TextRequest& r : incoming_) batcher_.Add(std::move(r));
     incoming_.clear();
-    const bool abandon = abandon_ || stop_;
+    // An interrupt completes what is left unrun, between steps, so that
+    // LoadGen ends its test and writes its logs.
+    const bool abandon = abandon_ || stop_ || StopRequested();
     lock.unlock();
     bool more = false;
     std::string error;

@@ -91,7 +91,8 @@ class ContinuousBatcher {
 };
 
 // A ContinuousBatcher on a worker thread, in inference mode: Submit() from
-// any thread; the worker steps while any request is left.
+// any thread; the worker steps while any request is left, and after an
+// interrupt (StopRequested) completes every request unrun.
 class ContinuousServer {
  public:
   ContinuousServer(SlotDecoder& decoder, ContinuousBatcher::FirstToken first,
