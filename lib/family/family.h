@@ -25,6 +25,27 @@ class Module;
 
 namespace ltb {
 
+// Generation's decoder as continuous batching drives it: `slots()` sequence
+// slots, each a region of one key/value cache of `context()` positions,
+// whose active ones are rows [0, S); each slot at a position of its own.
+class SlotDecoder {
+ public:
+  virtual ~SlotDecoder() = default;
+  virtual int64_t slots() const = 0;
+  virtual int64_t context() const = 0;
+  virtual int64_t vocab() const = 0;
+  // Runs `prompt` (1, P) into `slot` from position 0; the first new token (1, 1).
+  virtual at::Tensor Prefill(const at::Tensor& prompt, int64_t slot) = 0;
+  // One decode step of slots [0, S): tokens (S, 1), row b fed at
+  // positions[b]; the next tokens (S, 1).
+  virtual at::Tensor Decode(const at::Tensor& tokens,
+                            const std::vector<int64_t>& positions) = 0;
+  // Moves a sequence from slot `from` to `to` (its first `length` positions).
+  virtual void Move(int64_t from, int64_t to, int64_t length) = 0;
+  // Zeroes the cache, so that no slot reads what was never written.
+  virtual void Clear() = 0;
+};
+
 // One timed unit of work with its inputs already on the device.
 class Workload {
  public:
@@ -77,6 +98,9 @@ class Workload {
   // serve: the model's output on `batch`, inputs like BatchInputs() of any
   // batch size, in inference mode.
   virtual at::Tensor RunBatch(const at::Tensor& batch) { return {}; }
+  // serve of generation: the decoder in slots over the workload's cache
+  // (spec.batch slots of prompt + new tokens positions); null elsewhere.
+  virtual SlotDecoder* Slots() { return nullptr; }
 };
 
 // How far `out` is from `ref` (same shape, any devices): the largest absolute

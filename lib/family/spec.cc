@@ -49,7 +49,15 @@ std::string BenchSpec::Name() const {
       absl::StrAppend(&name, "/batch:", batch);
     }
     if (seq > 0) absl::StrAppend(&name, "/seq:", seq);
-    if (prompt > 0) absl::StrAppend(&name, "/prompt:", prompt, "/new:", new_tokens);
+    if (prompt > 0 && serving()) {
+      const auto range = [](int64_t lo, int64_t hi) {
+        return lo > 0 && lo != hi ? absl::StrCat(lo, ":", hi) : absl::StrCat(hi);
+      };
+      absl::StrAppend(&name, "/prompt:", range(serve.prompt_min, prompt),
+                      "/output:", range(serve.output_min, new_tokens));
+    } else if (prompt > 0) {
+      absl::StrAppend(&name, "/prompt:", prompt, "/new:", new_tokens);
+    }
     if (depth > 0) absl::StrAppend(&name, "/depth:", depth);
     absl::StrAppend(&name, "/", DtypeName(dtype));
   }

@@ -76,6 +76,17 @@ struct ServeSettings {
   int64_t max_batch = 8;            // the batcher's largest batch
   int64_t batch_timeout_us = 2000;  // how long a batch waits to fill
   std::string log_dir;              // LoadGen's logs, one folder a benchmark
+  // generate: each request's prompt and output lengths, drawn uniformly
+  // from [min, max] (seeded); the maxima are spec.prompt and
+  // spec.new_tokens, which size every slot's cache. 0: fixed at the maxima.
+  int64_t prompt_min = 0;
+  int64_t output_min = 0;
+  // --prompt_len's and --output_len's maxima, which the sweep makes
+  // spec.prompt and spec.new_tokens; 0: --prompt's, --new_tokens'.
+  int64_t prompt_max = 0;
+  int64_t output_max = 0;
+  double ttft_bound_ms = 0;  // Server: time to first token, p99; 0: LoadGen's
+  double tpot_bound_ms = 0;  // Server: time per output token, p99; 0: LoadGen's
 };
 
 // The scenarios --scenario takes, in LoadGen's order.
@@ -142,7 +153,9 @@ struct BenchSpec {
   // packed oneDNN linears (--cpu_linear=onednn): .../dtype[/channels_last]/onednn;
   // compiled models: .../dtype/aoti or .../dtype/torchscript.
   // serve: Family/size/device/serve/scenario:S[/qps:Q]/max_batch:B[/seq:T]/dtype,
-  // Q (Server only) the target QPS, B the batcher's largest batch.
+  // Q (Server only) the target QPS, B the batcher's largest batch;
+  // serve of generate: .../max_batch:B/prompt:P/output:N/dtype, P and N a
+  // length or min:max, B the slots.
   // Families that name the phase first (Ops, whose phase is the shape):
   // Ops/op/shape/device/dtype[/nosync].
   std::string Name() const;

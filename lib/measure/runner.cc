@@ -19,6 +19,7 @@
 #include "measure/timed_loop.h"
 #include "measure/warmup.h"
 #include "serve/serve.h"
+#include "serve/text_serve.h"
 
 namespace ltb {
 
@@ -131,6 +132,13 @@ bool Runner::Measure(benchmark::State& state, const Family& family, const BenchS
       // One LoadGen test: its counters, or its error, are set on `state`.
       const BenchSpec served = ServedSpec(spec);
       Workload& workload = cache_.Prepare(family, served, options);
+      if (SlotDecoder* slots = workload.Slots()) {  // generation: continuous batching
+        if (absl::Status status = RunTextServe(state, *slots, spec); !status.ok()) {
+          state.SkipWithError(std::string(status.message()).c_str());
+          cache_.Release();
+        }
+        return false;
+      }
       if (!RunServe(state, workload, spec, TokensPerSample(plan, served)).ok()) {
         cache_.Release();
       }

@@ -41,4 +41,19 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   return at::matmul(scores.softmax(-1), v);  // (B, nh, Tq, hs)
 }
 
+at::Tensor MaskedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& mask, bool fused) {
+#if LTB_HAS_SDPA
+  if (fused) {
+    return at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0,
+                                            /*is_causal=*/false);
+  }
+#endif
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) /
+                      std::sqrt(static_cast<double>(q.size(-1)));  // (B, nh, Tq, Tk)
+  scores =
+      scores.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity());
+  return at::matmul(scores.softmax(-1), v);  // (B, nh, Tq, hs)
+}
+
 }  // namespace ltb

@@ -13,5 +13,9 @@ namespace ltb {
 // positions of the keys').
 at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      bool causal, bool fused);
+// The same with a mask (broadcast to (B, heads, Tq, Tk), true: attend) in
+// place of causality: each row of a batch attends to keys of its own.
+at::Tensor MaskedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& mask, bool fused);
 
 }  // namespace ltb

@@ -263,10 +263,14 @@ at::Tensor DecoderAttentionImpl::forward(const at::Tensor& x, const LayerInput& 
   // under autocast), as transformers does; then back to v's for the cache
   // and the attention.
   if (positions_ == PositionKind::kRopePairs || positions_ == PositionKind::kRopeHalf) {
-    const auto cs = rope ? rope(in.positions, x.scalar_type()) : in.rope;
+    auto cs = rope ? rope(in.positions, x.scalar_type()) : in.rope;
+    if (rope && in.slot_mask.defined()) {  // (S, hs/2): one row per slot
+      cs = {cs.first.view({b, 1, 1, -1}), cs.second.view({b, 1, 1, -1})};
+    }
     q = ApplyRotary(positions_, q, cs).to(v.scalar_type());
     k = ApplyRotary(positions_, k, cs).to(v.scalar_type());
   }
+  if (in.slot_mask.defined()) return SlotStep(q, k, v, in);
   if (in.cache_k != nullptr) {
     in.cache_k->narrow(2, in.position, t).copy_(k);
     in.cache_v->narrow(2, in.position, t).copy_(v);
@@ -296,6 +300,24 @@ at::Tensor DecoderAttentionImpl::forward(const at::Tensor& x, const LayerInput& 
   }
   // A chunk is causal over itself and sees every cached position before it.
   return o_proj(Merge(Attention(q, k, v, causal_ && t > 1, fused_)));  // (B, T, d)
+}
+
+at::Tensor DecoderAttentionImpl::SlotStep(const at::Tensor& q, const at::Tensor& k,
+                                          const at::Tensor& v, const LayerInput& in) {
+  const int64_t b = q.size(0), width = heads_ * head_dim_;
+  const at::Tensor rows = torch::arange(b, in.positions.options());
+  // Row r's key and value at its own position: (B, P, kv, hs)[r, positions[r]].
+  in.cache_k->transpose(1, 2).index_put_({rows, in.positions},
+                                         k.select(2, 0));  // (S, kv, hs)
+  in.cache_v->transpose(1, 2).index_put_({rows, in.positions}, v.select(2, 0));
+  const at::Tensor keys = in.cache_k->narrow(2, 0, in.keys);  // (S, kv, keys, hs)
+  const at::Tensor values = in.cache_v->narrow(2, 0, in.keys);
+  // As a single-token step: the query heads a kv head serves grouped on it,
+  // the cache read in place.
+  const int64_t rep = heads_ / kv_heads_;
+  const at::Tensor y = MaskedAttention(q.reshape({b, kv_heads_, rep, head_dim_}), keys,
+                                       values, in.slot_mask, fused_);  // (S, kv, rep, hs)
+  return o_proj(y.reshape({b, 1, width}));
 }
 
 DecoderMlpImpl::DecoderMlpImpl(const DecoderOptions& o, const DecoderNames& n)
@@ -401,6 +423,57 @@ at::Tensor DecoderLMImpl::forward_cached(const at::Tensor& tokens, int64_t posit
                                          KVCache& cache) {
   const at::Tensor x = Trunk(tokens, position, &cache);
   return Logits(x.select(1, tokens.size(1) - 1));  // (B, V): the last position only
+}
+
+at::Tensor DecoderLMImpl::forward_slots(const at::Tensor& tokens,
+                                        const std::vector<int64_t>& positions,
+                                        KVCache& cache) {
+  const int64_t s = tokens.size(0);
+  TORCH_CHECK(tokens.dim() == 2 && tokens.size(1) == 1 &&
+                  s == static_cast<int64_t>(positions.size()) && s > 0,
+              "forward_slots takes one token (S, 1) and one position per slot");
+  TORCH_CHECK(s <= cache.keys.front().size(0), s, " slots, but the cache has ",
+              cache.keys.front().size(0));
+  const int64_t keys = *std::max_element(positions.begin(), positions.end()) + 1;
+  TORCH_CHECK(keys <= options_.max_positions() && keys <= cache.keys.front().size(2),
+              "position ", keys - 1, " is beyond the model's ", options_.max_positions(),
+              " positions or the cache's ", cache.keys.front().size(2));
+  LayerInput in;
+  in.positions = torch::tensor(positions, torch::kLong).to(tokens.device());  // (S)
+  in.keys = keys;
+  in.slot_mask = (torch::arange(keys, in.positions.options()).unsqueeze(0) <=
+                  in.positions.unsqueeze(1))
+                     .view({s, 1, 1, keys});  // (S, 1, 1, keys)
+  at::Tensor x = embed(tokens);               // (S, 1, d)
+  if (pos_embed) x = x + pos_embed(in.positions).unsqueeze(1);
+  if (rotary) {
+    const auto [c, sn] = rotary(in.positions, x.scalar_type());  // (S, hs/2)
+    in.rope = {c.view({s, 1, 1, -1}), sn.view({s, 1, 1, -1})};
+  }
+  KVCache rows = CacheRows(cache, 0, s);
+  for (size_t i = 0; i < layers->size(); ++i) {
+    in.cache_k = &rows.keys[i], in.cache_v = &rows.values[i];
+    x = block(i).forward(x, in);
+  }
+  return Logits(x.select(1, 0));  // (S, V)
+}
+
+KVCache CacheRows(const KVCache& cache, int64_t first, int64_t count) {
+  KVCache rows;
+  for (const at::Tensor& t : cache.keys) rows.keys.push_back(t.narrow(0, first, count));
+  for (const at::Tensor& t : cache.values) {
+    rows.values.push_back(t.narrow(0, first, count));
+  }
+  return rows;
+}
+
+void MoveCacheRow(KVCache& cache, int64_t from, int64_t to, int64_t length) {
+  if (from == to || length == 0) return;
+  for (auto* list : {&cache.keys, &cache.values}) {
+    for (at::Tensor& t : *list) {
+      t.select(0, to).narrow(1, 0, length).copy_(t.select(0, from).narrow(1, 0, length));
+    }
+  }
 }
 
 KVCache DecoderLMImpl::MakeCache(int64_t batch, int64_t positions) const {

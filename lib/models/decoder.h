@@ -181,6 +181,13 @@ struct LayerInput {
   at::Tensor* cache_v = nullptr;
   int64_t position = 0;
   at::Tensor cross_k, cross_v;
+  // A decode step over slots (forward_slots): row b's one token is at
+  // positions[b] (S); its key and value go to the cache at that position,
+  // and it attends to the first `keys` cached positions through `slot_mask`
+  // (S, 1, 1, keys), true up to its own position. Undefined: every row at
+  // `position`.
+  at::Tensor slot_mask;
+  int64_t keys = 0;
 };
 
 class DecoderAttentionImpl : public torch::nn::Module {
@@ -202,6 +209,10 @@ class DecoderAttentionImpl : public torch::nn::Module {
   at::Tensor Heads(const at::Tensor& y,
                    int64_t n) const;            // (B, T, n hs) -> (B, n, T, hs)
   at::Tensor Merge(const at::Tensor& y) const;  // (B, nh, T, hs) -> (B, T, q)
+  // forward_slots' attention: q, k, v (S, heads, 1, hs) rotated; writes
+  // each row's key and value at its own position and attends under the mask.
+  at::Tensor SlotStep(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                      const LayerInput& in);
   int64_t heads_, kv_heads_, head_dim_;
   PositionKind positions_;
   bool fused_, v_first_, causal_;
@@ -237,6 +248,13 @@ class DecoderLMImpl : public torch::nn::Module {
   // tokens (B, T) at positions [position, position + T), using and filling
   // the cache; logits of the last position only, (B, V).
   at::Tensor forward_cached(const at::Tensor& tokens, int64_t position, KVCache& cache);
+  // One decode step of slots at positions of their own (continuous
+  // batching): tokens (S, 1), row b at positions[b], using and filling rows
+  // [0, S) of the cache; logits (S, V). Each row attends to its own
+  // positions only, so what earlier sequences left in its row beyond them
+  // is never read into its result (if finite: masked scores weigh 0).
+  at::Tensor forward_slots(const at::Tensor& tokens,
+                           const std::vector<int64_t>& positions, KVCache& cache);
   KVCache MakeCache(int64_t batch, int64_t positions) const;
 
   const DecoderOptions& options() const { return options_; }
@@ -257,6 +275,12 @@ class DecoderLMImpl : public torch::nn::Module {
   DecoderOptions options_;
 };
 TORCH_MODULE(DecoderLM);
+
+// Rows [first, first + count) of a cache, as views that write into it: a
+// prefill of one sequence into its slot runs forward_cached on them.
+KVCache CacheRows(const KVCache& cache, int64_t first, int64_t count);
+// Copies row `from`'s first `length` positions to row `to` in every layer.
+void MoveCacheRow(KVCache& cache, int64_t from, int64_t to, int64_t length);
 
 // Greedy generation of `new_tokens` after `prompt` (B, P): the prompt in one
 // pass filling the cache, then one token a step. Returns (B, new_tokens).

@@ -304,6 +304,36 @@ std::unique_ptr<Workload> MakeLanguageModelWorkload(const BenchSpec& s, DecoderL
   return MakePhaseWorkload(s, std::move(fns));
 }
 
+// The decoder in slots over a generate workload's cache: one slot a row.
+class DecoderSlots final : public SlotDecoder {
+ public:
+  DecoderSlots(DecoderLM model, std::shared_ptr<KVCache> cache)
+      : model_(std::move(model)), cache_(std::move(cache)) {}
+  int64_t slots() const override { return cache_->keys.front().size(0); }
+  int64_t context() const override { return cache_->keys.front().size(2); }
+  int64_t vocab() const override { return model_->options().vocab_size(); }
+  at::Tensor Prefill(const at::Tensor& prompt, int64_t slot) override {
+    KVCache row = CacheRows(*cache_, slot, 1);
+    return model_->forward_cached(prompt, 0, row).argmax(-1, true);  // (1, 1)
+  }
+  at::Tensor Decode(const at::Tensor& tokens,
+                    const std::vector<int64_t>& positions) override {
+    return model_->forward_slots(tokens, positions, *cache_).argmax(-1, true);  // (S, 1)
+  }
+  void Move(int64_t from, int64_t to, int64_t length) override {
+    MoveCacheRow(*cache_, from, to, length);
+  }
+  void Clear() override {
+    for (auto* list : {&cache_->keys, &cache_->values}) {
+      for (at::Tensor& t : *list) t.zero_();
+    }
+  }
+
+ private:
+  DecoderLM model_;
+  std::shared_ptr<KVCache> cache_;
+};
+
 // The generate phase: a random prompt of spec.batch x spec.prompt ids, a
 // cache for depth + prompt + new tokens whose first spec.depth positions are
 // filled once here from random tokens (outside the timed steps; every step's
@@ -338,6 +368,7 @@ std::unique_ptr<Workload> MakeDecodeWorkload(const BenchSpec& s, DecoderLM model
   fns.score = [model](const at::Tensor& tokens) mutable {
     return model->forward(tokens);
   };
+  fns.slots = MakeDecoderSlots(model, cache);
   fns.cache = [cache]() { return cache->tensors(); };
   // Keys and values are (B, kv heads, positions, head size) in every layer.
   double per_position = 0;
@@ -426,6 +457,11 @@ std::string DecoderSizeCards(const DecoderRow& row) {
 }
 
 }  // namespace
+
+std::shared_ptr<SlotDecoder> MakeDecoderSlots(DecoderLM model,
+                                              std::shared_ptr<KVCache> cache) {
+  return std::make_shared<DecoderSlots>(std::move(model), std::move(cache));
+}
 
 const std::vector<DecoderRow>& DecoderRows() {
   static const auto* rows =

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,11 @@ absl::StatusOr<DecoderOptions> DecoderSizeOptions(const std::string& family,
 // A model of `family` with options `o` (a size's, perhaps changed), its
 // weights drawn as the family draws them.
 DecoderLM MakeDecoder(const std::string& family, const DecoderOptions& o);
+
+// The decoder in slots over `cache` (one slot a row of it), as serve of
+// generation drives it.
+std::shared_ptr<SlotDecoder> MakeDecoderSlots(DecoderLM model,
+                                              std::shared_ptr<KVCache> cache);
 
 // Chunks of the depth filled at once: bounds the attention scores a chunk
 // computes (chunk x depth per head) when the depth is long.

@@ -138,11 +138,11 @@ absl::Status ValidateServe(const ServeSettings& serve) {
         absl::StrCat("--scenario: unknown scenario '", serve.scenario,
                      "'; valid: ", absl::StrJoin(names, ", ")));
   }
-  if (serve.phase != "forward") {
+  if (serve.phase != "forward" && serve.phase != "generate") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--serve_phase=", serve.phase,
-        ": serve runs an inference phase on batches of samples (not a training "
-        "phase, nor generation); valid: forward"));
+        ": serve runs an inference phase (not a training phase); valid: forward, "
+        "generate"));
   }
   if (!(serve.target_qps > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <set>
 #include <system_error>
+#include <tuple>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
@@ -24,6 +25,7 @@
 #include "measure/accuracy.h"
 #include "peaks/peaks.h"
 #include "serve/serve.h"
+#include "serve/text_serve.h"
 
 // The suite's flags, those of families with settings of their own included
 // (they reach the family's factory as FamilyOptions: no model file reads a
@@ -204,7 +206,20 @@ ABSL_FLAG(std::string, serve_log_dir, "",
           "serve: where LoadGen's logs are kept, a folder a benchmark. Default: "
           "<--benchmark_out without extension>.loadgen, else ./loadgen_logs.");
 ABSL_FLAG(std::string, serve_phase, "forward",
-          "serve: the inference phase served (valid: forward).");
+          "serve: the inference phase served (valid: forward, generate). Default: "
+          "forward, or generate where --prompt_len or --output_len is given.");
+ABSL_FLAG(std::string, prompt_len, "",
+          "serve of generate: each request's prompt length, N or MIN:MAX (drawn "
+          "uniformly, seeded). Default: --prompt.");
+ABSL_FLAG(std::string, output_len, "",
+          "serve of generate: each request's output tokens, N or MIN:MAX (drawn "
+          "uniformly, seeded), at least 2. Default: --new_tokens.");
+ABSL_FLAG(double, ttft_bound_ms, 0,
+          "serve of generate: Server's p99 time-to-first-token bound in ms. Default: "
+          "LoadGen's (100 ms).");
+ABSL_FLAG(double, tpot_bound_ms, 0,
+          "serve of generate: Server's p99 time-per-output-token bound in ms. "
+          "Default: LoadGen's (100 ms).");
 
 namespace ltb {
 namespace {
@@ -740,6 +755,20 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   serve.max_batch = absl::GetFlag(FLAGS_max_batch);
   serve.batch_timeout_us = absl::GetFlag(FLAGS_batch_timeout_us);
   serve.log_dir = absl::GetFlag(FLAGS_serve_log_dir);
+  for (const auto& [flag, text, min, max] :
+       {std::tuple{"prompt_len", absl::GetFlag(FLAGS_prompt_len), &serve.prompt_min,
+                   &serve.prompt_max},
+        std::tuple{"output_len", absl::GetFlag(FLAGS_output_len), &serve.output_min,
+                   &serve.output_max}}) {
+    if (text.empty()) continue;
+    absl::StatusOr<std::pair<int64_t, int64_t>> range =
+        ParseLengthRange(flag, text, std::string(flag) == "output_len" ? 2 : 1);
+    if (!range.ok()) return range.status();
+    *min = range->first, *max = range->second;
+    if (!SuiteFlagGiven("serve_phase")) serve.phase = "generate";
+  }
+  serve.ttft_bound_ms = absl::GetFlag(FLAGS_ttft_bound_ms);
+  serve.tpot_bound_ms = absl::GetFlag(FLAGS_tpot_bound_ms);
   sweep.serve_qps.clear();
   for (const std::string& item : SplitList(absl::GetFlag(FLAGS_target_qps))) {
     double qps = 0;
@@ -763,6 +792,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
     check.scenario = std::string(absl::StripAsciiWhitespace(scenario));
     check.target_qps = sweep.serve_qps.front();
     if (absl::Status valid = ValidateServe(check); !valid.ok()) return valid;
+    if (absl::Status valid = ValidateTextServe(check); !valid.ok()) return valid;
     if (std::find(sweep.serve_scenarios.begin(), sweep.serve_scenarios.end(),
                   check.scenario) == sweep.serve_scenarios.end()) {
       sweep.serve_scenarios.push_back(check.scenario);

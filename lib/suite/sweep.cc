@@ -227,10 +227,13 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
       const bool serves =
           family.serves && !sweep.serve_scenarios.empty() && inference &&
           c.phase.name == sweep.serve.phase && c.backend.empty() &&
-          (c.phase.shape == Shape::kBatch || c.phase.shape == Shape::kSequence);
+          (c.phase.shape == Shape::kBatch || c.phase.shape == Shape::kSequence ||
+           c.phase.shape == Shape::kGenerate);
+      std::vector<std::string> served_names;  // generate: the lengths' flags repeat one
       Product(axes, 0, base, [&](const Point& p) {
         out.push_back({&family, p.spec, c.unit});
         if (!serves || p.spec.graph || p.spec.batch != p.shapes.batches.front()) return;
+        if (p.spec.depth > 0) return;  // every request starts from an empty slot
         for (const std::string& scenario : sweep.serve_scenarios) {
           const std::vector<double> rates =
               scenario == "Server" ? sweep.serve_qps
@@ -242,6 +245,19 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
             served.serve.scenario = scenario;
             served.serve.target_qps = qps;
             if (served.batch > 0) served.batch = served.serve.max_batch;
+            if (c.phase.shape == Shape::kGenerate) {
+              // The lengths' maxima size every slot's cache.
+              if (served.serve.prompt_max > 0) served.prompt = served.serve.prompt_max;
+              if (served.serve.output_max > 0) {
+                served.new_tokens = served.serve.output_max;
+              }
+              const std::string name = served.Name();
+              if (std::find(served_names.begin(), served_names.end(), name) !=
+                  served_names.end()) {
+                continue;
+              }
+              served_names.push_back(name);
+            }
             out.push_back({&family, served, c.unit});
           }
         }

@@ -92,6 +92,8 @@ class GenerateWorkload final : public Workload {
 
   at::Tensor Prompt() const override { return fns_.prompt; }
 
+  SlotDecoder* Slots() override { return fns_.slots.get(); }
+
   at::Tensor Logits() override {
     return fns_.prompt.defined() ? Score(fns_.prompt) : at::Tensor();
   }

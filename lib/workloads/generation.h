@@ -30,6 +30,8 @@ struct GenerateFns {
   // The logits (B, T, V) of tokens (B, T) from position 0, through the
   // model's plain forward (no cache); unset: none. Logits() is the prompt's.
   std::function<at::Tensor(const at::Tensor& tokens)> score;
+  // The decoder in slots over the same cache, for serve; unset: none.
+  std::shared_ptr<SlotDecoder> slots;
 };
 
 // Counters, averaged over the measured steps (N = spec.new_tokens, D =

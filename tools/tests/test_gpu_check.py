@@ -131,7 +131,7 @@ class RehearsalTest(unittest.TestCase):
         # One JSON per bench run of the rehearsal, each one readable.
         self.assertEqual(jsons, {
             "default.json", "roofline.json", "precision.json", "generation.json", "serve.json",
-            "train_epoch_memory.json",
+            "serve_generate.json", "train_epoch_memory.json",
             "train_epoch_disk.json", "profile.json", "sync_true.json", "sync_false.json",
             "memory_guard.json", "oom_host.json", "data_parallel_1.json",
             "failing_rank_cpu.json"})
@@ -186,6 +186,13 @@ class RehearsalTest(unittest.TestCase):
         self.assertTrue(gen)
         for counter in ("ttft_ms", "tpot_ms", "pp_tok/s", "tg_tok/s"):
             self.assertIn(counter, gen[0])
+        served = self.load("serve_generate")
+        self.assertTrue(served)
+        for name, e in served.items():
+            self.assertRegex(name, r"^GPT2/nano/cpu/serve/scenario:Server/qps:10/max_batch:4/"
+                                   r"prompt:4:16/output:2:8/fp32")
+            for counter in ("tokens/s", "ttft_p99_ms", "tpot_p99_ms", "mean_active_slots"):
+                self.assertIn(counter, e)
         for source in ("memory", "disk"):
             epochs = self.load(f"train_epoch_{source}")
             self.assertTrue(any(n.startswith("EncDec/nano/cpu/train_epoch/") for n in epochs))
@@ -217,6 +224,32 @@ class RehearsalTest(unittest.TestCase):
         # torch.sum, read against the bandwidth peak the roofline run divided by.
         self.assertRegex(self.summary, r"torch\.sum over 0\.25 GiB on cpu: [0-9.]+ TB/s, "
                                        r"0\.\d\d of the bandwidth peak 1 TB/s")
+
+
+class ServeCommandTest(unittest.TestCase):
+    """The serve step's generation command, on a GPU and in the rehearsal,
+    registers one Server benchmark of GPT2's generation in bench."""
+
+    def test_the_generation_command_registers_one_server_benchmark(self):
+        import types
+
+        from ltb.gpu.check import serve
+
+        bench = built_bench()
+        if not os.access(bench, os.X_OK):
+            self.skipTest(f"no bench binary at {bench} (set LTB_BENCH)")
+        for gpu, size, expected in (
+                (True, "small", "GPT2/small/cpu/serve/scenario:Server/qps:8/max_batch:8/"
+                                "prompt:32:128/output:16:64/fp32"),
+                (False, "nano", "GPT2/nano/cpu/serve/scenario:Server/qps:10/max_batch:4/"
+                                "prompt:4:16/output:2:8/fp32")):
+            r = types.SimpleNamespace(gpu=gpu, step_devices=["cpu"], step_re="(cpu)",
+                                      sizes={"GPT2": size})
+            proc = subprocess.run([bench, *serve.text_serve_args(r), "--benchmark_list_tests"],
+                                  capture_output=True, text=True, timeout=120)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            listed = [n for n in proc.stdout.split() if n.startswith("GPT2/")]
+            self.assertEqual([n.split("/iterations")[0] for n in listed], [expected])
 
 
 class FailureTest(ToolTest):

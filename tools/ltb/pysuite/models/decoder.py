@@ -262,15 +262,23 @@ class Attention(Named):
         y = attend(self._heads(self.part("q")(x), self.options.num_heads), k, v, causal=False)
         return self.part("o")(y.transpose(1, 2).reshape(b, t, -1))  # (B, T, d)
 
-    def _rotate(self, y, positions, tables):
+    def _rotate(self, y, positions, tables, per_row=False):
+        if self.options.positions == "rope_pairs" and per_row:
+            # forward_slots: row b's one token at positions[b].
+            rope = self.part("rope")
+            cos = rope.cos.index_select(0, positions).to(y.dtype)[:, None, None]
+            sin = rope.sin.index_select(0, positions).to(y.dtype)[:, None, None]
+            pairs = y.unflatten(-1, (-1, 2))
+            x0, x1 = pairs[..., 0], pairs[..., 1]
+            return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), -1).flatten(-2)
         if self.options.positions == "rope_pairs":
             return self.part("rope")(y, positions)
         if self.options.positions == "rope_half":
             return rotate_half(y, *tables)
         return y
 
-    def forward(self, x, positions, tables=None, cache=None, position=0):
-        # positions: (T,) of x's tokens; tables: rope_half's (cos, sin);
+    def forward(self, x, positions, tables=None, cache=None, position=0, slot_mask=None):
+        # positions: (T,) of x's tokens (forward_slots: (S,), one a row); tables: rope_half's (cos, sin);
         # cache: (keys, values) of this layer, (B, kv, positions, hs) each,
         # written in place at [position, position + T).
         b, t, _ = x.shape
@@ -283,11 +291,24 @@ class Attention(Named):
             q, k, v = y["q"], y["k"], y["v"]
 
         v = self._heads(v, o.num_kv_heads)
-        q = self._rotate(self._heads(q, o.num_heads), positions, tables).to(v.dtype)
-        k = self._rotate(self._heads(k, o.num_kv_heads), positions, tables).to(v.dtype)
+        per_row = slot_mask is not None
+        q = self._rotate(self._heads(q, o.num_heads), positions, tables, per_row).to(v.dtype)
+        k = self._rotate(self._heads(k, o.num_kv_heads), positions, tables, per_row).to(v.dtype)
+        rep = o.num_heads // o.num_kv_heads
+        if slot_mask is not None:
+            # forward_slots: each row's key and value at its own position,
+            # attention over the first keys under its own mask (C++:
+            # DecoderAttentionImpl::SlotStep).
+            rows = torch.arange(b, device=x.device)
+            cache[0].transpose(1, 2)[rows, positions] = k[:, :, 0]
+            cache[1].transpose(1, 2)[rows, positions] = v[:, :, 0]
+            keys = slot_mask.shape[-1]
+            y = F.scaled_dot_product_attention(
+                q.reshape(b, o.num_kv_heads, rep, o.head_dim), cache[0][:, :, :keys],
+                cache[1][:, :, :keys], attn_mask=slot_mask)
+            return self.part("o")(y.reshape(b, 1, q_width))
         if cache is not None:
             k, v = cached(cache, k, v, position)  # (B, kv, position + T, hs)
-        rep = o.num_heads // o.num_kv_heads
         if t == 1 and rep > 1:
             # Decoding one token (C++: the decoder's attention): the rep query
             # heads of a kv head attend to its keys in place, unmasked,
@@ -332,9 +353,11 @@ class Block(Named):
             self.add("cross", Attention(o, names))
         self.add("mlp", MLP(o, names))
 
-    def forward(self, x, positions=None, tables=None, cache=None, position=0, cross=None):
+    def forward(self, x, positions=None, tables=None, cache=None, position=0, cross=None,
+                slot_mask=None):
         # cross: the (keys, values) this layer cross-attends to.
-        h = x + self.part("attn")(self.part("norm1")(x), positions, tables, cache, position)
+        h = x + self.part("attn")(self.part("norm1")(x), positions, tables, cache, position,
+                                  slot_mask)
         if cross is not None:
             h = h + self.part("cross").cross(self.part("cross_norm")(h), *cross)
         return h + self.part("mlp")(self.part("norm2")(h))
@@ -414,6 +437,29 @@ class Decoder(Named):
         (B, V)."""
         x = self._hidden(tokens, position, cache)
         return self._logits(self.trunk().part("final_norm")(x[:, tokens.shape[1] - 1]))
+
+    def forward_slots(self, tokens, positions, cache):
+        """One decode step of slots at positions of their own (continuous
+        batching; C++: DecoderLMImpl::forward_slots): tokens (S, 1), row b at
+        positions[b] (a list), rows [0, S) of the cache -> logits (S, V)."""
+        o, trunk, s = self.options, self.trunk(), tokens.shape[0]
+        keys = max(positions) + 1
+        if keys > min(o.max_positions, cache[0][0].shape[2]):
+            raise ValueError(f"position {keys - 1} is beyond the model's or the cache's")
+        where = torch.tensor(positions, dtype=torch.long, device=tokens.device)  # (S,)
+        mask = (torch.arange(keys, device=tokens.device)[None] <= where[:, None]).view(
+            s, 1, 1, keys)
+        x = trunk.part("embed")(tokens)  # (S, 1, d)
+        if o.positions == "learned":
+            x = x + trunk.part("pos_embed")(where)[:, None]
+        tables = None
+        if o.positions == "rope_half":
+            cos, sin = trunk.part("rope")(where, x.dtype)  # (S, hs/2)
+            tables = (cos[:, None, None], sin[:, None, None])
+        for i, layer in enumerate(trunk.part("layers")):
+            rows = (cache[i][0][:s], cache[i][1][:s])
+            x = layer(x, where, tables, rows, 0, slot_mask=mask)
+        return self._logits(self.trunk().part("final_norm")(x[:, 0]))
 
     def make_cache(self, batch, positions):
         o = self.options

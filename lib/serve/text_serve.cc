@@ -1,0 +1,503 @@
+#include "serve/text_serve.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/tensor.h>
+#include <c10/core/InferenceMode.h>
+#include <loadgen/loadgen.h>
+#include <loadgen/query_sample_library.h>
+#include <loadgen/system_under_test.h>
+#include <loadgen/test_settings.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/interrupt.h"
+
+namespace ltb {
+
+// ------------------------------------------------------------- the scheduler
+
+ContinuousBatcher::ContinuousBatcher(SlotDecoder& decoder, FirstToken first, Done done)
+    : decoder_(decoder), first_(std::move(first)), done_(std::move(done)) {}
+
+void ContinuousBatcher::Add(TextRequest request) {
+  waiting_.push_back(std::move(request));
+}
+
+void ContinuousBatcher::Leave(size_t i) {
+  done_(active_[i].request, active_[i].tokens);
+  const size_t last = active_.size() - 1;
+  if (i != last) {
+    decoder_.Move(static_cast<int64_t>(last), static_cast<int64_t>(i),
+                  active_[last].position);
+    active_[i] = std::move(active_[last]);
+  }
+  active_.pop_back();
+}
+
+bool ContinuousBatcher::Step() {
+  using Clock = std::chrono::steady_clock;
+  // Arrivals join between decode steps, a prefill each: its first token
+  // comes at once, and a prompt's length never pads another's.
+  while (!waiting_.empty() && active() < decoder_.slots()) {
+    Slot slot{std::move(waiting_.front()), {}, 0};
+    waiting_.pop_front();
+    const auto start = Clock::now();
+    const int64_t token =
+        decoder_.Prefill(slot.request.prompt, active()).item<int64_t>();  // waits
+    stats_.prefill_s += std::chrono::duration<double>(Clock::now() - start).count();
+    ++stats_.prefills;
+    slot.tokens.push_back(token);
+    slot.position = slot.request.prompt.size(1);
+    first_(slot.request, token);
+    active_.push_back(std::move(slot));
+    if (active_.back().request.output_len <= 1) Leave(active_.size() - 1);
+  }
+  if (active_.empty()) return !waiting_.empty();
+  const size_t s = active_.size();
+  std::vector<int64_t> last(s), positions(s);
+  for (size_t i = 0; i < s; ++i) {
+    last[i] = active_[i].tokens.back();
+    positions[i] = active_[i].position;
+  }
+  const auto start = Clock::now();
+  const at::Tensor tokens = at::tensor(last, at::kLong)
+                                .view({static_cast<int64_t>(s), 1})
+                                .to(active_.front().request.prompt.device());
+  const at::Tensor next = decoder_.Decode(tokens, positions).cpu();  // waits
+  stats_.decode_s += std::chrono::duration<double>(Clock::now() - start).count();
+  ++stats_.decode_steps;
+  stats_.active_slot_steps += static_cast<int64_t>(s);
+  const auto rows = next.accessor<int64_t, 2>();
+  for (size_t i = 0; i < s; ++i) {
+    active_[i].tokens.push_back(rows[static_cast<int64_t>(i)][0]);
+    ++active_[i].position;
+  }
+  // From the back: the last slot, which fills a leaving one's, has been
+  // looked at already.
+  for (size_t i = s; i-- > 0;) {
+    if (static_cast<int64_t>(active_[i].tokens.size()) >= active_[i].request.output_len) {
+      Leave(i);
+    }
+  }
+  return !active_.empty() || !waiting_.empty();
+}
+
+void ContinuousBatcher::Abandon() {
+  while (!active_.empty()) {
+    done_(active_.back().request, active_.back().tokens);
+    active_.pop_back();
+  }
+  while (!waiting_.empty()) {
+    done_(waiting_.front(), {});
+    waiting_.pop_front();
+  }
+}
+
+ContinuousServer::ContinuousServer(SlotDecoder& decoder,
+                                   ContinuousBatcher::FirstToken first,
+                                   ContinuousBatcher::Done done)
+    : batcher_(decoder, std::move(first), std::move(done)),
+      threads_(at::get_num_threads()),
+      worker_([this] { Work(); }) {}
+
+ContinuousServer::~ContinuousServer() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  worker_.join();
+}
+
+void ContinuousServer::Submit(std::vector<TextRequest> requests) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (TextRequest& r : requests) incoming_.push_back(std::move(r));
+  }
+  wake_.notify_all();
+}
+
+void ContinuousServer::Drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [this] { return incoming_.empty() && !busy_; });
+}
+
+void ContinuousServer::Abandon() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    abandon_ = true;
+  }
+  wake_.notify_all();
+}
+
+std::string ContinuousServer::error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+SchedulerStats ContinuousServer::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void ContinuousServer::Work() {
+  // The run's intra-op threads (--threads): OpenMP's count is the calling
+  // thread's, and a new thread starts from OpenMP's default.
+  at::set_num_threads(threads_);
+  c10::InferenceMode guard;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    wake_.wait(lock, [this] { return stop_ || busy_ || !incoming_.empty(); });
+    if (stop_ && !busy_ && incoming_.empty()) return;
+    for (TextRequest& r : incoming_) batcher_.Add(std::move(r));
+    incoming_.clear();
+    // An interrupt completes what is left unrun, between steps, so that
+    // LoadGen ends its test and writes its logs.
+    const bool abandon = abandon_ || stop_ || StopRequested();
+    lock.unlock();
+    bool more = false;
+    std::string error;
+    if (abandon) {
+      batcher_.Abandon();
+    } else {
+      try {
+        more = batcher_.Step();
+      } catch (const std::exception& e) {
+        // The requests left complete unrun, so that LoadGen ends its test.
+        error = e.what();
+        batcher_.Abandon();
+      }
+    }
+    lock.lock();
+    if (!error.empty()) {
+      if (error_.empty()) error_ = error;
+      abandon_ = true;
+    }
+    busy_ = more;
+    stats_ = batcher_.stats();
+    if (!busy_ && incoming_.empty()) idle_.notify_all();
+  }
+}
+
+// ------------------------------------------------------------------ settings
+
+absl::StatusOr<std::pair<int64_t, int64_t>> ParseLengthRange(const std::string& flag,
+                                                             const std::string& text,
+                                                             int64_t least) {
+  const std::vector<std::string> parts = absl::StrSplit(text, ':');
+  int64_t lo = 0, hi = 0;
+  const bool parsed =
+      (parts.size() == 1 && absl::SimpleAtoi(parts[0], &lo) && ((hi = lo), true)) ||
+      (parts.size() == 2 && absl::SimpleAtoi(parts[0], &lo) &&
+       absl::SimpleAtoi(parts[1], &hi));
+  if (!parsed || lo < least || hi < lo) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, "=", text,
+        ": valid: a length N or a range MIN:MAX of whole numbers, ", least,
+        " <= MIN <= MAX",
+        least == 2 ? " (LoadGen times the output tokens after the first, so a request "
+                     "generates at least 2)"
+                   : ""));
+  }
+  return std::pair<int64_t, int64_t>{lo, hi};
+}
+
+absl::Status ValidateTextServe(const ServeSettings& serve) {
+  if (serve.phase != "generate") return absl::OkStatus();
+  if (serve.output_min != 0 && serve.output_min < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--output_len: ", serve.output_min,
+        " output tokens, but LoadGen times the output tokens after the first, so a "
+        "request generates at least 2"));
+  }
+  for (const auto& [flag, bound] :
+       {std::pair<const char*, double>{"ttft_bound_ms", serve.ttft_bound_ms},
+        {"tpot_bound_ms", serve.tpot_bound_ms}}) {
+    if (bound < 0 || std::isnan(bound)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag,
+                       " must be a number of milliseconds > 0, or left out "
+                       "for LoadGen's 100 ms"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+uint64_t RequestDraw(uint64_t seed, uint64_t i, uint64_t k) {
+  uint64_t z = seed + (i << 32) + k + 0x9e3779b97f4a7c15ull;  // splitmix64
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+int64_t DrawLength(uint64_t seed, uint64_t i, uint64_t k, int64_t lo, int64_t hi) {
+  return lo + static_cast<int64_t>(RequestDraw(seed, i, k) %
+                                   static_cast<uint64_t>(hi - lo + 1));
+}
+
+// ------------------------------------------------------------------ counters
+
+namespace {
+
+double TextDetailNumber(const std::map<std::string, std::string>& detail,
+                        const std::string& key) {
+  const auto it = detail.find(key);
+  if (it == detail.end()) return -1;
+  double v = -1;
+  return absl::SimpleAtod(it->second, &v) ? v : -1;
+}
+
+}  // namespace
+
+ServeCounters TextCountersFromDetail(const std::map<std::string, std::string>& detail,
+                                     const ServeSettings& serve,
+                                     const SchedulerStats& stats, double good) {
+  ServeCounters out = CountersFromDetail(detail, serve, 0);
+  // LoadGen's over-latency count is of whole requests against the sample
+  // bound, which token latencies replace: goodput is counted below.
+  std::erase_if(out.counters, [](const auto& c) {
+    return c.first == "goodput" || c.first == "bound_ms";
+  });
+  auto add = [&](const std::string& name, double value) {
+    if (value >= 0) out.counters.emplace_back(name, value);
+  };
+  double samples_per_s = -1;
+  for (const auto& [name, value] : out.counters) {
+    if (name == "samples/s") samples_per_s = value;
+  }
+  const bool offline = serve.scenario == "Offline";
+  add("tokens/s",
+      TextDetailNumber(detail, offline ? "result_tokens_per_second"
+                                       : "result_completed_tokens_per_second"));
+  for (const char* p : {"50.00", "90.00", "99.00"}) {
+    const std::string q = std::string(p).substr(0, 2);
+    const double ttft = TextDetailNumber(
+        detail, absl::StrCat("result_first_token_", p, "_percentile_latency_ns"));
+    if (ttft >= 0) add(absl::StrCat("ttft_p", q, "_ms"), ttft * 1e-6);
+    const double tpot = TextDetailNumber(
+        detail, absl::StrCat("result_time_per_output_token_", p, "_percentile_ns"));
+    if (tpot >= 0) add(absl::StrCat("tpot_p", q, "_ms"), tpot * 1e-6);
+  }
+  if (serve.scenario == "Server") {
+    add("ttft_bound_ms", serve.ttft_bound_ms > 0 ? serve.ttft_bound_ms : 100);
+    add("tpot_bound_ms", serve.tpot_bound_ms > 0 ? serve.tpot_bound_ms : 100);
+    if (samples_per_s >= 0 && good >= 0) add("goodput", samples_per_s * good);
+  }
+  if (stats.decode_steps > 0) {
+    add("mean_active_slots", static_cast<double>(stats.active_slot_steps) /
+                                 static_cast<double>(stats.decode_steps));
+  }
+  const double busy = stats.prefill_s + stats.decode_s;
+  if (busy > 0) {
+    add("prefill_share", stats.prefill_s / busy);
+    add("decode_share", stats.decode_s / busy);
+  }
+  add("prefills", static_cast<double>(stats.prefills));
+  add("decode_steps", static_cast<double>(stats.decode_steps));
+  return out;
+}
+
+// ------------------------------------------------------------------ the test
+
+namespace {
+
+// Requests' prompts and output lengths, drawn from kTextServeSeed and the
+// sample's index when LoadGen loads them (outside the timed test).
+class TextLibrary : public mlperf::QuerySampleLibrary {
+ public:
+  TextLibrary(const BenchSpec& spec, int64_t vocab, size_t count)
+      : spec_(spec), vocab_(vocab), prompts_(count), outputs_(count) {}
+  const std::string& Name() override { return name_; }
+  size_t TotalSampleCount() override { return prompts_.size(); }
+  size_t PerformanceSampleCount() override { return prompts_.size(); }
+  void LoadSamplesToRam(const std::vector<mlperf::QuerySampleIndex>& indices) override {
+    const ServeSettings& serve = spec_.serve;
+    for (const auto i : indices) {
+      const int64_t p = DrawLength(kTextServeSeed, i, 0,
+                                   serve.prompt_min > 0 ? serve.prompt_min : spec_.prompt,
+                                   spec_.prompt);
+      std::vector<int64_t> ids(static_cast<size_t>(p));
+      for (int64_t j = 0; j < p; ++j) {
+        ids[j] =
+            DrawLength(kTextServeSeed, i, 2 + static_cast<uint64_t>(j), 0, vocab_ - 1);
+      }
+      prompts_.at(i) = at::tensor(ids, at::kLong).view({1, p}).to(spec_.device);
+      outputs_.at(i) = DrawLength(
+          kTextServeSeed, i, 1,
+          serve.output_min > 0 ? serve.output_min : spec_.new_tokens, spec_.new_tokens);
+    }
+  }
+  void UnloadSamplesFromRam(
+      const std::vector<mlperf::QuerySampleIndex>& indices) override {
+    for (const auto i : indices) prompts_.at(i) = at::Tensor();
+  }
+  TextRequest Request(uintptr_t id, size_t index) const {
+    return {id, prompts_.at(index), outputs_.at(index), std::chrono::steady_clock::now()};
+  }
+
+ private:
+  std::string name_ = "ltb-prompts";
+  const BenchSpec& spec_;
+  int64_t vocab_;
+  std::vector<at::Tensor> prompts_;
+  std::vector<int64_t> outputs_;
+};
+
+class TextSut : public mlperf::SystemUnderTest {
+ public:
+  TextSut(ContinuousServer* server, const TextLibrary* library)
+      : server_(server), library_(library) {}
+  const std::string& Name() override { return name_; }
+  void IssueQuery(const std::vector<mlperf::QuerySample>& samples) override {
+    std::vector<TextRequest> requests;
+    requests.reserve(samples.size());
+    for (const mlperf::QuerySample& s : samples) {
+      requests.push_back(library_->Request(s.id, s.index));
+    }
+    server_->Submit(std::move(requests));
+  }
+  void FlushQueries() override {}
+
+ private:
+  std::string name_ = "ltb-continuous-batching";
+  ContinuousServer* server_;
+  const TextLibrary* library_;
+};
+
+constexpr size_t kTextServeSamples = 64;
+
+mlperf::TestScenario TextScenarioOf(const std::string& name) {
+  if (name == "SingleStream") return mlperf::TestScenario::SingleStream;
+  if (name == "MultiStream") return mlperf::TestScenario::MultiStream;
+  if (name == "Server") return mlperf::TestScenario::Server;
+  return mlperf::TestScenario::Offline;
+}
+
+}  // namespace
+
+absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
+                          const BenchSpec& spec) {
+  const ServeSettings& serve = spec.serve;
+  const std::string folder = ServeLogFolder(serve.log_dir, spec);
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--serve_log_dir: cannot make ", folder, ": ", ec.message()));
+  }
+  mlperf::TestSettings settings;
+  settings.scenario = TextScenarioOf(serve.scenario);
+  settings.mode = mlperf::TestMode::PerformanceOnly;
+  settings.min_duration_ms = static_cast<uint64_t>(serve.min_s * 1000);
+  settings.min_query_count = static_cast<uint64_t>(serve.min_queries);
+  settings.server_target_qps = serve.target_qps;
+  settings.offline_expected_qps = serve.target_qps;
+  settings.use_token_latencies = true;
+  if (serve.ttft_bound_ms > 0) {
+    settings.server_ttft_latency = static_cast<uint64_t>(serve.ttft_bound_ms * 1e6);
+  }
+  if (serve.tpot_bound_ms > 0) {
+    settings.server_tpot_latency = static_cast<uint64_t>(serve.tpot_bound_ms * 1e6);
+  }
+  if (serve.samples_per_query > 0) {
+    settings.multi_stream_samples_per_query =
+        static_cast<uint64_t>(serve.samples_per_query);
+  }
+  settings.performance_sample_count_override = kTextServeSamples;
+  mlperf::LogSettings log;
+  log.log_output.outdir = folder;
+  log.enable_trace = false;
+
+  TextLibrary library(spec, decoder.vocab(), kTextServeSamples);
+  const double ttft_bound_s =
+      (serve.ttft_bound_ms > 0 ? serve.ttft_bound_ms : 100) * 1e-3;
+  const double tpot_bound_s =
+      (serve.tpot_bound_ms > 0 ? serve.tpot_bound_ms : 100) * 1e-3;
+  std::mutex mu;
+  std::map<uintptr_t, std::chrono::steady_clock::time_point> first_at;
+  int64_t completed = 0, within = 0;
+  bool interrupted = false;
+  ContinuousServer* server_ptr = nullptr;
+  ContinuousServer server(
+      decoder,
+      [&](const TextRequest& r, int64_t) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          first_at[r.id] = std::chrono::steady_clock::now();
+        }
+        mlperf::QuerySampleResponse response(r.id, 0, 0, 1);
+        mlperf::FirstTokenComplete(&response, 1);
+        if (StopRequested() && server_ptr != nullptr) {
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            interrupted = true;
+          }
+          server_ptr->Abandon();
+        }
+      },
+      [&](const TextRequest& r, const std::vector<int64_t>& tokens) {
+        const auto now = std::chrono::steady_clock::now();
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          const auto first = first_at.find(r.id);
+          if (first != first_at.end()) {
+            const double ttft =
+                std::chrono::duration<double>(first->second - r.arrived).count();
+            const double tpot =
+                tokens.size() > 1
+                    ? std::chrono::duration<double>(now - first->second).count() /
+                          static_cast<double>(tokens.size() - 1)
+                    : 0;
+            if (ttft <= ttft_bound_s && tpot <= tpot_bound_s) ++within;
+            first_at.erase(first);
+          }
+          ++completed;
+        }
+        // An abandoned request counts as long as it was drawn, so that LoadGen
+        // records a TPOT (it needs 2 tokens or more) and ends its test.
+        const auto n = static_cast<int64_t>(std::max(tokens.size(), size_t{2}));
+        mlperf::QuerySampleResponse response(r.id, 0, 0, n);
+        mlperf::QuerySamplesComplete(&response, 1);
+      });
+  server_ptr = &server;
+  TextSut sut(&server, &library);
+
+  for (auto _ : state) {
+    decoder.Clear();
+    mlperf::StartTest(&sut, &library, settings, log);
+    server.Drain();
+    std::ifstream in(std::filesystem::path(folder) / "mlperf_log_detail.txt");
+    std::stringstream text;
+    text << in.rdbuf();
+    double good = -1;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (const std::string error = server.error(); !error.empty()) {
+        return absl::InternalError(
+            absl::StrCat("serve: ", error, " (LoadGen's logs: ", folder, ")"));
+      }
+      if (interrupted || StopRequested()) {
+        return absl::CancelledError(
+            absl::StrCat(StopReason(), " during LoadGen's test; its logs: ", folder));
+      }
+      if (completed > 0)
+        good = static_cast<double>(within) / static_cast<double>(completed);
+    }
+    const ServeCounters counters =
+        TextCountersFromDetail(ParseDetailLog(text.str()), serve, server.stats(), good);
+    state.SetIterationTime(counters.seconds_per_sample);
+    for (const auto& [name, value] : counters.counters) state.counters[name] = value;
+    state.counters["max_batch"] = static_cast<double>(serve.max_batch);
+    state.SetLabel(counters.label);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ltb

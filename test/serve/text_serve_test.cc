@@ -1,0 +1,346 @@
+// Continuous batching of generation: every request's tokens equal the same
+// prompt's from generation at batch 1, whatever the arrival order, the
+// slots and what a slot held before; the lengths' flags, the refusals and
+// one LoadGen test of each scenario that counts tokens.
+#include "serve/text_serve.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "family/registry.h"
+#include "models/decoder_family.h"
+#include "spec_for.h"
+#include "workloads/phases.h"
+
+namespace ltb {
+namespace {
+
+struct Case {
+  at::Tensor prompt;  // (1, P)
+  int64_t output_len;
+};
+
+// Prompts of 1 to 13 tokens, outputs of 1 to 11: requests end at different
+// steps, so slots empty and fill while others decode.
+std::vector<Case> MakeCases(int n, int64_t vocab) {
+  std::vector<Case> cases;
+  for (int i = 0; i < n; ++i) {
+    const int64_t p = 1 + (i * 5) % 13, out = 1 + (i * 7) % 11;
+    cases.push_back({torch::randint(0, vocab, {1, p}), out});
+  }
+  return cases;
+}
+
+class ContinuousBatching : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    torch::manual_seed(7);
+    model_ = MakeDecoder(GetParam(), DecoderSizeOptions(GetParam(), "nano").value());
+    model_->eval();
+    c10::InferenceMode guard;
+    cases_ = MakeCases(12, model_->options().vocab_size());
+    for (const Case& c : cases_) {
+      const at::Tensor tokens = GenerateWithCache(model_, c.prompt, c.output_len)[0];
+      expected_.emplace_back(tokens.data_ptr<int64_t>(),
+                             tokens.data_ptr<int64_t>() + tokens.numel());
+    }
+  }
+
+  // Serves the cases with `slots` slots, case order[k] arriving before step
+  // arrive_at[k]; returns each case's tokens and checks the first tokens.
+  std::vector<std::vector<int64_t>> Serve(int64_t slots, const std::vector<int>& order,
+                                          const std::vector<int>& arrive_at,
+                                          double stale = 0) {
+    c10::InferenceMode guard;
+    auto cache = std::make_shared<KVCache>(model_->MakeCache(slots, 32));
+    std::shared_ptr<SlotDecoder> decoder = MakeDecoderSlots(model_, cache);
+    decoder->Clear();
+    if (stale != 0) {
+      // What earlier sequences could have left: finite, and nothing like
+      // this prompt's keys.
+      for (auto* list : {&cache->keys, &cache->values}) {
+        for (at::Tensor& t : *list) t.fill_(stale);
+      }
+    }
+    std::vector<std::vector<int64_t>> got(cases_.size());
+    std::vector<int64_t> first(cases_.size(), -1);
+    std::vector<int> done(cases_.size(), 0);
+    ContinuousBatcher batcher(
+        *decoder, [&](const TextRequest& r, int64_t token) { first[r.id] = token; },
+        [&](const TextRequest& r, const std::vector<int64_t>& tokens) {
+          got[r.id] = tokens;
+          ++done[r.id];
+        });
+    size_t next = 0;
+    int64_t most_active = 0;
+    for (int step = 0; step < 1000; ++step) {
+      while (next < order.size() && arrive_at[next] <= step) {
+        const Case& c = cases_[order[next]];
+        batcher.Add({static_cast<uintptr_t>(order[next]), c.prompt, c.output_len, {}});
+        ++next;
+      }
+      const bool more = batcher.Step();
+      most_active = std::max(most_active, batcher.active());
+      if (!more && next == order.size()) break;
+    }
+    EXPECT_LE(most_active, slots);
+    for (size_t i = 0; i < cases_.size(); ++i) {
+      EXPECT_EQ(done[i], 1) << "request " << i << " completed " << done[i] << " times";
+      EXPECT_EQ(first[i], got[i].empty() ? -1 : got[i][0]) << "request " << i;
+    }
+    stats_ = batcher.stats();
+    return got;
+  }
+
+  void ExpectGenerated(const std::vector<std::vector<int64_t>>& got,
+                       const std::string& how) {
+    for (size_t i = 0; i < cases_.size(); ++i) {
+      EXPECT_EQ(got[i], expected_[i])
+          << how << ": request " << i << " (prompt " << cases_[i].prompt.size(1)
+          << ", output " << cases_[i].output_len << ")";
+    }
+  }
+
+  DecoderLM model_{nullptr};
+  std::vector<Case> cases_;
+  std::vector<std::vector<int64_t>> expected_;
+  SchedulerStats stats_;
+};
+
+TEST_P(ContinuousBatching, EveryRequestsTokensEqualGenerationAtBatchOne) {
+  const int n = static_cast<int>(cases_.size());
+  std::vector<int> forward(n), reversed(n), shuffled(n);
+  for (int i = 0; i < n; ++i) forward[i] = i, reversed[i] = n - 1 - i;
+  shuffled = forward;
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(3));
+  const std::vector<int> at_once(n, 0);
+  std::vector<int> staggered(n);  // one arrival every other step
+  for (int i = 0; i < n; ++i) staggered[i] = 2 * i;
+  for (const int64_t slots : {1, 3, 8}) {
+    for (const auto& [name, order] :
+         std::vector<std::pair<std::string, std::vector<int>>>{
+             {"in order", forward}, {"reversed", reversed}, {"shuffled", shuffled}}) {
+      for (const auto& [when, arrive] :
+           std::vector<std::pair<std::string, std::vector<int>>>{
+               {"at once", at_once}, {"staggered", staggered}}) {
+        ExpectGenerated(Serve(slots, order, arrive),
+                        absl::StrCat(slots, " slots, ", name, ", ", when));
+      }
+    }
+  }
+}
+
+TEST_P(ContinuousBatching, AReusedSlotNeverReadsWhatItsLastRequestLeft) {
+  // Two slots for twelve requests: every slot is reused several times, and
+  // the cache starts full of values no request wrote.
+  const int n = static_cast<int>(cases_.size());
+  std::vector<int> order(n), at_once(n, 0);
+  for (int i = 0; i < n; ++i) order[i] = i;
+  ExpectGenerated(Serve(2, order, at_once, /*stale=*/50.0), "2 slots over stale values");
+  EXPECT_EQ(stats_.prefills, n);
+  // Decode steps ran both slots most of the time: each slot took several
+  // requests in turn.
+  EXPECT_GT(stats_.active_slot_steps, stats_.decode_steps);
+}
+
+TEST_P(ContinuousBatching, DecodeStepsCountOneTokenPerActiveSlot) {
+  const int n = static_cast<int>(cases_.size());
+  std::vector<int> order(n), at_once(n, 0);
+  for (int i = 0; i < n; ++i) order[i] = i;
+  Serve(4, order, at_once);
+  int64_t decoded = 0;  // tokens after each request's first
+  for (const Case& c : cases_) decoded += c.output_len - 1;
+  EXPECT_EQ(stats_.active_slot_steps, decoded);
+  EXPECT_EQ(stats_.prefills, n);
+}
+
+INSTANTIATE_TEST_SUITE_P(Decoders, ContinuousBatching,
+                         ::testing::Values("GPT2", "Llama"));
+
+TEST(ContinuousServer, ServesFromAnotherThreadAndDrains) {
+  torch::manual_seed(1);
+  DecoderLM model = MakeDecoder("GPT2", DecoderSizeOptions("GPT2", "nano").value());
+  c10::InferenceMode guard;
+  auto cache = std::make_shared<KVCache>(model->MakeCache(3, 24));
+  std::shared_ptr<SlotDecoder> decoder = MakeDecoderSlots(model, cache);
+  decoder->Clear();
+  std::mutex mu;
+  std::map<uintptr_t, std::vector<int64_t>> got;
+  std::vector<TextRequest> requests;
+  for (uintptr_t i = 0; i < 7; ++i) {
+    requests.push_back({i,
+                        torch::randint(0, 1000, {1, 4 + static_cast<int64_t>(i)}),
+                        static_cast<int64_t>(2 + i),
+                        {}});
+  }
+  {
+    ContinuousServer server(
+        *decoder, [](const TextRequest&, int64_t) {},
+        [&](const TextRequest& r, const std::vector<int64_t>& t) {
+          std::lock_guard<std::mutex> lock(mu);
+          got[r.id] = t;
+        });
+    server.Submit({requests.begin(), requests.begin() + 3});
+    server.Submit({requests.begin() + 3, requests.end()});
+    server.Drain();
+    EXPECT_EQ(server.stats().prefills, 7);
+  }
+  ASSERT_EQ(got.size(), 7u);
+  for (const TextRequest& r : requests) {
+    const at::Tensor expected = GenerateWithCache(model, r.prompt, r.output_len)[0];
+    EXPECT_EQ(got[r.id],
+              std::vector<int64_t>(expected.data_ptr<int64_t>(),
+                                   expected.data_ptr<int64_t>() + r.output_len));
+  }
+}
+
+TEST(TextServeFlags, LengthsAreAValueOrARangeAndOutputsAtLeastTwo) {
+  EXPECT_EQ(ParseLengthRange("prompt_len", "32", 1).value(),
+            (std::pair<int64_t, int64_t>{32, 32}));
+  EXPECT_EQ(ParseLengthRange("output_len", "16:64", 2).value(),
+            (std::pair<int64_t, int64_t>{16, 64}));
+  for (const char* bad : {"0", "1", "1:8", "8:4", "x", "4:", ":4", "2:3:4"}) {
+    const absl::StatusOr<std::pair<int64_t, int64_t>> r =
+        ParseLengthRange("output_len", bad, 2);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("--output_len"), std::string::npos);
+    EXPECT_NE(r.status().message().find("2 <= MIN <= MAX"), std::string::npos);
+  }
+  EXPECT_FALSE(ParseLengthRange("prompt_len", "0", 1).ok());
+  ServeSettings serve;
+  serve.scenario = "Offline";
+  serve.phase = "generate";
+  EXPECT_TRUE(ValidateServe(serve).ok());  // generate is a phase that serves
+  serve.output_min = 1;
+  EXPECT_FALSE(ValidateTextServe(serve).ok());
+  serve.output_min = 2;
+  EXPECT_TRUE(ValidateTextServe(serve).ok());
+  serve.tpot_bound_ms = -1;
+  EXPECT_FALSE(ValidateTextServe(serve).ok());
+}
+
+TEST(TextServeFlags, DrawsAreSeededAndWithinTheirRange) {
+  std::vector<int64_t> seen;
+  for (uint64_t i = 0; i < 200; ++i) {
+    const int64_t n = DrawLength(kTextServeSeed, i, 1, 16, 64);
+    EXPECT_GE(n, 16);
+    EXPECT_LE(n, 64);
+    EXPECT_EQ(n, DrawLength(kTextServeSeed, i, 1, 16, 64));
+    seen.push_back(n);
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_GT(std::unique(seen.begin(), seen.end()) - seen.begin(), 30);
+  // pybench draws the same (tools/ltb/pysuite/textserve.py): pinned values.
+  EXPECT_EQ(RequestDraw(55, 0, 0), 0x6e1351b2349f331cull);
+}
+
+BenchSpec TextServeSpec(const std::string& family, const std::string& scenario) {
+  BenchSpec s = SpecFor(family, "nano", kGenerate, /*batch=*/4);
+  s.prompt = 12;
+  s.new_tokens = 8;
+  s.phase = kServe;
+  s.serve.scenario = scenario;
+  s.serve.phase = kGenerate;
+  s.serve.output_min = 2;
+  s.serve.prompt_min = 3;
+  s.serve.max_batch = 4;
+  s.serve.target_qps = 50;
+  s.serve.min_s = 0.2;
+  s.serve.min_queries = 16;
+  s.serve.ttft_bound_ms = 5000;
+  s.serve.tpot_bound_ms = 5000;
+  return s;
+}
+
+TEST(TextServeName, CarriesTheSlotsAndTheLengthsOrTheirRanges) {
+  BenchSpec s = TextServeSpec("GPT2", "Server");
+  EXPECT_EQ(
+      s.Name(),
+      "GPT2/nano/cpu/serve/scenario:Server/qps:50/max_batch:4/prompt:3:12/output:2:8/"
+      "fp32");
+  s.serve.prompt_min = 0;
+  s.serve.output_min = 8;
+  s.serve.scenario = "Offline";
+  EXPECT_EQ(s.Name(),
+            "GPT2/nano/cpu/serve/scenario:Offline/max_batch:4/prompt:12/output:8/fp32");
+}
+
+TEST(TextServePlan, PromptsBeyondTheContextAreRefusedAndEverySlotsCacheCounted) {
+  const Family f = DecoderFamily(*FindDecoderRow("GPT2").value());
+  BenchSpec s = SpecFor("GPT2", "nano", kGenerate, 4);
+  s.prompt = 1020;
+  s.new_tokens = 8;
+  const absl::StatusOr<Plan> beyond = f.plan(s);
+  ASSERT_FALSE(beyond.ok());
+  EXPECT_NE(beyond.status().message().find("has 1024"), std::string::npos)
+      << beyond.status().message();
+  s.prompt = 100;
+  const int64_t four = f.plan(s).value().memory.activations;
+  s.batch = 8;
+  const int64_t eight = f.plan(s).value().memory.activations;
+  const DecoderOptions o = DecoderSizeOptions("GPT2", "nano").value();
+  // Four more slots: their keys and values at every layer and position.
+  EXPECT_GE(eight - four, 2 * o.num_layers() * 4 * (100 + 8) * o.d_model() * 4);
+}
+
+// One LoadGen test per scenario through the family's own build, as bench
+// runs it: the tokens LoadGen counts and, Server, the token latencies.
+TEST(RunTextServe, ReportsTokensAndTokenLatencies) {
+  for (const std::string scenario : {"Offline", "Server"}) {
+    BenchSpec spec = TextServeSpec("Llama", scenario);
+    spec.serve.log_dir =
+        (std::filesystem::temp_directory_path() / "ltb_text_serve").string();
+    BenchSpec served = spec;
+    served.phase = kGenerate;
+    served.serve = ServeSettings{};
+    const Family f = DecoderFamily(*FindDecoderRow("Llama").value());
+    torch::manual_seed(0);
+    std::unique_ptr<Workload> w = f.build(served);
+    ASSERT_NE(w->Slots(), nullptr);
+    EXPECT_EQ(w->Slots()->slots(), 4);
+    EXPECT_EQ(w->Slots()->context(), 20);
+    absl::Status status;
+    benchmark::RegisterBenchmark(
+        ("TextServe_" + scenario).c_str(),
+        [&](benchmark::State& state) { status = RunTextServe(state, *w->Slots(), spec); })
+        ->Iterations(1)
+        ->UseManualTime();
+    struct Collect : benchmark::BenchmarkReporter {
+      bool ReportContext(const Context&) override { return true; }
+      void ReportRuns(const std::vector<Run>& r) override {
+        runs.insert(runs.end(), r.begin(), r.end());
+      }
+      std::vector<Run> runs;
+    } reporter;
+    benchmark::RunSpecifiedBenchmarks(&reporter, "^TextServe_" + scenario + "/");
+    ASSERT_TRUE(status.ok()) << status.message();
+    ASSERT_EQ(reporter.runs.size(), 1u);
+    std::map<std::string, double> counters;
+    for (const auto& [name, c] : reporter.runs[0].counters) counters[name] = c.value;
+    EXPECT_GT(counters["tokens/s"], 0) << scenario;
+    EXPECT_GT(counters["samples/s"], 0) << scenario;
+    EXPECT_GT(counters["prefills"], 15) << scenario;
+    EXPECT_GE(counters["mean_active_slots"], 1) << scenario;
+    EXPECT_LE(counters["mean_active_slots"], 4) << scenario;
+    EXPECT_NEAR(counters["prefill_share"] + counters["decode_share"], 1, 1e-9);
+    if (scenario == "Server") {
+      EXPECT_GT(counters["ttft_p99_ms"], 0);
+      EXPECT_GE(counters["ttft_p99_ms"], counters["ttft_p50_ms"]);
+      EXPECT_GT(counters["tpot_p99_ms"], 0);
+      EXPECT_EQ(counters.count("goodput"), 1u);
+      EXPECT_LE(counters["goodput"], counters["samples/s"] + 1e-9);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ltb

@@ -1,0 +1,302 @@
+"""Serve of generation in Python: the decoder twins under MLPerf LoadGen's
+load with continuous batching, the design of bench's lib/serve/text_serve:
+a fixed number of slots share one key/value cache, a region per slot;
+between decode steps finished requests leave (the last active slot moves
+into the freed one) and waiting requests are prefilled one at a time and
+join; one decode step runs every active slot at its own position
+(Decoder.forward_slots). LoadGen hears of each first token
+(FirstTokenComplete: TTFT) and of each end with its token count
+(QuerySamplesComplete: TPOT). Requests are drawn as bench draws them
+(request_draw), so both serve the same prompts and lengths."""
+import collections
+import os
+import threading
+import time
+
+from ltb.pysuite import serve as batch_serve
+
+MASK64 = (1 << 64) - 1
+SEED = 55  # lib/serve/text_serve.h kTextServeSeed
+SAMPLES = 64
+
+
+def request_draw(seed, i, k):
+    """splitmix64 of seed + i * 2^32 + k (lib/serve RequestDraw)."""
+    z = (seed + (i << 32) + k + 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def draw_length(seed, i, k, lo, hi):
+    return lo + request_draw(seed, i, k) % (hi - lo + 1)
+
+
+def draw_request(i, prompt, output, vocab, seed=SEED):
+    """Request i: (prompt ids, output length); prompt and output are
+    (min, max) ranges."""
+    p = draw_length(seed, i, 0, *prompt)
+    return [draw_length(seed, i, 2 + j, 0, vocab - 1) for j in range(p)], \
+        draw_length(seed, i, 1, *output)
+
+
+class Request:
+    __slots__ = ("id", "prompt", "output_len", "arrived", "tokens", "position")
+
+    def __init__(self, id, prompt, output_len, arrived=0.0):
+        self.id, self.prompt, self.output_len, self.arrived = id, prompt, output_len, arrived
+        self.tokens, self.position = [], 0
+
+
+class ContinuousBatcher:
+    """Continuous batching over a decoder and a cache of `slots` rows,
+    driven one step at a time; first(request, token) and done(request,
+    tokens) are called as lib/serve's ContinuousBatcher calls them."""
+
+    def __init__(self, model, cache, first, done):
+        self.model, self.cache, self.first, self.done = model, cache, first, done
+        self.slots = cache[0][0].shape[0]
+        self.waiting = collections.deque()
+        self.active = []  # active[i] holds slot i
+        self.prefills = self.decode_steps = self.active_slot_steps = 0
+        self.prefill_s = self.decode_s = 0.0
+
+    def add(self, request):
+        self.waiting.append(request)
+
+    def _leave(self, i):
+        r = self.active[i]
+        self.done(r, r.tokens)
+        last = len(self.active) - 1
+        if i != last:
+            moved = self.active[last]
+            for keys, values in self.cache:
+                for t in (keys, values):
+                    t[i, :, :moved.position] = t[last, :, :moved.position]
+            self.active[i] = moved
+        self.active.pop()
+
+    def step(self):
+        import torch
+
+        while self.waiting and len(self.active) < self.slots:
+            r = self.waiting.popleft()
+            slot = len(self.active)
+            start = time.perf_counter()
+            rows = [(k[slot:slot + 1], v[slot:slot + 1]) for k, v in self.cache]
+            token = int(self.model.forward_cached(r.prompt, 0, rows).argmax(-1))
+            self.prefill_s += time.perf_counter() - start
+            self.prefills += 1
+            r.tokens, r.position = [token], r.prompt.shape[1]
+            self.first(r, token)
+            self.active.append(r)
+            if r.output_len <= 1:
+                self._leave(len(self.active) - 1)
+        if not self.active:
+            return bool(self.waiting)
+        device = self.active[0].prompt.device
+        start = time.perf_counter()
+        tokens = torch.tensor([r.tokens[-1] for r in self.active], device=device)[:, None]
+        nxt = self.model.forward_slots(tokens, [r.position for r in self.active],
+                                       self.cache).argmax(-1).tolist()  # waits
+        self.decode_s += time.perf_counter() - start
+        self.decode_steps += 1
+        self.active_slot_steps += len(self.active)
+        for r, t in zip(self.active, nxt):
+            r.tokens.append(t)
+            r.position += 1
+        for i in range(len(self.active) - 1, -1, -1):
+            if len(self.active[i].tokens) >= self.active[i].output_len:
+                self._leave(i)
+        return bool(self.active or self.waiting)
+
+    def abandon(self):
+        while self.active:
+            r = self.active.pop()
+            self.done(r, r.tokens)
+        while self.waiting:
+            r = self.waiting.popleft()
+            self.done(r, [])
+
+    def stats(self):
+        busy = self.prefill_s + self.decode_s
+        out = {"prefills": self.prefills, "decode_steps": self.decode_steps}
+        if self.decode_steps:
+            out["mean_active_slots"] = self.active_slot_steps / self.decode_steps
+        if busy > 0:
+            out["prefill_share"] = self.prefill_s / busy
+            out["decode_share"] = self.decode_s / busy
+        return out
+
+
+class Server:
+    """A ContinuousBatcher on a worker thread, in inference mode."""
+
+    def __init__(self, batcher):
+        self.batcher = batcher
+        self.cv = threading.Condition()
+        self.incoming, self.busy, self.stop, self.error = [], False, False, None
+        self.thread = threading.Thread(target=self._work, daemon=True)
+        self.thread.start()
+
+    def submit(self, requests):
+        with self.cv:
+            self.incoming.extend(requests)
+            self.cv.notify_all()
+
+    def drain(self):
+        with self.cv:
+            self.cv.wait_for(lambda: not self.incoming and not self.busy)
+
+    def close(self):
+        with self.cv:
+            self.stop = True
+            self.cv.notify_all()
+        self.thread.join()
+
+    def _work(self):
+        import torch
+
+        with torch.inference_mode(), self.cv:
+            while True:
+                self.cv.wait_for(lambda: self.stop or self.busy or self.incoming)
+                if self.stop and not self.busy and not self.incoming:
+                    return
+                for r in self.incoming:
+                    self.batcher.add(r)
+                self.incoming = []
+                self.cv.release()
+                more = False
+                try:
+                    if self.error is not None or self.stop:
+                        self.batcher.abandon()
+                    else:
+                        more = self.batcher.step()
+                except Exception as e:  # noqa: BLE001 - reported after the test
+                    self.error = self.error or e
+                    self.batcher.abandon()
+                finally:
+                    self.cv.acquire()
+                    self.busy = more
+                    self.cv.notify_all()
+
+
+def counters_from_detail(detail, scenario, stats, good, ttft_bound_ms, tpot_bound_ms):
+    """lib/serve's TextCountersFromDetail."""
+    out, label, seconds = batch_serve.counters_from_detail(detail, scenario)
+    out.pop("goodput", None)
+    out.pop("bound_ms", None)
+    number = batch_serve._number
+    key = "result_tokens_per_second" if scenario == "Offline" else \
+        "result_completed_tokens_per_second"
+    if number(detail, key) is not None:
+        out["tokens/s"] = number(detail, key)
+    for p in ("50.00", "90.00", "99.00"):
+        for name, k in ((f"ttft_p{p[:2]}_ms", f"result_first_token_{p}_percentile_latency_ns"),
+                        (f"tpot_p{p[:2]}_ms", f"result_time_per_output_token_{p}_percentile_ns")):
+            if number(detail, k) is not None:
+                out[name] = number(detail, k) * 1e-6
+    if scenario == "Server":
+        out["ttft_bound_ms"], out["tpot_bound_ms"] = ttft_bound_ms, tpot_bound_ms
+        if "samples/s" in out and good is not None:
+            out["goodput"] = out["samples/s"] * good
+    out.update(stats)
+    return out, label, seconds
+
+
+def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_qps=10,
+               min_s=1, min_queries=32, ttft_bound_ms=100, tpot_bound_ms=100,
+               device="cpu"):
+    """One LoadGen test of `model` (a Decoder twin) generating for requests
+    of prompt and output lengths in the (min, max) ranges `prompt` and
+    `output`: (counters, label, seconds per sample)."""
+    import mlperf_loadgen as lg
+    import torch
+
+    if scenario not in batch_serve.SCENARIOS:
+        raise ValueError(f"unknown scenario '{scenario}'; valid: "
+                         + ", ".join(batch_serve.SCENARIOS))
+    if output[0] < 2 or output[1] < output[0] or prompt[0] < 1 or prompt[1] < prompt[0]:
+        raise ValueError("output lengths must be 2 <= MIN <= MAX (LoadGen times the tokens "
+                         "after the first) and prompt lengths 1 <= MIN <= MAX")
+    context = prompt[1] + output[1]
+    if context > model.options.max_positions:
+        raise ValueError(f"prompt {prompt[1]} + output {output[1]} = {context} positions, "
+                         f"but the model has {model.options.max_positions}")
+    os.makedirs(log_dir, exist_ok=True)
+    vocab = model.options.vocab_size
+    with torch.inference_mode():
+        cache = model.make_cache(max_batch, context)
+        for k, v in cache:
+            k.zero_()
+            v.zero_()
+    samples = [None] * SAMPLES
+    lock = threading.Lock()
+    first_at, tally = {}, {"done": 0, "within": 0}
+
+    def first(r, token):
+        with lock:
+            first_at[r.id] = time.monotonic()
+        lg.FirstTokenComplete([lg.QuerySampleResponse(r.id, 0, 0, 1)])
+
+    def done(r, tokens):
+        now = time.monotonic()
+        with lock:
+            at = first_at.pop(r.id, None)
+            if at is not None:
+                tpot = (now - at) / (len(tokens) - 1) if len(tokens) > 1 else 0
+                if at - r.arrived <= ttft_bound_ms / 1e3 and tpot <= tpot_bound_ms / 1e3:
+                    tally["within"] += 1
+            tally["done"] += 1
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(r.id, 0, 0, max(len(tokens), 2))])
+
+    server = Server(ContinuousBatcher(model, cache, first, done))
+
+    def issue(query_samples):
+        now = time.monotonic()
+        server.submit([Request(q.id, samples[q.index][0], samples[q.index][1], now)
+                       for q in query_samples])
+
+    def load(indices):
+        for i in indices:
+            ids, n = draw_request(i, prompt, output, vocab)
+            samples[i] = (torch.tensor([ids], dtype=torch.long, device=device), n)
+
+    def unload(indices):
+        for i in indices:
+            samples[i] = None
+
+    settings = lg.TestSettings()
+    settings.scenario = getattr(lg.TestScenario, scenario)
+    settings.mode = lg.TestMode.PerformanceOnly
+    settings.min_duration_ms = int(min_s * 1000)
+    settings.min_query_count = int(min_queries)
+    settings.server_target_qps = target_qps
+    settings.offline_expected_qps = target_qps
+    settings.use_token_latencies = True
+    settings.ttft_latency = int(ttft_bound_ms * 1e6)
+    settings.tpot_latency = int(tpot_bound_ms * 1e6)
+    settings.performance_sample_count_override = SAMPLES
+    out = lg.LogOutputSettings()
+    out.outdir = log_dir
+    log = lg.LogSettings()
+    log.log_output = out
+    log.enable_trace = False
+    sut = lg.ConstructSUT(issue, lambda: None)
+    qsl = lg.ConstructQSL(SAMPLES, SAMPLES, load, unload)
+    try:
+        lg.StartTestWithLogSettings(sut, qsl, settings, log)
+        server.drain()
+    finally:
+        server.close()
+        lg.DestroyQSL(qsl)
+        lg.DestroySUT(sut)
+    if server.error is not None:
+        raise server.error
+    with open(os.path.join(log_dir, "mlperf_log_detail.txt")) as f:
+        detail = batch_serve.parse_detail(f.read())
+    good = tally["within"] / tally["done"] if tally["done"] else None
+    counters, label, seconds = counters_from_detail(
+        detail, scenario, server.batcher.stats(), good, ttft_bound_ms, tpot_bound_ms)
+    counters["max_batch"] = max_batch
+    return counters, label, seconds

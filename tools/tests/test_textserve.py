@@ -1,0 +1,115 @@
+"""pysuite's continuous batching (ltb.pysuite.textserve): every request's
+tokens equal generation at batch 1 of the same prompt, in several arrival
+orders and slot counts, over slots reused on purpose; the request draws
+are bench's; one LoadGen test that reports tokens and token latencies."""
+import importlib.util
+import random
+import tempfile
+import unittest
+
+from ltb.pysuite import textserve
+
+HAS_RUNTIME = all(importlib.util.find_spec(m) for m in ("torch", "mlperf_loadgen"))
+
+
+class DrawsTest(unittest.TestCase):
+    def test_draws_are_benchs(self):
+        # test/serve/text_serve_test.cc pins the same value.
+        self.assertEqual(textserve.request_draw(55, 0, 0), 0x6E1351B2349F331C)
+        lengths = [textserve.draw_length(55, i, 1, 16, 64) for i in range(200)]
+        self.assertTrue(all(16 <= n <= 64 for n in lengths))
+        self.assertGreater(len(set(lengths)), 30)
+
+
+@unittest.skipUnless(HAS_RUNTIME, "needs torch and mlperf_loadgen")
+class ContinuousBatchingTest(unittest.TestCase):
+    def model(self, family):
+        import torch
+        from ltb.pysuite.models import decoder_family as df
+
+        torch.manual_seed(7)
+        cls = {"GPT2": (df.GPT2LM, df.GPT2_SIZES), "Llama": (df.LlamaLM, df.LLAMA_SIZES)}
+        make, sizes = cls[family]
+        return make(next(s.options for s in sizes if s.name == "nano")).eval()
+
+    def generate(self, model, prompt, n):
+        import torch
+
+        cache = model.make_cache(1, prompt.shape[1] + n)
+        token = model.forward_cached(prompt, 0, cache).argmax(-1, keepdim=True)
+        out = [int(token)]
+        for i in range(1, n):
+            token = model.forward_cached(token, prompt.shape[1] + i - 1, cache).argmax(
+                -1, keepdim=True)
+            out.append(int(token))
+        return out
+
+    def serve(self, model, cases, slots, order, arrive_at, stale=0.0):
+        cache = model.make_cache(slots, 32)
+        for k, v in cache:
+            k.fill_(stale)
+            v.fill_(stale)
+        got, firsts = {}, {}
+        batcher = textserve.ContinuousBatcher(
+            model, cache, lambda r, t: firsts.__setitem__(r.id, t),
+            lambda r, tokens: got.__setitem__(r.id, list(tokens)))
+        nxt, most = 0, 0
+        for step in range(1000):
+            while nxt < len(order) and arrive_at[nxt] <= step:
+                prompt, n = cases[order[nxt]]
+                batcher.add(textserve.Request(order[nxt], prompt, n))
+                nxt += 1
+            more = batcher.step()
+            most = max(most, len(batcher.active))
+            if not more and nxt == len(order):
+                break
+        self.assertLessEqual(most, slots)
+        self.assertEqual({i: g[0] for i, g in got.items()}, firsts)
+        return got, batcher
+
+    def test_tokens_equal_generation_at_batch_one(self):
+        import torch
+
+        for family in ("GPT2", "Llama"):
+            model = self.model(family)
+            with torch.inference_mode():
+                cases = [(torch.randint(0, 1000, (1, 1 + (i * 5) % 13)), 1 + (i * 7) % 11)
+                         for i in range(12)]
+                expected = {i: self.generate(model, p, n) for i, (p, n) in enumerate(cases)}
+                n = len(cases)
+                shuffled = list(range(n))
+                random.Random(3).shuffle(shuffled)
+                for slots in (1, 3, 8):
+                    for order in (list(range(n)), list(reversed(range(n))), shuffled):
+                        for arrive in ([0] * n, [2 * i for i in range(n)]):
+                            got, _ = self.serve(model, cases, slots, order, arrive)
+                            self.assertEqual(got, expected, (family, slots, order, arrive))
+                # Two slots reused six times each over stale values.
+                got, batcher = self.serve(model, cases, 2, list(range(n)), [0] * n, 50.0)
+                self.assertEqual(got, expected, (family, "stale"))
+                self.assertEqual(batcher.prefills, n)
+                self.assertEqual(batcher.active_slot_steps, sum(o - 1 for _, o in cases))
+
+    def test_loadgen_reports_tokens_and_token_latencies(self):
+        model = self.model("GPT2")
+        with tempfile.TemporaryDirectory() as d:
+            for scenario in ("Offline", "Server"):
+                counters, label, _ = textserve.serve_text(
+                    model, scenario, d, prompt=(3, 12), output=(2, 8), max_batch=4,
+                    target_qps=50, min_s=0.2, min_queries=16, ttft_bound_ms=5000,
+                    tpot_bound_ms=5000)
+                self.assertGreater(counters["tokens/s"], 0, scenario)
+                self.assertGreaterEqual(counters["prefills"], 16)
+                self.assertLessEqual(counters["mean_active_slots"], 4)
+                if scenario == "Server":
+                    self.assertGreater(counters["ttft_p99_ms"], 0)
+                    self.assertGreater(counters["tpot_p99_ms"], 0)
+                    self.assertLessEqual(counters["goodput"], counters["samples/s"] + 1e-9)
+        with self.assertRaisesRegex(ValueError, "2 <= MIN"):
+            textserve.serve_text(model, "Offline", "/tmp", prompt=(4, 4), output=(0, 0))
+        with self.assertRaisesRegex(ValueError, "has 1024"):
+            textserve.serve_text(model, "Offline", "/tmp", prompt=(1020, 1020), output=(8, 8))
+
+
+if __name__ == "__main__":
+    unittest.main()
