@@ -1,6 +1,7 @@
 """The suite's benchmarks in Python with PyTorch, by bench's method, so that
 C++ (LibTorch) and Python (PyTorch) results line up by name.
 
+    tools/pybench --compare BENCH.json PYBENCH.json   (serve results side by side)
     tools/pybench [--benchmark_filter=REGEX] [--runtime=eager,compile | --compile]
                   [bench's flags: --devices --batch --seq --prompt --new_tokens
                    --dtype --threads --interop_threads --warmup_s --warmup_steps
@@ -94,6 +95,7 @@ import time
 from ltb.base import REPO, BadInput, require, write_json
 from ltb.results.format import human
 from ltb.results.load import load
+from ltb.results.serving import compare_main
 
 require("torch", "numpy")  # this Python, or the project's venv, which has them
 
@@ -297,6 +299,7 @@ def parse_flags(argv):
     add("--target_qps", default="10", help="serve: Server's rates; Offline's expected rate")
     add("--latency_bound_ms", type=float, default=None, help="serve: Server's p99 bound")
     add("--samples_per_query", type=int, default=0, help="serve: MultiStream's samples")
+    add("--find_peak", default="false", help="serve: Server's peak QPS by LoadGen's search")
     add("--serve_min_s", type=float, default=1, help="serve: LoadGen's minimum duration")
     add("--serve_min_queries", type=int, default=32, help="serve: LoadGen's minimum queries")
     add("--max_batch", type=int, default=8, help="serve: the batcher's largest batch")
@@ -377,6 +380,9 @@ def serve_flags(a):
             a.serve_min_queries < 1:
         raise BadFlag("--max_batch and --serve_min_queries must be >= 1, --batch_timeout_us and "
                   "--serve_min_s >= 0")
+    a.find_peak = switch(a.find_peak, "find_peak")
+    if a.find_peak and "Server" not in a.scenarios:
+        raise BadFlag(serve.FIND_PEAK_OUTSIDE_SERVER)
     if not a.serve_log_dir:
         a.serve_log_dir = (os.path.splitext(a.benchmark_out)[0] + ".loadgen"
                            if a.benchmark_out else "loadgen_logs")
@@ -417,7 +423,7 @@ class Spec:
             sv = self.serve
             name = f"{self.family}/{self.size}/{self.device}/serve/scenario:{sv['scenario']}"
             if sv["scenario"] == "Server":
-                name += f"/qps:{sv['qps']:g}"
+                name += f"/{'find_peak_from' if sv.get('find_peak') else 'qps'}:{sv['qps']:g}"
             name += f"/max_batch:{sv['max_batch']}"
         else:
             name = f"{self.family}/{self.size}/{self.device}/{self.phase}/batch:{self.batch}"
@@ -505,7 +511,8 @@ def specs(args):
                                              dtype, runtime, seq=first, weights=args.weights,
                                              quant=q)
                                     v.serve = {"scenario": scenario, "qps": qps,
-                                               "max_batch": args.max_batch}
+                                               "max_batch": args.max_batch,
+                                               "find_peak": args.find_peak and scenario == "Server"}
                                     v.steps = 1  # one LoadGen test
                                     if (pattern.search(v.full_name()) is not None) != negate:
                                         out.append(v)
@@ -1258,7 +1265,7 @@ def serve_one(spec, args):
         min_queries=args.serve_min_queries, max_batch=sv["max_batch"],
         batch_timeout_us=args.batch_timeout_us,
         tokens_per_sample=workload.tokens_per_step / spec.batch if workload.tokens_per_step
-        else 0, synchronize=lambda: synchronize(spec.device))
+        else 0, synchronize=lambda: synchronize(spec.device), find_peak=sv["find_peak"])
     e = {"name": name, "family_index": 0, "per_family_instance_index": 0, "run_name": name,
          "run_type": "iteration", "repetitions": 1, "repetition_index": 0, "threads": 1,
          "iterations": 1, "real_time": seconds * 1e3,
@@ -1476,6 +1483,8 @@ def console_line(e):
 
 
 def pybench_main(argv):
+    if argv[:1] == ["--compare"]:  # C++ beside Python under load, nothing run
+        return compare_main(argv[1:])
     try:
         args = parse_flags(argv)
         selected = specs(args)
