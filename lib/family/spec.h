@@ -76,6 +76,7 @@ struct ServeSettings {
   int64_t max_batch = 8;            // the batcher's largest batch
   int64_t batch_timeout_us = 2000;  // how long a batch waits to fill
   std::string log_dir;              // LoadGen's logs, one folder a benchmark
+  bool find_peak = false;  // Server: LoadGen's FindPeakPerformance from target_qps
 };
 
 // The scenarios --scenario takes, in LoadGen's order.
@@ -142,7 +143,8 @@ struct BenchSpec {
   // packed oneDNN linears (--cpu_linear=onednn): .../dtype[/channels_last]/onednn;
   // compiled models: .../dtype/aoti or .../dtype/torchscript.
   // serve: Family/size/device/serve/scenario:S[/qps:Q]/max_batch:B[/seq:T]/dtype,
-  // Q (Server only) the target QPS, B the batcher's largest batch.
+  // Q (Server only) the target QPS, B the batcher's largest batch; Server's
+  // peak search (--find_peak): .../scenario:Server/find_peak_from:Q/...
   // Families that name the phase first (Ops, whose phase is the shape):
   // Ops/op/shape/device/dtype[/nosync].
   std::string Name() const;

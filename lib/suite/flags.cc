@@ -197,8 +197,12 @@ ABSL_FLAG(int64_t, batch_timeout_us, 2000,
 ABSL_FLAG(std::string, serve_log_dir, "",
           "serve: where LoadGen's logs are kept, a folder a benchmark. Default: "
           "<--benchmark_out without extension>.loadgen, else ./loadgen_logs.");
-ABSL_FLAG(std::string, serve_phase, "forward",
-          "serve: the inference phase served (valid: forward).");
+ABSL_FLAG(std::string, serve_phase, "",
+          "serve: the inference phase served (valid: forward, encode). Default: each "
+          "family's (Whisper's encode, the others' forward).");
+ABSL_FLAG(bool, find_peak, false,
+          "serve: Server searches its peak QPS within --latency_bound_ms by LoadGen's "
+          "FindPeakPerformance, from each --target_qps (which must meet the bound).");
 
 namespace ltb {
 namespace {
@@ -734,6 +738,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   serve.max_batch = absl::GetFlag(FLAGS_max_batch);
   serve.batch_timeout_us = absl::GetFlag(FLAGS_batch_timeout_us);
   serve.log_dir = absl::GetFlag(FLAGS_serve_log_dir);
+  serve.find_peak = absl::GetFlag(FLAGS_find_peak);
   sweep.serve_qps.clear();
   for (const std::string& item : SplitList(absl::GetFlag(FLAGS_target_qps))) {
     double qps = 0;
@@ -756,11 +761,19 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
     ServeSettings check = serve;
     check.scenario = std::string(absl::StripAsciiWhitespace(scenario));
     check.target_qps = sweep.serve_qps.front();
+    check.find_peak = serve.find_peak && check.scenario == "Server";
     if (absl::Status valid = ValidateServe(check); !valid.ok()) return valid;
     if (std::find(sweep.serve_scenarios.begin(), sweep.serve_scenarios.end(),
                   check.scenario) == sweep.serve_scenarios.end()) {
       sweep.serve_scenarios.push_back(check.scenario);
     }
+  }
+  if (serve.find_peak &&
+      std::find(sweep.serve_scenarios.begin(), sweep.serve_scenarios.end(), "Server") ==
+          sweep.serve_scenarios.end()) {
+    return absl::InvalidArgumentError(
+        "--find_peak=true: LoadGen searches a peak QPS in the Server scenario only; "
+        "valid: --scenario=Server (alone or among others)");
   }
   if (SuiteFlagGiven("serve_phase") && sweep.serve_scenarios.empty()) {
     ServeSettings check = serve;

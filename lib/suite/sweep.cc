@@ -226,7 +226,8 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
       // and without graphs.
       const bool serves =
           family.serves && !sweep.serve_scenarios.empty() && inference &&
-          c.phase.name == sweep.serve.phase && c.backend.empty() &&
+          c.phase.name == family.serve_phase &&
+          (sweep.serve.phase.empty() || sweep.serve.phase == c.phase.name) &&
           (c.phase.shape == Shape::kBatch || c.phase.shape == Shape::kSequence);
       Product(axes, 0, base, [&](const Point& p) {
         out.push_back({&family, p.spec, c.unit});
@@ -240,7 +241,9 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
             served.phase = kServe;
             served.serve = sweep.serve;
             served.serve.scenario = scenario;
+            served.serve.phase = c.phase.name;
             served.serve.target_qps = qps;
+            served.serve.find_peak = sweep.serve.find_peak && scenario == "Server";
             if (served.batch > 0) served.batch = served.serve.max_batch;
             out.push_back({&family, served, c.unit});
           }
