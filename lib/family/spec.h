@@ -67,7 +67,7 @@ struct EpochSettings {
 // (measure/serve.h). Only the scenario and Server's QPS are in the name.
 struct ServeSettings {
   std::string scenario;             // SingleStream, MultiStream, Server, Offline
-  std::string phase = "forward";    // the inference phase served
+  std::string phase;                // the inference phase served; "": each family's
   double target_qps = 10;           // Server: the arrival rate; Offline: expected
   double latency_bound_ms = 0;      // Server: p99 bound; 0: LoadGen's (100 ms)
   int64_t samples_per_query = 0;    // MultiStream; 0: LoadGen's (8)
