@@ -252,9 +252,13 @@ struct Family {
   std::vector<MatmulShape> peak_matmul_shapes;
   // Names read Family/size/phase/device/... (Ops/matmul/2048x2048/cpu/...).
   bool phase_before_device = false;
-  // Its forward workload runs batches it is given (Workload::RunBatch):
-  // --scenario registers serve benchmarks of its forward cases.
+  // Its `serve_phase` workload runs batches it is given (Workload::RunBatch):
+  // --scenario registers serve benchmarks of that phase's cases. A family
+  // whose own workload cannot builds a serving one with `build_served`
+  // (registered apart: RegisterServing, family/registry.h).
   bool serves = false;
+  std::string serve_phase = "forward";
+  std::function<std::unique_ptr<Workload>(const BenchSpec&)> build_served;
   // Numbers its runs depend on beyond the size cards and the shapes (a
   // decoder's context and depth chunk, an image's side, a learning rate,
   // an audio window's seconds), by name: `bench --list_families` prints

@@ -15,6 +15,11 @@ std::vector<FamilyRegistration>& Registrations() {
   return *registrations;
 }
 
+std::vector<ServingRegistration>& Servings() {
+  static auto* servings = new std::vector<ServingRegistration>;
+  return *servings;
+}
+
 bool SelftestRequested() {
   const char* env = std::getenv("LTB_SELFTEST");
   return env != nullptr && std::string(env) == "1";
@@ -24,6 +29,11 @@ bool SelftestRequested() {
 
 bool RegisterFamily(FamilyRegistration registration) {
   Registrations().push_back(std::move(registration));
+  return true;
+}
+
+bool RegisterServing(ServingRegistration registration) {
+  Servings().push_back(std::move(registration));
   return true;
 }
 
@@ -52,6 +62,12 @@ absl::StatusOr<std::vector<Family>> RegisteredFamilies(const FamilyOptions& opti
     // A family with nothing to offer in this run (Model without --model)
     // is left out.
     if (family->Cases().empty()) continue;
+    for (const ServingRegistration& s : Servings()) {
+      if (s.family != family->name) continue;
+      family->serves = true;
+      family->serve_phase = s.phase;
+      family->build_served = s.build;
+    }
     families.push_back(*std::move(family));
   }
   // A family that loads no checkpoint refuses --weights, naming those that do.

@@ -43,7 +43,10 @@ std::string BenchSpec::Name() const {
     name = absl::StrCat(family, "/", size, "/", DeviceName(device), "/", phase);
     if (serving()) {
       absl::StrAppend(&name, "/scenario:", serve.scenario);
-      if (serve.scenario == "Server") absl::StrAppend(&name, "/qps:", serve.target_qps);
+      if (serve.scenario == "Server") {
+        absl::StrAppend(&name,
+                        serve.find_peak ? "/find_peak_from:" : "/qps:", serve.target_qps);
+      }
       absl::StrAppend(&name, "/max_batch:", serve.max_batch);
     } else if (batch > 0) {
       absl::StrAppend(&name, "/batch:", batch);

@@ -67,7 +67,7 @@ struct EpochSettings {
 // (measure/serve.h). Only the scenario and Server's QPS are in the name.
 struct ServeSettings {
   std::string scenario;             // SingleStream, MultiStream, Server, Offline
-  std::string phase = "forward";    // the inference phase served
+  std::string phase;                // the inference phase served; "": each family's
   double target_qps = 10;           // Server: the arrival rate; Offline: expected
   double latency_bound_ms = 0;      // Server: p99 bound; 0: LoadGen's (100 ms)
   int64_t samples_per_query = 0;    // MultiStream; 0: LoadGen's (8)
@@ -87,6 +87,7 @@ struct ServeSettings {
   int64_t output_max = 0;
   double ttft_bound_ms = 0;  // Server: time to first token, p99; 0: LoadGen's
   double tpot_bound_ms = 0;  // Server: time per output token, p99; 0: LoadGen's
+  bool find_peak = false;    // Server: LoadGen's FindPeakPerformance from target_qps
 };
 
 // The scenarios --scenario takes, in LoadGen's order.
@@ -153,7 +154,8 @@ struct BenchSpec {
   // packed oneDNN linears (--cpu_linear=onednn): .../dtype[/channels_last]/onednn;
   // compiled models: .../dtype/aoti or .../dtype/torchscript.
   // serve: Family/size/device/serve/scenario:S[/qps:Q]/max_batch:B[/seq:T]/dtype,
-  // Q (Server only) the target QPS, B the batcher's largest batch;
+  // Q (Server only) the target QPS, B the batcher's largest batch; Server's
+  // peak search (--find_peak): .../scenario:Server/find_peak_from:Q/...;
   // serve of generate: .../max_batch:B/prompt:P/output:N/dtype, P and N a
   // length or min:max, B the slots.
   // Families that name the phase first (Ops, whose phase is the shape):

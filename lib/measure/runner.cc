@@ -131,7 +131,14 @@ bool Runner::Measure(benchmark::State& state, const Family& family, const BenchS
     if (spec.serving()) {
       // One LoadGen test: its counters, or its error, are set on `state`.
       const BenchSpec served = ServedSpec(spec);
-      Workload& workload = cache_.Prepare(family, served, options);
+      // A family that builds its served workload apart: not the plain
+      // phase's of the same name, before or after.
+      Family serving = family;
+      if (family.build_served) {
+        serving.build = family.build_served;
+        cache_.Release();
+      }
+      Workload& workload = cache_.Prepare(serving, served, options);
       if (SlotDecoder* slots = workload.Slots()) {  // generation: continuous batching
         if (absl::Status status = RunTextServe(state, *slots, spec); !status.ok()) {
           state.SkipWithError(std::string(status.message()).c_str());
@@ -139,7 +146,8 @@ bool Runner::Measure(benchmark::State& state, const Family& family, const BenchS
         }
         return false;
       }
-      if (!RunServe(state, workload, spec, TokensPerSample(plan, served)).ok()) {
+      if (!RunServe(state, workload, spec, TokensPerSample(plan, served)).ok() ||
+          family.build_served) {
         cache_.Release();
       }
       return false;

@@ -8,8 +8,10 @@
 #include <loadgen/test_settings.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -138,11 +140,12 @@ absl::Status ValidateServe(const ServeSettings& serve) {
         absl::StrCat("--scenario: unknown scenario '", serve.scenario,
                      "'; valid: ", absl::StrJoin(names, ", ")));
   }
-  if (serve.phase != "forward" && serve.phase != "generate") {
+  if (!serve.phase.empty() && serve.phase != "forward" && serve.phase != "encode" &&
+      serve.phase != "generate") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--serve_phase=", serve.phase,
-        ": serve runs an inference phase (not a training phase); valid: forward, "
-        "generate"));
+        ": serve runs an inference phase (not a training phase); valid: forward, encode "
+        "(Whisper's), generate"));
   }
   if (!(serve.target_qps > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -158,6 +161,11 @@ absl::Status ValidateServe(const ServeSettings& serve) {
   }
   if (serve.batch_timeout_us < 0) {
     return absl::InvalidArgumentError("--batch_timeout_us must be a whole number >= 0");
+  }
+  if (serve.find_peak && serve.scenario != "Server") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--find_peak=true: LoadGen searches a peak QPS in the Server scenario only, not ",
+        serve.scenario, "; valid: --scenario=Server"));
   }
   if (serve.min_s < 0 || serve.min_queries < 1) {
     return absl::InvalidArgumentError(
@@ -269,6 +277,70 @@ ServeCounters CountersFromDetail(const std::map<std::string, std::string>& detai
   return out;
 }
 
+PeakSearch PeakFromDetailLog(const std::string& text) {
+  // LoadGen logs the search's steps as messages (loadgen.cc
+  // FindPeakPerformanceMode): the last one says where it ended.
+  const std::string found = "FindPeakPerformance: Found peak performance field: ";
+  const std::string failed = "FindPeakPerformance: Initial lower bound does not satisfy ";
+  PeakSearch out;
+  std::istringstream lines(text);
+  std::string line;
+  const std::string mark = ":::MLLOG ";
+  while (std::getline(lines, line)) {
+    const size_t at = line.find(mark);
+    if (at == std::string::npos) continue;
+    const nlohmann::json entry =
+        nlohmann::json::parse(line.substr(at + mark.size()), nullptr, false);
+    if (entry.is_discarded() || !entry.contains("value") || !entry["value"].is_string()) {
+      continue;
+    }
+    const std::string value = entry["value"].get<std::string>();
+    if (value.rfind(found, 0) == 0) {
+      try {
+        out.qps = std::stod(value.substr(found.size()));
+        out.found = true;
+        out.why_not.clear();
+      } catch (const std::exception&) {
+      }
+    } else if (value.rfind(failed, 0) == 0) {
+      out = PeakSearch{};
+      const size_t msg = value.find("msg: ");
+      out.why_not = msg == std::string::npos ? value : value.substr(msg + 5);
+    }
+  }
+  return out;
+}
+
+ServeCounters CountersFromLog(const std::string& detail_text, const ServeSettings& serve,
+                              double tokens_per_sample) {
+  ServeCounters out =
+      CountersFromDetail(ParseDetailLog(detail_text), serve, tokens_per_sample);
+  if (!serve.find_peak) return out;
+  const PeakSearch peak = PeakFromDetailLog(detail_text);
+  out.counters.emplace_back("peak_qps", peak.found ? peak.qps : 0);
+  const std::string verdict = out.label.substr(out.label.find(' ') + 1);
+  if (peak.found) {
+    // The peak's own test is the one LoadGen's results describe.
+    out.label = absl::StrCat("scenario:Server peak ", peak.qps,
+                             " QPS within the bound; at the peak ", verdict);
+    out.seconds_per_sample = 1 / peak.qps;
+  } else {
+    std::string why = peak.why_not.empty() ? "no peak in LoadGen's log" : peak.why_not;
+    while (!why.empty() && why.back() == ' ') why.pop_back();
+    out.label = absl::StrCat("scenario:Server no peak: the starting rate ",
+                             serve.target_qps, " QPS misses the bound: ", why);
+  }
+  return out;
+}
+
+int PeakSearchDecimals(double target_qps) {
+  int decimals = 0;
+  while (decimals < 6 && std::pow(10.0, -decimals) > 0.01 * target_qps + 1e-12) {
+    ++decimals;
+  }
+  return decimals;
+}
+
 std::string ServeLogFolder(const std::string& log_dir, const BenchSpec& spec) {
   std::string name = spec.Name();
   for (char& c : name) {
@@ -334,6 +406,106 @@ class QueueSut : public mlperf::SystemUnderTest {
 // repeats one, few enough to keep in memory beside the model.
 constexpr size_t kServeSamples = 64;
 
+// One LoadGen test's parts, shared by the benchmark and the thread that runs
+// LoadGen, so that an interrupted benchmark can return while LoadGen, which
+// cannot end a test early, finishes its schedule with samples completed
+// unrun; the thread keeps the parts alive until then (or the process ends).
+class LoadGenTest {
+ public:
+  LoadGenTest(Workload& workload, const ServeSettings& serve, const c10::Device& device)
+      : library_(workload.BatchInputs(), kServeSamples),
+        runner_(workload, serve.max_batch, device),
+        // SingleStream has one sample in flight at a time: waiting for a
+        // second would only add the wait to every latency.
+        batcher_(serve.max_batch,
+                 serve.scenario == "SingleStream" ? 0 : serve.batch_timeout_us,
+                 [this](const std::vector<ServeRequest>& batch) { Run(batch); }),
+        sut_(&batcher_) {}
+
+  // Runs LoadGen's test on its own thread; Wait for it.
+  void Start(std::shared_ptr<LoadGenTest> self, const mlperf::TestSettings& settings,
+             const mlperf::LogSettings& log) {
+    thread_ = std::thread([self, settings, log] {
+      mlperf::StartTest(&self->sut_, &self->library_, settings, log);
+      self->batcher_.Drain();
+      std::lock_guard<std::mutex> lock(self->mu_);
+      self->done_ = true;
+      self->done_cv_.notify_all();
+    });
+  }
+
+  // True once the test has ended; false as soon as a stop is requested
+  // before, once the batch running has finished: from then on the workload
+  // is not touched again, and LoadGen's thread is left to finish alone.
+  bool Wait() {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!done_ && !StopRequested()) {
+        done_cv_.wait_for(lock, std::chrono::milliseconds(20));
+      }
+      if (done_) {
+        lock.unlock();
+        thread_.join();
+        return true;
+      }
+    }
+    std::lock_guard<std::mutex> running(run_mu_);
+    abandoned_ = true;
+    thread_.detach();
+    return false;
+  }
+
+  int64_t batches() const { return batcher_.batches(); }
+  std::string error() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return error_;
+  }
+  bool interrupted() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return interrupted_;
+  }
+
+ private:
+  // After an interrupt, or a failure, samples complete unrun so that
+  // LoadGen ends its test and writes its logs.
+  void Run(const std::vector<ServeRequest>& batch) {
+    {
+      std::lock_guard<std::mutex> running(run_mu_);
+      bool run = !abandoned_ && !StopRequested();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!run) interrupted_ = true;
+        run = run && error_.empty();
+      }
+      if (run) {
+        try {
+          runner_.Run(library_.samples(), batch);
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (error_.empty()) error_ = e.what();
+        }
+      }
+    }
+    std::vector<mlperf::QuerySampleResponse> responses;
+    responses.reserve(batch.size());
+    for (const ServeRequest& r : batch) responses.emplace_back(r.id, 0, 0);
+    mlperf::QuerySamplesComplete(responses.data(), responses.size());
+  }
+
+  SampleLibrary library_;
+  BatchRunner runner_;
+  std::mutex run_mu_;  // held while a batch may run the workload
+  bool abandoned_ = false;
+  mutable std::mutex mu_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::string error_;
+  bool interrupted_ = false;
+  Batcher batcher_;
+  QueueSut sut_;
+  std::thread thread_;
+};
+
 absl::Status RunLoadGenTest(benchmark::State& state, Workload& workload,
                             const BenchSpec& spec, double tokens_per_sample);
 
@@ -351,6 +523,7 @@ namespace {
 absl::Status RunLoadGenTest(benchmark::State& state, Workload& workload,
                             const BenchSpec& spec, double tokens_per_sample) {
   const ServeSettings& serve = spec.serve;
+  if (absl::Status valid = ValidateServe(serve); !valid.ok()) return valid;
   if (!workload.BatchInputs().defined()) {
     return absl::UnimplementedError(
         absl::StrCat(spec.family, "'s ", serve.phase,
@@ -366,11 +539,17 @@ absl::Status RunLoadGenTest(benchmark::State& state, Workload& workload,
 
   mlperf::TestSettings settings;
   settings.scenario = ScenarioOf(serve.scenario);
-  settings.mode = mlperf::TestMode::PerformanceOnly;
+  settings.mode = serve.find_peak ? mlperf::TestMode::FindPeakPerformance
+                                  : mlperf::TestMode::PerformanceOnly;
   settings.min_duration_ms = static_cast<uint64_t>(serve.min_s * 1000);
   settings.min_query_count = static_cast<uint64_t>(serve.min_queries);
   settings.server_target_qps = serve.target_qps;
   settings.offline_expected_qps = serve.target_qps;
+  // The search doubles the rate until the bound is missed (LoadGen's step
+  // size 1), then bisects to the decimals that resolve 1% of the start.
+  settings.server_find_peak_qps_boundary_step_size = 1;
+  settings.server_find_peak_qps_decimals_of_precision =
+      PeakSearchDecimals(serve.target_qps);
   if (serve.latency_bound_ms > 0) {
     settings.server_target_latency_ns =
         static_cast<uint64_t>(serve.latency_bound_ms * 1e6);
@@ -384,64 +563,30 @@ absl::Status RunLoadGenTest(benchmark::State& state, Workload& workload,
   log.log_output.outdir = folder;
   log.enable_trace = false;
 
-  SampleLibrary library(workload.BatchInputs(), kServeSamples);
-  BatchRunner runner(workload, serve.max_batch, spec.device);
-  std::mutex error_mu;
-  std::string error;
-  bool interrupted = false;
-  // SingleStream has one sample in flight at a time: waiting for a second
-  // would only add the wait to every latency.
-  const int64_t timeout_us =
-      serve.scenario == "SingleStream" ? 0 : serve.batch_timeout_us;
-  Batcher batcher(serve.max_batch, timeout_us,
-                  [&](const std::vector<ServeRequest>& batch) {
-                    // After an interrupt, or a failure, samples complete
-                    // unrun so that LoadGen ends its test and writes its logs.
-                    bool run = !StopRequested();
-                    {
-                      std::lock_guard<std::mutex> lock(error_mu);
-                      if (!run) interrupted = true;
-                      run = run && error.empty();
-                    }
-                    if (run) {
-                      try {
-                        runner.Run(library.samples(), batch);
-                      } catch (const std::exception& e) {
-                        std::lock_guard<std::mutex> lock(error_mu);
-                        if (error.empty()) error = e.what();
-                      }
-                    }
-                    std::vector<mlperf::QuerySampleResponse> responses;
-                    responses.reserve(batch.size());
-                    for (const ServeRequest& r : batch)
-                      responses.emplace_back(r.id, 0, 0);
-                    mlperf::QuerySamplesComplete(responses.data(), responses.size());
-                  });
-  QueueSut sut(&batcher);
-
   for (auto _ : state) {
-    mlperf::StartTest(&sut, &library, settings, log);
-    batcher.Drain();
+    auto test = std::make_shared<LoadGenTest>(workload, serve, spec.device);
+    test->Start(test, settings, log);
+    if (!test->Wait()) {
+      return absl::CancelledError(
+          absl::StrCat(StopReason(),
+                       " during LoadGen's test (left to end unrun); its logs: ", folder));
+    }
     std::ifstream in(std::filesystem::path(folder) / "mlperf_log_detail.txt");
     std::stringstream text;
     text << in.rdbuf();
-    const ServeCounters counters =
-        CountersFromDetail(ParseDetailLog(text.str()), serve, tokens_per_sample);
+    const ServeCounters counters = CountersFromLog(text.str(), serve, tokens_per_sample);
     state.SetIterationTime(counters.seconds_per_sample);
-    {
-      std::lock_guard<std::mutex> lock(error_mu);
-      if (!error.empty()) {
-        return absl::InternalError(
-            absl::StrCat("serve: ", error, " (LoadGen's logs: ", folder, ")"));
-      }
-      if (interrupted) {
-        return absl::CancelledError(
-            absl::StrCat(StopReason(), " during LoadGen's test; its logs: ", folder));
-      }
+    if (const std::string error = test->error(); !error.empty()) {
+      return absl::InternalError(
+          absl::StrCat("serve: ", error, " (LoadGen's logs: ", folder, ")"));
+    }
+    if (test->interrupted()) {
+      return absl::CancelledError(
+          absl::StrCat(StopReason(), " during LoadGen's test; its logs: ", folder));
     }
     for (const auto& [name, value] : counters.counters) state.counters[name] = value;
     state.counters["max_batch"] = static_cast<double>(serve.max_batch);
-    state.counters["batches"] = static_cast<double>(batcher.batches());
+    state.counters["batches"] = static_cast<double>(test->batches());
     state.SetLabel(counters.label);
   }
   return absl::OkStatus();

@@ -112,12 +112,35 @@ struct ServeCounters {
 ServeCounters CountersFromDetail(const std::map<std::string, std::string>& detail,
                                  const ServeSettings& serve, double tokens_per_sample);
 
+// Server's peak search (LoadGen's FindPeakPerformance), as its detail log
+// tells it: the peak QPS found, or why the search could not start (the
+// starting rate missed the bound).
+struct PeakSearch {
+  bool found = false;
+  double qps = 0;
+  std::string why_not;  // LoadGen's message when not found
+};
+PeakSearch PeakFromDetailLog(const std::string& text);
+
+// The counters and label of a LoadGen test from its detail log's text: as
+// CountersFromDetail, and with serve.find_peak the peak QPS found
+// (`peak_qps`, the benchmark's time 1 / peak), or 0 and LoadGen's reason.
+ServeCounters CountersFromLog(const std::string& detail_text, const ServeSettings& serve,
+                              double tokens_per_sample);
+
+// The decimals LoadGen's peak search resolves Server's rate to: the fewest
+// that make a step at most 1% of the starting rate.
+int PeakSearchDecimals(double target_qps);
+
 // The folder of one serve benchmark's LoadGen logs under `log_dir`.
 std::string ServeLogFolder(const std::string& log_dir, const BenchSpec& spec);
 
 // One serve benchmark: one LoadGen test over `workload` (built at the
 // spec's max_batch), its counters set on `state`. Returns an error to report
-// instead (the workload cannot run batches it is given, an interrupt).
+// instead (the workload cannot run batches it is given, an interrupt). An
+// interrupt returns as soon as the batch running has finished: LoadGen
+// cannot end a test early, so it goes on in the background, completing its
+// samples unrun, until the process exits; its logs hold what it wrote.
 absl::Status RunServe(benchmark::State& state, Workload& workload, const BenchSpec& spec,
                       double tokens_per_sample);
 

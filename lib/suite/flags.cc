@@ -205,9 +205,10 @@ ABSL_FLAG(int64_t, batch_timeout_us, 2000,
 ABSL_FLAG(std::string, serve_log_dir, "",
           "serve: where LoadGen's logs are kept, a folder a benchmark. Default: "
           "<--benchmark_out without extension>.loadgen, else ./loadgen_logs.");
-ABSL_FLAG(std::string, serve_phase, "forward",
-          "serve: the inference phase served (valid: forward, generate). Default: "
-          "forward, or generate where --prompt_len or --output_len is given.");
+ABSL_FLAG(std::string, serve_phase, "",
+          "serve: the inference phase served (valid: forward, encode, generate). "
+          "Default: generate where --prompt_len or --output_len is given, else each "
+          "family's (Whisper's encode, the others' forward).");
 ABSL_FLAG(std::string, prompt_len, "",
           "serve of generate: each request's prompt length, N or MIN:MAX (drawn "
           "uniformly, seeded). Default: --prompt.");
@@ -220,6 +221,9 @@ ABSL_FLAG(double, ttft_bound_ms, 0,
 ABSL_FLAG(double, tpot_bound_ms, 0,
           "serve of generate: Server's p99 time-per-output-token bound in ms. "
           "Default: LoadGen's (100 ms).");
+ABSL_FLAG(bool, find_peak, false,
+          "serve: Server searches its peak QPS within --latency_bound_ms by LoadGen's "
+          "FindPeakPerformance, from each --target_qps (which must meet the bound).");
 
 namespace ltb {
 namespace {
@@ -769,6 +773,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   }
   serve.ttft_bound_ms = absl::GetFlag(FLAGS_ttft_bound_ms);
   serve.tpot_bound_ms = absl::GetFlag(FLAGS_tpot_bound_ms);
+  serve.find_peak = absl::GetFlag(FLAGS_find_peak);
   sweep.serve_qps.clear();
   for (const std::string& item : SplitList(absl::GetFlag(FLAGS_target_qps))) {
     double qps = 0;
@@ -791,12 +796,20 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
     ServeSettings check = serve;
     check.scenario = std::string(absl::StripAsciiWhitespace(scenario));
     check.target_qps = sweep.serve_qps.front();
+    check.find_peak = serve.find_peak && check.scenario == "Server";
     if (absl::Status valid = ValidateServe(check); !valid.ok()) return valid;
     if (absl::Status valid = ValidateTextServe(check); !valid.ok()) return valid;
     if (std::find(sweep.serve_scenarios.begin(), sweep.serve_scenarios.end(),
                   check.scenario) == sweep.serve_scenarios.end()) {
       sweep.serve_scenarios.push_back(check.scenario);
     }
+  }
+  if (serve.find_peak &&
+      std::find(sweep.serve_scenarios.begin(), sweep.serve_scenarios.end(), "Server") ==
+          sweep.serve_scenarios.end()) {
+    return absl::InvalidArgumentError(
+        "--find_peak=true: LoadGen searches a peak QPS in the Server scenario only; "
+        "valid: --scenario=Server (alone or among others)");
   }
   if (SuiteFlagGiven("serve_phase") && sweep.serve_scenarios.empty()) {
     ServeSettings check = serve;

@@ -226,7 +226,9 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
       // and without graphs.
       const bool serves =
           family.serves && !sweep.serve_scenarios.empty() && inference &&
-          c.phase.name == sweep.serve.phase && c.backend.empty() &&
+          c.backend.empty() &&
+          (sweep.serve.phase.empty() ? c.phase.name == family.serve_phase
+                                     : c.phase.name == sweep.serve.phase) &&
           (c.phase.shape == Shape::kBatch || c.phase.shape == Shape::kSequence ||
            c.phase.shape == Shape::kGenerate);
       std::vector<std::string> served_names;  // generate: the lengths' flags repeat one
@@ -243,7 +245,9 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
             served.phase = kServe;
             served.serve = sweep.serve;
             served.serve.scenario = scenario;
+            served.serve.phase = c.phase.name;
             served.serve.target_qps = qps;
+            served.serve.find_peak = sweep.serve.find_peak && scenario == "Server";
             if (served.batch > 0) served.batch = served.serve.max_batch;
             if (c.phase.shape == Shape::kGenerate) {
               // The lengths' maxima size every slot's cache.

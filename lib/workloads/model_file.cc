@@ -212,6 +212,31 @@ class ModelFileWorkload final : public Workload {
   }
   int64_t UntrackedBytes() const override { return runner_->UntrackedBytes(); }
   double FlopsPerStep() const override { return flops_; }
+  // serve: a model of one input, batch first.
+  at::Tensor BatchInputs() const override {
+    return inputs_.size() == 1 ? inputs_.front() : at::Tensor();
+  }
+  // A file compiled for its inputs' batch (an AOTInductor package without a
+  // dynamic batch, a trace that kept it) refuses another: from the first
+  // refusal on, a smaller batch runs padded to that one.
+  at::Tensor RunBatch(const at::Tensor& batch) override {
+    if (inputs_.size() != 1) return {};
+    c10::InferenceMode guard;
+    const int64_t b = batch.size(0), full = inputs_.front().size(0);
+    if (!pad_ || b == full) {
+      try {
+        std::vector<at::Tensor> out = runner_->Run({batch});
+        return out.empty() ? at::Tensor() : out.front();
+      } catch (const std::exception&) {
+        if (b >= full) throw;
+        pad_ = true;
+      }
+    }
+    if (!padded_.defined()) padded_ = inputs_.front().clone();
+    padded_.narrow(0, 0, b).copy_(batch);
+    std::vector<at::Tensor> out = runner_->Run({padded_});
+    return out.empty() ? at::Tensor() : out.front().narrow(0, 0, b);
+  }
   void CountFlops() {
     flops_ = ProfiledFlops([this] { Step(); });
   }
@@ -224,6 +249,8 @@ class ModelFileWorkload final : public Workload {
   std::vector<at::Tensor> inputs_;
   std::vector<std::pair<std::string, double>> counters_;
   double flops_ = 0;
+  bool pad_ = false;
+  at::Tensor padded_;
 };
 
 }  // namespace

@@ -20,6 +20,7 @@ BENCH = os.environ.get("LTB_BENCH", "")
 TORCH_VERSION = os.environ.get("LTB_TORCH_VERSION", "")
 LOADGEN_VERSION = os.environ.get("LTB_LOADGEN_VERSION", "")
 COMPARE_PY = os.environ.get("LTB_COMPARE_PY", "/usr/share/benchmark/compare.py")
+TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 # Given peaks skip their measurement (a few seconds); PeaksTest measures.
 FAST = ["--benchmark_min_time=0.01", "--warmup_s=0", "--seq=32", "--batch=2",
         "--peak_flops=1e12", "--peak_bandwidth=1e10"]
@@ -1337,7 +1338,8 @@ if __name__ == "__main__":
 @unittest.skipUnless(BENCH, "LTB_BENCH is not set")
 class ServeTest(unittest.TestCase):
     """The serve phase: a nano model under LoadGen in two scenarios, LoadGen's
-    logs kept beside the JSON, a bound no server meets, refusals, an interrupt."""
+    logs kept beside the JSON, a bound no server meets, Server's peak search,
+    refusals, an interrupt."""
 
     SERVE = ["--devices=cpu", "--warmup_s=0", "--seq=16", "--serve_min_s=0.2",
              "--serve_min_queries=16", "--max_batch=4", "--target_qps=100", *GIVEN_PEAKS]
@@ -1422,12 +1424,37 @@ class ServeTest(unittest.TestCase):
             self.assertGreater(b["qps_completed"], 0)
             self.assertEqual(len(os.listdir(tmp)), 1)
 
+    def test_find_peak_searches_servers_peak_from_the_target(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            doc = run_json("--benchmark_filter=GPT2/nano/cpu/serve/", *self.SERVE,
+                           "--scenario=Server", "--find_peak=true", f"--serve_log_dir={tmp}")
+            [b] = doc["benchmarks"]
+            self.assertEqual(b["run_name"],
+                             "GPT2/nano/cpu/serve/scenario:Server/find_peak_from:100/"
+                             "max_batch:4/seq:16/fp32/iterations:1/manual_time")
+            self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
+            # The search starts at --target_qps, which a nano model holds
+            # within LoadGen's 100 ms, and only goes up from there.
+            self.assertGreaterEqual(b["peak_qps"], 100)
+            self.assertRegex(b["label"], r"^scenario:Server peak [0-9.]+ QPS within the "
+                                         r"bound; at the peak (VALID|INVALID)")
+            self.assertAlmostEqual(b["real_time"] * TIME_UNITS[b["time_unit"]] * b["peak_qps"],
+                                   1, places=6)
+            self.assertAlmostEqual(b["bound_ms"], 100)
+            [folder] = os.listdir(tmp)
+            with open(os.path.join(tmp, folder, "mlperf_log_detail.txt")) as f:
+                detail = f.read()
+            self.assertIn("FindPeakPerformance: Found peak performance field: "
+                          f"{b['peak_qps']:.6f}", detail)
+
     def test_refusals_name_the_valid_choices(self):
         for args, expected in (
                 (["--scenario=Burst"], "valid: SingleStream, MultiStream, Server, Offline"),
                 (["--scenario=Server", "--latency_bound_ms=0"], "must be a number of"),
                 (["--scenario=Server", "--latency_bound_ms=-3"], "must be a number of"),
-                (["--scenario=Server", "--serve_phase=train_step"], "valid: forward"),
+                (["--scenario=Server", "--serve_phase=train_step"], "valid: forward, encode"),
+                (["--scenario=Offline", "--find_peak=true"],
+                 "Server scenario only; valid: --scenario=Server"),
                 (["--scenario=Offline", "--target_qps=fast"], "valid: numbers > 0")):
             proc = run_bench("--benchmark_filter=GPT2/nano/cpu/serve/", *args, check=False)
             self.assertEqual(proc.returncode, 2, (args, proc.stderr))
@@ -1438,10 +1465,13 @@ class ServeTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "out.json")
             logs = os.path.join(tmp, "logs")
+            # Offline expects 1 QPS: 66 samples, over at once; Server's test
+            # then runs a minute at 1 QPS.
             proc = subprocess.Popen(
                 [BENCH, "--benchmark_filter=GPT2/nano/cpu/serve/", *self.SERVE,
-                 "--scenario=Offline,Server", "--serve_min_s=3", f"--serve_log_dir={logs}",
-                 f"--benchmark_out={out}", "--benchmark_out_format=json"],
+                 "--scenario=Offline,Server", "--target_qps=1", "--serve_min_s=60",
+                 f"--serve_log_dir={logs}", f"--benchmark_out={out}",
+                 "--benchmark_out_format=json"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for line in proc.stdout:  # the console prints each result as it ends
                 if line.startswith(self.NAME.format("Offline")):
@@ -1449,9 +1479,13 @@ class ServeTest(unittest.TestCase):
             else:
                 proc.kill()
                 self.fail("no first result: " + proc.stderr.read())
-            time.sleep(1)  # Server's test is in flight for 3 s
+            time.sleep(1)  # Server's test is in flight
             proc.send_signal(signal.SIGINT)
+            sent = time.monotonic()
             _, err = proc.communicate(timeout=120)
+            # Not the rest of --serve_min_s: bench stops when the batch
+            # running ends (well under a second; half a minute on any machine).
+            self.assertLess(time.monotonic() - sent, 30)
             self.assertEqual(proc.returncode, 130, err)
             with open(out) as f:
                 entries = self.entries(json.load(f))

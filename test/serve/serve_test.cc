@@ -6,9 +6,12 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/api/module.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <string>
@@ -101,13 +104,26 @@ TEST(MakeSamples, DifferFromEachOtherAndKeepTheInputsKind) {
   }
 }
 
-// The batcher over a family's forward workload: each sample's output, from
-// whatever batch it ran in, equals the phase run on that sample alone.
-void ExpectBatchedOutputsEqualUnbatched(BenchSpec spec) {
-  const std::vector<Family> families = RegisteredFamilies().value();
+// The batcher over a family's served workload: each sample's output, from
+// whatever batch it ran in, equals the phase run on that sample alone; and
+// a workload built apart to serve (build_served) computes what the family's
+// own phase computes, from the same seed. `families`: the run's (default:
+// every registered one).
+void ExpectBatchedOutputsEqualUnbatched(BenchSpec spec,
+                                        std::vector<Family> families = {}) {
+  if (families.empty()) families = RegisteredFamilies().value();
   const Family* family = FindFamily(families, spec.family).value();
-  std::unique_ptr<Workload> workload = family->build(spec);
+  ASSERT_TRUE(family->serves) << spec.family;
+  EXPECT_EQ(family->serve_phase, spec.phase);
+  at::manual_seed(0);
+  std::unique_ptr<Workload> workload =
+      (family->build_served ? family->build_served : family->build)(spec);
   ASSERT_TRUE(workload->BatchInputs().defined());
+  if (family->build_served) {
+    at::manual_seed(0);
+    const at::Tensor own = family->build(spec)->Evaluate();
+    EXPECT_TRUE(workload->Evaluate().equal(own)) << spec.Name();
+  }
   const std::vector<at::Tensor> samples = MakeSamples(workload->BatchInputs(), 11);
   BatchRunner runner(*workload, spec.batch, spec.device);
   std::mutex mu;
@@ -142,6 +158,68 @@ TEST(BatchRunner, BatchedOutputsEqualTheUnbatchedPhasesOnTokens) {
 
 TEST(BatchRunner, BatchedOutputsEqualTheUnbatchedPhasesOnImages) {
   ExpectBatchedOutputsEqualUnbatched(SpecFor("CNN", "nano", "forward", 3));
+}
+
+// Encoder and EncDec read (T, B, d) and pairs of sequences; Whisper encodes.
+TEST(BatchRunner, BatchedOutputsEqualTheUnbatchedPhasesOfTheEncoder) {
+  ExpectBatchedOutputsEqualUnbatched(SpecFor("Encoder", "nano", "forward", 3, 8));
+}
+
+TEST(BatchRunner, BatchedOutputsEqualTheUnbatchedPhasesOfEncDec) {
+  ExpectBatchedOutputsEqualUnbatched(SpecFor("EncDec", "nano", "forward", 3, 8));
+}
+
+TEST(BatchRunner, BatchedOutputsEqualTheUnbatchedPhasesOfWhispersEncode) {
+  ExpectBatchedOutputsEqualUnbatched(SpecFor("Whisper", "nano", "encode", 2));
+}
+
+// The Model family: a TorchScript file made here. A file that takes only its
+// own batch (as a fixed-shape AOTInductor package) runs smaller ones padded.
+class ServedModelFile : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ltb_serve_" + std::to_string(::getpid()) + "_" +
+            testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  // forward mixes each row's features, never rows.
+  std::vector<Family> Families(const std::string& body) {
+    torch::jit::Module m("Served");
+    m.register_parameter("w", at::randn({6, 5}), false);
+    m.define(body);
+    path_ = (dir_ / "served.pt").string();
+    m.save(path_);
+    FamilyOptions options;
+    options.model_files = {path_};
+    options.model_inputs = "4x6:fp32";
+    return RegisteredFamilies(options).value();
+  }
+  BenchSpec Spec() {
+    BenchSpec spec = SpecFor("Model", "served", "forward", 4);
+    spec.backend = "torchscript";
+    return spec;
+  }
+  std::filesystem::path dir_;
+  std::string path_;
+};
+
+TEST_F(ServedModelFile, BatchedOutputsEqualTheUnbatchedPhases) {
+  ExpectBatchedOutputsEqualUnbatched(
+      Spec(), Families("def forward(self, x):\n  return (x @ self.w).softmax(-1)\n"));
+}
+
+TEST_F(ServedModelFile, AFileThatTakesOnlyItsBatchRunsSmallerOnesPadded) {
+  const std::vector<Family> families = Families(
+      "def forward(self, x):\n  assert x.size(0) == 4\n  return (x @ self.w).tanh()\n");
+  ExpectBatchedOutputsEqualUnbatched(Spec(), families);
+  std::unique_ptr<Workload> workload =
+      FindFamily(families, "Model").value()->build(Spec());
+  const at::Tensor rows = workload->BatchInputs().narrow(0, 1, 2);
+  const at::Tensor out = workload->RunBatch(rows);
+  ASSERT_EQ(out.size(0), 2);
+  EXPECT_LT(RelativeError(out, workload->Evaluate().narrow(0, 1, 2)), 1e-6);
 }
 
 TEST(BatchRunner, RefusesABatchLargerThanItWasBuiltFor) {
@@ -205,6 +283,63 @@ TEST(CountersFromDetail, AValidOfflineResultHasNoServerCounters) {
   EXPECT_EQ(c.label, "scenario:Offline VALID");
 }
 
+// A peak search as LoadGen 6.0's detail log tells it (abridged), and one
+// whose starting rate missed the bound.
+const char kPeakFound[] = R"log(
+:::MLLOG {"key": "generic_message", "value": "FindPeakPerformance: Check validity of the base settings field: 50.000000", "time_ms": 0.1, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+:::MLLOG {"key": "generic_message", "value": "FindBoundaries: Checking fields [50.000000, 100.000000)", "time_ms": 303.5, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+:::MLLOG {"key": "generic_message", "value": "FindPeakPerformance: Found peak performance field: 575.500000", "time_ms": 4170.2, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+:::MLLOG {"key": "result_validity", "value": "VALID", "time_ms": 4170.3, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+:::MLLOG {"key": "result_completed_samples_per_sec", "value": 452.5, "time_ms": 4170.3, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+)log";
+const char kPeakMissed[] = R"log(
+:::MLLOG {"key": "error_runtime", "value": "FindPeakPerformance: Initial lower bound does not satisfy performance constraints, msg: Reduce target QPS to improve latency.", "time_ms": 297.9, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {"is_error": true}}
+:::MLLOG {"key": "result_validity", "value": "INVALID", "time_ms": 298.0, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+:::MLLOG {"key": "result_completed_samples_per_sec", "value": 51.25, "time_ms": 298.0, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+)log";
+
+TEST(CountersFromLog, APeakFoundIsTheCounterAndTheTime) {
+  ServeSettings serve;
+  serve.scenario = "Server";
+  serve.target_qps = 50;
+  serve.find_peak = true;
+  const ServeCounters c = CountersFromLog(kPeakFound, serve, 0);
+  std::map<std::string, double> got(c.counters.begin(), c.counters.end());
+  EXPECT_DOUBLE_EQ(got.at("peak_qps"), 575.5);
+  EXPECT_DOUBLE_EQ(got.at("samples/s"), 452.5);
+  EXPECT_EQ(c.label,
+            "scenario:Server peak 575.5 QPS within the bound; at the peak VALID");
+  EXPECT_DOUBLE_EQ(c.seconds_per_sample, 1 / 575.5);
+  serve.find_peak = false;
+  EXPECT_EQ(CountersFromLog(kPeakFound, serve, 0).label, "scenario:Server VALID");
+}
+
+TEST(CountersFromLog, AStartThatMissesTheBoundIsNoPeakWithLoadGensReason) {
+  ServeSettings serve;
+  serve.scenario = "Server";
+  serve.target_qps = 50;
+  serve.find_peak = true;
+  const PeakSearch peak = PeakFromDetailLog(kPeakMissed);
+  EXPECT_FALSE(peak.found);
+  EXPECT_EQ(peak.why_not, "Reduce target QPS to improve latency.");
+  const ServeCounters c = CountersFromLog(kPeakMissed, serve, 0);
+  std::map<std::string, double> got(c.counters.begin(), c.counters.end());
+  EXPECT_DOUBLE_EQ(got.at("peak_qps"), 0);
+  EXPECT_EQ(c.label,
+            "scenario:Server no peak: the starting rate 50 QPS misses the bound: Reduce "
+            "target QPS to improve latency.");
+  EXPECT_DOUBLE_EQ(c.seconds_per_sample, 1 / 51.25);
+}
+
+TEST(PeakSearchDecimals, ResolveOnePercentOfTheStart) {
+  EXPECT_EQ(PeakSearchDecimals(1), 2);
+  EXPECT_EQ(PeakSearchDecimals(10), 1);
+  EXPECT_EQ(PeakSearchDecimals(50), 1);
+  EXPECT_EQ(PeakSearchDecimals(100), 0);
+  EXPECT_EQ(PeakSearchDecimals(400), 0);
+  EXPECT_EQ(PeakSearchDecimals(0.05), 4);
+}
+
 TEST(ValidateServe, RefusesWhatCannotRunNamingTheValidChoices) {
   ServeSettings serve;
   serve.scenario = "Server";
@@ -226,6 +361,18 @@ TEST(ValidateServe, RefusesWhatCannotRunNamingTheValidChoices) {
   serve.target_qps = 1;
   serve.max_batch = 0;
   EXPECT_FALSE(ValidateServe(serve).ok());
+  serve.max_batch = 1;
+  serve.find_peak = true;
+  s = ValidateServe(serve);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(
+      s.message().find("Server scenario only, not Offline; valid: --scenario=Server"),
+      std::string::npos)
+      << s.message();
+  serve.scenario = "Server";
+  EXPECT_TRUE(ValidateServe(serve).ok());
+  serve.phase = "encode";
+  EXPECT_TRUE(ValidateServe(serve).ok());
 }
 
 TEST(ServeName, CarriesTheScenarioServersRateAndTheBatchersLimit) {
@@ -236,6 +383,11 @@ TEST(ServeName, CarriesTheScenarioServersRateAndTheBatchersLimit) {
   spec.serve.max_batch = 8;
   EXPECT_EQ(spec.Name(),
             "ResNet/resnet18/cpu/serve/scenario:Server/qps:40/max_batch:8/fp32");
+  spec.serve.find_peak = true;
+  EXPECT_EQ(
+      spec.Name(),
+      "ResNet/resnet18/cpu/serve/scenario:Server/find_peak_from:40/max_batch:8/fp32");
+  spec.serve.find_peak = false;
   spec.serve.scenario = "Offline";
   EXPECT_EQ(spec.Name(), "ResNet/resnet18/cpu/serve/scenario:Offline/max_batch:8/fp32");
   BenchSpec gpt = SpecFor("GPT2", "small", "forward", 4, 128);

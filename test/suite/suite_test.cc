@@ -75,19 +75,51 @@ TEST(ExpandSweep, ScenariosAddServeBenchmarksAndKeepEveryOtherName) {
         "GPT2/nano/cpu/serve/scenario:Server/qps:20/max_batch:8/seq:32/fp32",
         "GPT2/nano/cpu/serve/scenario:Server/qps:40/max_batch:8/seq:32/fp32",
         "ResNet/resnet18/cpu/serve/scenario:Server/qps:40/max_batch:8/fp32",
-        "CNN/nano/cpu/serve/scenario:SingleStream/max_batch:8/fp32"}) {
+        "CNN/nano/cpu/serve/scenario:SingleStream/max_batch:8/fp32",
+        "Encoder/nano/cpu/serve/scenario:SingleStream/max_batch:8/seq:32/fp32",
+        "EncDec/nano/cpu/serve/scenario:Server/qps:20/max_batch:8/seq:32/fp32",
+        "Whisper/nano/cpu/serve/scenario:Server/qps:40/max_batch:8/fp32"}) {
     EXPECT_EQ(serve.count(name), 1u) << name;
   }
-  // One a scenario and rate per forward benchmark, whatever --batch sweeps;
-  // none for families whose forward cannot run a batch it is given.
+  // One a scenario and rate per served benchmark (forward; Whisper's encode,
+  // not its generation), whatever --batch sweeps.
   for (const std::string& name : serve) {
-    EXPECT_EQ(name.find("Encoder/"), std::string::npos) << name;
-    EXPECT_EQ(name.find("Whisper/"), std::string::npos) << name;
     EXPECT_EQ(name.find("/batch:"), std::string::npos) << name;
   }
-  size_t gpt2_nano = 0;
-  for (const std::string& name : serve) gpt2_nano += name.rfind("GPT2/nano/", 0) == 0;
-  EXPECT_EQ(gpt2_nano, 3u);
+  auto count = [&](const std::string& prefix) {
+    size_t n = 0;
+    for (const std::string& name : serve) n += name.rfind(prefix, 0) == 0;
+    return n;
+  };
+  EXPECT_EQ(count("GPT2/nano/"), 3u);
+  EXPECT_EQ(count("Whisper/nano/"), 3u);
+  // --serve_phase keeps one phase's: Whisper's encode alone.
+  served.serve.phase = "encode";
+  for (const std::string& name : NamesOf(ExpandSweep(Families(), served))) {
+    if (name.find("/serve/") != std::string::npos) {
+      EXPECT_EQ(name.rfind("Whisper/", 0), 0u) << name;
+    }
+  }
+}
+
+TEST(ExpandSweep, FindPeakNamesServersStartAndLeavesTheOtherScenarios) {
+  Sweep sweep;
+  sweep.devices = {HostDevice()};
+  sweep.batches = {2};
+  sweep.seqs = {32};
+  sweep.serve_scenarios = {"Offline", "Server"};
+  sweep.serve_qps = {20};
+  sweep.serve.max_batch = 4;
+  sweep.serve.find_peak = true;
+  std::set<std::string> serve;
+  for (const std::string& name : NamesOf(ExpandSweep(Families(), sweep))) {
+    if (name.rfind("GPT2/nano/cpu/serve/", 0) == 0) serve.insert(name);
+  }
+  EXPECT_EQ(serve,
+            (std::set<std::string>{
+                "GPT2/nano/cpu/serve/scenario:Offline/max_batch:4/seq:32/fp32",
+                "GPT2/nano/cpu/serve/scenario:Server/find_peak_from:20/max_batch:4/"
+                "seq:32/fp32"}));
 }
 
 TEST(SweepFor, AddsTheDevicesAndDtypesTheFilterNamesUnlessGiven) {

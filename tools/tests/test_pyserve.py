@@ -1,12 +1,33 @@
 """pysuite's serve: the batcher (every request run once, batches within the
-limit), LoadGen's results through its Python bindings, an INVALID result."""
+limit), LoadGen's results through its Python bindings, an INVALID result,
+Server's peak search; and tools/pybench --compare's table of C++ beside
+Python."""
 import importlib.util
+import json
+import os
 import tempfile
 import threading
 import time
 import unittest
 
 from ltb.pysuite import serve
+from tests.helpers import doc, entry
+
+# LoadGen 6.0's messages of a peak search (loadgen.cc FindPeakPerformanceMode).
+LINE = ':::MLLOG {"key": "%s", "value": %s, "time_ms": 1.0, "namespace": "mlperf::logging"}'
+FOUND = [LINE % kv for kv in (
+    ("generic_message", '"FindPeakPerformance: Check validity of the base settings field: '
+                        '50.000000"'),
+    ("generic_message", '"FindBoundaries: Checking fields [50.000000, 100.000000)"'),
+    ("generic_message", '"FindPeakPerformance: Found peak performance field: 575.500000"'),
+    ("result_validity", '"VALID"'), ("result_completed_samples_per_sec", "452.5"),
+    ("effective_target_latency_ns", "50000000"))]
+MISSED = [LINE % kv for kv in (
+    ("generic_message", '"FindPeakPerformance: Check validity of the base settings field: '
+                        '50.000000"'),
+    ("error_runtime", '"FindPeakPerformance: Initial lower bound does not satisfy performance '
+                      'constraints, msg: Reduce target QPS to improve latency."'),
+    ("result_validity", '"INVALID"'), ("result_completed_samples_per_sec", "51.25"))]
 
 HAS_RUNTIME = all(importlib.util.find_spec(m) for m in ("torch", "mlperf_loadgen"))
 
@@ -63,6 +84,34 @@ class DetailTest(unittest.TestCase):
         self.assertAlmostEqual(seconds, 1 / 80)
 
 
+class PeakTest(unittest.TestCase):
+    def test_a_peak_found_is_the_counter_and_the_time(self):
+        counters, label, seconds = serve.counters_from_log(
+            "\n".join(FOUND), "Server", find_peak=True, target_qps=50)
+        self.assertEqual(counters["peak_qps"], 575.5)
+        self.assertEqual(counters["samples/s"], 452.5)
+        self.assertEqual(counters["bound_ms"], 50)
+        self.assertEqual(label, "scenario:Server peak 575.5 QPS within the bound; at the peak "
+                                "VALID")
+        self.assertAlmostEqual(seconds, 1 / 575.5)
+
+    def test_a_start_that_misses_the_bound_is_no_peak_with_loadgens_reason(self):
+        counters, label, seconds = serve.counters_from_log(
+            "\n".join(MISSED), "Server", find_peak=True, target_qps=50)
+        self.assertEqual(counters["peak_qps"], 0)
+        self.assertEqual(label, "scenario:Server no peak: the starting rate 50 QPS misses the "
+                                "bound: Reduce target QPS to improve latency.")
+        self.assertAlmostEqual(seconds, 1 / 51.25)
+
+    def test_without_find_peak_there_is_no_peak_counter(self):
+        counters, _, _ = serve.counters_from_log("\n".join(FOUND), "Server")
+        self.assertNotIn("peak_qps", counters)
+
+    def test_the_search_resolves_one_percent_of_the_start(self):
+        self.assertEqual([serve.peak_search_decimals(q) for q in (1, 10, 50, 100, 400, 0.05)],
+                         [2, 1, 1, 0, 0, 4])
+
+
 @unittest.skipUnless(HAS_RUNTIME, "torch or mlperf_loadgen is not installed")
 class LoadGenTest(unittest.TestCase):
     def setUp(self):
@@ -95,6 +144,31 @@ class LoadGenTest(unittest.TestCase):
         self.assertEqual(counters["valid"], 0)
         self.assertEqual(counters["goodput"], 0)
         self.assertTrue(label.startswith("scenario:Server INVALID: "), label)
+
+    def test_find_peak_finds_a_peak_between_the_start_and_what_the_server_holds(self):
+        def forward(x):  # 2 ms a sample, one at a time: at most 500 samples/s
+            time.sleep(0.002)
+            return x
+        with tempfile.TemporaryDirectory() as logs:
+            counters, label, seconds = serve.serve(
+                forward, self.inputs, "Server", logs, target_qps=50, min_s=0.2,
+                min_queries=16, max_batch=1, latency_bound_ms=50, find_peak=True)
+            with open(f"{logs}/mlperf_log_detail.txt") as f:
+                detail = f.read()
+        self.assertIn("FindPeakPerformance: Found peak performance field", detail)
+        # A 0.2 s test can hide a backlog of up to the bound's 50 ms: the peak
+        # found is at most 1.25 times the 500 a second the server can do.
+        self.assertGreaterEqual(counters["peak_qps"], 50)
+        self.assertLess(counters["peak_qps"], 1000)
+        self.assertEqual(seconds, 1 / counters["peak_qps"])
+        self.assertRegex(label, r"^scenario:Server peak [0-9.]+ QPS within the bound; at the "
+                                r"peak (VALID|INVALID)")
+
+    def test_find_peak_outside_server_is_refused(self):
+        with tempfile.TemporaryDirectory() as logs, self.assertRaisesRegex(
+                ValueError, "Server scenario only"):
+            serve.serve(self.forward, self.inputs, "Offline", logs, find_peak=True)
+        self.assertEqual(self.seen, [])
 
 
 if __name__ == "__main__":
@@ -143,3 +217,113 @@ class PybenchServeTest(unittest.TestCase):
             code, _, err = self.pybench("--benchmark_filter=GPT2/nano/cpu/serve/", *args)
             self.assertEqual(code, 2, (args, err))
             self.assertIn(expected, err, args)
+
+    def test_find_peak_names_servers_start_and_is_refused_without_server(self):
+        common = ["--benchmark_filter=GPT2/nano/cpu/serve/", "--devices=cpu", "--seq=16",
+                  "--max_batch=4", "--target_qps=20", "--find_peak=true"]
+        code, out, err = self.pybench(*common, "--scenario=Server,Offline",
+                                      "--benchmark_list_tests")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(sorted(line.split("/py_")[0] for line in out.split()), [
+            "GPT2/nano/cpu/serve/scenario:Offline/max_batch:4/seq:16/fp32",
+            "GPT2/nano/cpu/serve/scenario:Server/find_peak_from:20/max_batch:4/seq:16/fp32"])
+        code, out, err = self.pybench(*common, "--scenario=Offline,SingleStream")
+        self.assertEqual(code, 2, err)
+        self.assertIn("Server scenario only; valid: --scenario=Server", err)
+        self.assertEqual(out, "")
+
+
+NAME = "{family}/cpu/serve/scenario:{scenario}/max_batch:8/{rest}fp32"
+
+
+def served(family, scenario, rest="", py=False, **counters):
+    name = NAME.format(family=family, scenario=scenario, rest=rest)
+    return entry(name + ("/py_eager" if py else ""), 10.0, **counters)
+
+
+def serve_docs():
+    """A bench file and a tools/pybench file of the same serve benchmarks,
+    and one that only bench ran."""
+    latencies = dict(p50_ms=5.0, p90_ms=8.0, p99_ms=12.0)
+    cpp, py = [], []
+    for side, out, scale in ((False, cpp, 1.0), (True, py, 1.25)):
+        for family, rest in (("ResNet/resnet18", ""), ("GPT2/small", "seq:64/")):
+            out.append(served(family, "Offline", rest, side, samples_per_s=40 / scale,
+                              **latencies))
+            out.append(served(family, "SingleStream", rest, side, samples_per_s=30,
+                              p50_ms=20 * scale, p90_ms=32 * scale, p99_ms=40 * scale))
+            out.append(served(family, "Server", "".join(("find_peak_from:10/", rest)), side,
+                              samples_per_s=20, peak_qps=(24 if family[0] == "R" else 0) / scale,
+                              bound_ms=100.0, **latencies))
+        out.append(served("ResNet/resnet18", "Server", "qps:20/", side, samples_per_s=19,
+                          p50_ms=30.0, p90_ms=50.0, p99_ms=80 * scale, bound_ms=100.0))
+        out.append(entry("ResNet/resnet18/cpu/forward/batch:8/fp32"
+                         + ("/py_eager" if side else ""), 100.0, samples_per_s=80.0))
+    cpp.append(served("CNN/default", "Offline", samples_per_s=500.0, **latencies))
+    return (doc(cpp, libtorch_version="2.15.0"),
+            doc(py, runtime="python", torch_version="2.15.0"))
+
+
+class CompareTest(unittest.TestCase):
+    """tools/pybench --compare BENCH.json PYBENCH.json."""
+
+    TABLE = """\
+| Benchmark | Scenario | Figure | C++ | Python | C++ vs Python |
+|---|---|---|---|---|---|
+| GPT2/small/cpu/max_batch:8/seq:64/fp32 | SingleStream | p90 ms | 32 | 40 | 1.25x |
+| GPT2/small/cpu/max_batch:8/seq:64/fp32 | Server, search from 10 QPS | peak QPS at p99 <= 100 ms \
+| no peak | no peak | — |
+| GPT2/small/cpu/max_batch:8/seq:64/fp32 | Offline | samples/s | 40 | 32 | 1.25x |
+| ResNet/resnet18/cpu/max_batch:8/fp32 | SingleStream | p90 ms | 32 | 40 | 1.25x |
+| ResNet/resnet18/cpu/max_batch:8/fp32 | Server, search from 10 QPS | peak QPS at p99 <= 100 ms \
+| 24 | 19.2 | 1.25x |
+| ResNet/resnet18/cpu/max_batch:8/fp32 | Server at 20 QPS | p99 ms | 80 | 100 | 1.25x |
+| ResNet/resnet18/cpu/max_batch:8/fp32 | Offline | samples/s | 40 | 32 | 1.25x |
+"""
+
+    def compare(self, *paths):
+        from tests.test_pybench import pybench_outputs
+        return pybench_outputs("--compare", *paths)
+
+    def write(self, tmp, name, document):
+        path = os.path.join(tmp, name)
+        with open(path, "w") as f:
+            json.dump(document, f)
+        return path
+
+    def test_each_family_and_scenario_side_by_side_with_the_ratio(self):
+        cpp, py = serve_docs()
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = [self.write(tmp, "bench.json", cpp), self.write(tmp, "py.json", py)]
+            code, out, err = self.compare(*paths)
+            self.assertEqual(code, 0, err)
+            self.assertEqual(out, self.TABLE)
+            # Either order: the files say which side they are.
+            self.assertEqual(self.compare(*reversed(paths))[1], self.TABLE)
+
+    def test_peaks_at_different_bounds_are_not_compared(self):
+        cpp, py = serve_docs()
+        for e in py["benchmarks"]:
+            if "find_peak_from" in e["name"]:
+                e["bound_ms"] = 50.0
+        with tempfile.TemporaryDirectory() as tmp:
+            code, out, err = self.compare(self.write(tmp, "b.json", cpp),
+                                          self.write(tmp, "p.json", py))
+        self.assertEqual(code, 0, err)
+        self.assertIn("| 24 | 19.2 | bounds differ: 100 and 50 ms |", out)
+
+    def test_bad_input_exits_2_saying_why(self):
+        cpp, py = serve_docs()
+        with tempfile.TemporaryDirectory() as tmp:
+            bench = self.write(tmp, "b.json", cpp)
+            for paths, expected in (([bench], "two result files"),
+                                    ([bench, bench], "are both bench's"),
+                                    ([bench, os.path.join(tmp, "none.json")], "cannot read")):
+                code, out, err = self.compare(*paths)
+                self.assertEqual(code, 2, paths)
+                self.assertIn(expected, err)
+                self.assertEqual(out, "")
+            py["benchmarks"] = [e for e in py["benchmarks"] if "/serve/" not in e["name"]]
+            code, _, err = self.compare(bench, self.write(tmp, "p.json", py))
+            self.assertEqual(code, 2)
+            self.assertIn("no serve benchmark is in both files", err)

@@ -294,6 +294,46 @@ class HtmlReportTest(ToolTest):
         self.assertEqual(chart["config"]["options"]["scales"]["y"]["min"], 0)
         self.check_in_browser(path, {"scaling": 2})
 
+    def test_serve_results_get_a_latency_chart_per_scenario(self):
+        def served(scenario, p50, **counters):
+            return entry(f"GPT2/nano/cpu/serve/scenario:{scenario}/max_batch:4/seq:16/fp32",
+                         1.0, p50_ms=p50, p90_ms=2 * p50, p99_ms=3 * p50,
+                         **{"p99.9_ms": 4 * p50}, **counters)
+        served_doc = doc(served("SingleStream", 1.0, samples_per_s=900.0, valid=1),
+                         served("Offline", 50.0, samples_per_s=3000.0, valid=0),
+                         entry(FWD.format(32), 2.0, step_p50_ms=2.0, step_p90_ms=2.2,
+                               step_p99_ms=2.6),
+                         entry(FWD.replace("nano", "tiny").format(32), 2.0,
+                               error="out of memory"))
+        server = []
+        for qps, bound in ((100, 20.0), (200, 20.0)):
+            e = served("Server", 4.0, samples_per_s=qps * 0.95, bound_ms=bound, valid=1)
+            e["name"] = e["run_name"] = e["name"].replace("Server", f"Server/qps:{qps}")
+            server.append(e)
+        path, text = self.html(self.write("serve.json", doc(served_doc["benchmarks"]
+                                                            + server)))
+        charts = [c for c in page_data(text)["charts"] if c["section"] == "serving"]
+        # One chart a scenario, in LoadGen's order, one row a benchmark.
+        self.assertEqual([c["config"]["data"]["labels"] for c in charts], [
+            ["GPT2/nano/cpu/serve/scenario:SingleStream/max_batch:4/seq:16/fp32"],
+            [f"GPT2/nano/cpu/serve/scenario:Server/qps:{q}/max_batch:4/seq:16/fp32"
+             for q in (100, 200)],
+            ["GPT2/nano/cpu/serve/scenario:Offline/max_batch:4/seq:16/fp32"]])
+        single = charts[0]["config"]
+        self.assertEqual([d["label"] for d in single["data"]["datasets"]],
+                         ["p50", "p90", "p99", "p99.9"])
+        self.assertEqual([d["data"] for d in single["data"]["datasets"]],
+                         [[1.0], [2.0], [3.0], [4.0]])
+        # Server's bound is the line; the other scenarios have none.
+        self.assertEqual(charts[1]["config"]["options"]["ltbRefX"], 20.0)
+        self.assertNotIn("ltbRefX", single["options"])
+        self.assertEqual(points_by_section(page_data(text))["serving"], 4)
+        self.assertIn("<td>VALID</td>", text)
+        self.assertIn("<td>INVALID</td>", text)
+        # The forward's step times stay in their own section.
+        self.assertEqual(points_by_section(page_data(text))["distributions"], 1)
+        self.check_in_browser(path, {"serving": 4, "distributions": 1})
+
     def test_a_real_run(self):
         bench = built_bench()
         if not os.access(bench, os.X_OK):

@@ -1,6 +1,7 @@
 """The suite's benchmarks in Python with PyTorch, by bench's method, so that
 C++ (LibTorch) and Python (PyTorch) results line up by name.
 
+    tools/pybench --compare BENCH.json PYBENCH.json   (serve results side by side)
     tools/pybench [--benchmark_filter=REGEX] [--runtime=eager,compile | --compile]
                   [bench's flags: --devices --batch --seq --prompt --new_tokens
                    --dtype --threads --interop_threads --warmup_s --warmup_steps
@@ -89,6 +90,7 @@ import sys
 
 from ltb.base import BadInput, require, write_json
 from ltb.results.format import human
+from ltb.results.serving import compare_main
 
 require("torch", "numpy")  # this Python, or the project's venv, which has them
 
@@ -115,6 +117,8 @@ def console_line(e):
 
 
 def pybench_main(argv):
+    if argv[:1] == ["--compare"]:  # C++ beside Python under load, nothing run
+        return compare_main(argv[1:])
     try:
         args = parse_flags(argv)
         selected = specs(args)

@@ -184,6 +184,7 @@ def parse_flags(argv):
     add("--target_qps", default="10", help="serve: Server's rates; Offline's expected rate")
     add("--latency_bound_ms", type=float, default=None, help="serve: Server's p99 bound")
     add("--samples_per_query", type=int, default=0, help="serve: MultiStream's samples")
+    add("--find_peak", default="false", help="serve: Server's peak QPS by LoadGen's search")
     add("--serve_min_s", type=float, default=1, help="serve: LoadGen's minimum duration")
     add("--serve_min_queries", type=int, default=32, help="serve: LoadGen's minimum queries")
     add("--max_batch", type=int, default=8, help="serve: the batcher's largest batch")
@@ -264,6 +265,9 @@ def serve_flags(a):
             a.serve_min_queries < 1:
         raise BadFlag("--max_batch and --serve_min_queries must be >= 1, --batch_timeout_us and "
                   "--serve_min_s >= 0")
+    a.find_peak = switch(a.find_peak, "find_peak")
+    if a.find_peak and "Server" not in a.scenarios:
+        raise BadFlag(serve.FIND_PEAK_OUTSIDE_SERVER)
     if not a.serve_log_dir:
         a.serve_log_dir = (os.path.splitext(a.benchmark_out)[0] + ".loadgen"
                            if a.benchmark_out else "loadgen_logs")

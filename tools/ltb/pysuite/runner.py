@@ -128,7 +128,7 @@ def serve_one(spec, args):
         min_queries=args.serve_min_queries, max_batch=sv["max_batch"],
         batch_timeout_us=args.batch_timeout_us,
         tokens_per_sample=workload.tokens_per_step / spec.batch if workload.tokens_per_step
-        else 0, synchronize=lambda: synchronize(spec.device))
+        else 0, synchronize=lambda: synchronize(spec.device), find_peak=sv["find_peak"])
     e = {"name": name, "family_index": 0, "per_family_instance_index": 0, "run_name": name,
          "run_type": "iteration", "repetitions": 1, "repetition_index": 0, "threads": 1,
          "iterations": 1, "real_time": seconds * 1e3,

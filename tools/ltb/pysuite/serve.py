@@ -15,6 +15,9 @@ import threading
 import time
 
 SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
+# bench's refusal of --find_peak without Server (lib/suite/flags.cc).
+FIND_PEAK_OUTSIDE_SERVER = ("--find_peak=true: LoadGen searches a peak QPS in the Server "
+                            "scenario only; valid: --scenario=Server (alone or among others)")
 # The samples LoadGen's library holds (lib/serve/serve.cc kServeSamples).
 SAMPLES = 64
 
@@ -166,16 +169,77 @@ def counters_from_detail(detail, scenario, tokens_per_sample=0):
     return out, label, (1 / rate if rate else 0)
 
 
+_PEAK_FOUND = "FindPeakPerformance: Found peak performance field: "
+_PEAK_FAILED = "FindPeakPerformance: Initial lower bound does not satisfy "
+
+
+def peak_from_detail(text):
+    """(peak QPS or None, LoadGen's reason when None) from the messages
+    LoadGen's peak search logs (lib/serve/serve.cc PeakFromDetailLog)."""
+    peak, why = None, ""
+    mark = ":::MLLOG "
+    for line in text.splitlines():
+        at = line.find(mark)
+        if at < 0:
+            continue
+        try:
+            value = json.loads(line[at + len(mark):]).get("value")
+        except ValueError:
+            continue
+        if not isinstance(value, str):
+            continue
+        if value.startswith(_PEAK_FOUND):
+            try:
+                peak, why = float(value[len(_PEAK_FOUND):]), ""
+            except ValueError:
+                pass
+        elif value.startswith(_PEAK_FAILED):
+            peak = None
+            why = value.split("msg: ", 1)[1] if "msg: " in value else value
+    return peak, why
+
+
+def counters_from_log(text, scenario, tokens_per_sample=0, find_peak=False, target_qps=0):
+    """counters_from_detail over a detail log's text, and with find_peak the
+    peak found as lib/serve/serve.cc CountersFromLog reports it."""
+    counters, label, seconds = counters_from_detail(parse_detail(text), scenario,
+                                                    tokens_per_sample)
+    if not find_peak:
+        return counters, label, seconds
+    peak, why = peak_from_detail(text)
+    counters["peak_qps"] = peak or 0
+    verdict = label.split(" ", 1)[1]
+    if peak:
+        return (counters, f"scenario:Server peak {peak:g} QPS within the bound; at the peak "
+                f"{verdict}", 1 / peak)
+    why = (why or "no peak in LoadGen's log").rstrip()
+    return (counters, f"scenario:Server no peak: the starting rate {target_qps:g} QPS misses "
+            f"the bound: {why}", seconds)
+
+
+def peak_search_decimals(target_qps):
+    """The fewest decimals whose step is at most 1% of the starting rate
+    (lib/serve/serve.cc PeakSearchDecimals)."""
+    decimals = 0
+    while decimals < 6 and 10.0 ** -decimals > 0.01 * target_qps + 1e-12:
+        decimals += 1
+    return decimals
+
+
 def serve(forward, batch_inputs, scenario, log_dir, *, target_qps=10, latency_bound_ms=0,
           samples_per_query=0, min_s=1, min_queries=32, max_batch=8, batch_timeout_us=2000,
-          tokens_per_sample=0, synchronize=lambda: None):
+          tokens_per_sample=0, synchronize=lambda: None, find_peak=False):
     """One LoadGen test of forward over samples made like batch_inputs (B, ...):
-    (counters, label, seconds per sample). LoadGen's logs stay in log_dir."""
+    (counters, label, seconds per sample). LoadGen's logs stay in log_dir.
+    find_peak (Server): LoadGen's FindPeakPerformance from target_qps, as
+    bench's --find_peak."""
     import mlperf_loadgen as lg
     import torch
 
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario '{scenario}'; valid: {', '.join(SCENARIOS)}")
+    if find_peak and scenario != "Server":
+        raise ValueError(FIND_PEAK_OUTSIDE_SERVER)
     os.makedirs(log_dir, exist_ok=True)
     samples = [None] * SAMPLES
     shape = (max_batch, *batch_inputs.shape[1:])
@@ -211,11 +275,14 @@ def serve(forward, batch_inputs, scenario, log_dir, *, target_qps=10, latency_bo
 
     settings = lg.TestSettings()
     settings.scenario = getattr(lg.TestScenario, scenario)
-    settings.mode = lg.TestMode.PerformanceOnly
+    settings.mode = (lg.TestMode.FindPeakPerformance if find_peak
+                     else lg.TestMode.PerformanceOnly)
     settings.min_duration_ms = int(min_s * 1000)
     settings.min_query_count = int(min_queries)
     settings.server_target_qps = target_qps
     settings.offline_expected_qps = target_qps
+    settings.server_find_peak_qps_boundary_step_size = 1
+    settings.server_find_peak_qps_decimals_of_precision = peak_search_decimals(target_qps)
     if latency_bound_ms > 0:
         settings.server_target_latency_ns = int(latency_bound_ms * 1e6)
     if samples_per_query > 0:
@@ -239,8 +306,9 @@ def serve(forward, batch_inputs, scenario, log_dir, *, target_qps=10, latency_bo
     if batcher.error is not None:
         raise batcher.error
     with open(os.path.join(log_dir, "mlperf_log_detail.txt")) as f:
-        detail = parse_detail(f.read())
-    counters, label, seconds = counters_from_detail(detail, scenario, tokens_per_sample)
+        text = f.read()
+    counters, label, seconds = counters_from_log(text, scenario, tokens_per_sample,
+                                                 find_peak, target_qps)
     counters["max_batch"] = max_batch
     counters["batches"] = batcher.batches
     return counters, label, seconds

@@ -29,7 +29,7 @@ class Spec:
             sv = self.serve
             name = f"{self.family}/{self.size}/{self.device}/serve/scenario:{sv['scenario']}"
             if sv["scenario"] == "Server":
-                name += f"/qps:{sv['qps']:g}"
+                name += f"/{'find_peak_from' if sv.get('find_peak') else 'qps'}:{sv['qps']:g}"
             name += f"/max_batch:{sv['max_batch']}"
         else:
             name = f"{self.family}/{self.size}/{self.device}/{self.phase}/batch:{self.batch}"
@@ -119,7 +119,8 @@ def specs(args):
                                              dtype, runtime, seq=first, weights=args.weights,
                                              quant=q)
                                     v.serve = {"scenario": scenario, "qps": qps,
-                                               "max_batch": args.max_batch}
+                                               "max_batch": args.max_batch,
+                                               "find_peak": args.find_peak and scenario == "Server"}
                                     v.steps = 1  # one LoadGen test
                                     if (pattern.search(v.full_name()) is not None) != negate:
                                         out.append(v)

@@ -6,7 +6,7 @@ Chart.js configuration in the page's JSON; every dataset that stands for
 benchmarks (not a ceiling or an ideal line) has ltbKind "benchmarks", so a
 test can count what a chart drew. Sections appear where the results have
 what they need: context, roofline, comparison, scaling, distributions,
-compiled, C++ and Python, history, errors.
+latency under load, compiled, C++ and Python, history, errors.
 """
 import collections
 import html
@@ -461,6 +461,68 @@ def distributions_section(page, docs, labels):
                                        classes))
 
 
+# --- serving -----------------------------------------------------------------
+
+SERVE_PERCENTILES = (("p50", "p50_ms", "circle"), ("p90", "p90_ms", "triangle"),
+                     ("p99", "p99_ms", "rect"), ("p99.9", "p99.9_ms", "star"))
+SERVE_SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
+
+
+def serving_section(page, docs, labels):
+    """Per LoadGen scenario, each serve benchmark's latency percentiles
+    (LoadGen's, per sample) on one chart, Server's bound as a line."""
+    several = len(docs) > 1
+    by_scenario = collections.defaultdict(list)
+    for doc, label in zip(docs, labels):
+        for name, bench in collect(doc).items():
+            scenario = re.search(r"/serve/scenario:(\w+)", name)
+            values = [bench.median(c) for _, c, _ in SERVE_PERCENTILES]
+            if scenario and None not in values:
+                by_scenario[scenario[1]].append((series_label(label, name, several), bench,
+                                                 values))
+    parts = []
+    order = {s: i for i, s in enumerate(SERVE_SCENARIOS)}
+    for scenario in sorted(by_scenario, key=lambda s: (order.get(s, len(order)), s)):
+        found = by_scenario[scenario]
+        names = [shown for shown, _, _ in found]
+        tips = [f"{shown}\n" + ", ".join(f"{p} {v:.4g} ms" for (p, _, _), v in
+                                         zip(SERVE_PERCENTILES, values))
+                for shown, _, values in found]
+        datasets = [{"label": p, "ltbKind": "benchmarks" if i == 0 else "quantile",
+                     "data": [values[i] for _, _, values in found], "tips": tips,
+                     "backgroundColor": color(i), "borderColor": color(i), "showLine": False,
+                     "pointRadius": 5, "pointStyle": style}
+                    for i, (p, _, style) in enumerate(SERVE_PERCENTILES)]
+        low = min(values[0] for _, _, values in found)
+        spread = low > 0 and max(values[-1] for _, _, values in found) > 10 * low
+        options = {"indexAxis": "y", "scales": {
+            "x": axis("latency (ms)", log=spread, zero=not spread),
+            "y": {"offset": True, "ticks": {"autoSkip": False, "font": {"size": 10}}}}}
+        bounds = {bench.median("bound_ms") for _, bench, _ in found}
+        if scenario == "Server" and len(bounds) == 1 and None not in bounds:
+            options["ltbRefX"] = bounds.pop()
+        parts.append(f"<h3>{esc(scenario)}</h3>" + page.chart("serving", {
+            "type": "line", "data": {"labels": names, "datasets": datasets},
+            "options": options}, height=max(200, 22 * len(names) + 80)))
+        rows = []
+        for shown, bench, values in found:
+            valid = bench.median("valid")
+            rows.append([code(shown)] + [f"{v:.4g} ms" for v in values]
+                        + ["—" if bench.median("samples/s") is None
+                           else human(bench.median("samples/s")),
+                           "—" if bench.median("peak_qps") is None
+                           else human(bench.median("peak_qps")),
+                           "—" if valid is None else ("VALID" if valid else "INVALID")])
+        parts.append(table(["benchmark", "p50", "p90", "p99", "p99.9", "samples/s",
+                            "peak QPS", "LoadGen"], rows))
+    if parts:
+        page.add("serving", "Latency under load", (
+            "<p>Serve benchmarks by LoadGen scenario: each sample's latency, from when LoadGen "
+            "scheduled it to its completion, at the 50th, 90th, 99th and 99.9th percentile; "
+            "Server's p99 bound is the vertical line. LoadGen: its verdict on the run "
+            "(VALID: long enough, and Server's p99 within the bound).</p>") + "".join(parts))
+
+
 # --- compiled ----------------------------------------------------------------
 
 def compiled_section(page, docs, labels, compiled_rows):
@@ -745,6 +807,7 @@ def render(docs, labels, history=(), compiled_rows=None, title=None,
     comparison_section(page, shown, shown_labels, verdicts)
     scaling_section(page, shown, shown_labels)
     distributions_section(page, shown, shown_labels)
+    serving_section(page, shown, shown_labels)
     compiled_section(page, shown, shown_labels, compiled_rows)
     runtimes_section(page, shown, shown_labels)
     history_section(page, list(history), verdicts, skipped)

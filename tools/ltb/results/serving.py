@@ -1,0 +1,130 @@
+"""C++ beside Python under load: the serve results of a bench file and a
+tools/pybench file paired by name (without the runtime label), one row a
+family and scenario, with the figure MLPerf judges that scenario by and the
+ratio.
+
+    rows(cpp_doc, py_doc)   the rows: benchmark, scenario, figure, C++,
+                            Python, and how many times better C++ is
+    table(cpp_doc, py_doc)  the rows as a Markdown table
+    compare(paths)          the table of two files, bench's and tools/pybench's
+                            in either order
+    compare_main(paths)     tools/pybench --compare BENCH.json PYBENCH.json
+
+The figures: Offline's samples/s; SingleStream's p90 and MultiStream's p99
+latency; Server's peak QPS within the p99 bound (--find_peak), or its p99
+at a fixed rate. The ratio reads as a speedup: C++ over Python for a rate,
+Python over C++ for a latency, so that above 1 is C++ ahead either way. A
+peak is compared only at the same bound on both sides.
+"""
+
+from ltb.base import BadInput
+from ltb.results.entries import iterations
+from ltb.results.format import markdown_table
+from ltb.results.load import load
+from ltb.results.names import base_name, parse_name
+from ltb.results.runtimes import CPP_EAGER, REFERENCE, runtime_of, split_runtime
+
+HEADERS = ("Benchmark", "Scenario", "Figure", "C++", "Python", "C++ vs Python")
+SCENARIO_ORDER = ("SingleStream", "MultiStream", "Server", "Offline")
+# The name's settings that say how the load was made, shown in its own column.
+_LOAD_SETTINGS = ("scenario", "qps", "find_peak_from")
+
+
+def served(doc):
+    """name without runtime -> entry, for a document's measured serve entries."""
+    out = {}
+    for e in iterations(doc):
+        name, _ = split_runtime(base_name(e))
+        if parse_name(name)["phase"] == "serve":
+            out.setdefault(name, e)
+    return out
+
+
+def _benchmark(name):
+    """The name without the scenario and rate: the model, shapes and batcher."""
+    parts = name.split("/")
+    kept = [p for p in parts if p.split(":", 1)[0] not in _LOAD_SETTINGS or ":" not in p]
+    return "/".join(p for p in kept if p != "serve")
+
+
+def _number(v):
+    return f"{v:.4g}"
+
+
+def _ratio(cpp, py, bigger_is_better):
+    if not cpp or not py:
+        return "—"
+    return f"{(cpp / py if bigger_is_better else py / cpp):.2f}x"
+
+
+def _row(name, cpp, py):
+    settings = parse_name(name)["settings"]
+    scenario = settings.get("scenario", "")
+    benchmark = _benchmark(name)
+    if scenario == "Offline":
+        return (benchmark, scenario, "samples/s", _number(cpp["samples/s"]),
+                _number(py["samples/s"]), _ratio(cpp["samples/s"], py["samples/s"], True))
+    if scenario in ("SingleStream", "MultiStream"):
+        key = "p90_ms" if scenario == "SingleStream" else "p99_ms"
+        return (benchmark, scenario, key.replace("_ms", " ms"), _number(cpp[key]),
+                _number(py[key]), _ratio(cpp[key], py[key], False))
+    if "find_peak_from" in settings:
+        where = f"Server, search from {settings['find_peak_from']} QPS"
+        bounds = (cpp.get("bound_ms"), py.get("bound_ms"))
+        figure = f"peak QPS at p99 <= {_number(bounds[0])} ms" if bounds[0] else "peak QPS"
+        values = [_number(e["peak_qps"]) if e.get("peak_qps") else "no peak"
+                  for e in (cpp, py)]
+        if bounds[0] != bounds[1]:
+            ratio = f"bounds differ: {_number(bounds[0])} and {_number(bounds[1])} ms"
+        else:
+            ratio = _ratio(cpp.get("peak_qps"), py.get("peak_qps"), True)
+        return (benchmark, where, figure, *values, ratio)
+    return (benchmark, f"Server at {settings.get('qps')} QPS", "p99 ms", _number(cpp["p99_ms"]),
+            _number(py["p99_ms"]), _ratio(cpp["p99_ms"], py["p99_ms"], False))
+
+
+def rows(cpp_doc, py_doc):
+    """One row a serve benchmark in both documents, by benchmark then
+    scenario (LoadGen's order) then name."""
+    cpp, py = served(cpp_doc), served(py_doc)
+    names = set(cpp) & set(py)
+    if not names:
+        raise BadInput("no serve benchmark is in both files (run bench and tools/pybench "
+                       "with the same --scenario, filter and serve flags)")
+
+    def order(name):
+        scenario = parse_name(name)["settings"].get("scenario", "")
+        rank = SCENARIO_ORDER.index(scenario) if scenario in SCENARIO_ORDER else 9
+        return (_benchmark(name), rank, name)
+    return [_row(n, cpp[n], py[n]) for n in sorted(names, key=order)]
+
+
+def table(cpp_doc, py_doc):
+    return markdown_table(HEADERS, rows(cpp_doc, py_doc))
+
+
+def compare(paths):
+    """The table of a bench file and a tools/pybench file, given in either
+    order; BadInput when they are not one of each."""
+    if len(paths) != 2:
+        raise BadInput("--compare takes two result files: BENCH.json PYBENCH.json")
+    docs = [load(p) for p in paths]
+    kinds = [runtime_of(d) for d in docs]
+    if sorted(kinds) != sorted((CPP_EAGER, REFERENCE)):
+        raise BadInput("--compare takes one bench file and one tools/pybench file; "
+                       f"{paths[0]} and {paths[1]} are both "
+                       f"{'tools/pybench' if kinds[0] == REFERENCE else 'bench'}'s")
+    if kinds[0] == REFERENCE:
+        docs.reverse()
+    return table(*docs)
+
+
+def compare_main(paths):
+    """Prints compare(paths); the exit code (2 on bad input)."""
+    import sys
+    try:
+        print(compare(paths))
+    except BadInput as e:
+        print(f"pybench: {e}", file=sys.stderr)
+        return 2
+    return 0
