@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -174,8 +175,12 @@ absl::Status ValidateServe(const ServeSettings& serve) {
   return absl::OkStatus();
 }
 
-std::map<std::string, std::string> ParseDetailLog(const std::string& text) {
-  std::map<std::string, std::string> values;
+namespace {
+
+// Calls `visit` with each entry of LoadGen's detail log (":::MLLOG " and a
+// JSON object a line) that has a value, in order.
+void ForEachDetailEntry(const std::string& text,
+                        const std::function<void(const nlohmann::json&)>& visit) {
   std::istringstream lines(text);
   std::string line;
   const std::string mark = ":::MLLOG ";
@@ -184,13 +189,20 @@ std::map<std::string, std::string> ParseDetailLog(const std::string& text) {
     if (at == std::string::npos) continue;
     const nlohmann::json entry =
         nlohmann::json::parse(line.substr(at + mark.size()), nullptr, false);
-    if (entry.is_discarded() || !entry.contains("key") || !entry.contains("value")) {
-      continue;
-    }
+    if (!entry.is_discarded() && entry.contains("value")) visit(entry);
+  }
+}
+
+}  // namespace
+
+std::map<std::string, std::string> ParseDetailLog(const std::string& text) {
+  std::map<std::string, std::string> values;
+  ForEachDetailEntry(text, [&](const nlohmann::json& entry) {
+    if (!entry.contains("key")) return;
     const nlohmann::json& value = entry["value"];
     values[entry["key"].get<std::string>()] =
         value.is_string() ? value.get<std::string>() : value.dump();
-  }
+  });
   return values;
 }
 
@@ -283,17 +295,8 @@ PeakSearch PeakFromDetailLog(const std::string& text) {
   const std::string found = "FindPeakPerformance: Found peak performance field: ";
   const std::string failed = "FindPeakPerformance: Initial lower bound does not satisfy ";
   PeakSearch out;
-  std::istringstream lines(text);
-  std::string line;
-  const std::string mark = ":::MLLOG ";
-  while (std::getline(lines, line)) {
-    const size_t at = line.find(mark);
-    if (at == std::string::npos) continue;
-    const nlohmann::json entry =
-        nlohmann::json::parse(line.substr(at + mark.size()), nullptr, false);
-    if (entry.is_discarded() || !entry.contains("value") || !entry["value"].is_string()) {
-      continue;
-    }
+  ForEachDetailEntry(text, [&](const nlohmann::json& entry) {
+    if (!entry["value"].is_string()) return;
     const std::string value = entry["value"].get<std::string>();
     if (value.rfind(found, 0) == 0) {
       try {
@@ -307,7 +310,7 @@ PeakSearch PeakFromDetailLog(const std::string& text) {
       const size_t msg = value.find("msg: ");
       out.why_not = msg == std::string::npos ? value : value.substr(msg + 5);
     }
-  }
+  });
   return out;
 }
 
@@ -341,6 +344,17 @@ int PeakSearchDecimals(double target_qps) {
   return decimals;
 }
 
+absl::StatusOr<std::string> MakeServeLogFolder(const BenchSpec& spec) {
+  const std::string folder = ServeLogFolder(spec.serve.log_dir, spec);
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--serve_log_dir: cannot make ", folder, ": ", ec.message()));
+  }
+  return folder;
+}
+
 std::string ServeLogFolder(const std::string& log_dir, const BenchSpec& spec) {
   std::string name = spec.Name();
   for (char& c : name) {
@@ -349,14 +363,14 @@ std::string ServeLogFolder(const std::string& log_dir, const BenchSpec& spec) {
   return (std::filesystem::path(log_dir) / name).string();
 }
 
-namespace {
-
 mlperf::TestScenario ScenarioOf(const std::string& name) {
   if (name == "SingleStream") return mlperf::TestScenario::SingleStream;
   if (name == "MultiStream") return mlperf::TestScenario::MultiStream;
   if (name == "Server") return mlperf::TestScenario::Server;
   return mlperf::TestScenario::Offline;
 }
+
+namespace {
 
 // Holds the samples LoadGen asks for, built from the workload's inputs when
 // loaded (outside the timed test), dropped when unloaded.
@@ -529,13 +543,9 @@ absl::Status RunLoadGenTest(benchmark::State& state, Workload& workload,
         absl::StrCat(spec.family, "'s ", serve.phase,
                      " workload cannot run batches it is given, so it cannot serve"));
   }
-  const std::string folder = ServeLogFolder(serve.log_dir, spec);
-  std::error_code ec;
-  std::filesystem::create_directories(folder, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--serve_log_dir: cannot make ", folder, ": ", ec.message()));
-  }
+  absl::StatusOr<std::string> made = MakeServeLogFolder(spec);
+  if (!made.ok()) return made.status();
+  const std::string& folder = *made;
 
   mlperf::TestSettings settings;
   settings.scenario = ScenarioOf(serve.scenario);

@@ -21,7 +21,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "family/family.h"
+
+namespace mlperf {
+enum class TestScenario;  // loadgen/test_settings.h
+}  // namespace mlperf
 
 namespace ltb {
 
@@ -134,6 +139,13 @@ int PeakSearchDecimals(double target_qps);
 
 // The folder of one serve benchmark's LoadGen logs under `log_dir`.
 std::string ServeLogFolder(const std::string& log_dir, const BenchSpec& spec);
+// That folder under spec.serve.log_dir, made; an error naming it where it
+// cannot be.
+absl::StatusOr<std::string> MakeServeLogFolder(const BenchSpec& spec);
+
+// LoadGen's scenario of a --scenario name (SingleStream, MultiStream,
+// Server, Offline).
+mlperf::TestScenario ScenarioOf(const std::string& name);
 
 // One serve benchmark: one LoadGen test over `workload` (built at the
 // spec's max_batch), its counters set on `state`. Returns an error to report

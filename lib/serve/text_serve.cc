@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/interrupt.h"
+#include "serve/serve.h"
 
 namespace ltb {
 
@@ -373,27 +374,16 @@ class TextSut : public mlperf::SystemUnderTest {
 
 constexpr size_t kTextServeSamples = 64;
 
-mlperf::TestScenario TextScenarioOf(const std::string& name) {
-  if (name == "SingleStream") return mlperf::TestScenario::SingleStream;
-  if (name == "MultiStream") return mlperf::TestScenario::MultiStream;
-  if (name == "Server") return mlperf::TestScenario::Server;
-  return mlperf::TestScenario::Offline;
-}
-
 }  // namespace
 
 absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
                           const BenchSpec& spec) {
   const ServeSettings& serve = spec.serve;
-  const std::string folder = ServeLogFolder(serve.log_dir, spec);
-  std::error_code ec;
-  std::filesystem::create_directories(folder, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--serve_log_dir: cannot make ", folder, ": ", ec.message()));
-  }
+  absl::StatusOr<std::string> made = MakeServeLogFolder(spec);
+  if (!made.ok()) return made.status();
+  const std::string& folder = *made;
   mlperf::TestSettings settings;
-  settings.scenario = TextScenarioOf(serve.scenario);
+  settings.scenario = ScenarioOf(serve.scenario);
   settings.mode = mlperf::TestMode::PerformanceOnly;
   settings.min_duration_ms = static_cast<uint64_t>(serve.min_s * 1000);
   settings.min_query_count = static_cast<uint64_t>(serve.min_queries);

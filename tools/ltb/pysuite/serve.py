@@ -22,23 +22,40 @@ FIND_PEAK_OUTSIDE_SERVER = ("--find_peak=true: LoadGen searches a peak QPS in th
 SAMPLES = 64
 
 
-class Batcher:
+class Worker:
+    """One worker thread (its _work) over state guarded by one condition
+    variable; close() stops it and waits for it."""
+
+    def __init__(self):
+        self.cv = threading.Condition()
+        self.stop = False
+        self.error = None
+
+    def start(self):
+        self.thread = threading.Thread(target=self._work, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        with self.cv:
+            self.stop = True
+            self.cv.notify_all()
+        self.thread.join()
+
+
+class Batcher(Worker):
     """Gathers (id, index, arrived) requests into batches on one worker
     thread; run(batch) gets each batch, in arrival order."""
 
     def __init__(self, max_batch, timeout_us, run):
+        super().__init__()
         self.max_batch = max(1, int(max_batch))
         self.timeout = timeout_us / 1e6
         self.run = run
         self.queue = collections.deque()
-        self.cv = threading.Condition()
         self.running = False
-        self.stop = False
         self.batches = 0
         self.largest = 0
-        self.error = None
-        self.thread = threading.Thread(target=self._work, daemon=True)
-        self.thread.start()
+        self.start()
 
     def submit(self, requests):
         with self.cv:
@@ -49,12 +66,6 @@ class Batcher:
         """Returns once every request submitted so far has run."""
         with self.cv:
             self.cv.wait_for(lambda: not self.queue and not self.running)
-
-    def close(self):
-        with self.cv:
-            self.stop = True
-            self.cv.notify_all()
-        self.thread.join()
 
     def _work(self):
         with self.cv:
@@ -93,9 +104,9 @@ def make_sample(batch_inputs, i):
     return (row.roll(shift, -1) if shift and row.dim() else row).clone()
 
 
-def parse_detail(text):
-    """LoadGen's detail log as key -> value (the last of each key)."""
-    values = {}
+def detail_entries(text):
+    """The entries of LoadGen's detail log (":::MLLOG " and a JSON object a
+    line) that have a value, in order."""
     mark = ":::MLLOG "
     for line in text.splitlines():
         at = line.find(mark)
@@ -105,9 +116,13 @@ def parse_detail(text):
             entry = json.loads(line[at + len(mark):])
         except ValueError:
             continue
-        if "key" in entry and "value" in entry:
-            values[entry["key"]] = entry["value"]
-    return values
+        if isinstance(entry, dict) and "value" in entry:
+            yield entry
+
+
+def parse_detail(text):
+    """LoadGen's detail log as key -> value (the last of each key)."""
+    return {e["key"]: e["value"] for e in detail_entries(text) if "key" in e}
 
 
 def _number(detail, key):
@@ -177,15 +192,8 @@ def peak_from_detail(text):
     """(peak QPS or None, LoadGen's reason when None) from the messages
     LoadGen's peak search logs (lib/serve/serve.cc PeakFromDetailLog)."""
     peak, why = None, ""
-    mark = ":::MLLOG "
-    for line in text.splitlines():
-        at = line.find(mark)
-        if at < 0:
-            continue
-        try:
-            value = json.loads(line[at + len(mark):]).get("value")
-        except ValueError:
-            continue
+    for entry in detail_entries(text):
+        value = entry["value"]
         if not isinstance(value, str):
             continue
         if value.startswith(_PEAK_FOUND):

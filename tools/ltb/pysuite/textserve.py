@@ -129,15 +129,14 @@ class ContinuousBatcher:
         return out
 
 
-class Server:
+class Server(batch_serve.Worker):
     """A ContinuousBatcher on a worker thread, in inference mode."""
 
     def __init__(self, batcher):
+        super().__init__()
         self.batcher = batcher
-        self.cv = threading.Condition()
-        self.incoming, self.busy, self.stop, self.error = [], False, False, None
-        self.thread = threading.Thread(target=self._work, daemon=True)
-        self.thread.start()
+        self.incoming, self.busy = [], False
+        self.start()
 
     def submit(self, requests):
         with self.cv:
@@ -147,12 +146,6 @@ class Server:
     def drain(self):
         with self.cv:
             self.cv.wait_for(lambda: not self.incoming and not self.busy)
-
-    def close(self):
-        with self.cv:
-            self.stop = True
-            self.cv.notify_all()
-        self.thread.join()
 
     def _work(self):
         import torch
