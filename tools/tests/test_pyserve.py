@@ -301,6 +301,22 @@ class CompareTest(unittest.TestCase):
             # Either order: the files say which side they are.
             self.assertEqual(self.compare(*reversed(paths))[1], self.TABLE)
 
+    def test_served_generation_pairs_tokens_and_token_latencies(self):
+        from ltb.results import serving
+        rest = "prompt:8:16/output:4:8/"
+        cpp, py = [], []
+        for side, out, scale in ((False, cpp, 1.0), (True, py, 2.0)):
+            out.append(served("GPT2/nano", "Offline", rest, side, samples_per_s=10,
+                              tokens_per_s=60 / scale, p99_ms=9.0))
+            out.append(served("GPT2/nano", "Server", "qps:10/" + rest, side, samples_per_s=9,
+                              tokens_per_s=50, p99_ms=9.0, ttft_p99_ms=4 * scale,
+                              tpot_p99_ms=1.5 * scale))
+        self.assertEqual(serving.rows(doc(cpp), doc(py)), [
+            ("GPT2/nano/cpu/max_batch:8/prompt:8:16/output:4:8/fp32", "Server at 10 QPS",
+             "TTFT, TPOT p99 ms", "4, 1.5", "8, 3", "2.00x, 2.00x"),
+            ("GPT2/nano/cpu/max_batch:8/prompt:8:16/output:4:8/fp32", "Offline",
+             "tokens/s", "60", "30", "2.00x")])
+
     def test_peaks_at_different_bounds_are_not_compared(self):
         cpp, py = serve_docs()
         for e in py["benchmarks"]:

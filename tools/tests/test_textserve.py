@@ -1,7 +1,8 @@
 """pysuite's continuous batching (ltb.pysuite.textserve): every request's
 tokens equal generation at batch 1 of the same prompt, in several arrival
 orders and slot counts, over slots reused on purpose; the request draws
-are bench's; one LoadGen test that reports tokens and token latencies."""
+are bench's; one LoadGen test that reports tokens and token latencies;
+pybench's served generation with bench's names, counters and refusals."""
 import importlib.util
 import random
 import tempfile
@@ -113,3 +114,87 @@ class ContinuousBatchingTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipUnless(HAS_RUNTIME, "needs torch and mlperf_loadgen")
+class PybenchTextServeTest(unittest.TestCase):
+    """pybench serves generation as bench does: its names, its counters, its
+    refusals."""
+
+    LENGTHS = ["--scenario=Offline,Server", "--prompt_len=8:16", "--output_len=4:8"]
+    # What bench lists (and the comparison needs) for LENGTHS.
+    NAMES = [f"{f}/nano/cpu/serve/scenario:{s}/max_batch:8/prompt:8:16/output:4:8/fp32"
+             for f in ("GPT2", "Llama") for s in ("Offline", "Server/qps:10")]
+    KEYS = {"cpu_time", "decode_share", "decode_steps", "family_index", "iterations", "label",
+            "latency_mean_ms", "max_batch", "mean_active_slots", "name", "p50_ms", "p90_ms",
+            "p99.9_ms", "p99_ms", "per_family_instance_index", "prefill_share", "prefills",
+            "queries", "real_time", "repetition_index", "repetitions", "run_name",
+            "run_type", "samples/s", "threads", "time_unit", "tokens/s", "valid"}
+    RUN = ["--benchmark_filter=GPT2/nano/cpu/serve", "--devices=cpu", "--scenario=Offline",
+           "--prompt_len=4:8", "--output_len=2:4", "--serve_min_s=0.1",
+           "--serve_min_queries=16", "--warmup_s=0"]
+
+    def pybench(self, *args):
+        from tests.test_pybench import pybench_outputs
+        return pybench_outputs(*args)
+
+    def test_names_are_benchs(self):
+        from tests.test_pybench import runnable_bench
+        import subprocess
+        flt = "--benchmark_filter=(GPT2|Llama)/nano/cpu/serve"
+        code, out, err = self.pybench(flt, "--devices=cpu", *self.LENGTHS,
+                                      "--benchmark_list_tests")
+        self.assertEqual(code, 0, err)
+        names = [line.replace("/py_eager", "").replace("/iterations:1/manual_time", "")
+                 for line in out.split()]
+        self.assertEqual(names, self.NAMES)
+        # --prompt and --new_tokens lists repeat the served lengths: one each.
+        code, again, err = self.pybench(flt, "--devices=cpu", *self.LENGTHS, "--prompt=4,8",
+                                        "--new_tokens=2,3", "--depth=0,16",
+                                        "--benchmark_list_tests")
+        self.assertEqual((code, again), (0, out), err)
+        bench = runnable_bench()
+        if bench:
+            listed = subprocess.run([bench, flt, "--devices=cpu", *self.LENGTHS,
+                                     "--benchmark_list_tests"], capture_output=True,
+                                    text=True, timeout=300)
+            self.assertEqual(listed.stdout.replace("/manual_time", "/py_eager/manual_time")
+                             .replace("/iterations:1/py_eager", "/py_eager/iterations:1"),
+                             out)
+
+    def test_a_run_reports_benchs_counters(self):
+        import json
+        import os
+        from tests.test_pybench import bench_json, runnable_bench
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "py.json")
+            code, _, err = self.pybench(*self.RUN, f"--benchmark_out={path}")
+            self.assertEqual(code, 0, err)
+            with open(path) as f:
+                [e] = json.load(f)["benchmarks"]
+            self.assertEqual(set(e), self.KEYS)
+            self.assertEqual(e["max_batch"], 8)
+            self.assertGreaterEqual(e["prefills"], 16)  # every request prefilled once
+            # Each request generates 2 to 4 tokens.
+            self.assertGreaterEqual(e["tokens/s"] / e["samples/s"], 2 - 1e-9)
+            self.assertLessEqual(e["tokens/s"] / e["samples/s"], 4 + 1e-9)
+            self.assertRegex(e["label"], r"^scenario:Offline (VALID|INVALID)")
+            self.assertEqual(len(os.listdir(os.path.join(tmp, "py.loadgen"))), 1)
+            bench = runnable_bench()
+            if bench:
+                with open(bench_json(bench, tmp, *self.RUN,
+                                     f"--serve_log_dir={tmp}/logs")) as f:
+                    [b] = json.load(f)["benchmarks"]
+                self.assertEqual(set(b), set(e))
+
+    def test_bad_lengths_are_refused_as_bench_refuses_them(self):
+        for flag, message in (
+                ("--output_len=1", "--output_len=1: valid: a length N or a range MIN:MAX of "
+                 "whole numbers, 2 <= MIN <= MAX (LoadGen times the output tokens after the "
+                 "first, so a request generates at least 2)"),
+                ("--prompt_len=9:3", "--prompt_len=9:3: valid: a length N or a range MIN:MAX "
+                 "of whole numbers, 1 <= MIN <= MAX\n")):
+            code, out, err = self.pybench("--benchmark_filter=GPT2/nano/cpu/serve",
+                                          "--scenario=Offline", flag)
+            self.assertEqual((code, out), (2, ""), err)
+            self.assertIn(message, err)

@@ -191,6 +191,17 @@ def parse_flags(argv):
     add("--batch_timeout_us", type=int, default=2000, help="serve: the batcher's wait")
     add("--serve_log_dir", default="", help="serve: LoadGen's logs (default: beside "
         "--benchmark_out, else ./loadgen_logs)")
+    add("--serve_phase", default="", help="serve: the inference phase served (forward, "
+        "generate); default: generate where --prompt_len or --output_len is given, else "
+        "forward")
+    add("--prompt_len", default="", help="serve of generate: each request's prompt length, "
+        "N or MIN:MAX (drawn uniformly, seeded); default: --prompt")
+    add("--output_len", default="", help="serve of generate: each request's output tokens, "
+        "N or MIN:MAX (drawn uniformly, seeded), at least 2; default: --new_tokens")
+    add("--ttft_bound_ms", type=float, default=0, help="serve of generate: Server's p99 "
+        "time-to-first-token bound in ms; default: LoadGen's (100 ms)")
+    add("--tpot_bound_ms", type=float, default=0, help="serve of generate: Server's p99 "
+        "time-per-output-token bound in ms; default: LoadGen's (100 ms)")
     add("--slowdown", type=float, default=1.0, help=argparse.SUPPRESS)  # the tests'
     own = {a.option_strings[0][2:] for a in p._actions if a.option_strings}
     for arg in argv:
@@ -238,8 +249,39 @@ def parse_flags(argv):
     return a
 
 
+def length_range(flag, text, least):
+    """lib/serve's ParseLengthRange: N or MIN:MAX, least <= MIN <= MAX."""
+    parts = text.split(":")
+    if len(parts) in (1, 2) and all(re.fullmatch(r"\s*[+-]?\d+\s*", x) for x in parts):
+        lo, hi = int(parts[0]), int(parts[-1])
+        if least <= lo <= hi:
+            return lo, hi
+    raise BadFlag(f"--{flag}={text}: valid: a length N or a range MIN:MAX of whole numbers, "
+                  f"{least} <= MIN <= MAX" + (
+                      " (LoadGen times the output tokens after the first, so a request "
+                      "generates at least 2)" if least == 2 else ""))
+
+
 def serve_flags(a):
     """The serve settings, refused as bench refuses them (lib/suite/flags.cc)."""
+    a.serve_phase_given = a.serve_phase != ""
+    # (0, 0): not given, the sweep's --prompt and --new_tokens stand.
+    a.prompt_range, a.output_range = (0, 0), (0, 0)
+    if a.prompt_len:
+        a.prompt_range = length_range("prompt_len", a.prompt_len, 1)
+    if a.output_len:
+        a.output_range = length_range("output_len", a.output_len, 2)
+    if (a.prompt_len or a.output_len) and not a.serve_phase_given:
+        a.serve_phase = "generate"
+    if a.serve_phase and a.serve_phase not in ("forward", "encode", "generate"):
+        raise BadFlag(f"--serve_phase={a.serve_phase}: serve runs an inference phase (not a "
+                      "training phase); valid: forward, encode (Whisper's), generate")
+    if a.serve_phase == "generate" and a.scenario.strip(", "):
+        for flag in ("ttft_bound_ms", "tpot_bound_ms"):
+            bound = getattr(a, flag)
+            if bound < 0 or math.isnan(bound):
+                raise BadFlag(f"--{flag} must be a number of milliseconds > 0, or left out "
+                              "for LoadGen's 100 ms")
     a.scenarios = []
     for item in (x.strip() for x in a.scenario.split(",")):
         if item and item not in serve.SCENARIOS:

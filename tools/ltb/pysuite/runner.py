@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from ltb.pysuite import serve
+from ltb.pysuite import serve, textserve
 from ltb.pysuite.counters import aggregates, entry, reset_peak_rss
 from ltb.pysuite.device import synchronize
 from ltb.pysuite.workloads import Workload
@@ -115,10 +115,22 @@ def serve_one(spec, args):
     bench's serve benchmark (lib/serve), as Google Benchmark's JSON entry."""
     sv = spec.serve
     workload = Workload(spec, args)
-    warm_up(workload, args)
     name = spec.full_name()
     folder = os.path.join(args.serve_log_dir,
                           spec.name().rsplit("/", 1)[0].replace("/", "_").replace(":", "-"))
+    if sv["phase"] == "generate":
+        # lib/serve/text_serve: continuous batching over the slots of one
+        # cache, not the generate step's fixed batch; no warm-up, as bench.
+        cpu = time.thread_time()
+        lengths = [(lo or hi, hi) for (lo, _), hi in ((sv["prompt"], spec.prompt),
+                                                      (sv["output"], spec.new_tokens))]
+        counters, label, seconds = textserve.serve_text(
+            workload.model, sv["scenario"], folder, prompt=lengths[0], output=lengths[1],
+            max_batch=sv["max_batch"], target_qps=sv["qps"], min_s=args.serve_min_s,
+            min_queries=args.serve_min_queries, ttft_bound_ms=args.ttft_bound_ms or 100,
+            tpot_bound_ms=args.tpot_bound_ms or 100, device=spec.device)
+        return [serve_entry(name, seconds, cpu, counters, label)]
+    warm_up(workload, args)
     # Google Benchmark's cpu_time: the calling thread's, over the test.
     cpu = time.thread_time()
     counters, label, seconds = serve.serve(
@@ -129,6 +141,13 @@ def serve_one(spec, args):
         batch_timeout_us=args.batch_timeout_us,
         tokens_per_sample=workload.tokens_per_step / spec.batch if workload.tokens_per_step
         else 0, synchronize=lambda: synchronize(spec.device), find_peak=sv["find_peak"])
+    del workload
+    return [serve_entry(name, seconds, cpu, counters, label)]
+
+
+def serve_entry(name, seconds, cpu, counters, label):
+    """A LoadGen test as Google Benchmark's JSON entry (cpu: thread_time at
+    its start)."""
     e = {"name": name, "family_index": 0, "per_family_instance_index": 0, "run_name": name,
          "run_type": "iteration", "repetitions": 1, "repetition_index": 0, "threads": 1,
          "iterations": 1, "real_time": seconds * 1e3,
@@ -136,8 +155,7 @@ def serve_one(spec, args):
          "time_unit": "ms"}
     e.update(sorted(counters.items()))
     e["label"] = label
-    del workload
-    return [e]
+    return e
 
 
 def run_one(spec, args, peaks):

@@ -18,7 +18,9 @@ class Spec:
         self.depth, self.weights, self.quant = depth, weights, quant
         self.dtype, self.runtime = dtype, runtime
         self.steps = None
-        self.serve = None  # serve: scenario, qps, max_batch (the forward is served)
+        # serve: scenario, qps, max_batch, phase (forward or generate) and
+        # generate's (min, max) prompt and output lengths.
+        self.serve = None
 
     @property
     def training(self):
@@ -35,7 +37,12 @@ class Spec:
             name = f"{self.family}/{self.size}/{self.device}/{self.phase}/batch:{self.batch}"
         if self.seq:
             name += f"/seq:{self.seq}"
-        if self.prompt:
+        if self.prompt and self.serve:
+            def span(lo, hi):
+                return f"{lo}:{hi}" if lo > 0 and lo != hi else f"{hi}"
+            name += (f"/prompt:{span(self.serve['prompt'][0], self.prompt)}"
+                     f"/output:{span(self.serve['output'][0], self.new_tokens)}")
+        elif self.prompt:
             name += f"/prompt:{self.prompt}/new:{self.new_tokens}"
         if self.depth:
             name += f"/depth:{self.depth}"
@@ -67,7 +74,9 @@ def specs(args):
     except re.error as e:
         raise BadFlag(f"--benchmark_filter={flt}: not a regular expression: {e}")
     out = []
+    served_phase = args.serve_phase or "forward"
     for family, f in FAMILIES.items():
+        served_names = set()  # generate: the lengths' flags repeat one
         serves = kinds.of(family).serves
         for size in families.sizes(family):
             for phase in f["phases"]:
@@ -108,20 +117,32 @@ def specs(args):
                             s.steps = args.epochs if phase == "train_epoch" else args.steps
                             if (pattern.search(s.full_name()) is not None) != negate:
                                 out.append(s)
-                            if (phase != "forward" or not serves
-                                    or b != batches[0]):
+                            if (phase != served_phase or not serves
+                                    or b != batches[0] or depth > 0):
                                 continue
                             # lib/suite/sweep.cc: one a scenario (Server: a rate).
                             for scenario in args.scenarios:
                                 for qps in (args.serve_qps if scenario == "Server"
                                             else args.serve_qps[:1]):
-                                    v = Spec(family, size, device, phase, args.max_batch,
-                                             dtype, runtime, seq=first, weights=args.weights,
-                                             quant=q)
+                                    v = (Spec(family, size, device, phase, args.max_batch,
+                                              dtype, runtime, weights=args.weights, quant=q,
+                                              # The lengths' maxima size every slot's cache.
+                                              prompt=args.prompt_range[1] or first,
+                                              new_tokens=args.output_range[1] or second)
+                                         if shape == "generate" else
+                                         Spec(family, size, device, phase, args.max_batch,
+                                              dtype, runtime, seq=first, weights=args.weights,
+                                              quant=q))
                                     v.serve = {"scenario": scenario, "qps": qps,
                                                "max_batch": args.max_batch,
-                                               "find_peak": args.find_peak and scenario == "Server"}
+                                               "find_peak": args.find_peak and scenario == "Server",
+                                               "phase": phase, "prompt": args.prompt_range,
+                                               "output": args.output_range}
                                     v.steps = 1  # one LoadGen test
+                                    if shape == "generate":
+                                        if v.name() in served_names:
+                                            continue
+                                        served_names.add(v.name())
                                     if (pattern.search(v.full_name()) is not None) != negate:
                                         out.append(v)
     return out

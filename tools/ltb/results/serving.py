@@ -61,6 +61,16 @@ def _row(name, cpp, py):
     settings = parse_name(name)["settings"]
     scenario = settings.get("scenario", "")
     benchmark = _benchmark(name)
+    if "output" in settings:  # served generation: tokens, and token latencies
+        if scenario == "Offline":
+            return (benchmark, scenario, "tokens/s", _number(cpp["tokens/s"]),
+                    _number(py["tokens/s"]), _ratio(cpp["tokens/s"], py["tokens/s"], True))
+        if scenario == "Server":
+            keys = ("ttft_p99_ms", "tpot_p99_ms")
+            return (benchmark, f"Server at {settings.get('qps')} QPS",
+                    "TTFT, TPOT p99 ms", *(", ".join(_number(e[k]) for k in keys)
+                                           for e in (cpp, py)),
+                    ", ".join(_ratio(cpp[k], py[k], False) for k in keys))
     if scenario == "Offline":
         return (benchmark, scenario, "samples/s", _number(cpp["samples/s"]),
                 _number(py["samples/s"]), _ratio(cpp["samples/s"], py["samples/s"], True))
