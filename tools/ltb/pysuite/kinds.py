@@ -32,7 +32,8 @@ class Kind:
     """A kind of family. The defaults are the token models': the model
     placed by Workload.place, trained by the Trainer's step (AdamW)."""
 
-    serves = False  # its forward is served under --scenario (lib: Family::serves)
+    serves = False  # its serve_phase is served under --scenario (lib: Family::serves)
+    serve_phase = "forward"  # lib: Family::serve_phase
 
     def plan(self, spec, args):
         """{flops, tokens, samples, audio_s} a step as the family's Plan*
@@ -178,6 +179,8 @@ class Encoder(Kind):
     """lib/models/encoder.cc: LibTorch's encoder takes (T, B, d); its input
     drawn in fp32, then in the inference dtype (RandomInput)."""
 
+    serves = True
+
     def plan(self, spec, args):
         s = spec
         fwd = families.encoder_forward_flops(s.size, s.batch, s.seq)
@@ -189,12 +192,17 @@ class Encoder(Kind):
         x = torch.randn(s.seq, s.batch, w.options.d_model, device=s.device)
         w.inputs = x if s.training else x.to(DTYPES[s.dtype])
         w.infer = lambda: w.forward(w.inputs)
+        # lib/models/served_phases.cc: samples batch first, read transposed.
+        w.serve_inputs = w.inputs.transpose(0, 1).contiguous()  # (B, T, d)
+        w.serve_forward = lambda batch: w.forward(batch.transpose(0, 1)).transpose(0, 1)
         w.loss = lambda: w.forward(w.inputs).float().pow(2).mean()
 
 
 class EncDec(Kind):
     """lib/models/encdec.cc: a sample is a source sequence then a target of
     the same length; the target less its last token is the decoder's input."""
+
+    serves = True
 
     def plan(self, spec, args):
         s = spec
@@ -217,6 +225,9 @@ class EncDec(Kind):
             return
         src, tgt = batch[:, :s.seq], batch[:, s.seq:2 * s.seq - 1]
         w.infer = lambda: w.forward(src, tgt)
+        # lib/models/served_phases.cc: a served sample is its source then its target.
+        w.serve_inputs = batch
+        w.serve_forward = lambda b: w.forward(b[:, :s.seq], b[:, s.seq:2 * s.seq - 1])
 
     def loss_of(self, w, batch):
         """encdec.cc EncDecLoss: cross-entropy of the decoder's logits
@@ -234,7 +245,10 @@ class Whisper(Kind):
     frames; generate starts from its encoder output (computed here, outside
     the timed steps) with the self-attention cache allocated once, and
     computes the cross-attention keys and values each time; transcribe
-    encodes, then generates with a fresh cache."""
+    encodes, then generates with a fresh cache. Its encode is served."""
+
+    serves = True
+    serve_phase = "encode"
 
     def plan(self, spec, args):
         s = spec
@@ -262,6 +276,7 @@ class Whisper(Kind):
         w.encode = torch.compile(model.encode) if compiled else model.encode
         w.infer = lambda: w.encode(mel)
         if s.phase == "encode":
+            w.serve_inputs, w.serve_forward = mel, w.encode  # (B, mels, frames)
             return
         w.prompt = torch.randint(0, o.vocab, (s.batch, s.prompt), device=s.device)
         if s.phase == "transcribe":

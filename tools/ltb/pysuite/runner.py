@@ -134,7 +134,8 @@ def serve_one(spec, args):
     # Google Benchmark's cpu_time: the calling thread's, over the test.
     cpu = time.thread_time()
     counters, label, seconds = serve.serve(
-        workload.forward, workload.serve_inputs, sv["scenario"], folder,
+        getattr(workload, "serve_forward", workload.forward), workload.serve_inputs,
+        sv["scenario"], folder,
         target_qps=sv["qps"], latency_bound_ms=args.latency_bound_ms or 0,
         samples_per_query=args.samples_per_query, min_s=args.serve_min_s,
         min_queries=args.serve_min_queries, max_batch=sv["max_batch"],

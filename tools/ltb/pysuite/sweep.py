@@ -74,10 +74,10 @@ def specs(args):
     except re.error as e:
         raise BadFlag(f"--benchmark_filter={flt}: not a regular expression: {e}")
     out = []
-    served_phase = args.serve_phase or "forward"
     for family, f in FAMILIES.items():
         served_names = set()  # generate: the lengths' flags repeat one
         serves = kinds.of(family).serves
+        served_phase = args.serve_phase or kinds.of(family).serve_phase
         for size in families.sizes(family):
             for phase in f["phases"]:
                 for device in args.device_list:
