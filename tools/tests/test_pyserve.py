@@ -232,6 +232,90 @@ class PybenchServeTest(unittest.TestCase):
         self.assertIn("Server scenario only; valid: --scenario=Server", err)
         self.assertEqual(out, "")
 
+    # Served as lib/models/served_phases.cc serves them (batch first).
+    FAMILIES = ("Encoder", "EncDec", "Whisper")
+    OFFLINE = ["--devices=cpu", "--seq=16", "--max_batch=4", "--scenario=Offline",
+               "--target_qps=300", "--warmup_s=0", "--serve_min_s=0.1",
+               "--serve_min_queries=16"]
+
+    def test_encoder_encdec_and_whisper_are_listed_as_bench_lists_them(self):
+        from tests.test_pybench import runnable_bench
+        flt = "--benchmark_filter=(Encoder|EncDec|Whisper)/nano/cpu/serve"
+        args = [flt, "--scenario=Offline,Server", "--benchmark_list_tests"]
+        code, out, err = self.pybench(*args)
+        self.assertEqual(code, 0, err)
+        names = [line.replace("/py_eager/", "/") for line in out.split()]
+        self.assertEqual({n.split("/")[0] for n in names}, set(self.FAMILIES))
+        self.assertIn("Whisper/nano/cpu/serve/scenario:Offline/max_batch:8/fp32/iterations:1/"
+                      "manual_time", names)  # its encode, which has no seq
+        bench = runnable_bench()
+        if bench is None:
+            self.skipTest("no built bench (LTB_BENCH)")
+        import subprocess
+        proc = subprocess.run([bench, *args], capture_output=True, text=True, timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(names, [n for n in proc.stdout.split() if "/serve/" in n])
+
+    def test_an_offline_run_serves_every_sample_with_benchs_counters(self):
+        from unittest import mock
+        from tests.test_pybench import bench_json, runnable_bench
+        bench = runnable_bench()
+        original = serve.serve
+        for family in self.FAMILIES:
+            flt = f"--benchmark_filter=^{family}/nano/cpu/serve/scenario:Offline/"
+            rows = []
+
+            def counting(forward, *args, **kwargs):
+                def counted(batch):
+                    rows.append(batch.shape[0])
+                    return forward(batch)
+                return original(counted, *args, **kwargs)
+            with self.subTest(family), tempfile.TemporaryDirectory() as tmp, \
+                    mock.patch.object(serve, "serve", counting):
+                path = os.path.join(tmp, "py.json")
+                code, _, err = self.pybench(flt, *self.OFFLINE, f"--benchmark_out={path}")
+                self.assertEqual(code, 0, err)
+                with open(path) as f:
+                    [py] = json.load(f)["benchmarks"]
+                [folder] = os.listdir(os.path.join(tmp, "py.loadgen"))
+                with open(os.path.join(tmp, "py.loadgen", folder, "mlperf_log_detail.txt")) as f:
+                    detail = {e["key"]: e["value"] for e in serve.detail_entries(f.read())}
+                issued = detail["generated_samples_per_query"] * detail["generated_query_count"]
+                self.assertGreater(issued, 0)
+                self.assertEqual(sum(rows), issued)
+                self.assertTrue(all(1 <= r <= 4 for r in rows), rows)
+                self.assertEqual(py["batches"], len(rows))
+                self.assertGreater(py["samples/s"], 0)
+                if bench is None:
+                    continue
+                with open(bench_json(bench, tmp, flt, *self.OFFLINE,
+                                     f"--serve_log_dir={tmp}/bench.loadgen")) as f:
+                    [cpp] = json.load(f)["benchmarks"]
+                self.assertEqual(py["name"].replace("/py_eager/", "/"), cpp["name"])
+                self.assertEqual(set(py), set(cpp))
+
+    def test_the_served_forward_of_a_batch_is_the_phases_output_row_by_row(self):
+        import torch
+        from ltb.pysuite import flags, sweep, workloads
+        for family in self.FAMILIES:
+            with self.subTest(family):
+                args = flags.parse_flags([
+                    f"--benchmark_filter=^{family}/nano/cpu/serve/scenario:Offline/",
+                    "--devices=cpu", "--seq=16", "--max_batch=3", "--scenario=Offline"])
+                [spec] = sweep.specs(args)
+                w = workloads.Workload(spec, args)
+                with torch.inference_mode():
+                    phase = w.infer()  # the phase's own inputs, in its own layout
+                    if family == "Encoder":
+                        phase = phase.transpose(0, 1)  # (T, B, d) -> (B, T, d)
+                    batched = w.serve_forward(w.serve_inputs)
+                    self.assertEqual(batched.shape[0], 3)
+                    torch.testing.assert_close(batched, phase, rtol=1e-5, atol=1e-5)
+                    for i in range(3):
+                        torch.testing.assert_close(
+                            w.serve_forward(w.serve_inputs[i:i + 1])[0], batched[i],
+                            rtol=1e-4, atol=1e-5)
+
 
 NAME = "{family}/cpu/serve/scenario:{scenario}/max_batch:8/{rest}fp32"
 
