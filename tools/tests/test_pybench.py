@@ -1023,9 +1023,12 @@ class KindsTest(unittest.TestCase):
             steps = kinds.of(name).steps(workload)
             self.assertEqual([p for p in f["phases"] if p not in steps], [], name)
         self.assertEqual(kinds.of("Whisper").steps(workload)["transcribe"], "infer_step")
-        # The forward serves where bench's does (lib: Family::serves).
-        self.assertEqual([n for n in family.FAMILIES if kinds.of(n).serves],
-                         ["Transformer", "GPT2", "Llama", "ResNet", "CNN"])
+        # The phase bench serves is served (lib: Family::serves, serve_phase).
+        self.assertEqual({n: kinds.of(n).serve_phase for n in family.FAMILIES
+                          if kinds.of(n).serves},
+                         {"Transformer": "forward", "GPT2": "forward", "Llama": "forward",
+                          "ResNet": "forward", "CNN": "forward", "Encoder": "forward",
+                          "Whisper": "encode", "EncDec": "forward"})
         with self.assertRaisesRegex(KeyError, "no kind for family 'Gpt3'; the families: "
                                     "ResNet, CNN, Transformer"):
             kinds.of("Gpt3")
