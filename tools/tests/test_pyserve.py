@@ -171,10 +171,6 @@ class LoadGenTest(unittest.TestCase):
         self.assertEqual(self.seen, [])
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 @unittest.skipUnless(HAS_RUNTIME, "torch or mlperf_loadgen is not installed")
 class PybenchServeTest(unittest.TestCase):
     """pybench's --scenario: bench's names, LoadGen's counters, bench's refusals."""
@@ -427,3 +423,7 @@ class CompareTest(unittest.TestCase):
             code, _, err = self.compare(bench, self.write(tmp, "p.json", py))
             self.assertEqual(code, 2)
             self.assertIn("no serve benchmark is in both files", err)
+
+
+if __name__ == "__main__":
+    unittest.main()
