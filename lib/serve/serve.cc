@@ -314,10 +314,8 @@ PeakSearch PeakFromDetailLog(const std::string& text) {
   return out;
 }
 
-ServeCounters CountersFromLog(const std::string& detail_text, const ServeSettings& serve,
-                              double tokens_per_sample) {
-  ServeCounters out =
-      CountersFromDetail(ParseDetailLog(detail_text), serve, tokens_per_sample);
+ServeCounters WithPeak(ServeCounters out, const std::string& detail_text,
+                       const ServeSettings& serve) {
   if (!serve.find_peak) return out;
   const PeakSearch peak = PeakFromDetailLog(detail_text);
   out.counters.emplace_back("peak_qps", peak.found ? peak.qps : 0);
@@ -334,6 +332,34 @@ ServeCounters CountersFromLog(const std::string& detail_text, const ServeSetting
                              serve.target_qps, " QPS misses the bound: ", why);
   }
   return out;
+}
+
+ServeCounters CountersFromLog(const std::string& detail_text, const ServeSettings& serve,
+                              double tokens_per_sample) {
+  return WithPeak(
+      CountersFromDetail(ParseDetailLog(detail_text), serve, tokens_per_sample),
+      detail_text, serve);
+}
+
+void SetLoadGenSettings(const ServeSettings& serve, size_t samples,
+                        mlperf::TestSettings& settings) {
+  settings.scenario = ScenarioOf(serve.scenario);
+  settings.mode = serve.find_peak ? mlperf::TestMode::FindPeakPerformance
+                                  : mlperf::TestMode::PerformanceOnly;
+  settings.min_duration_ms = static_cast<uint64_t>(serve.min_s * 1000);
+  settings.min_query_count = static_cast<uint64_t>(serve.min_queries);
+  settings.server_target_qps = serve.target_qps;
+  settings.offline_expected_qps = serve.target_qps;
+  // The search doubles the rate until the bound is missed (LoadGen's step
+  // size 1), then bisects to the decimals that resolve 1% of the start.
+  settings.server_find_peak_qps_boundary_step_size = 1;
+  settings.server_find_peak_qps_decimals_of_precision =
+      PeakSearchDecimals(serve.target_qps);
+  if (serve.samples_per_query > 0) {
+    settings.multi_stream_samples_per_query =
+        static_cast<uint64_t>(serve.samples_per_query);
+  }
+  settings.performance_sample_count_override = samples;
 }
 
 int PeakSearchDecimals(double target_qps) {
@@ -548,27 +574,11 @@ absl::Status RunLoadGenTest(benchmark::State& state, Workload& workload,
   const std::string& folder = *made;
 
   mlperf::TestSettings settings;
-  settings.scenario = ScenarioOf(serve.scenario);
-  settings.mode = serve.find_peak ? mlperf::TestMode::FindPeakPerformance
-                                  : mlperf::TestMode::PerformanceOnly;
-  settings.min_duration_ms = static_cast<uint64_t>(serve.min_s * 1000);
-  settings.min_query_count = static_cast<uint64_t>(serve.min_queries);
-  settings.server_target_qps = serve.target_qps;
-  settings.offline_expected_qps = serve.target_qps;
-  // The search doubles the rate until the bound is missed (LoadGen's step
-  // size 1), then bisects to the decimals that resolve 1% of the start.
-  settings.server_find_peak_qps_boundary_step_size = 1;
-  settings.server_find_peak_qps_decimals_of_precision =
-      PeakSearchDecimals(serve.target_qps);
+  SetLoadGenSettings(serve, kServeSamples, settings);
   if (serve.latency_bound_ms > 0) {
     settings.server_target_latency_ns =
         static_cast<uint64_t>(serve.latency_bound_ms * 1e6);
   }
-  if (serve.samples_per_query > 0) {
-    settings.multi_stream_samples_per_query =
-        static_cast<uint64_t>(serve.samples_per_query);
-  }
-  settings.performance_sample_count_override = kServeSamples;
   mlperf::LogSettings log;
   log.log_output.outdir = folder;
   log.enable_trace = false;

@@ -26,6 +26,7 @@
 
 namespace mlperf {
 enum class TestScenario;  // loadgen/test_settings.h
+struct TestSettings;
 }  // namespace mlperf
 
 namespace ltb {
@@ -127,11 +128,23 @@ struct PeakSearch {
 };
 PeakSearch PeakFromDetailLog(const std::string& text);
 
-// The counters and label of a LoadGen test from its detail log's text: as
-// CountersFromDetail, and with serve.find_peak the peak QPS found
-// (`peak_qps`, the benchmark's time 1 / peak), or 0 and LoadGen's reason.
+// `out` with serve.find_peak's result from the detail log's text: the peak
+// QPS found (`peak_qps`, the benchmark's time 1 / peak), or 0 and LoadGen's
+// reason in the label; `out` itself without a peak search.
+ServeCounters WithPeak(ServeCounters out, const std::string& detail_text,
+                       const ServeSettings& serve);
+
+// The counters and label of a LoadGen test from its detail log's text:
+// CountersFromDetail's, WithPeak.
 ServeCounters CountersFromLog(const std::string& detail_text, const ServeSettings& serve,
                               double tokens_per_sample);
+
+// LoadGen's settings for a test of `serve` over a library of `samples`:
+// scenario, mode (PerformanceOnly, or FindPeakPerformance with
+// serve.find_peak), duration, queries, rate and samples a query; the
+// latency bounds are the caller's (a sample's, or tokens').
+void SetLoadGenSettings(const ServeSettings& serve, size_t samples,
+                        mlperf::TestSettings& settings);
 
 // The decimals LoadGen's peak search resolves Server's rate to: the fewest
 // that make a step at most 1% of the starting rate.

@@ -383,12 +383,7 @@ absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
   if (!made.ok()) return made.status();
   const std::string& folder = *made;
   mlperf::TestSettings settings;
-  settings.scenario = ScenarioOf(serve.scenario);
-  settings.mode = mlperf::TestMode::PerformanceOnly;
-  settings.min_duration_ms = static_cast<uint64_t>(serve.min_s * 1000);
-  settings.min_query_count = static_cast<uint64_t>(serve.min_queries);
-  settings.server_target_qps = serve.target_qps;
-  settings.offline_expected_qps = serve.target_qps;
+  SetLoadGenSettings(serve, kTextServeSamples, settings);
   settings.use_token_latencies = true;
   if (serve.ttft_bound_ms > 0) {
     settings.server_ttft_latency = static_cast<uint64_t>(serve.ttft_bound_ms * 1e6);
@@ -396,11 +391,6 @@ absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
   if (serve.tpot_bound_ms > 0) {
     settings.server_tpot_latency = static_cast<uint64_t>(serve.tpot_bound_ms * 1e6);
   }
-  if (serve.samples_per_query > 0) {
-    settings.multi_stream_samples_per_query =
-        static_cast<uint64_t>(serve.samples_per_query);
-  }
-  settings.performance_sample_count_override = kTextServeSamples;
   mlperf::LogSettings log;
   log.log_output.outdir = folder;
   log.enable_trace = false;
@@ -477,11 +467,13 @@ absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
         return absl::CancelledError(
             absl::StrCat(StopReason(), " during LoadGen's test; its logs: ", folder));
       }
-      if (completed > 0)
+      // A peak search's requests span every rate it tried: no one goodput.
+      if (completed > 0 && !serve.find_peak)
         good = static_cast<double>(within) / static_cast<double>(completed);
     }
-    const ServeCounters counters =
-        TextCountersFromDetail(ParseDetailLog(text.str()), serve, server.stats(), good);
+    const ServeCounters counters = WithPeak(
+        TextCountersFromDetail(ParseDetailLog(text.str()), serve, server.stats(), good),
+        text.str(), serve);
     state.SetIterationTime(counters.seconds_per_sample);
     for (const auto& [name, value] : counters.counters) state.counters[name] = value;
     state.counters["max_batch"] = static_cast<double>(serve.max_batch);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "family/registry.h"
 #include "models/decoder_family.h"
 #include "spec_for.h"
@@ -292,40 +293,64 @@ TEST(TextServePlan, PromptsBeyondTheContextAreRefusedAndEverySlotsCacheCounted) 
   EXPECT_GE(eight - four, 2 * o.num_layers() * 4 * (100 + 8) * o.d_model() * 4);
 }
 
-// One LoadGen test per scenario through the family's own build, as bench
-// runs it: the tokens LoadGen counts and, Server, the token latencies.
+// One LoadGen test of `spec` through the family's own build, as bench runs
+// it: its status, counters and label.
+struct TextServeRun {
+  absl::Status status;
+  std::map<std::string, double> counters;
+  std::string label;
+};
+
+TextServeRun RunOneTextServe(const BenchSpec& spec, const std::string& name) {
+  BenchSpec served = spec;
+  served.phase = kGenerate;
+  served.serve = ServeSettings{};
+  const Family f = DecoderFamily(*FindDecoderRow(spec.family).value());
+  torch::manual_seed(0);
+  std::unique_ptr<Workload> w = f.build(served);
+  TextServeRun out;
+  if (w->Slots() == nullptr) {
+    out.status = absl::InternalError("no slots");
+    return out;
+  }
+  EXPECT_EQ(w->Slots()->slots(), spec.serve.max_batch);
+  EXPECT_EQ(w->Slots()->context(), spec.prompt + spec.new_tokens);
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [&](benchmark::State& state) {
+                                 out.status = RunTextServe(state, *w->Slots(), spec);
+                               })
+      ->Iterations(1)
+      ->UseManualTime();
+  struct Collect : benchmark::BenchmarkReporter {
+    bool ReportContext(const Context&) override { return true; }
+    void ReportRuns(const std::vector<Run>& r) override {
+      runs.insert(runs.end(), r.begin(), r.end());
+    }
+    std::vector<Run> runs;
+  } reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter, "^" + name + "/");
+  EXPECT_EQ(reporter.runs.size(), 1u);
+  if (reporter.runs.size() != 1) return out;
+  for (const auto& [key, c] : reporter.runs[0].counters) out.counters[key] = c.value;
+  out.label = reporter.runs[0].report_label;
+  return out;
+}
+
+BenchSpec LoggedTextServeSpec(const std::string& family, const std::string& scenario) {
+  BenchSpec spec = TextServeSpec(family, scenario);
+  spec.serve.log_dir =
+      (std::filesystem::temp_directory_path() / "ltb_text_serve").string();
+  return spec;
+}
+
+// One LoadGen test per scenario: the tokens LoadGen counts and, Server, the
+// token latencies.
 TEST(RunTextServe, ReportsTokensAndTokenLatencies) {
   for (const std::string scenario : {"Offline", "Server"}) {
-    BenchSpec spec = TextServeSpec("Llama", scenario);
-    spec.serve.log_dir =
-        (std::filesystem::temp_directory_path() / "ltb_text_serve").string();
-    BenchSpec served = spec;
-    served.phase = kGenerate;
-    served.serve = ServeSettings{};
-    const Family f = DecoderFamily(*FindDecoderRow("Llama").value());
-    torch::manual_seed(0);
-    std::unique_ptr<Workload> w = f.build(served);
-    ASSERT_NE(w->Slots(), nullptr);
-    EXPECT_EQ(w->Slots()->slots(), 4);
-    EXPECT_EQ(w->Slots()->context(), 20);
-    absl::Status status;
-    benchmark::RegisterBenchmark(
-        ("TextServe_" + scenario).c_str(),
-        [&](benchmark::State& state) { status = RunTextServe(state, *w->Slots(), spec); })
-        ->Iterations(1)
-        ->UseManualTime();
-    struct Collect : benchmark::BenchmarkReporter {
-      bool ReportContext(const Context&) override { return true; }
-      void ReportRuns(const std::vector<Run>& r) override {
-        runs.insert(runs.end(), r.begin(), r.end());
-      }
-      std::vector<Run> runs;
-    } reporter;
-    benchmark::RunSpecifiedBenchmarks(&reporter, "^TextServe_" + scenario + "/");
-    ASSERT_TRUE(status.ok()) << status.message();
-    ASSERT_EQ(reporter.runs.size(), 1u);
-    std::map<std::string, double> counters;
-    for (const auto& [name, c] : reporter.runs[0].counters) counters[name] = c.value;
+    TextServeRun run =
+        RunOneTextServe(LoggedTextServeSpec("Llama", scenario), "TextServe_" + scenario);
+    ASSERT_TRUE(run.status.ok()) << run.status.message();
+    std::map<std::string, double>& counters = run.counters;
     EXPECT_GT(counters["tokens/s"], 0) << scenario;
     EXPECT_GT(counters["samples/s"], 0) << scenario;
     EXPECT_GT(counters["prefills"], 15) << scenario;
@@ -340,6 +365,26 @@ TEST(RunTextServe, ReportsTokensAndTokenLatencies) {
       EXPECT_LE(counters["goodput"], counters["samples/s"] + 1e-9);
     }
   }
+}
+
+// --find_peak: LoadGen's FindPeakPerformance within the TTFT and TPOT
+// bounds. A TPOT bound no step meets stops the search at its start, with
+// LoadGen's reason (how a found peak is read: CountersFromLog's tests; a
+// found peak's rate depends on the machine's speed, which a test here
+// cannot know).
+TEST(RunTextServe, FindPeakSearchesWithinTheTokenBoundsOrSaysWhyNot) {
+  BenchSpec spec = LoggedTextServeSpec("GPT2", "Server");
+  spec.serve.find_peak = true;
+  spec.serve.tpot_bound_ms = 1e-6;
+  TextServeRun missed = RunOneTextServe(spec, "TextServe_PeakMissed");
+  ASSERT_TRUE(missed.status.ok()) << missed.status.message();
+  EXPECT_EQ(missed.counters.at("peak_qps"), 0);
+  EXPECT_EQ(missed.counters.count("goodput"), 0u);
+  EXPECT_TRUE(absl::StartsWith(
+      missed.label,
+      "scenario:Server no peak: the starting rate 50 QPS misses the bound: "))
+      << missed.label;
+  EXPECT_TRUE(absl::StrContains(missed.label, "TPOT constrain not met")) << missed.label;
 }
 
 }  // namespace

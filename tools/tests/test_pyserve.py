@@ -391,13 +391,25 @@ class CompareTest(unittest.TestCase):
             out.append(served("GPT2/nano", "Server", "qps:10/" + rest, side, samples_per_s=9,
                               tokens_per_s=50, p99_ms=9.0, ttft_p99_ms=4 * scale,
                               tpot_p99_ms=1.5 * scale))
+            out.append(served("GPT2/nano", "Server", "find_peak_from:5/" + rest, side,
+                              samples_per_s=9, peak_qps=30 / scale, ttft_bound_ms=200.0,
+                              tpot_bound_ms=50.0))
         self.assertEqual(serving.rows(doc(cpp), doc(py)), [
+            ("GPT2/nano/cpu/max_batch:8/prompt:8:16/output:4:8/fp32",
+             "Server, search from 5 QPS", "peak QPS at TTFT p99 <= 200 ms, TPOT p99 <= 50 ms",
+             "30", "15", "2.00x"),
             ("GPT2/nano/cpu/max_batch:8/prompt:8:16/output:4:8/fp32", "Server at 10 QPS",
              "TTFT, TPOT p99 ms", "4, 1.5", "8, 3", "2.00x, 2.00x"),
             ("GPT2/nano/cpu/max_batch:8/prompt:8:16/output:4:8/fp32", "Offline",
              "tokens/s", "60", "30", "2.00x")])
 
     def test_peaks_at_different_bounds_are_not_compared(self):
+        from ltb.results import serving
+        rest = "find_peak_from:5/prompt:8/output:4/"
+        text = [doc([served("GPT2/nano", "Server", rest, side, samples_per_s=9, peak_qps=30.0,
+                            ttft_bound_ms=200.0, tpot_bound_ms=tpot)])
+                for side, tpot in ((False, 50.0), (True, 40.0))]
+        self.assertEqual(serving.rows(*text)[0][-1], "bounds differ: 200, 50 and 200, 40 ms")
         cpp, py = serve_docs()
         for e in py["benchmarks"]:
             if "find_peak_from" in e["name"]:

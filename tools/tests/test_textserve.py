@@ -108,12 +108,25 @@ class ContinuousBatchingTest(unittest.TestCase):
                     self.assertLessEqual(counters["goodput"], counters["samples/s"] + 1e-9)
         with self.assertRaisesRegex(ValueError, "2 <= MIN"):
             textserve.serve_text(model, "Offline", "/tmp", prompt=(4, 4), output=(0, 0))
+        with self.assertRaisesRegex(ValueError, "Server scenario only"):
+            textserve.serve_text(model, "Offline", "/tmp", prompt=(4, 4), output=(2, 2),
+                                 find_peak=True)
         with self.assertRaisesRegex(ValueError, "has 1024"):
             textserve.serve_text(model, "Offline", "/tmp", prompt=(1020, 1020), output=(8, 8))
 
-
-if __name__ == "__main__":
-    unittest.main()
+    def test_find_peak_searches_within_the_token_bounds(self):
+        # A TPOT bound no step meets stops LoadGen's search at its start, with
+        # its reason, as bench's (test/serve/text_serve_test.cc).
+        with tempfile.TemporaryDirectory() as d:
+            counters, label, _ = textserve.serve_text(
+                self.model("GPT2"), "Server", d, prompt=(3, 12), output=(2, 8), max_batch=4,
+                target_qps=50, min_s=0.2, min_queries=16, ttft_bound_ms=5000,
+                tpot_bound_ms=1e-6, find_peak=True)
+        self.assertEqual(counters["peak_qps"], 0)
+        self.assertNotIn("goodput", counters)
+        self.assertTrue(label.startswith(
+            "scenario:Server no peak: the starting rate 50 QPS misses the bound: "), label)
+        self.assertIn("TPOT constrain not met", label)
 
 
 @unittest.skipUnless(HAS_RUNTIME, "needs torch and mlperf_loadgen")
@@ -198,3 +211,7 @@ class PybenchTextServeTest(unittest.TestCase):
                                           "--scenario=Offline", flag)
             self.assertEqual((code, out), (2, ""), err)
             self.assertIn(message, err)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -207,11 +207,11 @@ def peak_from_detail(text):
     return peak, why
 
 
-def counters_from_log(text, scenario, tokens_per_sample=0, find_peak=False, target_qps=0):
-    """counters_from_detail over a detail log's text, and with find_peak the
-    peak found as lib/serve/serve.cc CountersFromLog reports it."""
-    counters, label, seconds = counters_from_detail(parse_detail(text), scenario,
-                                                    tokens_per_sample)
+def with_peak(result, text, find_peak, target_qps):
+    """(counters, label, seconds) with find_peak's result from the detail
+    log's text, as lib/serve/serve.cc WithPeak: the peak found as `peak_qps`
+    and the time 1 / peak, or 0 and LoadGen's reason."""
+    counters, label, seconds = result
     if not find_peak:
         return counters, label, seconds
     peak, why = peak_from_detail(text)
@@ -223,6 +223,36 @@ def counters_from_log(text, scenario, tokens_per_sample=0, find_peak=False, targ
     why = (why or "no peak in LoadGen's log").rstrip()
     return (counters, f"scenario:Server no peak: the starting rate {target_qps:g} QPS misses "
             f"the bound: {why}", seconds)
+
+
+def counters_from_log(text, scenario, tokens_per_sample=0, find_peak=False, target_qps=0):
+    """counters_from_detail over a detail log's text, with_peak."""
+    return with_peak(counters_from_detail(parse_detail(text), scenario, tokens_per_sample),
+                     text, find_peak, target_qps)
+
+
+def loadgen_settings(lg, scenario, *, target_qps, min_s, min_queries, find_peak=False,
+                     samples_per_query=0):
+    """LoadGen's settings of a test (lib/serve/serve.cc SetLoadGenSettings);
+    the latency bounds are the caller's."""
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario '{scenario}'; valid: {', '.join(SCENARIOS)}")
+    if find_peak and scenario != "Server":
+        raise ValueError(FIND_PEAK_OUTSIDE_SERVER)
+    settings = lg.TestSettings()
+    settings.scenario = getattr(lg.TestScenario, scenario)
+    settings.mode = (lg.TestMode.FindPeakPerformance if find_peak
+                     else lg.TestMode.PerformanceOnly)
+    settings.min_duration_ms = int(min_s * 1000)
+    settings.min_query_count = int(min_queries)
+    settings.server_target_qps = target_qps
+    settings.offline_expected_qps = target_qps
+    settings.server_find_peak_qps_boundary_step_size = 1
+    settings.server_find_peak_qps_decimals_of_precision = peak_search_decimals(target_qps)
+    if samples_per_query > 0:
+        settings.multi_stream_samples_per_query = int(samples_per_query)
+    settings.performance_sample_count_override = SAMPLES
+    return settings
 
 
 def peak_search_decimals(target_qps):
@@ -244,10 +274,11 @@ def serve(forward, batch_inputs, scenario, log_dir, *, target_qps=10, latency_bo
     import mlperf_loadgen as lg
     import torch
 
-    if scenario not in SCENARIOS:
-        raise ValueError(f"unknown scenario '{scenario}'; valid: {', '.join(SCENARIOS)}")
-    if find_peak and scenario != "Server":
-        raise ValueError(FIND_PEAK_OUTSIDE_SERVER)
+    settings = loadgen_settings(lg, scenario, target_qps=target_qps, min_s=min_s,
+                                min_queries=min_queries, find_peak=find_peak,
+                                samples_per_query=samples_per_query)
+    if latency_bound_ms > 0:
+        settings.server_target_latency_ns = int(latency_bound_ms * 1e6)
     os.makedirs(log_dir, exist_ok=True)
     samples = [None] * SAMPLES
     shape = (max_batch, *batch_inputs.shape[1:])
@@ -281,21 +312,6 @@ def serve(forward, batch_inputs, scenario, log_dir, *, target_qps=10, latency_bo
         for i in indices:
             samples[i] = None
 
-    settings = lg.TestSettings()
-    settings.scenario = getattr(lg.TestScenario, scenario)
-    settings.mode = (lg.TestMode.FindPeakPerformance if find_peak
-                     else lg.TestMode.PerformanceOnly)
-    settings.min_duration_ms = int(min_s * 1000)
-    settings.min_query_count = int(min_queries)
-    settings.server_target_qps = target_qps
-    settings.offline_expected_qps = target_qps
-    settings.server_find_peak_qps_boundary_step_size = 1
-    settings.server_find_peak_qps_decimals_of_precision = peak_search_decimals(target_qps)
-    if latency_bound_ms > 0:
-        settings.server_target_latency_ns = int(latency_bound_ms * 1e6)
-    if samples_per_query > 0:
-        settings.multi_stream_samples_per_query = int(samples_per_query)
-    settings.performance_sample_count_override = SAMPLES
     output = lg.LogOutputSettings()
     output.outdir = log_dir
     log = lg.LogSettings()

@@ -17,7 +17,7 @@ from ltb.pysuite import serve as batch_serve
 
 MASK64 = (1 << 64) - 1
 SEED = 55  # lib/serve/text_serve.h kTextServeSeed
-SAMPLES = 64
+SAMPLES = batch_serve.SAMPLES
 
 
 def request_draw(seed, i, k):
@@ -199,16 +199,19 @@ def counters_from_detail(detail, scenario, stats, good, ttft_bound_ms, tpot_boun
 
 def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_qps=10,
                min_s=1, min_queries=32, ttft_bound_ms=100, tpot_bound_ms=100,
-               device="cpu"):
+               device="cpu", find_peak=False):
     """One LoadGen test of `model` (a Decoder twin) generating for requests
     of prompt and output lengths in the (min, max) ranges `prompt` and
-    `output`: (counters, label, seconds per sample)."""
+    `output`: (counters, label, seconds per sample). find_peak (Server):
+    LoadGen's FindPeakPerformance from target_qps within both bounds."""
     import mlperf_loadgen as lg
     import torch
 
-    if scenario not in batch_serve.SCENARIOS:
-        raise ValueError(f"unknown scenario '{scenario}'; valid: "
-                         + ", ".join(batch_serve.SCENARIOS))
+    settings = batch_serve.loadgen_settings(lg, scenario, target_qps=target_qps, min_s=min_s,
+                                            min_queries=min_queries, find_peak=find_peak)
+    settings.use_token_latencies = True
+    settings.ttft_latency = int(ttft_bound_ms * 1e6)
+    settings.tpot_latency = int(tpot_bound_ms * 1e6)
     if output[0] < 2 or output[1] < output[0] or prompt[0] < 1 or prompt[1] < prompt[0]:
         raise ValueError("output lengths must be 2 <= MIN <= MAX (LoadGen times the tokens "
                          "after the first) and prompt lengths 1 <= MIN <= MAX")
@@ -259,17 +262,6 @@ def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_
         for i in indices:
             samples[i] = None
 
-    settings = lg.TestSettings()
-    settings.scenario = getattr(lg.TestScenario, scenario)
-    settings.mode = lg.TestMode.PerformanceOnly
-    settings.min_duration_ms = int(min_s * 1000)
-    settings.min_query_count = int(min_queries)
-    settings.server_target_qps = target_qps
-    settings.offline_expected_qps = target_qps
-    settings.use_token_latencies = True
-    settings.ttft_latency = int(ttft_bound_ms * 1e6)
-    settings.tpot_latency = int(tpot_bound_ms * 1e6)
-    settings.performance_sample_count_override = SAMPLES
     out = lg.LogOutputSettings()
     out.outdir = log_dir
     log = lg.LogSettings()
@@ -287,9 +279,11 @@ def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_
     if server.error is not None:
         raise server.error
     with open(os.path.join(log_dir, "mlperf_log_detail.txt")) as f:
-        detail = batch_serve.parse_detail(f.read())
-    good = tally["within"] / tally["done"] if tally["done"] else None
-    counters, label, seconds = counters_from_detail(
-        detail, scenario, server.batcher.stats(), good, ttft_bound_ms, tpot_bound_ms)
+        text = f.read()
+    # A peak search's requests span every rate it tried: no one goodput.
+    good = tally["within"] / tally["done"] if tally["done"] and not find_peak else None
+    counters, label, seconds = batch_serve.with_peak(
+        counters_from_detail(batch_serve.parse_detail(text), scenario, server.batcher.stats(),
+                             good, ttft_bound_ms, tpot_bound_ms), text, find_peak, target_qps)
     counters["max_batch"] = max_batch
     return counters, label, seconds

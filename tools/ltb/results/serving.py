@@ -12,7 +12,8 @@ ratio.
 
 The figures: Offline's samples/s; SingleStream's p90 and MultiStream's p99
 latency; Server's peak QPS within the p99 bound (--find_peak), or its p99
-at a fixed rate. The ratio reads as a speedup: C++ over Python for a rate,
+at a fixed rate; served generation's tokens/s (Offline), TTFT and TPOT p99
+(Server) and peak QPS within both bounds. The ratio reads as a speedup: C++ over Python for a rate,
 Python over C++ for a latency, so that above 1 is C++ ahead either way. A
 peak is compared only at the same bound on both sides.
 """
@@ -61,6 +62,8 @@ def _row(name, cpp, py):
     settings = parse_name(name)["settings"]
     scenario = settings.get("scenario", "")
     benchmark = _benchmark(name)
+    if "find_peak_from" in settings:
+        return _peak_row(benchmark, settings, cpp, py)
     if "output" in settings:  # served generation: tokens, and token latencies
         if scenario == "Offline":
             return (benchmark, scenario, "tokens/s", _number(cpp["tokens/s"]),
@@ -78,19 +81,28 @@ def _row(name, cpp, py):
         key = "p90_ms" if scenario == "SingleStream" else "p99_ms"
         return (benchmark, scenario, key.replace("_ms", " ms"), _number(cpp[key]),
                 _number(py[key]), _ratio(cpp[key], py[key], False))
-    if "find_peak_from" in settings:
-        where = f"Server, search from {settings['find_peak_from']} QPS"
-        bounds = (cpp.get("bound_ms"), py.get("bound_ms"))
-        figure = f"peak QPS at p99 <= {_number(bounds[0])} ms" if bounds[0] else "peak QPS"
-        values = [_number(e["peak_qps"]) if e.get("peak_qps") else "no peak"
-                  for e in (cpp, py)]
-        if bounds[0] != bounds[1]:
-            ratio = f"bounds differ: {_number(bounds[0])} and {_number(bounds[1])} ms"
-        else:
-            ratio = _ratio(cpp.get("peak_qps"), py.get("peak_qps"), True)
-        return (benchmark, where, figure, *values, ratio)
     return (benchmark, f"Server at {settings.get('qps')} QPS", "p99 ms", _number(cpp["p99_ms"]),
             _number(py["p99_ms"]), _ratio(cpp["p99_ms"], py["p99_ms"], False))
+
+
+def _peak_row(benchmark, settings, cpp, py):
+    """Server's peak QPS within the same bounds: a sample's p99 latency, or
+    served generation's TTFT and TPOT p99."""
+    keys = ("ttft_bound_ms", "tpot_bound_ms") if "output" in settings else ("bound_ms",)
+    bounds = [tuple(e.get(k) for k in keys) for e in (cpp, py)]
+    names = {"bound_ms": "p99", "ttft_bound_ms": "TTFT p99", "tpot_bound_ms": "TPOT p99"}
+    figure = "peak QPS"
+    if all(b is not None for b in bounds[0]):
+        figure += " at " + ", ".join(f"{names[k]} <= {_number(b)} ms"
+                                     for k, b in zip(keys, bounds[0]))
+    values = [_number(e["peak_qps"]) if e.get("peak_qps") else "no peak" for e in (cpp, py)]
+    if bounds[0] != bounds[1]:
+        ratio = "bounds differ: " + " and ".join(
+            ", ".join(_number(b) for b in side) for side in bounds) + " ms"
+    else:
+        ratio = _ratio(cpp.get("peak_qps"), py.get("peak_qps"), True)
+    return (benchmark, f"Server, search from {settings['find_peak_from']} QPS", figure,
+            *values, ratio)
 
 
 def rows(cpp_doc, py_doc):
