@@ -34,8 +34,11 @@ class SlotDecoder {
   virtual int64_t slots() const = 0;
   virtual int64_t context() const = 0;
   virtual int64_t vocab() const = 0;
-  // Runs `prompt` (1, P) into `slot` from position 0; the first new token (1, 1).
-  virtual at::Tensor Prefill(const at::Tensor& prompt, int64_t slot) = 0;
+  // Runs `tokens` (1, T) into `slot` from `position` (a whole prompt from 0,
+  // or a chunk of it from where the last one ended); the token after them
+  // (1, 1).
+  virtual at::Tensor Prefill(const at::Tensor& tokens, int64_t slot,
+                             int64_t position) = 0;
   // One decode step of slots [0, S): tokens (S, 1), row b fed at
   // positions[b]; the next tokens (S, 1).
   virtual at::Tensor Decode(const at::Tensor& tokens,

@@ -58,6 +58,9 @@ std::string BenchSpec::Name() const {
       };
       absl::StrAppend(&name, "/prompt:", range(serve.prompt_min, prompt),
                       "/output:", range(serve.output_min, new_tokens));
+      if (serve.prefill_chunk > 0) {
+        absl::StrAppend(&name, "/prefill_chunk:", serve.prefill_chunk);
+      }
     } else if (prompt > 0) {
       absl::StrAppend(&name, "/prompt:", prompt, "/new:", new_tokens);
     }

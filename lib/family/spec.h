@@ -88,6 +88,9 @@ struct ServeSettings {
   double ttft_bound_ms = 0;  // Server: time to first token, p99; 0: LoadGen's
   double tpot_bound_ms = 0;  // Server: time per output token, p99; 0: LoadGen's
   bool find_peak = false;    // Server: LoadGen's FindPeakPerformance from target_qps
+  // Prompt tokens prefilled between two decode steps at most (a prompt in
+  // chunks); 0: every waiting request's whole prompt, one after another.
+  int64_t prefill_chunk = 0;
 };
 
 // The scenarios --scenario takes, in LoadGen's order.

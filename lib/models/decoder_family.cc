@@ -312,9 +312,9 @@ class DecoderSlots final : public SlotDecoder {
   int64_t slots() const override { return cache_->keys.front().size(0); }
   int64_t context() const override { return cache_->keys.front().size(2); }
   int64_t vocab() const override { return model_->options().vocab_size(); }
-  at::Tensor Prefill(const at::Tensor& prompt, int64_t slot) override {
+  at::Tensor Prefill(const at::Tensor& tokens, int64_t slot, int64_t position) override {
     KVCache row = CacheRows(*cache_, slot, 1);
-    return model_->forward_cached(prompt, 0, row).argmax(-1, true);  // (1, 1)
+    return model_->forward_cached(tokens, position, row).argmax(-1, true);  // (1, 1)
   }
   at::Tensor Decode(const at::Tensor& tokens,
                     const std::vector<int64_t>& positions) override {

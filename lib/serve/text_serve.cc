@@ -24,8 +24,12 @@ namespace ltb {
 
 // ------------------------------------------------------------- the scheduler
 
-ContinuousBatcher::ContinuousBatcher(SlotDecoder& decoder, FirstToken first, Done done)
-    : decoder_(decoder), first_(std::move(first)), done_(std::move(done)) {}
+ContinuousBatcher::ContinuousBatcher(SlotDecoder& decoder, FirstToken first, Done done,
+                                     int64_t prefill_chunk)
+    : decoder_(decoder),
+      first_(std::move(first)),
+      done_(std::move(done)),
+      prefill_chunk_(prefill_chunk) {}
 
 void ContinuousBatcher::Add(TextRequest request) {
   waiting_.push_back(std::move(request));
@@ -40,27 +44,46 @@ void ContinuousBatcher::Leave(size_t i) {
     active_[i] = std::move(active_[last]);
   }
   active_.pop_back();
+  // A prompt part-way in follows the active rows down.
+  if (prefilling_) {
+    decoder_.Move(static_cast<int64_t>(last) + 1, static_cast<int64_t>(last),
+                  prefilling_->position);
+  }
 }
 
 bool ContinuousBatcher::Step() {
   using Clock = std::chrono::steady_clock;
   // Arrivals join between decode steps, a prefill each: its first token
-  // comes at once, and a prompt's length never pads another's.
-  while (!waiting_.empty() && active() < decoder_.slots()) {
-    Slot slot{std::move(waiting_.front()), {}, 0};
-    waiting_.pop_front();
+  // comes once its prompt is in, and a prompt's length never pads another's.
+  // A chunk bounds the prompt tokens a step, so that a long prompt delays
+  // each decode step by a chunk rather than by itself.
+  int64_t budget = prefill_chunk_ > 0 ? prefill_chunk_ : INT64_MAX;
+  while (budget > 0) {
+    if (!prefilling_) {
+      if (waiting_.empty() || active() >= decoder_.slots()) break;
+      prefilling_ = Slot{std::move(waiting_.front()), {}, 0};
+      waiting_.pop_front();
+    }
+    Slot& slot = *prefilling_;
+    const int64_t prompt = slot.request.prompt.size(1);
+    const int64_t n = std::min(budget, prompt - slot.position);
     const auto start = Clock::now();
-    const int64_t token =
-        decoder_.Prefill(slot.request.prompt, active()).item<int64_t>();  // waits
+    const at::Tensor next = decoder_.Prefill(
+        slot.request.prompt.narrow(1, slot.position, n), active(), slot.position);
+    slot.position += n;
+    budget -= n;
+    ++stats_.prefill_runs;
+    const int64_t token = slot.position == prompt ? next.item<int64_t>() : -1;  // waits
     stats_.prefill_s += std::chrono::duration<double>(Clock::now() - start).count();
+    if (token < 0) continue;
     ++stats_.prefills;
     slot.tokens.push_back(token);
-    slot.position = slot.request.prompt.size(1);
     first_(slot.request, token);
     active_.push_back(std::move(slot));
+    prefilling_.reset();
     if (active_.back().request.output_len <= 1) Leave(active_.size() - 1);
   }
-  if (active_.empty()) return !waiting_.empty();
+  if (active_.empty()) return !waiting_.empty() || prefilling_.has_value();
   const size_t s = active_.size();
   std::vector<int64_t> last(s), positions(s);
   for (size_t i = 0; i < s; ++i) {
@@ -87,7 +110,7 @@ bool ContinuousBatcher::Step() {
       Leave(i);
     }
   }
-  return !active_.empty() || !waiting_.empty();
+  return !active_.empty() || !waiting_.empty() || prefilling_.has_value();
 }
 
 void ContinuousBatcher::Abandon() {
@@ -95,6 +118,8 @@ void ContinuousBatcher::Abandon() {
     done_(active_.back().request, active_.back().tokens);
     active_.pop_back();
   }
+  if (prefilling_) done_(prefilling_->request, {});
+  prefilling_.reset();
   while (!waiting_.empty()) {
     done_(waiting_.front(), {});
     waiting_.pop_front();
@@ -103,8 +128,8 @@ void ContinuousBatcher::Abandon() {
 
 ContinuousServer::ContinuousServer(SlotDecoder& decoder,
                                    ContinuousBatcher::FirstToken first,
-                                   ContinuousBatcher::Done done)
-    : batcher_(decoder, std::move(first), std::move(done)),
+                                   ContinuousBatcher::Done done, int64_t prefill_chunk)
+    : batcher_(decoder, std::move(first), std::move(done), prefill_chunk),
       threads_(at::get_num_threads()),
       worker_([this] { Work(); }) {}
 
@@ -217,6 +242,12 @@ absl::Status ValidateTextServe(const ServeSettings& serve) {
         "--output_len: ", serve.output_min,
         " output tokens, but LoadGen times the output tokens after the first, so a "
         "request generates at least 2"));
+  }
+  if (serve.prefill_chunk < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefill_chunk=", serve.prefill_chunk,
+                     ": valid: a whole number of prompt tokens >= 1, or 0 for whole "
+                     "prompts"));
   }
   for (const auto& [flag, bound] :
        {std::pair<const char*, double>{"ttft_bound_ms", serve.ttft_bound_ms},
@@ -445,7 +476,8 @@ absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
         const auto n = static_cast<int64_t>(std::max(tokens.size(), size_t{2}));
         mlperf::QuerySampleResponse response(r.id, 0, 0, n);
         mlperf::QuerySamplesComplete(&response, 1);
-      });
+      },
+      serve.prefill_chunk);
   server_ptr = &server;
   TextSut sut(&server, &library);
 

@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -38,11 +39,13 @@ struct TextRequest {
   std::chrono::steady_clock::time_point arrived;
 };
 
-// What the scheduler did: prefills and decode steps, the active slots
-// summed over decode steps, and the time in each (by the host's clock, the
-// device waited for).
+// What the scheduler did: prefills (whole prompts; prefill_runs: the
+// forwards they took, one a chunk) and decode steps, the active slots summed
+// over decode steps, and the time in each (by the host's clock, the device
+// waited for).
 struct SchedulerStats {
   int64_t prefills = 0;
+  int64_t prefill_runs = 0;
   int64_t decode_steps = 0;
   int64_t active_slot_steps = 0;
   double prefill_s = 0;
@@ -53,19 +56,24 @@ struct SchedulerStats {
 // tests drive it; ContinuousServer drives it on a thread). Active requests
 // hold slots [0, S) in the order they joined, except that a request leaving
 // a slot hands it to the last active one (its cache moved), so that a
-// decode step reads S rows of the cache and no more.
+// decode step reads S rows of the cache and no more. With a prefill chunk
+// of N tokens, at most N prompt tokens run between two decode steps: a
+// request part-way through its prompt holds row S until its prompt is in.
 class ContinuousBatcher {
  public:
   using FirstToken = std::function<void(const TextRequest&, int64_t token)>;
   using Done =
       std::function<void(const TextRequest&, const std::vector<int64_t>& tokens)>;
-  ContinuousBatcher(SlotDecoder& decoder, FirstToken first, Done done);
+  // prefill_chunk: prompt tokens a step at most; 0: whole prompts.
+  ContinuousBatcher(SlotDecoder& decoder, FirstToken first, Done done,
+                    int64_t prefill_chunk = 0);
 
   // Queues a request; requests join in the order they were added.
   void Add(TextRequest request);
-  // Prefills waiting requests into free slots, one at a time, then runs one
-  // decode step of every active slot; requests that have all their tokens
-  // leave. Returns whether any request is left, active or waiting.
+  // Prefills waiting requests into free slots, one at a time (within the
+  // chunk's tokens), then runs one decode step of every active slot;
+  // requests that have all their tokens leave. Returns whether any request
+  // is left, active, part-way through its prompt or waiting.
   bool Step();
   // Completes every request now with the tokens it has (an interrupt).
   void Abandon();
@@ -85,8 +93,10 @@ class ContinuousBatcher {
   SlotDecoder& decoder_;
   FirstToken first_;
   Done done_;
+  int64_t prefill_chunk_;
   std::deque<TextRequest> waiting_;
-  std::vector<Slot> active_;  // active_[i] holds slot i
+  std::vector<Slot> active_;        // active_[i] holds slot i
+  std::optional<Slot> prefilling_;  // part-way through its prompt, in slot S
   SchedulerStats stats_;
 };
 
@@ -96,7 +106,7 @@ class ContinuousBatcher {
 class ContinuousServer {
  public:
   ContinuousServer(SlotDecoder& decoder, ContinuousBatcher::FirstToken first,
-                   ContinuousBatcher::Done done);
+                   ContinuousBatcher::Done done, int64_t prefill_chunk = 0);
   ~ContinuousServer();
   ContinuousServer(const ContinuousServer&) = delete;
   ContinuousServer& operator=(const ContinuousServer&) = delete;

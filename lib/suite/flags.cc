@@ -221,6 +221,9 @@ ABSL_FLAG(double, ttft_bound_ms, 0,
 ABSL_FLAG(double, tpot_bound_ms, 0,
           "serve of generate: Server's p99 time-per-output-token bound in ms. "
           "Default: LoadGen's (100 ms).");
+ABSL_FLAG(int64_t, prefill_chunk, 0,
+          "serve of generate: prompt tokens prefilled between two decode steps at most "
+          "(prompts in chunks). Default: 0, each waiting prompt whole.");
 ABSL_FLAG(bool, find_peak, false,
           "serve: Server searches its peak QPS within --latency_bound_ms by LoadGen's "
           "FindPeakPerformance, from each --target_qps (which must meet the bound).");
@@ -774,6 +777,12 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   serve.ttft_bound_ms = absl::GetFlag(FLAGS_ttft_bound_ms);
   serve.tpot_bound_ms = absl::GetFlag(FLAGS_tpot_bound_ms);
   serve.find_peak = absl::GetFlag(FLAGS_find_peak);
+  serve.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  if (SuiteFlagGiven("prefill_chunk") && serve.phase != "generate") {
+    return absl::InvalidArgumentError(
+        "--prefill_chunk: prompts are chunked only in serve of generate; valid: with "
+        "--serve_phase=generate, --prompt_len or --output_len");
+  }
   sweep.serve_qps.clear();
   for (const std::string& item : SplitList(absl::GetFlag(FLAGS_target_qps))) {
     double qps = 0;

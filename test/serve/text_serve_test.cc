@@ -41,6 +41,38 @@ std::vector<Case> MakeCases(int n, int64_t vocab) {
   return cases;
 }
 
+// A SlotDecoder that counts the prompt tokens each prefill runs: in all, and
+// the most in one of the batcher's steps (NextStep() between them).
+class CountingSlots final : public SlotDecoder {
+ public:
+  explicit CountingSlots(SlotDecoder& inner) : inner_(inner) {}
+  int64_t slots() const override { return inner_.slots(); }
+  int64_t context() const override { return inner_.context(); }
+  int64_t vocab() const override { return inner_.vocab(); }
+  at::Tensor Prefill(const at::Tensor& tokens, int64_t slot, int64_t position) override {
+    prompt_tokens += tokens.size(1);
+    this_step_ += tokens.size(1);
+    most_a_step = std::max(most_a_step, this_step_);
+    return inner_.Prefill(tokens, slot, position);
+  }
+  at::Tensor Decode(const at::Tensor& tokens,
+                    const std::vector<int64_t>& positions) override {
+    return inner_.Decode(tokens, positions);
+  }
+  void NextStep() { this_step_ = 0; }
+  void Move(int64_t from, int64_t to, int64_t length) override {
+    inner_.Move(from, to, length);
+  }
+  void Clear() override { inner_.Clear(); }
+
+  int64_t prompt_tokens = 0;
+  int64_t most_a_step = 0;
+
+ private:
+  SlotDecoder& inner_;
+  int64_t this_step_ = 0;
+};
+
 class ContinuousBatching : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -60,10 +92,12 @@ class ContinuousBatching : public ::testing::TestWithParam<std::string> {
   // arrive_at[k]; returns each case's tokens and checks the first tokens.
   std::vector<std::vector<int64_t>> Serve(int64_t slots, const std::vector<int>& order,
                                           const std::vector<int>& arrive_at,
-                                          double stale = 0) {
+                                          double stale = 0, int64_t prefill_chunk = 0) {
     c10::InferenceMode guard;
     auto cache = std::make_shared<KVCache>(model_->MakeCache(slots, 32));
-    std::shared_ptr<SlotDecoder> decoder = MakeDecoderSlots(model_, cache);
+    std::shared_ptr<SlotDecoder> slots_of_model = MakeDecoderSlots(model_, cache);
+    CountingSlots counted(*slots_of_model);
+    SlotDecoder* decoder = &counted;
     decoder->Clear();
     if (stale != 0) {
       // What earlier sequences could have left: finite, and nothing like
@@ -80,7 +114,8 @@ class ContinuousBatching : public ::testing::TestWithParam<std::string> {
         [&](const TextRequest& r, const std::vector<int64_t>& tokens) {
           got[r.id] = tokens;
           ++done[r.id];
-        });
+        },
+        prefill_chunk);
     size_t next = 0;
     int64_t most_active = 0;
     for (int step = 0; step < 1000; ++step) {
@@ -89,6 +124,7 @@ class ContinuousBatching : public ::testing::TestWithParam<std::string> {
         batcher.Add({static_cast<uintptr_t>(order[next]), c.prompt, c.output_len, {}});
         ++next;
       }
+      counted.NextStep();
       const bool more = batcher.Step();
       most_active = std::max(most_active, batcher.active());
       if (!more && next == order.size()) break;
@@ -99,6 +135,8 @@ class ContinuousBatching : public ::testing::TestWithParam<std::string> {
       EXPECT_EQ(first[i], got[i].empty() ? -1 : got[i][0]) << "request " << i;
     }
     stats_ = batcher.stats();
+    prompt_tokens_ = counted.prompt_tokens;
+    most_a_step_ = counted.most_a_step;
     return got;
   }
 
@@ -115,6 +153,7 @@ class ContinuousBatching : public ::testing::TestWithParam<std::string> {
   std::vector<Case> cases_;
   std::vector<std::vector<int64_t>> expected_;
   SchedulerStats stats_;
+  int64_t prompt_tokens_ = 0, most_a_step_ = 0;
 };
 
 TEST_P(ContinuousBatching, EveryRequestsTokensEqualGenerationAtBatchOne) {
@@ -148,6 +187,7 @@ TEST_P(ContinuousBatching, AReusedSlotNeverReadsWhatItsLastRequestLeft) {
   for (int i = 0; i < n; ++i) order[i] = i;
   ExpectGenerated(Serve(2, order, at_once, /*stale=*/50.0), "2 slots over stale values");
   EXPECT_EQ(stats_.prefills, n);
+  EXPECT_EQ(stats_.prefill_runs, n);  // whole prompts: one forward each
   // Decode steps ran both slots most of the time: each slot took several
   // requests in turn.
   EXPECT_GT(stats_.active_slot_steps, stats_.decode_steps);
@@ -162,6 +202,32 @@ TEST_P(ContinuousBatching, DecodeStepsCountOneTokenPerActiveSlot) {
   for (const Case& c : cases_) decoded += c.output_len - 1;
   EXPECT_EQ(stats_.active_slot_steps, decoded);
   EXPECT_EQ(stats_.prefills, n);
+}
+
+TEST_P(ContinuousBatching, PromptsInChunksGiveTheSameTokens) {
+  // Chunks of 1 and 4 prompt tokens a step, with slots freed while a
+  // prompt is part-way in (its rows then move down with the active ones),
+  // over stale values.
+  const int n = static_cast<int>(cases_.size());
+  std::vector<int> order(n), at_once(n, 0), staggered(n);
+  for (int i = 0; i < n; ++i) order[i] = i, staggered[i] = 2 * i;
+  for (const int64_t chunk : {1, 4}) {
+    for (const int64_t slots : {1, 3}) {
+      for (const auto* arrive : {&at_once, &staggered}) {
+        ExpectGenerated(Serve(slots, order, *arrive, /*stale=*/50.0, chunk),
+                        absl::StrCat("chunks of ", chunk, ", ", slots, " slots"));
+        int64_t tokens = 0, least_runs = 0;  // every prompt once, a chunk a run
+        for (const Case& c : cases_) {
+          tokens += c.prompt.size(1);
+          least_runs += (c.prompt.size(1) + chunk - 1) / chunk;
+        }
+        EXPECT_EQ(prompt_tokens_, tokens);
+        EXPECT_EQ(most_a_step_, chunk) << "chunks of " << chunk;
+        EXPECT_GE(stats_.prefill_runs, least_runs);
+        EXPECT_EQ(stats_.prefills, n);
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Decoders, ContinuousBatching,
@@ -227,6 +293,13 @@ TEST(TextServeFlags, LengthsAreAValueOrARangeAndOutputsAtLeastTwo) {
   EXPECT_TRUE(ValidateTextServe(serve).ok());
   serve.tpot_bound_ms = -1;
   EXPECT_FALSE(ValidateTextServe(serve).ok());
+  serve.tpot_bound_ms = 0;
+  serve.prefill_chunk = -1;
+  const absl::Status chunk = ValidateTextServe(serve);
+  EXPECT_NE(chunk.message().find("--prefill_chunk=-1: valid: a whole number of prompt "
+                                 "tokens >= 1, or 0 for whole prompts"),
+            std::string::npos)
+      << chunk.message();
 }
 
 TEST(TextServeFlags, DrawsAreSeededAndWithinTheirRange) {

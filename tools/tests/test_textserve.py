@@ -45,7 +45,7 @@ class ContinuousBatchingTest(unittest.TestCase):
             out.append(int(token))
         return out
 
-    def serve(self, model, cases, slots, order, arrive_at, stale=0.0):
+    def serve(self, model, cases, slots, order, arrive_at, stale=0.0, prefill_chunk=0):
         cache = model.make_cache(slots, 32)
         for k, v in cache:
             k.fill_(stale)
@@ -53,7 +53,7 @@ class ContinuousBatchingTest(unittest.TestCase):
         got, firsts = {}, {}
         batcher = textserve.ContinuousBatcher(
             model, cache, lambda r, t: firsts.__setitem__(r.id, t),
-            lambda r, tokens: got.__setitem__(r.id, list(tokens)))
+            lambda r, tokens: got.__setitem__(r.id, list(tokens)), prefill_chunk)
         nxt, most = 0, 0
         for step in range(1000):
             while nxt < len(order) and arrive_at[nxt] <= step:
@@ -90,6 +90,15 @@ class ContinuousBatchingTest(unittest.TestCase):
                 self.assertEqual(got, expected, (family, "stale"))
                 self.assertEqual(batcher.prefills, n)
                 self.assertEqual(batcher.active_slot_steps, sum(o - 1 for _, o in cases))
+                # Prompts in chunks of 1 and 4 tokens a step, slots freed while
+                # one is part-way in, as bench's (test/serve/text_serve_test.cc).
+                for chunk in (1, 4):
+                    for slots in (1, 3):
+                        for arrive in ([0] * n, [2 * i for i in range(n)]):
+                            got, batcher = self.serve(model, cases, slots, list(range(n)),
+                                                      arrive, 50.0, chunk)
+                            self.assertEqual(got, expected, (family, chunk, slots, arrive))
+                            self.assertEqual(batcher.prefills, n)
 
     def test_loadgen_reports_tokens_and_token_latencies(self):
         model = self.model("GPT2")
@@ -199,6 +208,33 @@ class PybenchTextServeTest(unittest.TestCase):
                                      f"--serve_log_dir={tmp}/logs")) as f:
                     [b] = json.load(f)["benchmarks"]
                 self.assertEqual(set(b), set(e))
+
+    def test_prompts_in_chunks_are_named_and_refused_as_benchs(self):
+        from tests.test_pybench import runnable_bench
+        import subprocess
+        flt = "--benchmark_filter=GPT2/nano/cpu/serve"
+        code, out, err = self.pybench(flt, "--devices=cpu", "--scenario=Offline",
+                                      "--prompt_len=8", "--output_len=4", "--prefill_chunk=4",
+                                      "--benchmark_list_tests")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(out.split(), [
+            "GPT2/nano/cpu/serve/scenario:Offline/max_batch:8/prompt:8/output:4/"
+            "prefill_chunk:4/fp32/py_eager/iterations:1/manual_time"])
+        refusals = ((("--scenario=Offline", "--prefill_chunk=4"),
+                     "--prefill_chunk: prompts are chunked only in serve of generate"),
+                    (("--scenario=Offline", "--output_len=4", "--prefill_chunk=-1"),
+                     "--prefill_chunk=-1: valid: a whole number of prompt tokens >= 1, or 0 "
+                     "for whole prompts"))
+        bench = runnable_bench()
+        for flags, message in refusals:
+            code, out, err = self.pybench(flt, *flags)
+            self.assertEqual((code, out), (2, ""), err)
+            self.assertIn(message, err)
+            if bench:
+                ran = subprocess.run([bench, flt, *flags, "--benchmark_list_tests"],
+                                     capture_output=True, text=True, timeout=300)
+                self.assertEqual(ran.returncode, 2, ran.stderr)
+                self.assertIn(message, ran.stderr)
 
     def test_bad_lengths_are_refused_as_bench_refuses_them(self):
         for flag, message in (

@@ -202,6 +202,8 @@ def parse_flags(argv):
         "time-to-first-token bound in ms; default: LoadGen's (100 ms)")
     add("--tpot_bound_ms", type=float, default=0, help="serve of generate: Server's p99 "
         "time-per-output-token bound in ms; default: LoadGen's (100 ms)")
+    add("--prefill_chunk", type=int, default=None, help="serve of generate: prompt tokens "
+        "prefilled between two decode steps at most; default: 0, each prompt whole")
     add("--slowdown", type=float, default=1.0, help=argparse.SUPPRESS)  # the tests'
     own = {a.option_strings[0][2:] for a in p._actions if a.option_strings}
     for arg in argv:
@@ -276,7 +278,14 @@ def serve_flags(a):
     if a.serve_phase and a.serve_phase not in ("forward", "encode", "generate"):
         raise BadFlag(f"--serve_phase={a.serve_phase}: serve runs an inference phase (not a "
                       "training phase); valid: forward, encode (Whisper's), generate")
+    if a.prefill_chunk is not None and a.serve_phase != "generate":
+        raise BadFlag("--prefill_chunk: prompts are chunked only in serve of generate; valid: "
+                      "with --serve_phase=generate, --prompt_len or --output_len")
+    a.prefill_chunk = a.prefill_chunk or 0
     if a.serve_phase == "generate" and a.scenario.strip(", "):
+        if a.prefill_chunk < 0:
+            raise BadFlag(f"--prefill_chunk={a.prefill_chunk}: valid: a whole number of prompt "
+                          "tokens >= 1, or 0 for whole prompts")
         for flag in ("ttft_bound_ms", "tpot_bound_ms"):
             bound = getattr(a, flag)
             if bound < 0 or math.isnan(bound):

@@ -42,6 +42,8 @@ class Spec:
                 return f"{lo}:{hi}" if lo > 0 and lo != hi else f"{hi}"
             name += (f"/prompt:{span(self.serve['prompt'][0], self.prompt)}"
                      f"/output:{span(self.serve['output'][0], self.new_tokens)}")
+            if self.serve.get("prefill_chunk"):
+                name += f"/prefill_chunk:{self.serve['prefill_chunk']}"
         elif self.prompt:
             name += f"/prompt:{self.prompt}/new:{self.new_tokens}"
         if self.depth:
@@ -137,7 +139,8 @@ def specs(args):
                                                "max_batch": args.max_batch,
                                                "find_peak": args.find_peak and scenario == "Server",
                                                "phase": phase, "prompt": args.prompt_range,
-                                               "output": args.output_range}
+                                               "output": args.output_range,
+                                               "prefill_chunk": args.prefill_chunk}
                                     v.steps = 1  # one LoadGen test
                                     if shape == "generate":
                                         if v.name() in served_names:

@@ -51,49 +51,70 @@ class Request:
 class ContinuousBatcher:
     """Continuous batching over a decoder and a cache of `slots` rows,
     driven one step at a time; first(request, token) and done(request,
-    tokens) are called as lib/serve's ContinuousBatcher calls them."""
+    tokens) are called as lib/serve's ContinuousBatcher calls them, and
+    prefill_chunk bounds the prompt tokens a step as there (0: whole)."""
 
-    def __init__(self, model, cache, first, done):
+    def __init__(self, model, cache, first, done, prefill_chunk=0):
         self.model, self.cache, self.first, self.done = model, cache, first, done
+        self.prefill_chunk = prefill_chunk
         self.slots = cache[0][0].shape[0]
         self.waiting = collections.deque()
         self.active = []  # active[i] holds slot i
+        self.prefilling = None  # part-way through its prompt, in slot len(active)
         self.prefills = self.decode_steps = self.active_slot_steps = 0
         self.prefill_s = self.decode_s = 0.0
 
     def add(self, request):
         self.waiting.append(request)
 
+    def _move(self, src, dst, length):
+        for keys, values in self.cache:
+            for t in (keys, values):
+                t[dst, :, :length] = t[src, :, :length]
+
     def _leave(self, i):
         r = self.active[i]
         self.done(r, r.tokens)
         last = len(self.active) - 1
         if i != last:
-            moved = self.active[last]
-            for keys, values in self.cache:
-                for t in (keys, values):
-                    t[i, :, :moved.position] = t[last, :, :moved.position]
-            self.active[i] = moved
+            self._move(last, i, self.active[last].position)
+            self.active[i] = self.active[last]
         self.active.pop()
+        if self.prefilling is not None:  # follows the active rows down
+            self._move(last + 1, last, self.prefilling.position)
 
     def step(self):
         import torch
 
-        while self.waiting and len(self.active) < self.slots:
-            r = self.waiting.popleft()
-            slot = len(self.active)
+        budget = self.prefill_chunk or float("inf")
+        while budget > 0:
+            if self.prefilling is None:
+                if not self.waiting or len(self.active) >= self.slots:
+                    break
+                self.prefilling = self.waiting.popleft()
+                self.prefilling.position = 0
+            r, slot = self.prefilling, len(self.active)
+            prompt = r.prompt.shape[1]
+            n = int(min(budget, prompt - r.position))
             start = time.perf_counter()
             rows = [(k[slot:slot + 1], v[slot:slot + 1]) for k, v in self.cache]
-            token = int(self.model.forward_cached(r.prompt, 0, rows).argmax(-1))
+            logits = self.model.forward_cached(r.prompt[:, r.position:r.position + n],
+                                               r.position, rows)
+            r.position += n
+            budget -= n
+            token = int(logits.argmax(-1)) if r.position == prompt else None
             self.prefill_s += time.perf_counter() - start
+            if token is None:
+                continue
             self.prefills += 1
-            r.tokens, r.position = [token], r.prompt.shape[1]
+            r.tokens = [token]
+            self.prefilling = None
             self.first(r, token)
             self.active.append(r)
             if r.output_len <= 1:
                 self._leave(len(self.active) - 1)
         if not self.active:
-            return bool(self.waiting)
+            return bool(self.waiting) or self.prefilling is not None
         device = self.active[0].prompt.device
         start = time.perf_counter()
         tokens = torch.tensor([r.tokens[-1] for r in self.active], device=device)[:, None]
@@ -108,12 +129,15 @@ class ContinuousBatcher:
         for i in range(len(self.active) - 1, -1, -1):
             if len(self.active[i].tokens) >= self.active[i].output_len:
                 self._leave(i)
-        return bool(self.active or self.waiting)
+        return bool(self.active or self.waiting) or self.prefilling is not None
 
     def abandon(self):
         while self.active:
             r = self.active.pop()
             self.done(r, r.tokens)
+        if self.prefilling is not None:
+            self.done(self.prefilling, [])
+            self.prefilling = None
         while self.waiting:
             r = self.waiting.popleft()
             self.done(r, [])
@@ -199,11 +223,12 @@ def counters_from_detail(detail, scenario, stats, good, ttft_bound_ms, tpot_boun
 
 def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_qps=10,
                min_s=1, min_queries=32, ttft_bound_ms=100, tpot_bound_ms=100,
-               device="cpu", find_peak=False):
+               device="cpu", find_peak=False, prefill_chunk=0):
     """One LoadGen test of `model` (a Decoder twin) generating for requests
     of prompt and output lengths in the (min, max) ranges `prompt` and
     `output`: (counters, label, seconds per sample). find_peak (Server):
-    LoadGen's FindPeakPerformance from target_qps within both bounds."""
+    LoadGen's FindPeakPerformance from target_qps within both bounds.
+    prefill_chunk: prompt tokens a step at most (0: whole prompts)."""
     import mlperf_loadgen as lg
     import torch
 
@@ -246,7 +271,7 @@ def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_
             tally["done"] += 1
         lg.QuerySamplesComplete([lg.QuerySampleResponse(r.id, 0, 0, max(len(tokens), 2))])
 
-    server = Server(ContinuousBatcher(model, cache, first, done))
+    server = Server(ContinuousBatcher(model, cache, first, done, prefill_chunk))
 
     def issue(query_samples):
         now = time.monotonic()
