@@ -753,6 +753,48 @@ TEST_F(FakeGpuTest, GraphedBf16DecodingIsCheckedAgainstAnEagerFp32Reference) {
   EXPECT_EQ(Count(log_, "capture"), 5u);
 }
 
+TEST_F(FakeGpuTest, GraphedServingCapturesEachSlotCountAndBucketOnceBeforeItsTest) {
+  BenchSpec spec = SpecFor("GPT2", "nano", kGenerate, 3);
+  spec.device = kFake;
+  spec.prompt = 12;  // prompts of 5 to 12 tokens, outputs of 2 to 8: 20 positions
+  spec.new_tokens = 8;
+  spec.phase = kServe;
+  spec.serve.scenario = "Offline";
+  spec.serve.phase = kGenerate;
+  spec.serve.prompt_min = 5;
+  spec.serve.output_min = 2;
+  spec.serve.max_batch = 3;
+  spec.serve.target_qps = 1;
+  spec.serve.min_s = 0;
+  spec.serve.min_queries = 12;
+  spec.serve.log_dir =
+      (std::filesystem::temp_directory_path() / "ltb_fake_gpu_serve").string();
+  spec.graph = true;
+  const auto run = Run(spec, 1);
+  ASSERT_FALSE(run.error_occurred) << run.error_message;
+  EXPECT_TRUE(
+      absl::EndsWith(run.benchmark_name(),
+                     "/prompt:5:12/output:2:8/fp32/graph/iterations:1/manual_time"))
+      << run.benchmark_name();
+  // Steps attend to 6 keys or more in a context of 20: buckets of 16 and
+  // 20 keys, for 1, 2 and 3 active slots; the generate phase it serves
+  // was built and warmed up eagerly (it captured nothing of its own).
+  EXPECT_EQ(Count(log_, "capture"), 3u * 2u);
+  EXPECT_EQ(Count(log_, "new_pool"), 1u);
+  const size_t decode_steps = static_cast<size_t>(run.counters.at("decode_steps").value);
+  EXPECT_GT(decode_steps, 0u);
+  EXPECT_EQ(Count(log_, "replay"), decode_steps) << "one replay a decode step";
+  EXPECT_GT(run.counters.at("tokens/s").value, 0);
+  log_.clear();
+  spec.graph = false;
+  const auto eager = Run(spec, 1);
+  ASSERT_FALSE(eager.error_occurred) << eager.error_message;
+  EXPECT_EQ(Count(log_, "capture"), 0u);
+  EXPECT_EQ(Count(log_, "replay"), 0u);
+  EXPECT_EQ(eager.counters.at("decode_steps").value, decode_steps)
+      << "the same requests, the same steps";
+}
+
 TEST_F(FakeGpuTest, ATf32BenchmarkRunsWithTf32OnAndLeavesItOff) {
   BenchSpec spec = TransformerOn("forward");
   spec.tf32 = true;

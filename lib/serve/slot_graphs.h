@@ -1,0 +1,72 @@
+// Continuous batching's decode steps replayed from graphs (--cuda_graphs):
+// a SlotDecoder over another whose decode step is captured once for each
+// active-slot count and key bucket, before LoadGen's test starts, and
+// replayed with each step's tokens and positions copied into static buffers.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "device/backend.h"
+#include "family/family.h"
+
+namespace ltb {
+
+// The smallest number of keys a graphed decode step attends over.
+inline constexpr int64_t kLeastKeyBucket = 16;
+
+// The key counts graphed decode steps attend over, for steps that attend to
+// `least` keys or more in a cache of `context` positions: powers of two
+// from kLeastKeyBucket, the last one the context, from the bucket that
+// holds `least` up. A step reads its bucket's keys, so at most twice the
+// keys its longest row needs (the eager step reads exactly those).
+std::vector<int64_t> KeyBuckets(int64_t least, int64_t context);
+
+// `inner` with Decode replayed from graphs of its DecodeOver: one for each
+// active-slot count S in 1..slots() and each of KeyBuckets(least_keys,
+// context()), captured by Capture(). Decode copies the step's tokens and
+// positions into rows [0, S) of static buffers and replays the graph of S
+// and the smallest bucket that holds its longest row; the tokens it
+// returns hold until the next Decode. Prefill, Move and Clear are inner's,
+// eager.
+class GraphedSlots final : public SlotDecoder {
+ public:
+  GraphedSlots(SlotDecoder& inner, std::unique_ptr<StepGraphs> graphs,
+               const c10::Device& device, int64_t least_keys);
+
+  // Captures every graph, in inference mode. Its eager runs (before the
+  // first capture) write the cache: Clear() it before serving.
+  void Capture();
+  size_t graphs() const { return graph_.size(); }
+  const std::vector<int64_t>& buckets() const { return buckets_; }
+
+  int64_t slots() const override { return inner_.slots(); }
+  int64_t context() const override { return inner_.context(); }
+  int64_t vocab() const override { return inner_.vocab(); }
+  at::Tensor Prefill(const at::Tensor& prompt, int64_t slot) override {
+    return inner_.Prefill(prompt, slot);
+  }
+  at::Tensor Decode(const at::Tensor& tokens,
+                    const std::vector<int64_t>& positions) override;
+  at::Tensor DecodeOver(const at::Tensor& tokens, const at::Tensor& positions,
+                        int64_t keys) override {
+    return inner_.DecodeOver(tokens, positions, keys);
+  }
+  void Move(int64_t from, int64_t to, int64_t length) override {
+    inner_.Move(from, to, length);
+  }
+  void Clear() override { inner_.Clear(); }
+
+ private:
+  SlotDecoder& inner_;
+  std::unique_ptr<StepGraphs> graphs_;
+  std::vector<int64_t> buckets_;
+  at::Tensor tokens_, positions_, next_;  // (slots, 1), (slots), (slots, 1)
+  std::vector<size_t> graph_;             // [(S - 1) * buckets + bucket]
+};
+
+}  // namespace ltb
