@@ -35,10 +35,14 @@ void GraphedSlots::Capture() {
   graph_.clear();
   for (int64_t s = 1; s <= slots(); ++s) {
     for (const int64_t keys : buckets_) {
-      graph_.push_back(graphs_->Capture([this, s, keys] {
+      const auto step = [this, s, keys] {
         next_.narrow(0, 0, s).copy_(
             inner_.DecodeOver(tokens_.narrow(0, 0, s), positions_.narrow(0, 0, s), keys));
-      }));
+      };
+      // Each shape runs eagerly once first: its kernels' lazy set-up (a
+      // GEMM's or an attention kernel's, for these sizes) cannot be captured.
+      step();
+      graph_.push_back(graphs_->Capture(step));
     }
   }
 }

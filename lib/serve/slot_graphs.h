@@ -38,8 +38,8 @@ class GraphedSlots final : public SlotDecoder {
   GraphedSlots(SlotDecoder& inner, std::unique_ptr<StepGraphs> graphs,
                const c10::Device& device, int64_t least_keys);
 
-  // Captures every graph, in inference mode. Its eager runs (before the
-  // first capture) write the cache: Clear() it before serving.
+  // Captures every graph, in inference mode, each after an eager run of
+  // its step. The eager runs write the cache: Clear() it before serving.
   void Capture();
   size_t graphs() const { return graph_.size(); }
   const std::vector<int64_t>& buckets() const { return buckets_; }
