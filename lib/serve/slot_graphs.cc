@@ -20,7 +20,7 @@ std::vector<int64_t> KeyBuckets(int64_t least, int64_t context) {
 
 GraphedSlots::GraphedSlots(SlotDecoder& inner, std::unique_ptr<StepGraphs> graphs,
                            const c10::Device& device, int64_t least_keys)
-    : inner_(inner),
+    : ForwardingSlots(inner),
       graphs_(std::move(graphs)),
       buckets_(KeyBuckets(least_keys, inner.context())) {
   c10::InferenceMode guard;

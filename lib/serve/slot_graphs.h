@@ -26,14 +26,41 @@ inline constexpr int64_t kLeastKeyBucket = 16;
 // keys its longest row needs (the eager step reads exactly those).
 std::vector<int64_t> KeyBuckets(int64_t least, int64_t context);
 
+// A SlotDecoder that runs another's steps; a decorator overrides those it
+// changes.
+class ForwardingSlots : public SlotDecoder {
+ public:
+  explicit ForwardingSlots(SlotDecoder& inner) : inner_(inner) {}
+  int64_t slots() const override { return inner_.slots(); }
+  int64_t context() const override { return inner_.context(); }
+  int64_t vocab() const override { return inner_.vocab(); }
+  at::Tensor Prefill(const at::Tensor& prompt, int64_t slot) override {
+    return inner_.Prefill(prompt, slot);
+  }
+  at::Tensor Decode(const at::Tensor& tokens,
+                    const std::vector<int64_t>& positions) override {
+    return inner_.Decode(tokens, positions);
+  }
+  at::Tensor DecodeOver(const at::Tensor& tokens, const at::Tensor& positions,
+                        int64_t keys) override {
+    return inner_.DecodeOver(tokens, positions, keys);
+  }
+  void Move(int64_t from, int64_t to, int64_t length) override {
+    inner_.Move(from, to, length);
+  }
+  void Clear() override { inner_.Clear(); }
+
+ protected:
+  SlotDecoder& inner_;
+};
+
 // `inner` with Decode replayed from graphs of its DecodeOver: one for each
 // active-slot count S in 1..slots() and each of KeyBuckets(least_keys,
 // context()), captured by Capture(). Decode copies the step's tokens and
 // positions into rows [0, S) of static buffers and replays the graph of S
 // and the smallest bucket that holds its longest row; the tokens it
-// returns hold until the next Decode. Prefill, Move and Clear are inner's,
-// eager.
-class GraphedSlots final : public SlotDecoder {
+// returns hold until the next Decode. The other steps are inner's, eager.
+class GraphedSlots final : public ForwardingSlots {
  public:
   GraphedSlots(SlotDecoder& inner, std::unique_ptr<StepGraphs> graphs,
                const c10::Device& device, int64_t least_keys);
@@ -44,25 +71,10 @@ class GraphedSlots final : public SlotDecoder {
   size_t graphs() const { return graph_.size(); }
   const std::vector<int64_t>& buckets() const { return buckets_; }
 
-  int64_t slots() const override { return inner_.slots(); }
-  int64_t context() const override { return inner_.context(); }
-  int64_t vocab() const override { return inner_.vocab(); }
-  at::Tensor Prefill(const at::Tensor& prompt, int64_t slot) override {
-    return inner_.Prefill(prompt, slot);
-  }
   at::Tensor Decode(const at::Tensor& tokens,
                     const std::vector<int64_t>& positions) override;
-  at::Tensor DecodeOver(const at::Tensor& tokens, const at::Tensor& positions,
-                        int64_t keys) override {
-    return inner_.DecodeOver(tokens, positions, keys);
-  }
-  void Move(int64_t from, int64_t to, int64_t length) override {
-    inner_.Move(from, to, length);
-  }
-  void Clear() override { inner_.Clear(); }
 
  private:
-  SlotDecoder& inner_;
   std::unique_ptr<StepGraphs> graphs_;
   std::vector<int64_t> buckets_;
   at::Tensor tokens_, positions_, next_;  // (slots, 1), (slots), (slots, 1)

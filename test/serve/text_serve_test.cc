@@ -64,35 +64,18 @@ class RecordedSteps final : public StepGraphs {
 // A decoder that notes the shape of every static-shape step it runs: the
 // active slots, the keys attended over and one past the longest row's
 // position.
-class NotingSlots final : public SlotDecoder {
+class NotingSlots final : public ForwardingSlots {
  public:
   struct Step {
     int64_t slots, keys, longest;
   };
-  explicit NotingSlots(SlotDecoder& inner) : inner_(inner) {}
-  int64_t slots() const override { return inner_.slots(); }
-  int64_t context() const override { return inner_.context(); }
-  int64_t vocab() const override { return inner_.vocab(); }
-  at::Tensor Prefill(const at::Tensor& prompt, int64_t slot) override {
-    return inner_.Prefill(prompt, slot);
-  }
-  at::Tensor Decode(const at::Tensor& tokens,
-                    const std::vector<int64_t>& positions) override {
-    return inner_.Decode(tokens, positions);
-  }
+  explicit NotingSlots(SlotDecoder& inner) : ForwardingSlots(inner) {}
   at::Tensor DecodeOver(const at::Tensor& tokens, const at::Tensor& positions,
                         int64_t keys) override {
     steps.push_back({tokens.size(0), keys, positions.max().item<int64_t>() + 1});
     return inner_.DecodeOver(tokens, positions, keys);
   }
-  void Move(int64_t from, int64_t to, int64_t length) override {
-    inner_.Move(from, to, length);
-  }
-  void Clear() override { inner_.Clear(); }
   std::vector<Step> steps;
-
- private:
-  SlotDecoder& inner_;
 };
 
 class ContinuousBatching : public ::testing::TestWithParam<std::string> {
@@ -363,24 +346,6 @@ TEST(TextServeFlags, DrawsAreSeededAndWithinTheirRange) {
   EXPECT_GT(std::unique(seen.begin(), seen.end()) - seen.begin(), 30);
   // pybench draws the same (tools/ltb/pysuite/textserve.py): pinned values.
   EXPECT_EQ(RequestDraw(55, 0, 0), 0x6e1351b2349f331cull);
-}
-
-BenchSpec TextServeSpec(const std::string& family, const std::string& scenario) {
-  BenchSpec s = SpecFor(family, "nano", kGenerate, /*batch=*/4);
-  s.prompt = 12;
-  s.new_tokens = 8;
-  s.phase = kServe;
-  s.serve.scenario = scenario;
-  s.serve.phase = kGenerate;
-  s.serve.output_min = 2;
-  s.serve.prompt_min = 3;
-  s.serve.max_batch = 4;
-  s.serve.target_qps = 50;
-  s.serve.min_s = 0.2;
-  s.serve.min_queries = 16;
-  s.serve.ttft_bound_ms = 5000;
-  s.serve.tpot_bound_ms = 5000;
-  return s;
 }
 
 TEST(TextServeName, CarriesTheSlotsAndTheLengthsOrTheirRanges) {
