@@ -34,4 +34,24 @@ inline BenchSpec SpecFor(std::string family, std::string size, std::string phase
   return s;
 }
 
+// A serve benchmark of a nano decoder's generation in `scenario`: 4 slots,
+// prompts of 3 to 12 tokens, outputs of 2 to 8, a short LoadGen test.
+inline BenchSpec TextServeSpec(const std::string& family, const std::string& scenario) {
+  BenchSpec s = SpecFor(family, "nano", "generate", /*batch=*/4);
+  s.prompt = 12;
+  s.new_tokens = 8;
+  s.phase = kServe;
+  s.serve.scenario = scenario;
+  s.serve.phase = "generate";
+  s.serve.output_min = 2;
+  s.serve.prompt_min = 3;
+  s.serve.max_batch = 4;
+  s.serve.target_qps = 50;
+  s.serve.min_s = 0.2;
+  s.serve.min_queries = 16;
+  s.serve.ttft_bound_ms = 5000;
+  s.serve.tpot_bound_ms = 5000;
+  return s;
+}
+
 }  // namespace ltb

@@ -43,6 +43,12 @@ class SlotDecoder {
   // positions[b]; the next tokens (S, 1).
   virtual at::Tensor Decode(const at::Tensor& tokens,
                             const std::vector<int64_t>& positions) = 0;
+  // The same step in static shapes, which a graph can capture: positions
+  // (S) on the device, every row attending over the first `keys` cached
+  // positions (more than any row's position) under its own mask; nothing
+  // in it waits for the device. The same tokens as Decode.
+  virtual at::Tensor DecodeOver(const at::Tensor& tokens, const at::Tensor& positions,
+                                int64_t keys) = 0;
   // Moves a sequence from slot `from` to `to` (its first `length` positions).
   virtual void Move(int64_t from, int64_t to, int64_t length) = 0;
   // Zeroes the cache, so that no slot reads what was never written.

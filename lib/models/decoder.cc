@@ -428,18 +428,28 @@ at::Tensor DecoderLMImpl::forward_cached(const at::Tensor& tokens, int64_t posit
 at::Tensor DecoderLMImpl::forward_slots(const at::Tensor& tokens,
                                         const std::vector<int64_t>& positions,
                                         KVCache& cache) {
+  TORCH_CHECK(
+      tokens.size(0) == static_cast<int64_t>(positions.size()) && tokens.size(0) > 0,
+      "forward_slots takes one token (S, 1) and one position per slot");
+  const int64_t keys = *std::max_element(positions.begin(), positions.end()) + 1;
+  return forward_slots_over(
+      tokens, torch::tensor(positions, torch::kLong).to(tokens.device()), keys, cache);
+}
+
+at::Tensor DecoderLMImpl::forward_slots_over(const at::Tensor& tokens,
+                                             const at::Tensor& positions, int64_t keys,
+                                             KVCache& cache) {
   const int64_t s = tokens.size(0);
-  TORCH_CHECK(tokens.dim() == 2 && tokens.size(1) == 1 &&
-                  s == static_cast<int64_t>(positions.size()) && s > 0,
+  TORCH_CHECK(tokens.dim() == 2 && tokens.size(1) == 1 && positions.dim() == 1 &&
+                  positions.size(0) == s && s > 0,
               "forward_slots takes one token (S, 1) and one position per slot");
   TORCH_CHECK(s <= cache.keys.front().size(0), s, " slots, but the cache has ",
               cache.keys.front().size(0));
-  const int64_t keys = *std::max_element(positions.begin(), positions.end()) + 1;
   TORCH_CHECK(keys <= options_.max_positions() && keys <= cache.keys.front().size(2),
               "position ", keys - 1, " is beyond the model's ", options_.max_positions(),
               " positions or the cache's ", cache.keys.front().size(2));
   LayerInput in;
-  in.positions = torch::tensor(positions, torch::kLong).to(tokens.device());  // (S)
+  in.positions = positions;  // (S)
   in.keys = keys;
   in.slot_mask = (torch::arange(keys, in.positions.options()).unsqueeze(0) <=
                   in.positions.unsqueeze(1))

@@ -255,6 +255,13 @@ class DecoderLMImpl : public torch::nn::Module {
   // is never read into its result (if finite: masked scores weigh 0).
   at::Tensor forward_slots(const at::Tensor& tokens,
                            const std::vector<int64_t>& positions, KVCache& cache);
+  // The same step in shapes that do not depend on the positions, which a
+  // CUDA graph can capture: positions (S) on the device, and every row
+  // attending over the first `keys` cached positions (more than any row's
+  // position; its own through the mask). forward_slots is this step with
+  // keys one past the largest position.
+  at::Tensor forward_slots_over(const at::Tensor& tokens, const at::Tensor& positions,
+                                int64_t keys, KVCache& cache);
   KVCache MakeCache(int64_t batch, int64_t positions) const;
 
   const DecoderOptions& options() const { return options_; }

@@ -320,6 +320,11 @@ class DecoderSlots final : public SlotDecoder {
                     const std::vector<int64_t>& positions) override {
     return model_->forward_slots(tokens, positions, *cache_).argmax(-1, true);  // (S, 1)
   }
+  at::Tensor DecodeOver(const at::Tensor& tokens, const at::Tensor& positions,
+                        int64_t keys) override {
+    return model_->forward_slots_over(tokens, positions, keys, *cache_)
+        .argmax(-1, true);  // (S, 1)
+  }
   void Move(int64_t from, int64_t to, int64_t length) override {
     MoveCacheRow(*cache_, from, to, length);
   }

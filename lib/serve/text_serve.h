@@ -168,7 +168,9 @@ ServeCounters TextCountersFromDetail(const std::map<std::string, std::string>& d
 
 // One serve benchmark of generation: one LoadGen test over `decoder`'s
 // slots (spec.batch of them, spec.prompt + spec.new_tokens positions each),
-// its counters set on `state`. Returns an error to report instead.
+// its counters set on `state`. With spec.graph, its decode steps replay
+// graphs (GraphedSlots) captured before the test. Returns an error to
+// report instead.
 absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
                           const BenchSpec& spec);
 

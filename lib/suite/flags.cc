@@ -61,9 +61,9 @@ ABSL_FLAG(ltb::SwitchList, tf32, ltb::SwitchList{{false}},
           "false (fp32 is fp32), true, or both. TF32 runs end in /tf32 and are "
           "compared with the device's TF32 peak.");
 ABSL_FLAG(ltb::SwitchList, cuda_graphs, ltb::SwitchList{{false}},
-          "Inference steps (generation: its decode steps) replayed from CUDA graphs "
-          "captured once, on devices that have them: false, true, or both. Graph "
-          "runs end in /graph.");
+          "Inference steps (generation, and its serve: its decode steps) replayed "
+          "from CUDA graphs captured once, on devices that have them: false, true, "
+          "or both. Graph runs end in /graph.");
 ABSL_FLAG(ltb::Switch, sync, ltb::Switch{true},
           "Synchronise the device before reading the clock. false reproduces the "
           "classic timing mistake; such runs carry /nosync in their names.");

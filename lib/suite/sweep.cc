@@ -222,8 +222,9 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
       base.spec.weights = sweep.weights;
       base.spec.epochs = sweep.epochs;
       // serve: one benchmark a scenario (and Server's rates) beside each of
-      // the served phase's, batch aside (the batcher's max_batch replaces it)
-      // and without graphs.
+      // the served phase's, batch aside (the batcher's max_batch replaces it);
+      // graphed for continuous batching alone, whose decode steps have a
+      // static shape for each number of active slots (a batch has none).
       const bool serves =
           family.serves && !sweep.serve_scenarios.empty() && inference &&
           c.backend.empty() &&
@@ -231,10 +232,16 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
                                      : c.phase.name == sweep.serve.phase) &&
           (c.phase.shape == Shape::kBatch || c.phase.shape == Shape::kSequence ||
            c.phase.shape == Shape::kGenerate);
+      // Generation served by continuous batching over the phase's own
+      // workload (a family that builds a served workload apart runs batches).
+      const bool continuous = c.phase.shape == Shape::kGenerate && !family.build_served;
       std::vector<std::string> served_names;  // generate: the lengths' flags repeat one
       Product(axes, 0, base, [&](const Point& p) {
         out.push_back({&family, p.spec, c.unit});
-        if (!serves || p.spec.graph || p.spec.batch != p.shapes.batches.front()) return;
+        if (!serves || (p.spec.graph && !continuous) ||
+            p.spec.batch != p.shapes.batches.front()) {
+          return;
+        }
         if (p.spec.depth > 0) return;  // every request starts from an empty slot
         for (const std::string& scenario : sweep.serve_scenarios) {
           const std::vector<double> rates =

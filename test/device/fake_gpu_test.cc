@@ -753,6 +753,38 @@ TEST_F(FakeGpuTest, GraphedBf16DecodingIsCheckedAgainstAnEagerFp32Reference) {
   EXPECT_EQ(Count(log_, "capture"), 5u);
 }
 
+TEST_F(FakeGpuTest, GraphedServingCapturesEachSlotCountAndBucketOnceBeforeItsTest) {
+  BenchSpec spec = TextServeSpec("GPT2", "Offline");
+  spec.device = kFake;
+  spec.serve.log_dir =
+      (std::filesystem::temp_directory_path() / "ltb_fake_gpu_serve").string();
+  spec.graph = true;
+  const auto run = Run(spec, 1);
+  ASSERT_FALSE(run.error_occurred) << run.error_message;
+  EXPECT_TRUE(
+      absl::EndsWith(run.benchmark_name(),
+                     "/prompt:3:12/output:2:8/fp32/graph/iterations:1/manual_time"))
+      << run.benchmark_name();
+  // Steps attend to 4 keys or more (a prompt of 3, its first decode step)
+  // in a context of 20: buckets of 16 and 20 keys, for 1 to 4 active
+  // slots; the generate phase it serves was built and warmed up eagerly
+  // (it captured nothing of its own).
+  EXPECT_EQ(Count(log_, "capture"), 4u * 2u);
+  EXPECT_EQ(Count(log_, "new_pool"), 1u);
+  const size_t decode_steps = static_cast<size_t>(run.counters.at("decode_steps").value);
+  EXPECT_GT(decode_steps, 0u);
+  EXPECT_EQ(Count(log_, "replay"), decode_steps) << "one replay a decode step";
+  EXPECT_GT(run.counters.at("tokens/s").value, 0);
+  log_.clear();
+  spec.graph = false;
+  const auto eager = Run(spec, 1);
+  ASSERT_FALSE(eager.error_occurred) << eager.error_message;
+  EXPECT_EQ(Count(log_, "capture"), 0u);
+  EXPECT_EQ(Count(log_, "replay"), 0u);
+  EXPECT_EQ(eager.counters.at("decode_steps").value, decode_steps)
+      << "the same requests, the same steps";
+}
+
 TEST_F(FakeGpuTest, ATf32BenchmarkRunsWithTf32OnAndLeavesItOff) {
   BenchSpec spec = TransformerOn("forward");
   spec.tf32 = true;

@@ -913,6 +913,21 @@ class SuiteTest(unittest.TestCase):
         self.assertEqual(bad.returncode, 2, bad.stderr)
         self.assertIn("--tf32", bad.stderr)
 
+    def test_served_generation_is_graphed_on_cuda_alone(self):
+        # Listing needs no GPU: a CUDA device's names are registered all the same.
+        names = run_bench("--benchmark_list_tests", "--cuda_graphs=true", "--scenario=Offline",
+                          "--serve_phase=generate",
+                          "--benchmark_filter=GPT2/nano/(cpu|cuda)/serve").stdout.split()
+        self.assertEqual(sorted(n.split("/iterations")[0] for n in names), [
+            "GPT2/nano/cpu/serve/scenario:Offline/max_batch:8/prompt:32/output:100/fp32",
+            "GPT2/nano/cuda/serve/scenario:Offline/max_batch:8/prompt:32/output:100/fp32/graph"])
+        # On the CPU alone, nothing graphed is served, and bench says the flag adds nothing.
+        proc = run_bench("--benchmark_list_tests", "--cuda_graphs=true", "--scenario=Offline",
+                         "--benchmark_filter=GPT2/nano/cpu/serve")
+        self.assertTrue(proc.stdout.split())
+        self.assertFalse([n for n in proc.stdout.split() if "/graph" in n])
+        self.assertIn("--cuda_graphs=true adds no benchmark here", proc.stderr)
+
     def test_nosync_runs_are_marked(self):
         names = run_bench("--benchmark_list_tests", "--benchmark_filter=Transformer/nano",
                           "--devices=cpu", "--sync=false").stdout.split()

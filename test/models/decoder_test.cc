@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -155,6 +156,66 @@ TEST_P(EveryDecoder, CacheHoldsKvHeadsAndIsWrittenInPlace) {
   EXPECT_EQ(cache.keys[0].data_ptr(), k0);
   EXPECT_EQ(cache.values[1].data_ptr(), v1);
   EXPECT_THROW(model->forward_cached(token, 20, cache), c10::Error);  // beyond the cache
+}
+
+TEST_P(EveryDecoder, ASlotStepOverMoreKeysGivesTheSlotStepsTokensAndCache) {
+  // Graphed serving's step attends over a fixed number of keys (a bucket, or
+  // the whole context) rather than one past the longest row's position:
+  // the keys past each row's own are masked and weigh exactly 0.
+  torch::manual_seed(5);
+  DecoderLM model = Make(Nano(family()));
+  model->eval();
+  torch::NoGradGuard no_grad;
+  constexpr int64_t kContext = 48;
+  KVCache history = model->MakeCache(4, kContext);
+  // What earlier sequences left in the cache: finite, read up to each row's
+  // position, never beyond it.
+  for (at::Tensor& t : history.tensors()) t.normal_();
+  const auto copy = [](const KVCache& c) {
+    KVCache out;
+    for (const at::Tensor& t : c.keys) out.keys.push_back(t.clone());
+    for (const at::Tensor& t : c.values) out.values.push_back(t.clone());
+    return out;
+  };
+  for (const std::vector<int64_t>& positions :
+       std::vector<std::vector<int64_t>>{{3}, {0, 17}, {40, 5, 22}, {9, 47, 1, 30}}) {
+    const auto s = static_cast<int64_t>(positions.size());
+    const at::Tensor tokens = torch::randint(0, Nano(family()).vocab_size(), {s, 1});
+    KVCache eager = copy(history);
+    const at::Tensor expected = model->forward_slots(tokens, positions, eager);
+    const int64_t longest = *std::max_element(positions.begin(), positions.end()) + 1;
+    for (const int64_t keys : {longest, int64_t{32}, kContext}) {
+      if (keys < longest) continue;
+      const std::string what = absl::StrCat(
+          s, " slots at ", absl::StrJoin(positions, ","), " over ", keys, " keys");
+      KVCache over = copy(history);
+      const at::Tensor got = model->forward_slots_over(
+          tokens, torch::tensor(positions, torch::kLong), keys, over);
+      EXPECT_TRUE(torch::equal(got.argmax(-1), expected.argmax(-1))) << what;
+      if (keys == longest) {
+        EXPECT_TRUE(torch::equal(got, expected)) << what << ": forward_slots' own step";
+      } else {
+        EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-5)) << what;
+      }
+      // The first layer's keys and values exactly, the later ones' from
+      // attention summed over more (zero-weighted) keys.
+      for (size_t i = 0; i < eager.keys.size(); ++i) {
+        for (const auto& [a, b] : {std::pair{over.keys[i], eager.keys[i]},
+                                   std::pair{over.values[i], eager.values[i]}}) {
+          if (keys == longest || i == 0) {
+            EXPECT_TRUE(torch::equal(a, b)) << what << ", layer " << i;
+          } else {
+            EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-5)) << what << ", layer " << i;
+          }
+        }
+      }
+    }
+  }
+  KVCache cache = copy(history);
+  EXPECT_THROW(
+      model->forward_slots_over(torch::zeros({1, 1}, torch::kLong),
+                                torch::zeros({1}, torch::kLong), kContext + 1, cache),
+      c10::Error);  // more keys than the cache holds
 }
 
 TEST_P(EveryDecoder, FusedAttentionEqualsTheExplicitComposition) {

@@ -13,12 +13,14 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "family/registry.h"
 #include "models/decoder_family.h"
+#include "serve/slot_graphs.h"
 #include "spec_for.h"
 #include "workloads/phases.h"
 
@@ -43,34 +45,58 @@ std::vector<Case> MakeCases(int n, int64_t vocab) {
 
 // A SlotDecoder that counts the prompt tokens each prefill runs: in all, and
 // the most in one of the batcher's steps (NextStep() between them).
-class CountingSlots final : public SlotDecoder {
+class CountingSlots final : public ForwardingSlots {
  public:
-  explicit CountingSlots(SlotDecoder& inner) : inner_(inner) {}
-  int64_t slots() const override { return inner_.slots(); }
-  int64_t context() const override { return inner_.context(); }
-  int64_t vocab() const override { return inner_.vocab(); }
+  explicit CountingSlots(SlotDecoder& inner) : ForwardingSlots(inner) {}
   at::Tensor Prefill(const at::Tensor& tokens, int64_t slot, int64_t position) override {
     prompt_tokens += tokens.size(1);
     this_step_ += tokens.size(1);
     most_a_step = std::max(most_a_step, this_step_);
     return inner_.Prefill(tokens, slot, position);
   }
-  at::Tensor Decode(const at::Tensor& tokens,
-                    const std::vector<int64_t>& positions) override {
-    return inner_.Decode(tokens, positions);
-  }
   void NextStep() { this_step_ = 0; }
-  void Move(int64_t from, int64_t to, int64_t length) override {
-    inner_.Move(from, to, length);
-  }
-  void Clear() override { inner_.Clear(); }
 
   int64_t prompt_tokens = 0;
   int64_t most_a_step = 0;
 
  private:
-  SlotDecoder& inner_;
   int64_t this_step_ = 0;
+};
+
+// Graphs as CUDA records them: a capture keeps the step without running
+// it, and each replay runs it again over the same tensors.
+class RecordedSteps final : public StepGraphs {
+ public:
+  explicit RecordedSteps(size_t* replays) : replays_(replays) {}
+  size_t Capture(const std::function<void()>& step) override {
+    steps_.push_back(step);
+    return steps_.size() - 1;
+  }
+  void Replay(size_t graph) override {
+    ++*replays_;
+    steps_.at(graph)();
+  }
+
+ private:
+  std::vector<std::function<void()>> steps_;
+  size_t* replays_;
+};
+
+// A decoder that notes the shape of every static-shape step it runs: the
+// active slots, the keys attended over and one past the longest row's
+// position.
+class NotingSlots final : public ForwardingSlots {
+ public:
+  struct Step {
+    int64_t slots, keys, longest;
+  };
+  explicit NotingSlots(SlotDecoder& inner) : ForwardingSlots(inner) {}
+  at::Tensor DecodeOver(const at::Tensor& tokens, const at::Tensor& positions,
+                        int64_t keys) override {
+    steps.push_back({tokens.size(0), keys, positions.max().item<int64_t>() + 1});
+    return inner_.DecodeOver(tokens, positions, keys);
+  }
+  std::vector<Step> steps;
 };
 
 class ContinuousBatching : public ::testing::TestWithParam<std::string> {
@@ -90,14 +116,28 @@ class ContinuousBatching : public ::testing::TestWithParam<std::string> {
 
   // Serves the cases with `slots` slots, case order[k] arriving before step
   // arrive_at[k]; returns each case's tokens and checks the first tokens.
+  // Graphed: the decode steps replay graphs (GraphedSlots) captured first.
   std::vector<std::vector<int64_t>> Serve(int64_t slots, const std::vector<int>& order,
                                           const std::vector<int>& arrive_at,
-                                          double stale = 0, int64_t prefill_chunk = 0) {
+                                          double stale = 0, bool graphed = false,
+                                          int64_t prefill_chunk = 0) {
     c10::InferenceMode guard;
-    auto cache = std::make_shared<KVCache>(model_->MakeCache(slots, 32));
-    std::shared_ptr<SlotDecoder> slots_of_model = MakeDecoderSlots(model_, cache);
-    CountingSlots counted(*slots_of_model);
-    SlotDecoder* decoder = &counted;
+    auto cache = std::make_shared<KVCache>(model_->MakeCache(slots, kContext));
+    std::shared_ptr<SlotDecoder> plain = MakeDecoderSlots(model_, cache);
+    noted_ = std::make_unique<NotingSlots>(*plain);
+    replays_ = 0;
+    std::unique_ptr<GraphedSlots> graphs;
+    SlotDecoder* decoder = plain.get();
+    if (graphed) {
+      graphs = std::make_unique<GraphedSlots>(
+          *noted_, std::make_unique<RecordedSteps>(&replays_), c10::kCPU, kLeastKeys);
+      graphs->Capture();
+      noted_->steps.clear();  // each shape's eager run before its capture
+      captured_ = graphs->graphs();
+      buckets_ = graphs->buckets();
+      decoder = graphs.get();
+    }
+    CountingSlots counted(*decoder);
     decoder->Clear();
     if (stale != 0) {
       // What earlier sequences could have left: finite, and nothing like
@@ -110,7 +150,7 @@ class ContinuousBatching : public ::testing::TestWithParam<std::string> {
     std::vector<int64_t> first(cases_.size(), -1);
     std::vector<int> done(cases_.size(), 0);
     ContinuousBatcher batcher(
-        *decoder, [&](const TextRequest& r, int64_t token) { first[r.id] = token; },
+        counted, [&](const TextRequest& r, int64_t token) { first[r.id] = token; },
         [&](const TextRequest& r, const std::vector<int64_t>& tokens) {
           got[r.id] = tokens;
           ++done[r.id];
@@ -149,11 +189,16 @@ class ContinuousBatching : public ::testing::TestWithParam<std::string> {
     }
   }
 
+  static constexpr int64_t kContext = 32;
+  static constexpr int64_t kLeastKeys = 2;  // a prompt of 1, its first decode step
   DecoderLM model_{nullptr};
   std::vector<Case> cases_;
   std::vector<std::vector<int64_t>> expected_;
   SchedulerStats stats_;
   int64_t prompt_tokens_ = 0, most_a_step_ = 0;
+  std::unique_ptr<NotingSlots> noted_;
+  size_t replays_ = 0, captured_ = 0;
+  std::vector<int64_t> buckets_;
 };
 
 TEST_P(ContinuousBatching, EveryRequestsTokensEqualGenerationAtBatchOne) {
@@ -214,8 +259,9 @@ TEST_P(ContinuousBatching, PromptsInChunksGiveTheSameTokens) {
   for (const int64_t chunk : {1, 4}) {
     for (const int64_t slots : {1, 3}) {
       for (const auto* arrive : {&at_once, &staggered}) {
-        ExpectGenerated(Serve(slots, order, *arrive, /*stale=*/50.0, chunk),
-                        absl::StrCat("chunks of ", chunk, ", ", slots, " slots"));
+        ExpectGenerated(
+            Serve(slots, order, *arrive, /*stale=*/50.0, /*graphed=*/false, chunk),
+            absl::StrCat("chunks of ", chunk, ", ", slots, " slots"));
         int64_t tokens = 0, least_runs = 0;  // every prompt once, a chunk a run
         for (const Case& c : cases_) {
           tokens += c.prompt.size(1);
@@ -226,6 +272,54 @@ TEST_P(ContinuousBatching, PromptsInChunksGiveTheSameTokens) {
         EXPECT_GE(stats_.prefill_runs, least_runs);
         EXPECT_EQ(stats_.prefills, n);
       }
+    }
+  }
+}
+
+TEST_P(ContinuousBatching, GraphedDecodeStepsGiveTheSameTokensOneGraphPerSlotsAndKeys) {
+  {
+    // Two requests whose steps reach past 16 keys, so that both buckets
+    // (16 and the context's 32) serve.
+    c10::InferenceMode guard;
+    for (const auto& [prompt, output] : {std::pair<int64_t, int64_t>{14, 12}, {20, 10}}) {
+      cases_.push_back(
+          {torch::randint(0, model_->options().vocab_size(), {1, prompt}), output});
+      const at::Tensor tokens =
+          GenerateWithCache(model_, cases_.back().prompt, output)[0];
+      expected_.emplace_back(tokens.data_ptr<int64_t>(),
+                             tokens.data_ptr<int64_t>() + tokens.numel());
+    }
+  }
+  const int n = static_cast<int>(cases_.size());
+  std::vector<int> order(n), at_once(n, 0), staggered(n);
+  for (int i = 0; i < n; ++i) order[i] = i, staggered[i] = 2 * i;
+  for (const int64_t slots : {1, 3, 8}) {
+    for (const auto& [when, arrive] :
+         std::vector<std::pair<std::string, std::vector<int>>>{
+             {"at once", at_once}, {"staggered", staggered}}) {
+      const std::string how = absl::StrCat(slots, " slots, graphed, ", when);
+      ExpectGenerated(Serve(slots, order, arrive, /*stale=*/50.0, /*graphed=*/true), how);
+      // Every active-slot count with every bucket, captured before serving;
+      // then one replay per decode step, nothing captured or run eagerly.
+      EXPECT_EQ(buckets_, (std::vector<int64_t>{16, 32}));
+      EXPECT_EQ(captured_, static_cast<size_t>(slots) * buckets_.size()) << how;
+      EXPECT_EQ(replays_, static_cast<size_t>(stats_.decode_steps)) << how;
+      ASSERT_EQ(noted_->steps.size(), replays_) << how;
+      std::set<std::pair<int64_t, int64_t>> used;
+      for (const NotingSlots::Step& step : noted_->steps) {
+        // The smallest bucket that holds the longest row.
+        const int64_t bucket = step.longest <= 16 ? 16 : 32;
+        EXPECT_EQ(step.keys, bucket)
+            << how << ": " << step.slots << " slots, longest " << step.longest;
+        used.insert({step.slots, step.keys});
+      }
+      std::set<int64_t> keys, active;
+      for (const auto& [slots_used, keys_used] : used) {
+        active.insert(slots_used);
+        keys.insert(keys_used);
+      }
+      EXPECT_EQ(keys, (std::set<int64_t>{16, 32})) << how;
+      EXPECT_EQ(active.size() > 1, slots > 1) << how;
     }
   }
 }
@@ -315,24 +409,6 @@ TEST(TextServeFlags, DrawsAreSeededAndWithinTheirRange) {
   EXPECT_GT(std::unique(seen.begin(), seen.end()) - seen.begin(), 30);
   // pybench draws the same (tools/ltb/pysuite/textserve.py): pinned values.
   EXPECT_EQ(RequestDraw(55, 0, 0), 0x6e1351b2349f331cull);
-}
-
-BenchSpec TextServeSpec(const std::string& family, const std::string& scenario) {
-  BenchSpec s = SpecFor(family, "nano", kGenerate, /*batch=*/4);
-  s.prompt = 12;
-  s.new_tokens = 8;
-  s.phase = kServe;
-  s.serve.scenario = scenario;
-  s.serve.phase = kGenerate;
-  s.serve.output_min = 2;
-  s.serve.prompt_min = 3;
-  s.serve.max_batch = 4;
-  s.serve.target_qps = 50;
-  s.serve.min_s = 0.2;
-  s.serve.min_queries = 16;
-  s.serve.ttft_bound_ms = 5000;
-  s.serve.tpot_bound_ms = 5000;
-  return s;
 }
 
 TEST(TextServeName, CarriesTheSlotsAndTheLengthsOrTheirRanges) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "device/device.h"
 #include "family/registry.h"
 
@@ -120,6 +121,54 @@ TEST(ExpandSweep, FindPeakNamesServersStartAndLeavesTheOtherScenarios) {
                 "GPT2/nano/cpu/serve/scenario:Offline/max_batch:4/seq:32/fp32",
                 "GPT2/nano/cpu/serve/scenario:Server/find_peak_from:20/max_batch:4/"
                 "seq:32/fp32"}));
+}
+
+TEST(ExpandSweep, ServedGenerationIsGraphedOnDevicesWithGraphsAndNothingElseServed) {
+  Sweep sweep;
+  sweep.devices = {HostDevice(), c10::Device(c10::kCUDA, 0)};
+  sweep.batches = {2};
+  sweep.seqs = {32};
+  sweep.serve_scenarios = {"Offline"};
+  sweep.serve_qps = {1};
+  sweep.serve.max_batch = 4;
+  const auto serve_names = [&](std::vector<bool> graphs) {
+    sweep.graphs = std::move(graphs);
+    std::set<std::string> serve;
+    for (const std::string& name : NamesOf(ExpandSweep(Families(), sweep))) {
+      if (name.find("/serve/") != std::string::npos) serve.insert(name);
+    }
+    return serve;
+  };
+  const std::set<std::string> eager = serve_names({false});
+  const std::set<std::string> both = serve_names({false, true});
+  std::set<std::string> graphed;
+  for (const std::string& name : both) {
+    if (eager.count(name) == 0) graphed.insert(name);
+  }
+  EXPECT_EQ(both.size(), eager.size() + graphed.size()) << "every eager name kept";
+  // The forwards served by the batcher have no graph form: with
+  // --serve_phase left out, nothing served is graphed.
+  EXPECT_TRUE(graphed.empty()) << *graphed.begin();
+  sweep.serve.phase = "generate";
+  const std::set<std::string> generate = serve_names({false, true});
+  std::set<std::string> graph_names;  // the nano sizes'
+  for (const std::string& name : generate) {
+    if (!absl::EndsWith(name, "/graph")) continue;
+    // Beside the same benchmark eager, on the device that has graphs.
+    EXPECT_EQ(generate.count(name.substr(0, name.size() - 6)), 1u) << name;
+    EXPECT_TRUE(absl::StrContains(name, "/cuda/")) << name;
+    if (absl::StrContains(name, "/nano/")) graph_names.insert(name);
+  }
+  EXPECT_EQ(graph_names,
+            (std::set<std::string>{
+                "GPT2/nano/cuda/serve/scenario:Offline/max_batch:4/prompt:32/output:100/"
+                "fp32/graph",
+                "Llama/nano/cuda/serve/scenario:Offline/max_batch:4/prompt:32/output:100/"
+                "fp32/graph"}));
+  EXPECT_EQ(
+      generate.count(
+          "GPT2/nano/cpu/serve/scenario:Offline/max_batch:4/prompt:32/output:100/fp32"),
+      1u);
 }
 
 TEST(SweepFor, AddsTheDevicesAndDtypesTheFilterNamesUnlessGiven) {

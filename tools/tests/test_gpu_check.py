@@ -131,7 +131,7 @@ class RehearsalTest(unittest.TestCase):
         # One JSON per bench run of the rehearsal, each one readable.
         self.assertEqual(jsons, {
             "default.json", "roofline.json", "precision.json", "generation.json", "serve.json",
-            "serve_generate.json", "train_epoch_memory.json",
+            "serve_generate.json", "serve_graphs.json", "train_epoch_memory.json",
             "train_epoch_disk.json", "profile.json", "sync_true.json", "sync_false.json",
             "memory_guard.json", "oom_host.json", "data_parallel_1.json",
             "failing_rank_cpu.json"})
@@ -193,6 +193,14 @@ class RehearsalTest(unittest.TestCase):
                                    r"prompt:4:16/output:2:8/fp32")
             for counter in ("tokens/s", "ttft_p99_ms", "tpot_p99_ms", "mean_active_slots"):
                 self.assertIn(counter, e)
+        # Graphed against eager serving: the CPU has no graphs, so eager alone.
+        offline = self.load("serve_graphs")
+        self.assertEqual(list(offline), ["GPT2/nano/cpu/serve/scenario:Offline/max_batch:4/"
+                                         "prompt:4:16/output:2:8/fp32/iterations:1"])
+        for e in offline.values():
+            self.assertGreater(e["tokens/s"], 0)
+            self.assertGreater(e["decode_steps"], 0)
+        self.assertIn("serve_graphs: eager alone (no device with CUDA graphs)", self.summary)
         for source in ("memory", "disk"):
             epochs = self.load(f"train_epoch_{source}")
             self.assertTrue(any(n.startswith("EncDec/nano/cpu/train_epoch/") for n in epochs))
@@ -250,6 +258,75 @@ class ServeCommandTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 0, proc.stderr)
             listed = [n for n in proc.stdout.split() if n.startswith("GPT2/")]
             self.assertEqual([n.split("/iterations")[0] for n in listed], [expected])
+
+
+    def test_the_graphs_command_registers_offline_eager_and_graphed_on_a_gpu(self):
+        import types
+
+        from ltb.gpu.check import serve
+
+        bench = built_bench()
+        if not os.access(bench, os.X_OK):
+            self.skipTest(f"no bench binary at {bench} (set LTB_BENCH)")
+        offline = "/serve/scenario:Offline/max_batch:{}/prompt:{}/output:{}/fp32"
+        for r, expected in (
+                # A GPU's names list without one: registered all the same.
+                (types.SimpleNamespace(gpu=True, gpus=["cuda"], step_devices=["cpu", "cuda"],
+                                       sizes={"GPT2": "small"}),
+                 ["GPT2/small/cuda" + offline.format(8, "32:128", "16:64"),
+                  "GPT2/small/cuda" + offline.format(8, "32:128", "16:64") + "/graph"]),
+                (types.SimpleNamespace(gpu=False, gpus=[], step_devices=["cpu"],
+                                       sizes={"GPT2": "nano"}),
+                 ["GPT2/nano/cpu" + offline.format(4, "4:16", "2:8")])):
+            proc = subprocess.run([bench, *serve.graph_serve_args(r), "--benchmark_list_tests"],
+                                  capture_output=True, text=True, timeout=120)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            listed = [n.split("/iterations")[0] for n in proc.stdout.split()
+                      if n.startswith("GPT2/")]
+            self.assertEqual(listed, expected)
+
+
+class GraphedServingTest(unittest.TestCase):
+    """The serve step's graphed-against-eager notes and failures, from
+    results as bench writes them."""
+
+    NAME = "GPT2/small/cuda/serve/scenario:Offline/max_batch:8/prompt:32:128/output:16:64/fp32"
+
+    def check(self, entries, gpu=True):
+        import types
+
+        from ltb.gpu.check import serve
+        from ltb.gpu.check.summary import Check
+
+        c = Check("serve")
+        doc = {"benchmarks": [dict(e, name=n + "/iterations:1/manual_time")
+                              for n, e in entries.items()]}
+        serve.graphed_serving(c, types.SimpleNamespace(gpu=gpu), doc)
+        return c
+
+    def test_a_graphed_serve_is_shown_against_its_eager_twin(self):
+        c = self.check({
+            self.NAME: {"tokens/s": 1000.0, "tpot_p50_ms": 8.0, "decode_steps": 330},
+            self.NAME + "/graph": {"tokens/s": 2500.0, "tpot_p50_ms": 3.0,
+                                   "decode_steps": 330}})
+        self.assertEqual(c.failures, [])
+        [note] = c.notes
+        self.assertIn(f"{self.NAME}/graph against eager: tokens/s 2500 against "
+                      "1000", note)
+        self.assertIn("tpot_p50_ms 3 against 8", note)
+        self.assertTrue(note.endswith("(2.5x)"), note)
+
+    def test_other_decode_steps_or_no_graphed_serve_on_a_gpu_fail(self):
+        c = self.check({
+            self.NAME: {"tokens/s": 1000.0, "decode_steps": 330},
+            self.NAME + "/graph": {"tokens/s": 2500.0, "decode_steps": 300}})
+        self.assertEqual(len(c.failures), 1, c.failures)
+        self.assertIn("ran 300 decode steps, eager 330", c.failures[0])
+        c = self.check({self.NAME: {"tokens/s": 1000.0, "decode_steps": 330}})
+        self.assertEqual(c.failures, ["serve_graphs: no graphed serve of generation ran"])
+        c = self.check({self.NAME: {"tokens/s": 1000.0, "decode_steps": 330}}, gpu=False)
+        self.assertEqual(c.failures, [])
+        self.assertIn("eager alone", c.notes[0])
 
 
 class FailureTest(ToolTest):
