@@ -16,6 +16,18 @@ std::string Parenthesised(const std::string& note) {
   return note.empty() ? "" : absl::StrCat(" (", note, ")");
 }
 
+// "weights ..., activations ..." and the overhead where it was estimated.
+std::string Parts(const MemoryEstimate& need) {
+  std::string parts = absl::StrCat("weights ", FormatBytes(need.weights), ", gradients ",
+                                   FormatBytes(need.gradients), ", optimizer state ",
+                                   FormatBytes(need.optimizer), ", activations ",
+                                   FormatBytes(need.activations));
+  if (need.overhead > 0) {
+    absl::StrAppend(&parts, ", allocator overhead ", FormatBytes(need.overhead));
+  }
+  return parts;
+}
+
 }  // namespace
 
 absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device) {
@@ -27,11 +39,7 @@ absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device) {
   if (host_available >= 0 && host_need > host_available) {
     std::string what =
         on_cpu && need.Total() >= need.host_build
-            ? absl::StrCat(FormatBytes(need.Total()), " (weights ",
-                           FormatBytes(need.weights), ", gradients ",
-                           FormatBytes(need.gradients), ", optimizer state ",
-                           FormatBytes(need.optimizer), ", activations ",
-                           FormatBytes(need.activations), ")")
+            ? absl::StrCat(FormatBytes(need.Total()), " (", Parts(need), ")")
             : absl::StrCat(FormatBytes(need.host_build),
                            " to build the fp32 model on the host");
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -42,14 +50,11 @@ absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device) {
   if (on_cpu) return absl::OkStatus();
   const int64_t available = DeviceAvailableBytes(device);
   if (available < 0 || need.Total() <= available) return absl::OkStatus();
-  return absl::ResourceExhaustedError(
-      absl::StrCat("does not fit: needs about ", FormatBytes(need.Total()), " (weights ",
-                   FormatBytes(need.weights), ", gradients ", FormatBytes(need.gradients),
-                   ", optimizer state ", FormatBytes(need.optimizer), ", activations ",
-                   FormatBytes(need.activations), ") but ", DeviceName(device), " has ",
-                   FormatBytes(available), " available",
-                   Parenthesised(BackendOf(device).AvailableNote(device)),
-                   "; try a smaller size, --batch or --seq"));
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "does not fit: needs about ", FormatBytes(need.Total()), " (", Parts(need),
+      ") but ", DeviceName(device), " has ", FormatBytes(available), " available",
+      Parenthesised(BackendOf(device).AvailableNote(device)),
+      "; try a smaller size, --batch or --seq"));
 }
 
 absl::Status AgreeOnFit(absl::Status fits, DataParallel* group) {

@@ -386,10 +386,9 @@ std::unique_ptr<Workload> MakeDecodeWorkload(const BenchSpec& s, DecoderLM model
   return MakeGenerateWorkload(s, std::move(fns), weight_bytes);
 }
 
-std::unique_ptr<Workload> BuildDecoder(const DecoderRow& row, const BenchSpec& s) {
-  DecoderOptions o = DecoderSizeOptions(row.family, s.size).value();
-  if (row.seq_sets_positions) o.max_positions(s.seq);
-  DecoderLM model(o, row.names);
+}  // namespace
+
+WeightNames DecoderWeightNames(const DecoderRow& row, const DecoderOptions& o) {
   // A tied model's checkpoint may keep the head (the embedding again).
   WeightNames names = row.checkpoint;
   if (o.tied()) {
@@ -398,7 +397,16 @@ std::unique_ptr<Workload> BuildDecoder(const DecoderRow& row, const BenchSpec& s
       return name == head || (ignored && ignored(name));
     };
   }
-  LoadSpecWeights(*model, s, names);
+  return names;
+}
+
+namespace {
+
+std::unique_ptr<Workload> BuildDecoder(const DecoderRow& row, const BenchSpec& s) {
+  DecoderOptions o = DecoderSizeOptions(row.family, s.size).value();
+  if (row.seq_sets_positions) o.max_positions(s.seq);
+  DecoderLM model(o, row.names);
+  LoadSpecWeights(*model, s, DecoderWeightNames(row, o));
   const double weight_bytes = ReadWeightBytes(o, DecoderParamCount(o), s.dtype);
   if (s.phase == kGenerate) return MakeDecodeWorkload(s, model, weight_bytes);
   return MakeLanguageModelWorkload(s, model, weight_bytes);

@@ -47,6 +47,10 @@ absl::StatusOr<DecoderOptions> DecoderSizeOptions(const std::string& family,
 // weights drawn as the family draws them.
 DecoderLM MakeDecoder(const std::string& family, const DecoderOptions& o);
 
+// How `row`'s checkpoints name the tensors of a model with options `o`, as
+// --weights loads them (LoadSpecWeights).
+WeightNames DecoderWeightNames(const DecoderRow& row, const DecoderOptions& o);
+
 // The decoder in slots over `cache` (one slot a row of it), as serve of
 // generation drives it.
 std::shared_ptr<SlotDecoder> MakeDecoderSlots(DecoderLM model,

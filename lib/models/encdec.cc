@@ -196,12 +196,16 @@ absl::StatusOr<Plan> PlanEncDec(const BenchSpec& s) {
   m.weights = plan.params * 4 + (s.dtype == c10::kFloat ? 0 : plan.params * 2);
   m.gradients = plan.params * 4;
   m.optimizer = 2 * plan.params * 4;
+  // Per attention (the encoder's, the decoder's self- and cross-attention),
+  // as the Encoder family counts it: LibTorch's C++ attention keeps three
+  // score-sized tensors (probabilities, dropout's noise, its output), and the
+  // last one's backward holds one more.
   const int64_t layers = o->encoder_layers() + 2 * o->decoder_layers();
-  m.activations = layers *
-                      (tokens / 2 * (12 * d + 3 * o->d_ff()) +
-                       3 * s.batch * o->heads() * s.seq * s.seq) *
-                      e +
-                  s.batch * s.seq * o->vocab() * 4 * 4;
+  const int64_t scores = s.batch * o->heads() * s.seq * s.seq;
+  m.activations =
+      (layers * (tokens / 2 * (12 * d + 3 * o->d_ff()) + 3 * scores) + scores) * e +
+      s.batch * s.seq * o->vocab() * 4 * 4;
+  m.overhead = TrainingOverhead(m);
   if (s.iterations == Iterations::kTimed) {  // train_step
     plan.flops_per_step = 3 * fwd;
     plan.tokens_per_step = tokens;

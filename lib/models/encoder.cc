@@ -69,9 +69,19 @@ absl::StatusOr<Plan> PlanEncoder(const BenchSpec& s) {
   plan.flops_per_step = 3 * fwd;
   m.weights = plan.params * 4 + (s.dtype == c10::kFloat ? 0 : plan.params * 2);
   m.gradients = plan.params * 4;
-  // Kept for backward per layer: scores, probabilities and their dropout,
-  // and the token-sized tensors of attention, FFN and norms.
-  m.activations = o->layers() * (3 * scores + tokens * (12 * d + 3 * o->d_ff())) * e;
+  // What a layer keeps for backward. LibTorch's C++ attention is bmm,
+  // softmax, dropout, bmm, and on the CPU dropout multiplies by a noise
+  // tensor of its input's size, which it keeps: per score the
+  // probabilities, the noise and the dropped-out probabilities. Per token:
+  // the layer's input, q, k, v, the heads' output, both dropouts' noise,
+  // norm1's input and output and norm2's input (10 d); the ReLU's output, the
+  // FFN dropout's noise and output (3 d_ff).
+  const int64_t kept = 3 * scores + tokens * (10 * d + 3 * o->d_ff());
+  // The last layer's backward holds one score-sized tensor more than it
+  // keeps: the gradients of the dropped-out probabilities and of the
+  // probabilities, beside the noise and the probabilities.
+  m.activations = (o->layers() * kept + scores) * e;
+  m.overhead = TrainingOverhead(m);
   return plan;
 }
 

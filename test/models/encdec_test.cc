@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
 #include <set>
 
+#include "device/cpu_memory.h"
 #include "profiled_flops.h"
 #include "spec_for.h"
 #include "workloads/epoch.h"
@@ -101,6 +103,27 @@ TEST(LossScaler, AnInfiniteGradientSkipsTheStepAndLowersTheScale) {
   EXPECT_FALSE(scaler.UnscaleAndCheck({w, h}));
   EXPECT_DOUBLE_EQ(scaler.scale(), 512.0);
   EXPECT_EQ(scaler.skipped(), 2);
+}
+
+// Training's counted tensors (all but the overhead) bound what a step holds
+// at its peak, as the CPU allocator counts it, where the scores weigh most.
+TEST(EncDecFamily, TrainingCountBoundsTheTensorsAStepHolds) {
+  const Family f = EncDecFamily();
+  const BenchSpec s = SpecFor(f.name, "nano", kTrainStep, 2, 256);
+  const MemoryEstimate m = f.plan(s).value().memory;
+  const int64_t counted = m.Total() - m.overhead;
+  const int64_t before = CpuAllocatedBytes();
+  int64_t peak = 0;
+  {
+    std::unique_ptr<Workload> w = f.build(s);
+    w->Step();  // makes the gradients and AdamW's moments
+    ResetCpuPeak();
+    w->Step();
+    peak = CpuPeakBytes() - before;
+  }
+  EXPECT_GE(counted, peak);
+  EXPECT_LE(counted, 2 * peak);
+  EXPECT_EQ(m.overhead, counted / 2);
 }
 
 TEST(EncDecFamily, EveryPhaseRunsIncludingAnEpochFromDisk) {

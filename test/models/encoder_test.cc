@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "device/cpu_memory.h"
 #include "profiled_flops.h"
 #include "spec_for.h"
 #include "workloads/phases.h"
@@ -91,6 +93,39 @@ TEST(EncoderFamily, GuardRefusesTheLongestTrainingLengthHere) {
   EXPECT_GT(plan.memory.activations, int64_t{6} * 3 * 8 * 8 * 4096 * 4096 * 4 - 1);
   s.seq = 128;
   EXPECT_LT(f.plan(s).value().memory.Total(), int64_t{1} << 30);
+}
+
+// The seq-2048 benchmark at the default batch of 8 needs about 32 GB of
+// resident memory, which a machine of 24 GiB does not have.
+TEST(EncoderFamily, GuardRefusesLength2048On24GiB) {
+  const Family f = EncoderFamily();
+  const Plan plan = f.plan(SpecFor(f.name, "default", kForwardBackward, 8, 2048)).value();
+  EXPECT_GT(plan.memory.Total(), int64_t{24} << 30);
+}
+
+// The tensors counted for training (all but the overhead) bound what a step
+// holds at its peak, as the CPU allocator counts it, within a quarter. fp32:
+// the kernels of lower precisions differ by CPU in what they allocate.
+TEST(EncoderFamily, TrainingCountBoundsTheTensorsAStepHolds) {
+  const Family f = EncoderFamily();
+  // Tokens weigh most at 32, the scores at 512.
+  for (const int64_t seq : {32, 512}) {
+    const BenchSpec s = SpecFor(f.name, "nano", kForwardBackward, 2, seq);
+    const MemoryEstimate m = f.plan(s).value().memory;
+    const int64_t counted = m.Total() - m.overhead;
+    const int64_t before = CpuAllocatedBytes();
+    int64_t peak = 0;
+    {
+      std::unique_ptr<Workload> w = f.build(s);
+      w->Step();  // makes the gradients, which the next step frees first
+      ResetCpuPeak();
+      w->Step();
+      peak = CpuPeakBytes() - before;
+    }
+    EXPECT_GE(counted, peak) << s.Name();
+    EXPECT_LE(counted, peak + peak / 4) << s.Name();
+    EXPECT_EQ(m.overhead, counted / 2) << s.Name();
+  }
 }
 
 TEST(EncoderFamily, EveryPhaseRuns) {

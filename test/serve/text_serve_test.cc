@@ -1,7 +1,9 @@
 // Continuous batching of generation: every request's tokens equal the same
 // prompt's from generation at batch 1, whatever the arrival order, the
-// slots and what a slot held before; the lengths' flags, the refusals and
-// one LoadGen test of each scenario that counts tokens.
+// slots and what a slot held before, with random weights and with the
+// trained nano models (tools/train-nano, where LTB_NANO_TEXT_DIR names
+// their folder); the lengths' flags, the refusals and one LoadGen test of
+// each scenario that counts tokens.
 #include "serve/text_serve.h"
 
 #include <ATen/ATen.h>
@@ -10,6 +12,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -19,7 +23,9 @@
 
 #include "absl/strings/match.h"
 #include "family/registry.h"
+#include "measure/accuracy.h"
 #include "models/decoder_family.h"
+#include "models/weights.h"
 #include "serve/slot_graphs.h"
 #include "spec_for.h"
 #include "workloads/phases.h"
@@ -33,12 +39,15 @@ struct Case {
 };
 
 // Prompts of 1 to 13 tokens, outputs of 1 to 11: requests end at different
-// steps, so slots empty and fill while others decode.
-std::vector<Case> MakeCases(int n, int64_t vocab) {
+// steps, so slots empty and fill while others decode. The prompts are the
+// starts of `text`'s sequences where it is given, else random ids.
+std::vector<Case> MakeCases(int n, int64_t vocab, const at::Tensor& text = {}) {
   std::vector<Case> cases;
   for (int i = 0; i < n; ++i) {
     const int64_t p = 1 + (i * 5) % 13, out = 1 + (i * 7) % 11;
-    cases.push_back({torch::randint(0, vocab, {1, p}), out});
+    cases.push_back({text.defined() ? text.narrow(0, i, 1).narrow(1, 0, p).clone()
+                                    : torch::randint(0, vocab, {1, p}),
+                     out});
   }
   return cases;
 }
@@ -99,18 +108,56 @@ class NotingSlots final : public ForwardingSlots {
   std::vector<Step> steps;
 };
 
-class ContinuousBatching : public ::testing::TestWithParam<std::string> {
+// The folder of tools/train-nano's checkpoints and held-out text.
+constexpr char kTrainedEnv[] = "LTB_NANO_TEXT_DIR";
+
+// A decoder family, with random weights or with train-nano's trained ones,
+// which predict their held-out text confidently.
+struct Model {
+  std::string family;
+  bool trained = false;
+};
+
+std::string ModelName(const ::testing::TestParamInfo<Model>& info) {
+  return info.param.family;
+}
+
+class ContinuousBatching : public ::testing::TestWithParam<Model> {
  protected:
   void SetUp() override {
+    const Model& m = GetParam();
     torch::manual_seed(7);
-    model_ = MakeDecoder(GetParam(), DecoderSizeOptions(GetParam(), "nano").value());
+    const DecoderOptions o = DecoderSizeOptions(m.family, "nano").value();
+    model_ = MakeDecoder(m.family, o);
+    at::Tensor text;
+    if (m.trained) {
+      const char* dir = std::getenv(kTrainedEnv);
+      if (dir == nullptr || *dir == '\0') {
+        GTEST_SKIP() << kTrainedEnv
+                     << " is not set: set it to the folder of tools/train-nano's "
+                        "checkpoints (~/.cache/libtorch-bench/nano-text) to serve the "
+                        "trained models";
+      }
+      const std::filesystem::path folder(dir);
+      BenchSpec s = SpecFor(m.family, "nano", kGenerate, 1);
+      std::string file = m.family + "-nano-stdlib.safetensors";
+      std::transform(file.begin(), file.end(), file.begin(),
+                     [](unsigned char c) { return std::tolower(c); });
+      s.weights = (folder / file).string();
+      LoadSpecWeights(*model_, s,
+                      DecoderWeightNames(*FindDecoderRow(m.family).value(), o));
+      text = ReadEvalTokens((folder / "stdlib-heldout.tokens").string()).value();
+    }
     model_->eval();
     c10::InferenceMode guard;
-    cases_ = MakeCases(12, model_->options().vocab_size());
+    cases_ = MakeCases(12, model_->options().vocab_size(), text);
     for (const Case& c : cases_) {
       const at::Tensor tokens = GenerateWithCache(model_, c.prompt, c.output_len)[0];
       expected_.emplace_back(tokens.data_ptr<int64_t>(),
                              tokens.data_ptr<int64_t>() + tokens.numel());
+      // Trained on bytes, the model writes bytes; random weights would draw
+      // from the whole vocabulary.
+      if (m.trained) EXPECT_LT(tokens.max().item<int64_t>(), 256) << m.family;
     }
   }
 
@@ -325,7 +372,11 @@ TEST_P(ContinuousBatching, GraphedDecodeStepsGiveTheSameTokensOneGraphPerSlotsAn
 }
 
 INSTANTIATE_TEST_SUITE_P(Decoders, ContinuousBatching,
-                         ::testing::Values("GPT2", "Llama"));
+                         ::testing::Values(Model{"GPT2"}, Model{"Llama"}), ModelName);
+// Run by tools/tests/test_train_nano.py, which trains the models first.
+INSTANTIATE_TEST_SUITE_P(Trained, ContinuousBatching,
+                         ::testing::Values(Model{"GPT2", true}, Model{"Llama", true}),
+                         ModelName);
 
 TEST(ContinuousServer, ServesFromAnotherThreadAndDrains) {
   torch::manual_seed(1);

@@ -34,6 +34,11 @@ def built_bench():
     return os.environ.get("LTB_BENCH") or os.path.join(build, "bench", "bench")
 
 
+def built_unit_tests():
+    build = os.environ.get("LTB_BUILD_DIR") or os.path.join(REPO, "build")
+    return os.environ.get("LTB_UNIT_TESTS") or os.path.join(build, "test", "unit_tests")
+
+
 def stable_copy(directory):
     """A copy of the built bench that lists every Selftest benchmark, so that
     a rebuild during the tests cannot change it; None when there is none."""

@@ -2,7 +2,9 @@
 on the Python standard library's sources (ltb/pysuite/nano_text.py) learn
 it (their perplexity on held-out modules is far below the vocabulary's
 1000), bench's ppl of a held-out text is torch's cross-entropy of the same
-checkpoint, and int8 keeps the predictions. The trained models come from
+checkpoint, int8 keeps the predictions, and continuous batching serves
+them token for token as generation at batch 1 does (the unit tests'
+Trained/ContinuousBatching cases). The trained models come from
 the cache (~/.cache/libtorch-bench/nano-text), trained there when missing
 (minutes: this module is not in the fast label); the tool's own checks
 train for a few steps in a temporary folder."""
@@ -13,7 +15,7 @@ import subprocess
 import tempfile
 import unittest
 
-from tests.helpers import REPO, built_bench
+from tests.helpers import REPO, built_bench, built_unit_tests
 
 try:
     import torch
@@ -106,6 +108,28 @@ class TrainedOnTheStandardLibraryTest(unittest.TestCase):
             bf16 = self.result(family, "bf16")
             self.assertIn("ppl_ratio", bf16, family)
             self.assertGreater(bf16["same_top1_%"], 90, family)
+
+    def test_continuous_batching_serves_them_as_generation_at_batch_one(self):
+        # Several arrival orders and slot counts, reused slots over stale
+        # caches, prompts in chunks and graphed decode steps, each family over
+        # its trained weights and held-out prompts.
+        binary = built_unit_tests()
+        self.assertTrue(os.access(binary, os.X_OK), f"{binary}: build unit_tests first")
+        proc = subprocess.run(
+            [binary, "--gtest_filter=Trained/ContinuousBatching.*"], capture_output=True,
+            text=True, timeout=900,
+            env=dict(os.environ, LTB_NANO_TEXT_DIR=os.path.dirname(self.made["GPT2"])))
+        self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
+        tests = ("EveryRequestsTokensEqualGenerationAtBatchOne",
+                 "AReusedSlotNeverReadsWhatItsLastRequestLeft",
+                 "DecodeStepsCountOneTokenPerActiveSlot", "PromptsInChunksGiveTheSameTokens",
+                 "GraphedDecodeStepsGiveTheSameTokensOneGraphPerSlotsAndKeys")
+        for test in tests:
+            for family in ("GPT2", "Llama"):
+                self.assertIn(f"[       OK ] Trained/ContinuousBatching.{test}/{family} (",
+                              proc.stdout)
+        self.assertIn(f"[  PASSED  ] {2 * len(tests)} tests.", proc.stdout)
+        self.assertNotIn("SKIPPED", proc.stdout)
 
     def test_the_context_names_the_text_by_content(self):
         import hashlib
