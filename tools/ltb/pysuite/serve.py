@@ -264,6 +264,31 @@ def peak_search_decimals(target_qps):
     return decimals
 
 
+def run_test(lg, settings, log_dir, worker, issue, load, unload):
+    """One LoadGen test of `settings` over SAMPLES samples, its logs in
+    log_dir: issue(query_samples) hands a query to `worker` (a Worker), which
+    is drained and closed whatever happens; its error is raised. The detail
+    log's text."""
+    output = lg.LogOutputSettings()
+    output.outdir = log_dir
+    log = lg.LogSettings()
+    log.log_output = output
+    log.enable_trace = False
+    sut = lg.ConstructSUT(issue, lambda: None)
+    qsl = lg.ConstructQSL(SAMPLES, SAMPLES, load, unload)
+    try:
+        lg.StartTestWithLogSettings(sut, qsl, settings, log)
+        worker.drain()
+    finally:
+        worker.close()
+        lg.DestroyQSL(qsl)
+        lg.DestroySUT(sut)
+    if worker.error is not None:
+        raise worker.error
+    with open(os.path.join(log_dir, "mlperf_log_detail.txt")) as f:
+        return f.read()
+
+
 def serve(forward, batch_inputs, scenario, log_dir, *, target_qps=10, latency_bound_ms=0,
           samples_per_query=0, min_s=1, min_queries=32, max_batch=8, batch_timeout_us=2000,
           tokens_per_sample=0, synchronize=lambda: None, find_peak=False):
@@ -312,25 +337,7 @@ def serve(forward, batch_inputs, scenario, log_dir, *, target_qps=10, latency_bo
         for i in indices:
             samples[i] = None
 
-    output = lg.LogOutputSettings()
-    output.outdir = log_dir
-    log = lg.LogSettings()
-    log.log_output = output
-    log.enable_trace = False
-
-    sut = lg.ConstructSUT(issue, lambda: None)
-    qsl = lg.ConstructQSL(SAMPLES, SAMPLES, load, unload)
-    try:
-        lg.StartTestWithLogSettings(sut, qsl, settings, log)
-        batcher.drain()
-    finally:
-        batcher.close()
-        lg.DestroyQSL(qsl)
-        lg.DestroySUT(sut)
-    if batcher.error is not None:
-        raise batcher.error
-    with open(os.path.join(log_dir, "mlperf_log_detail.txt")) as f:
-        text = f.read()
+    text = run_test(lg, settings, log_dir, batcher, issue, load, unload)
     counters, label, seconds = counters_from_log(text, scenario, tokens_per_sample,
                                                  find_peak, target_qps)
     counters["max_batch"] = max_batch

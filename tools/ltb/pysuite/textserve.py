@@ -287,24 +287,7 @@ def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_
         for i in indices:
             samples[i] = None
 
-    out = lg.LogOutputSettings()
-    out.outdir = log_dir
-    log = lg.LogSettings()
-    log.log_output = out
-    log.enable_trace = False
-    sut = lg.ConstructSUT(issue, lambda: None)
-    qsl = lg.ConstructQSL(SAMPLES, SAMPLES, load, unload)
-    try:
-        lg.StartTestWithLogSettings(sut, qsl, settings, log)
-        server.drain()
-    finally:
-        server.close()
-        lg.DestroyQSL(qsl)
-        lg.DestroySUT(sut)
-    if server.error is not None:
-        raise server.error
-    with open(os.path.join(log_dir, "mlperf_log_detail.txt")) as f:
-        text = f.read()
+    text = batch_serve.run_test(lg, settings, log_dir, server, issue, load, unload)
     # A peak search's requests span every rate it tried: no one goodput.
     good = tally["within"] / tally["done"] if tally["done"] and not find_peak else None
     counters, label, seconds = batch_serve.with_peak(
