@@ -127,6 +127,45 @@ class GpuResultsPageTest(unittest.TestCase):
                 for u in ("mfu", "mbu"):
                     self.assertLessEqual(e.get(u, 0), 1, f"{folder}: {name}: {u}")
 
+    def test_a_visit_that_served_generation_shows_ttft_and_tpot(self):
+        """A visit whose gpu-check served generation gains its section, with
+        LoadGen's TTFT and TPOT percentiles and the graphed run beside the
+        eager one; visits without those files have no such section."""
+        import json
+        import shutil
+        import tempfile
+        from ltb.report import gpu_page
+        h100 = os.path.join(DOCS, "results", "h100-2026-11-27")
+        title = "#### Generation under load"
+        self.assertNotIn(title, gpu_page.render(h100))
+        name = "GPT2/small/cuda/serve/scenario:{}/max_batch:8/prompt:32:128/output:16:64/fp32"
+        server = dict(name=name.format("Server/qps:8") + "/iterations:1/manual_time",
+                      run_type="iteration", **{"tokens/s": 310.5, "ttft_p50_ms": 12.25,
+                      "ttft_p99_ms": 40.0, "tpot_p50_ms": 6.5, "tpot_p99_ms": 9.75,
+                      "mean_active_slots": 5.5},
+                      label="scenario:Server VALID")
+        eager = dict(name=name.format("Offline") + "/iterations:1/manual_time",
+                     run_type="iteration", **{"tokens/s": 900.0, "mean_active_slots": 7.9},
+                     label="scenario:Offline VALID")
+        graphed = dict(eager, name=name.format("Offline") + "/graph/iterations:1/manual_time",
+                       **{"tokens/s": 1800.0})
+        with tempfile.TemporaryDirectory() as tmp:
+            visit = shutil.copytree(h100, os.path.join(tmp, "h100"))
+            for stem, entries in (("serve_generate", [server]),
+                                  ("serve_graphs", [eager, graphed])):
+                with open(os.path.join(visit, stem + ".json"), "w") as f:
+                    json.dump({"context": {}, "benchmarks": entries}, f)
+            page = gpu_page.render(visit)
+            both = gpu_page.render(h100, visit)
+        rows = [line for line in page.split(title)[1].split("####")[0].splitlines()
+                if line.startswith("| `")]
+        self.assertEqual(rows, [
+            f"| `{name.format('Server/qps:8')}` | 310 | 12.2 / 40 | 6.5 / 9.75 | 5.5 | VALID |",
+            f"| `{name.format('Offline')}` | 900 |  |  | 7.9 | VALID |",
+            f"| `{name.format('Offline')}/graph` | 1.8e+03 |  |  | 7.9 | VALID |"])
+        # Beside a visit that did not serve: its cells are marked missing.
+        self.assertIn(f"| `{name.format('Server/qps:8')}` | — / 310 |", both)
+
     def test_two_gpus_side_by_side(self):
         """Each cell of two visits' tables is the two visits' own cells, the
         ratio columns divide the second's figure by the first's as the JSON

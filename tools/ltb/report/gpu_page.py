@@ -2,7 +2,8 @@
 tools/gpu-check left (docs/results/<machine>-<date>/): the two ceilings,
 every family and phase at its small size in three dtypes with mfu, peak
 memory and the speedup over the CPU, decode against the time to read the
-weights once, CUDA graphs against eager, and the other checks. Given several
+weights once, CUDA graphs against eager, generation under load (TTFT and
+TPOT, where the visit served it), and the other checks. Given several
 visits (one GPU each), each cell holds their values side by side, and ratio
 columns divide each later GPU's figure by the first's.
 
@@ -184,6 +185,27 @@ def graphs(d):
     return t
 
 
+def served_generation(d):
+    """Generation under load (gpu-check's serve step, where a visit ran it):
+    LoadGen's tokens/s and TTFT and TPOT percentiles of each served
+    generation, and its graphed Offline run beside its eager twin."""
+    t = Table(["benchmark", "tokens/s", "ttft p50 / p99 ms", "tpot p50 / p99 ms",
+               "mean active slots", "LoadGen"], 1, ratios=["tokens/s"])
+    ran = {}
+    for stem in ("serve_generate", "serve_graphs"):
+        if os.path.exists(os.path.join(d, stem + ".json")):
+            ran.update(entries(d, stem))
+    for name, e in ran.items():
+        if "tokens/s" not in e:
+            continue
+        pair = [" / ".join(num(e.get(f"{k}_p{q}_ms")) for q in (50, 99))
+                if f"{k}_p50_ms" in e else "" for k in ("ttft", "tpot")]
+        verdict = e.get("label", "").split(" ", 1)[-1].split(" (")[0]
+        t.add([f"`{name}`", num(e["tokens/s"]), *pair, num(e.get("mean_active_slots")),
+               verdict], **{"tokens/s": e["tokens/s"]})
+    return t
+
+
 def others(d):
     t = Table(["check", "benchmark", "value"], 2)
     for name, e in entries(d, "train_epoch_util").items():
@@ -229,7 +251,12 @@ SECTIONS = [("The two ceilings (`roofline.json`)", roofline),
             ("Decode against reading the weights once (`generation.json` in fp32, "
              "`cuda_graphs.json` in bf16)", decode),
             ("CUDA graphs against eager (`cuda_graphs.json`, bf16)", graphs),
+            ("Generation under load (`serve_generate.json`, `serve_graphs.json`)",
+             served_generation),
             ("The other checks", others)]
+# Sections of checks that older visits did not run: shown where a visit has
+# a row.
+OPTIONAL = {served_generation}
 
 
 def render(*dirs):
@@ -249,8 +276,10 @@ def render(*dirs):
                    f"{labels[0]}'s.\n\n"
                    + "\n".join(f"- {lab}: {context_line(d)}" for lab, d in zip(labels, dirs)))
     sections = [("Machine" if len(dirs) == 1 else "Machines", machine)]
-    sections += [(title, side_by_side([table(d) for d in dirs], labels))
-                 for title, table in SECTIONS]
+    for title, table in SECTIONS:
+        tables = [table(d) for d in dirs]
+        if table not in OPTIONAL or any(t.rows for t in tables):
+            sections.append((title, side_by_side(tables, labels)))
     return "\n\n".join(f"#### {title}\n\n{body}" for title, body in sections) + "\n"
 
 
