@@ -34,9 +34,9 @@ class SlotDecoder {
   virtual int64_t slots() const = 0;
   virtual int64_t context() const = 0;
   virtual int64_t vocab() const = 0;
-  // Runs `tokens` (1, T) into `slot` from `position` (a whole prompt from 0,
-  // or a chunk of it from where the last one ended); the token after them
-  // (1, 1).
+  // Runs `tokens` (B, T) into slots [slot, slot + B) from `position` (whole
+  // prompts of one length from 0, or a chunk of one prompt from where the
+  // last one ended); the token after each row's (B, 1).
   virtual at::Tensor Prefill(const at::Tensor& tokens, int64_t slot,
                              int64_t position) = 0;
   // One decode step of slots [0, S): tokens (S, 1), row b fed at

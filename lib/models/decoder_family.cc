@@ -313,8 +313,8 @@ class DecoderSlots final : public SlotDecoder {
   int64_t context() const override { return cache_->keys.front().size(2); }
   int64_t vocab() const override { return model_->options().vocab_size(); }
   at::Tensor Prefill(const at::Tensor& tokens, int64_t slot, int64_t position) override {
-    KVCache row = CacheRows(*cache_, slot, 1);
-    return model_->forward_cached(tokens, position, row).argmax(-1, true);  // (1, 1)
+    KVCache rows = CacheRows(*cache_, slot, tokens.size(0));
+    return model_->forward_cached(tokens, position, rows).argmax(-1, true);  // (B, 1)
   }
   at::Tensor Decode(const at::Tensor& tokens,
                     const std::vector<int64_t>& positions) override {

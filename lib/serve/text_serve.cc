@@ -52,13 +52,47 @@ void ContinuousBatcher::Leave(size_t i) {
   }
 }
 
-bool ContinuousBatcher::Step() {
+void ContinuousBatcher::PrefillWhole() {
   using Clock = std::chrono::steady_clock;
-  // Arrivals join between decode steps, a prefill each: its first token
-  // comes once its prompt is in, and a prompt's length never pads another's.
-  // A chunk bounds the prompt tokens a step, so that a long prompt delays
-  // each decode step by a chunk rather than by itself.
-  int64_t budget = prefill_chunk_ > 0 ? prefill_chunk_ : INT64_MAX;
+  // The waiting requests at the front whose prompts are of one length (with
+  // fixed lengths, all of them) join together, in one forward over their
+  // rows, up to the free slots: a prompt's length never pads another's.
+  while (!waiting_.empty() && active() < decoder_.slots()) {
+    const int64_t length = waiting_.front().prompt.size(1);
+    const size_t first_row = active_.size();
+    std::vector<at::Tensor> prompts;
+    while (!waiting_.empty() && active() < decoder_.slots() &&
+           waiting_.front().prompt.size(1) == length) {
+      prompts.push_back(waiting_.front().prompt);
+      active_.push_back(Slot{std::move(waiting_.front()), {}, length});
+      waiting_.pop_front();
+    }
+    const auto start = Clock::now();
+    const at::Tensor batch = prompts.size() == 1 ? prompts[0] : at::cat(prompts, 0);
+    const at::Tensor next =
+        decoder_.Prefill(batch, static_cast<int64_t>(first_row), 0).cpu();  // waits
+    stats_.prefill_s += std::chrono::duration<double>(Clock::now() - start).count();
+    ++stats_.prefill_runs;
+    const auto tokens = next.accessor<int64_t, 2>();
+    for (size_t i = first_row; i < active_.size(); ++i) {
+      active_[i].tokens.push_back(tokens[static_cast<int64_t>(i - first_row)][0]);
+      ++stats_.prefills;
+      first_(active_[i].request, active_[i].tokens.back());
+    }
+    // From the back, as after a decode step: one token may be all a request
+    // asked for.
+    for (size_t i = active_.size(); i-- > first_row;) {
+      if (active_[i].request.output_len <= 1) Leave(i);
+    }
+  }
+}
+
+void ContinuousBatcher::PrefillChunks() {
+  using Clock = std::chrono::steady_clock;
+  // At most prefill_chunk_ prompt tokens a step, so that a long prompt
+  // delays each decode step by a chunk rather than by itself; a request's
+  // first token comes with its prompt's last chunk.
+  int64_t budget = prefill_chunk_;
   while (budget > 0) {
     if (!prefilling_) {
       if (waiting_.empty() || active() >= decoder_.slots()) break;
@@ -83,6 +117,16 @@ bool ContinuousBatcher::Step() {
     active_.push_back(std::move(slot));
     prefilling_.reset();
     if (active_.back().request.output_len <= 1) Leave(active_.size() - 1);
+  }
+}
+
+bool ContinuousBatcher::Step() {
+  using Clock = std::chrono::steady_clock;
+  // Arrivals join between decode steps; their first tokens come at once.
+  if (prefill_chunk_ > 0) {
+    PrefillChunks();
+  } else {
+    PrefillWhole();
   }
   if (active_.empty()) return !waiting_.empty() || prefilling_.has_value();
   const size_t s = active_.size();

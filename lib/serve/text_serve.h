@@ -70,10 +70,12 @@ class ContinuousBatcher {
 
   // Queues a request; requests join in the order they were added.
   void Add(TextRequest request);
-  // Prefills waiting requests into free slots, one at a time (within the
-  // chunk's tokens), then runs one decode step of every active slot;
-  // requests that have all their tokens leave. Returns whether any request
-  // is left, active, part-way through its prompt or waiting.
+  // Prefills waiting requests into free slots (whole prompts: those of one
+  // length at the front of the queue together, in one forward; with a
+  // chunk, one prompt at a time within the chunk's tokens), then runs one
+  // decode step of every active slot; requests that have all their tokens
+  // leave. Returns whether any request is left, active, part-way through
+  // its prompt or waiting.
   bool Step();
   // Completes every request now with the tokens it has (an interrupt).
   void Abandon();
@@ -89,6 +91,8 @@ class ContinuousBatcher {
     int64_t position = 0;         // where the next token is fed: cache [0, position)
   };
   void Leave(size_t i);
+  void PrefillWhole();
+  void PrefillChunks();
 
   SlotDecoder& decoder_;
   FirstToken first_;

@@ -58,8 +58,9 @@ class CountingSlots final : public ForwardingSlots {
  public:
   explicit CountingSlots(SlotDecoder& inner) : ForwardingSlots(inner) {}
   at::Tensor Prefill(const at::Tensor& tokens, int64_t slot, int64_t position) override {
-    prompt_tokens += tokens.size(1);
-    this_step_ += tokens.size(1);
+    prompt_tokens += tokens.numel();
+    most_rows = std::max(most_rows, tokens.size(0));
+    this_step_ += tokens.numel();
     most_a_step = std::max(most_a_step, this_step_);
     return inner_.Prefill(tokens, slot, position);
   }
@@ -67,6 +68,7 @@ class CountingSlots final : public ForwardingSlots {
 
   int64_t prompt_tokens = 0;
   int64_t most_a_step = 0;
+  int64_t most_rows = 0;  // prompts in one forward
 
  private:
   int64_t this_step_ = 0;
@@ -224,6 +226,7 @@ class ContinuousBatching : public ::testing::TestWithParam<Model> {
     stats_ = batcher.stats();
     prompt_tokens_ = counted.prompt_tokens;
     most_a_step_ = counted.most_a_step;
+    most_rows_ = counted.most_rows;
     return got;
   }
 
@@ -242,7 +245,7 @@ class ContinuousBatching : public ::testing::TestWithParam<Model> {
   std::vector<Case> cases_;
   std::vector<std::vector<int64_t>> expected_;
   SchedulerStats stats_;
-  int64_t prompt_tokens_ = 0, most_a_step_ = 0;
+  int64_t prompt_tokens_ = 0, most_a_step_ = 0, most_rows_ = 0;
   std::unique_ptr<NotingSlots> noted_;
   size_t replays_ = 0, captured_ = 0;
   std::vector<int64_t> buckets_;
@@ -279,7 +282,7 @@ TEST_P(ContinuousBatching, AReusedSlotNeverReadsWhatItsLastRequestLeft) {
   for (int i = 0; i < n; ++i) order[i] = i;
   ExpectGenerated(Serve(2, order, at_once, /*stale=*/50.0), "2 slots over stale values");
   EXPECT_EQ(stats_.prefills, n);
-  EXPECT_EQ(stats_.prefill_runs, n);  // whole prompts: one forward each
+  EXPECT_EQ(stats_.prefill_runs, n);  // prompts of twelve lengths: a forward each
   // Decode steps ran both slots most of the time: each slot took several
   // requests in turn.
   EXPECT_GT(stats_.active_slot_steps, stats_.decode_steps);
@@ -294,6 +297,43 @@ TEST_P(ContinuousBatching, DecodeStepsCountOneTokenPerActiveSlot) {
   for (const Case& c : cases_) decoded += c.output_len - 1;
   EXPECT_EQ(stats_.active_slot_steps, decoded);
   EXPECT_EQ(stats_.prefills, n);
+}
+
+TEST_P(ContinuousBatching, PromptsOfOneLengthArrivingTogetherPrefillInOneForward) {
+  // Eight prompts of 6 tokens with outputs of 1 to 8, then the twelve of
+  // other lengths: those of one length at the front of the queue join in
+  // one forward over their rows, up to the free slots.
+  {
+    c10::InferenceMode guard;
+    std::vector<Case> same;
+    std::vector<std::vector<int64_t>> expected;
+    for (int i = 0; i < 8; ++i) {
+      same.push_back(
+          {torch::randint(0, model_->options().vocab_size(), {1, 6}), 1 + (i * 3) % 8});
+      const at::Tensor tokens =
+          GenerateWithCache(model_, same.back().prompt, same.back().output_len)[0];
+      expected.emplace_back(tokens.data_ptr<int64_t>(),
+                            tokens.data_ptr<int64_t>() + tokens.numel());
+    }
+    cases_.insert(cases_.begin(), same.begin(), same.end());
+    expected_.insert(expected_.begin(), expected.begin(), expected.end());
+  }
+  const int n = static_cast<int>(cases_.size());
+  std::vector<int> order(n), at_once(n, 0);
+  for (int i = 0; i < n; ++i) order[i] = i;
+  for (const int64_t slots : {3, 8}) {
+    ExpectGenerated(Serve(slots, order, at_once, /*stale=*/50.0),
+                    absl::StrCat(slots, " slots"));
+    // The first step prefills `slots` prompts of 6 in one forward; the
+    // twelve of other lengths take a forward each.
+    EXPECT_EQ(most_rows_, slots);
+    EXPECT_EQ(stats_.prefills, n);
+    EXPECT_LE(stats_.prefill_runs, n - slots + 1) << slots << " slots";
+    EXPECT_GE(stats_.prefill_runs, 13) << slots << " slots";
+    int64_t tokens = 0;
+    for (const Case& c : cases_) tokens += c.prompt.size(1);
+    EXPECT_EQ(prompt_tokens_, tokens);
+  }
 }
 
 TEST_P(ContinuousBatching, PromptsInChunksGiveTheSameTokens) {

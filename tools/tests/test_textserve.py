@@ -90,6 +90,17 @@ class ContinuousBatchingTest(unittest.TestCase):
                 self.assertEqual(got, expected, (family, "stale"))
                 self.assertEqual(batcher.prefills, n)
                 self.assertEqual(batcher.active_slot_steps, sum(o - 1 for _, o in cases))
+                # Eight prompts of one length first: those at the front of the
+                # queue prefill together, one forward for the free slots.
+                same = [(torch.randint(0, 1000, (1, 6)), 1 + (i * 3) % 8) for i in range(8)]
+                more = same + cases
+                want = {i: self.generate(model, p, o) for i, (p, o) in enumerate(more)}
+                for slots in (3, 8):
+                    got, batcher = self.serve(model, more, slots, list(range(len(more))),
+                                              [0] * len(more), 50.0)
+                    self.assertEqual(got, want, (family, "one length", slots))
+                    self.assertEqual(batcher.prefills, len(more))
+                    self.assertLessEqual(batcher.prefill_runs, len(more) - slots + 1)
                 # Prompts in chunks of 1 and 4 tokens a step, slots freed while
                 # one is part-way in, as bench's (test/serve/text_serve_test.cc).
                 for chunk in (1, 4):

@@ -111,8 +111,8 @@ class TrainedOnTheStandardLibraryTest(unittest.TestCase):
 
     def test_continuous_batching_serves_them_as_generation_at_batch_one(self):
         # Several arrival orders and slot counts, reused slots over stale
-        # caches, prompts in chunks and graphed decode steps, each family over
-        # its trained weights and held-out prompts.
+        # caches, prompts prefilled together and in chunks, graphed decode
+        # steps, each family over its trained weights and held-out prompts.
         binary = built_unit_tests()
         self.assertTrue(os.access(binary, os.X_OK), f"{binary}: build unit_tests first")
         proc = subprocess.run(
@@ -122,7 +122,9 @@ class TrainedOnTheStandardLibraryTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
         tests = ("EveryRequestsTokensEqualGenerationAtBatchOne",
                  "AReusedSlotNeverReadsWhatItsLastRequestLeft",
-                 "DecodeStepsCountOneTokenPerActiveSlot", "PromptsInChunksGiveTheSameTokens",
+                 "DecodeStepsCountOneTokenPerActiveSlot",
+                 "PromptsOfOneLengthArrivingTogetherPrefillInOneForward",
+                 "PromptsInChunksGiveTheSameTokens",
                  "GraphedDecodeStepsGiveTheSameTokensOneGraphPerSlotsAndKeys")
         for test in tests:
             for family in ("GPT2", "Llama"):

@@ -61,7 +61,7 @@ class ContinuousBatcher:
         self.waiting = collections.deque()
         self.active = []  # active[i] holds slot i
         self.prefilling = None  # part-way through its prompt, in slot len(active)
-        self.prefills = self.decode_steps = self.active_slot_steps = 0
+        self.prefills = self.prefill_runs = self.decode_steps = self.active_slot_steps = 0
         self.prefill_s = self.decode_s = 0.0
 
     def add(self, request):
@@ -83,10 +83,40 @@ class ContinuousBatcher:
         if self.prefilling is not None:  # follows the active rows down
             self._move(last + 1, last, self.prefilling.position)
 
+    def _prefill_whole(self):
+        import torch
+
+        # The waiting requests at the front whose prompts are of one length
+        # join together, one forward over their rows (lib/serve's PrefillWhole).
+        while self.waiting and len(self.active) < self.slots:
+            length, first_row = self.waiting[0].prompt.shape[1], len(self.active)
+            while (self.waiting and len(self.active) < self.slots
+                   and self.waiting[0].prompt.shape[1] == length):
+                r = self.waiting.popleft()
+                r.position = length
+                self.active.append(r)
+            joined = self.active[first_row:]
+            start = time.perf_counter()
+            rows = [(k[first_row:len(self.active)], v[first_row:len(self.active)])
+                    for k, v in self.cache]
+            batch = torch.cat([r.prompt for r in joined]) if len(joined) > 1 else joined[0].prompt
+            tokens = self.model.forward_cached(batch, 0, rows).argmax(-1).tolist()
+            self.prefill_s += time.perf_counter() - start
+            self.prefill_runs += 1
+            for r, token in zip(joined, tokens):
+                r.tokens = [token]
+                self.prefills += 1
+                self.first(r, token)
+            for i in range(len(self.active) - 1, first_row - 1, -1):
+                if self.active[i].output_len <= 1:
+                    self._leave(i)
+
     def step(self):
         import torch
 
-        budget = self.prefill_chunk or float("inf")
+        if not self.prefill_chunk:
+            self._prefill_whole()
+        budget = self.prefill_chunk
         while budget > 0:
             if self.prefilling is None:
                 if not self.waiting or len(self.active) >= self.slots:
@@ -104,6 +134,7 @@ class ContinuousBatcher:
             budget -= n
             token = int(logits.argmax(-1)) if r.position == prompt else None
             self.prefill_s += time.perf_counter() - start
+            self.prefill_runs += 1
             if token is None:
                 continue
             self.prefills += 1
