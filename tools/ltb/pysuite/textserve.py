@@ -318,6 +318,21 @@ def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_
         for i in indices:
             samples[i] = None
 
+    # A warm-up outside LoadGen's test, as bench's (lib/serve/text_serve.cc):
+    # the first max_batch requests served to their end, then a clean cache.
+    warm_ids = list(range(min(max_batch, SAMPLES)))
+    load(warm_ids)
+    warm = ContinuousBatcher(model, cache, lambda r, t: None, lambda r, tokens: None,
+                             prefill_chunk)
+    for i in warm_ids:
+        warm.add(Request(i, *samples[i]))
+    with torch.inference_mode():
+        while warm.step():
+            pass
+        for k, v in cache:
+            k.zero_()
+            v.zero_()
+    unload(warm_ids)
     text = batch_serve.run_test(lg, settings, log_dir, server, issue, load, unload)
     # A peak search's requests span every rate it tried: no one goodput.
     good = tally["within"] / tally["done"] if tally["done"] and not find_peak else None
