@@ -220,23 +220,23 @@ void AddContext(const SuiteOptions& o, const CommandLine& command_line,
        "token_match_% against the same weights unquantised; with --eval_tokens, ppl, "
        "ppl_ratio and the kld over the text"},
   };
+  // A file a run read, by content: its path and SHA-256 (or why not).
+  const auto add_file = [&extra](const std::string& key, const std::string& path,
+                                 const absl::StatusOr<std::string>& digest) {
+    extra.emplace_back(key, path);
+    extra.emplace_back(
+        key + "_sha256",
+        digest.ok() ? *digest : absl::StrCat("unreadable: ", digest.status().message()));
+  };
+  // What was loaded (a bad checkpoint says why here too, and in each
+  // benchmark that tried it).
   if (!o.sweep.weights.empty()) {
-    // What was loaded, by content: the files' SHA-256 (a bad checkpoint says
-    // why here too, and in each benchmark that tried it).
-    extra.emplace_back("weights", o.sweep.weights);
-    absl::StatusOr<std::string> digest = CheckpointSha256(o.sweep.weights);
-    extra.emplace_back(
-        "weights_sha256",
-        digest.ok() ? *digest : absl::StrCat("unreadable: ", digest.status().message()));
+    add_file("weights", o.sweep.weights, CheckpointSha256(o.sweep.weights));
   }
+  // The text ppl and the divergence were computed over: two files of one
+  // name are not one text.
   if (!o.run.eval_tokens.empty()) {
-    // The text ppl and the divergence were computed over, by content: two
-    // files of one name are not one text.
-    extra.emplace_back("eval_tokens", o.run.eval_tokens);
-    absl::StatusOr<std::string> digest = FileSha256(o.run.eval_tokens);
-    extra.emplace_back(
-        "eval_tokens_sha256",
-        digest.ok() ? *digest : absl::StrCat("unreadable: ", digest.status().message()));
+    add_file("eval_tokens", o.run.eval_tokens, FileSha256(o.run.eval_tokens));
   }
   // The peaks are added by the reporters (LateContextReporter): a benchmark
   // may raise a measured one.
