@@ -52,50 +52,27 @@ at::Tensor CNNImpl::forward(const at::Tensor& x) {
   return fc2(torch::relu(fc1(y.flatten(1))));                 // (N, classes)
 }
 
-namespace {
-
-// The size table as `bench --list_families` prints it: every option.
-std::string CNNSizeCards() {
-  return SizeCards(CNNSizes(), [](const CNNOptions& o) {
-    return nlohmann::ordered_json{{"conv1", o.conv1()},
-                                  {"conv2", o.conv2()},
-                                  {"hidden", o.hidden()},
-                                  {"classes", o.classes()}};
-  });
-}
-
-}  // namespace
-
 // CIFAR-10's images, and the learning rate of its SGD.
 constexpr int64_t kCNNImage = 32;
 constexpr double kCNNLr = 0.1;
 
 Family CNNFamily() {
-  Family f;
-  f.name = "CNN";
-  f.serves = true;
-  for (const CNNSize& s : CNNSizes()) f.sizes.push_back(s.name);
-  f.phases = {ForwardPhase(Shape::kBatch), TrainStepPhase(Shape::kBatch)};
+  Family f = ClassifierFamily<CNN, CNNOptions>(
+      "CNN", CNNSizes(), ClassifierShape{3, kCNNImage, 10}, kCNNLr,
+      [](const CNNOptions& o) {
+        // Conv, ReLU and pool outputs of both stages, then the hidden layer.
+        return ClassifierCost{
+            CNNParamCount(o), CNNForwardFlops(o),
+            3 * (o.conv1() * 32 * 32 + o.conv2() * 16 * 16) + 2 * o.hidden()};
+      },
+      [](const CNNOptions& o) {
+        return nlohmann::ordered_json{{"conv1", o.conv1()},
+                                      {"conv2", o.conv2()},
+                                      {"hidden", o.hidden()},
+                                      {"classes", o.classes()}};
+      });
   f.suite = {"default/"};
-  f.packs_cpu_linears = true;
   f.default_batch = 128;
-  f.sweeps_memory_format = true;
-  f.plan = [](const BenchSpec& s) -> absl::StatusOr<Plan> {
-    absl::StatusOr<CNNOptions> o = CNNSizeOptions(s.size);
-    if (!o.ok()) return o.status();
-    // Conv, ReLU and pool outputs of both stages, then the hidden layer.
-    const int64_t activations =
-        3 * (o->conv1() * 32 * 32 + o->conv2() * 16 * 16) + 2 * o->hidden();
-    return PlanClassifier(s, CNNParamCount(*o), CNNForwardFlops(*o), activations);
-  };
-  f.build = [](const BenchSpec& s) {
-    CNN model(CNNSizeOptions(s.size).value());
-    return BuildClassifier(
-        s, model.ptr(), [model](const at::Tensor& x) mutable { return model(x); },
-        ClassifierShape{3, kCNNImage, 10}, kCNNLr);
-  };
-  f.size_cards = CNNSizeCards;
-  f.constants = {{"image", kCNNImage}, {"lr", kCNNLr}};
   return f;
 }
 LTB_REGISTER_FAMILY(CNNFamily, 50);

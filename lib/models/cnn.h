@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "family/family.h"
 #include "layers/packed_linear.h"
+#include "models/size_table.h"
 
 namespace ltb {
 
@@ -26,11 +27,7 @@ struct CNNOptions {
   TORCH_ARG(int64_t, classes) = 10;
 };
 
-struct CNNSize {
-  std::string name;
-  CNNOptions options;
-  int64_t card_params;
-};
+using CNNSize = NamedSize<CNNOptions>;
 
 // nano, default.
 const std::vector<CNNSize>& CNNSizes();

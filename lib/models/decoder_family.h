@@ -12,15 +12,12 @@
 #include "absl/status/statusor.h"
 #include "family/family.h"
 #include "models/decoder.h"
+#include "models/size_table.h"
 #include "models/weights.h"
 
 namespace ltb {
 
-struct DecoderSize {
-  std::string name;
-  DecoderOptions options;
-  int64_t card_params;  // shared/MODELS.md
-};
+using DecoderSize = NamedSize<DecoderOptions>;
 
 // A decoder family: everything that differs between Transformer, GPT2 and
 // Llama. Adding a decoder (Qwen2, Mistral) is adding one of these.

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "family/family.h"
 #include "family/registry.h"
+#include "models/size_table.h"
 
 namespace ltb {
 
@@ -39,11 +40,7 @@ struct EncDecOptions {
   TORCH_ARG(int64_t, vocab) = kDefaultVocab;
 };
 
-struct EncDecSize {
-  std::string name;
-  EncDecOptions options;
-  int64_t card_params;
-};
+using EncDecSize = NamedSize<EncDecOptions>;
 
 // nano, tiny, small, base, xl.
 const std::vector<EncDecSize>& EncDecSizes();

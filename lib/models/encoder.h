@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "family/family.h"
+#include "models/size_table.h"
 
 namespace ltb {
 
@@ -27,11 +28,7 @@ struct EncoderOptions {
   TORCH_ARG(int64_t, layers);
 };
 
-struct EncoderSize {
-  std::string name;
-  EncoderOptions options;
-  int64_t card_params;
-};
+using EncoderSize = NamedSize<EncoderOptions>;
 
 // nano, default.
 const std::vector<EncoderSize>& EncoderSizes();

@@ -43,8 +43,8 @@ absl::StatusOr<ResNetOptions> ResNetSizeOptions(const std::string& size) {
   return FindSize("ResNet", ResNetSizes(), size, &ResNetSize::options);
 }
 
-ResNetCost ResNetCostFor(const ResNetOptions& o, int64_t image) {
-  ResNetCost cost;
+ClassifierCost ResNetCostFor(const ResNetOptions& o, int64_t image) {
+  ClassifierCost cost;
   int64_t hw = image;
   // A convolution without bias followed by batch norm (2 parameters a channel).
   const auto conv = [&](int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad) {
@@ -143,50 +143,24 @@ at::Tensor ResNetImpl::forward(const at::Tensor& x) {
   return fc(y);
 }
 
-namespace {
-
-// The size table as `bench --list_families` prints it: every option.
-std::string ResNetSizeCards() {
-  return SizeCards(ResNetSizes(), [](const ResNetOptions& o) {
-    return nlohmann::ordered_json{{"bottleneck", o.bottleneck()},
-                                  {"blocks", o.blocks()},
-                                  {"widths", o.widths()},
-                                  {"stem", o.stem()},
-                                  {"classes", o.classes()}};
-  });
-}
-
-}  // namespace
-
 // ImageNet's images and the learning rate of torchvision's ResNet recipe.
 constexpr int64_t kResNetImage = 224;
 constexpr double kResNetLr = 0.1;
 
 Family ResNetFamily() {
-  Family f;
-  f.name = "ResNet";
-  f.serves = true;
-  for (const ResNetSize& s : ResNetSizes()) f.sizes.push_back(s.name);
-  f.phases = {ForwardPhase(Shape::kBatch), TrainStepPhase(Shape::kBatch)};
+  Family f = ClassifierFamily<ResNet, ResNetOptions>(
+      "ResNet", ResNetSizes(), ClassifierShape{3, kResNetImage, 1000}, kResNetLr,
+      [](const ResNetOptions& o) { return ResNetCostFor(o, kResNetImage); },
+      [](const ResNetOptions& o) {
+        return nlohmann::ordered_json{{"bottleneck", o.bottleneck()},
+                                      {"blocks", o.blocks()},
+                                      {"widths", o.widths()},
+                                      {"stem", o.stem()},
+                                      {"classes", o.classes()}};
+      });
   f.suite = {"resnet18/"};
-  f.packs_cpu_linears = true;
   f.default_batch = 32;
   f.suite_cpu_batch = 4;
-  f.sweeps_memory_format = true;
-  f.plan = [](const BenchSpec& s) -> absl::StatusOr<Plan> {
-    absl::StatusOr<ResNetOptions> o = ResNetSizeOptions(s.size);
-    if (!o.ok()) return o.status();
-    const ResNetCost cost = ResNetCostFor(*o, kResNetImage);
-    return PlanClassifier(s, cost.params, cost.flops, cost.activations);
-  };
-  f.build = [](const BenchSpec& s) {
-    ResNet model(ResNetSizeOptions(s.size).value());
-    return BuildClassifier(
-        s, model.ptr(), [model](const at::Tensor& x) mutable { return model(x); },
-        ClassifierShape{3, kResNetImage, 1000}, kResNetLr);
-  };
-  f.size_cards = ResNetSizeCards;
-  f.constants = {{"image", kResNetImage}, {"lr", kResNetLr}};
   return f;
 }
 LTB_REGISTER_FAMILY(ResNetFamily, 40);

@@ -18,6 +18,8 @@
 #include "absl/status/statusor.h"
 #include "family/family.h"
 #include "layers/packed_linear.h"
+#include "models/size_table.h"
+#include "models/vision.h"
 
 namespace ltb {
 
@@ -36,25 +38,16 @@ struct ResNetOptions {
   TORCH_ARG(int64_t, classes) = 1000;
 };
 
-struct ResNetSize {
-  std::string name;
-  ResNetOptions options;
-  int64_t card_params;
-};
+using ResNetSize = NamedSize<ResNetOptions>;
 
 // nano, resnet18, resnet50.
 const std::vector<ResNetSize>& ResNetSizes();
 absl::StatusOr<ResNetOptions> ResNetSizeOptions(const std::string& size);
 
 // What one image of `image` x `image` costs: parameters, forward FLOPs of
-// the convolutions and the classifier (2 per multiply-add), and the elements
-// of the convolution outputs (each kept with its batch norm and ReLU outputs).
-struct ResNetCost {
-  int64_t params = 0;
-  double flops = 0;
-  int64_t activations = 0;
-};
-ResNetCost ResNetCostFor(const ResNetOptions& o, int64_t image);
+// the convolutions and the classifier, and the elements of the convolution
+// outputs (each kept with its batch norm and ReLU outputs).
+ClassifierCost ResNetCostFor(const ResNetOptions& o, int64_t image);
 
 class ResNetBlockImpl : public torch::nn::Module {
  public:

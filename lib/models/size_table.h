@@ -1,7 +1,8 @@
-// Every family keeps a table of named sizes (struct with a `name` member);
-// this finds an entry by name.
+// Every family keeps a table of named sizes: finding one by name, and the
+// table as `bench --list_families` prints it.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -11,6 +12,15 @@
 #include "absl/strings/str_join.h"
 
 namespace ltb {
+
+// An entry of a family's size table: its options, and the parameter count
+// its card in shared/MODELS.md gives.
+template <typename Options>
+struct NamedSize {
+  std::string name;
+  Options options;
+  int64_t card_params;
+};
 
 // `field` of the size called `name`, or an error naming the family's valid
 // sizes, then `other_forms` (", or ..." for names outside the table).

@@ -1,15 +1,20 @@
 // What the image-classification families (ResNet, CNN) share: random images
 // and labels, cross-entropy, SGD with momentum, the channels_last option,
-// and the plan of a phase from the model's size and activations.
+// the plan of a phase from the model's size and activations, and the family
+// itself over a size table.
 #pragma once
 
 #include <torch/nn/module.h>
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "family/family.h"
+#include "models/size_table.h"
+#include "workloads/phases.h"
 
 namespace ltb {
 
@@ -32,5 +37,50 @@ std::unique_ptr<Workload> BuildClassifier(
 absl::StatusOr<Plan> PlanClassifier(const BenchSpec& spec, int64_t params,
                                     double forward_flops_per_image,
                                     int64_t activations_per_image);
+
+// What one image costs a classifier: parameters, forward FLOPs (2 per
+// multiply-add), and the elements of the outputs its layers keep.
+struct ClassifierCost {
+  int64_t params = 0;
+  double flops = 0;
+  int64_t activations = 0;
+};
+
+// A classifier family named `name` over `sizes`: forward and train_step of a
+// `Model` built from each size's options, over random images of `shape`
+// (SGD at `lr`), planned from `cost`, its size cards from `card`. The caller
+// sets the default suite and batch.
+template <typename Model, typename Options>
+Family ClassifierFamily(
+    const std::string& name, const std::vector<NamedSize<Options>>& sizes,
+    const ClassifierShape& shape, double lr,
+    std::function<ClassifierCost(const Options&)> cost,
+    std::function<nlohmann::ordered_json(const Options&)> card) {
+  const auto options = [name, &sizes](const std::string& size) {
+    return FindSize(name, sizes, size, &NamedSize<Options>::options);
+  };
+  Family f;
+  f.name = name;
+  f.serves = true;
+  for (const NamedSize<Options>& s : sizes) f.sizes.push_back(s.name);
+  f.phases = {ForwardPhase(Shape::kBatch), TrainStepPhase(Shape::kBatch)};
+  f.packs_cpu_linears = true;
+  f.sweeps_memory_format = true;
+  f.plan = [options, cost](const BenchSpec& s) -> absl::StatusOr<Plan> {
+    absl::StatusOr<Options> o = options(s.size);
+    if (!o.ok()) return o.status();
+    const ClassifierCost c = cost(*o);
+    return PlanClassifier(s, c.params, c.flops, c.activations);
+  };
+  f.build = [options, shape, lr](const BenchSpec& s) {
+    Model model(options(s.size).value());
+    return BuildClassifier(
+        s, model.ptr(), [model](const at::Tensor& x) mutable { return model(x); }, shape,
+        lr);
+  };
+  f.size_cards = [&sizes, card] { return SizeCards(sizes, card); };
+  f.constants = {{"image", static_cast<double>(shape.image)}, {"lr", lr}};
+  return f;
+}
 
 }  // namespace ltb

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "family/family.h"
 #include "models/decoder.h"
+#include "models/size_table.h"
 
 namespace ltb {
 
@@ -41,11 +42,7 @@ struct WhisperOptions {
   TORCH_ARG(bool, fused_attention) = true;
 };
 
-struct WhisperSize {
-  std::string name;
-  WhisperOptions options;
-  int64_t card_params;
-};
+using WhisperSize = NamedSize<WhisperOptions>;
 
 // nano, tiny, base.
 const std::vector<WhisperSize>& WhisperSizes();

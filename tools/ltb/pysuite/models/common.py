@@ -98,7 +98,7 @@ def init_like_hugging_face(module, std, layers, residual=()):
 
 def undrawn(cls, *args, **kwargs):
     """A Linear or Embedding whose weights are allocated, not drawn (C++:
-    UndrawnLinear, UndrawnEmbedding): built on the meta device, then given
+    MakeLinear and MakeEmbedding of models/decoder.cc): built on the meta device, then given
     uninitialised memory on the default device (the CPU; none for a model of
     shapes only, built under torch.device("meta")), so that
     init_like_hugging_face draws them alone."""
