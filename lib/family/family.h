@@ -139,6 +139,19 @@ struct MemoryEstimate {
   }
 };
 
+// What training holds of `params` parameters beside the activations: fp32
+// weights (and their copies in the half dtype that autocast computes in),
+// fp32 gradients, and `optimizer_states` fp32 tensors of the optimizer a
+// parameter (AdamW's moments 2, SGD's momentum 1, none for forward_backward).
+inline MemoryEstimate TrainingState(int64_t params, c10::ScalarType dtype,
+                                    int64_t optimizer_states) {
+  MemoryEstimate m;
+  m.weights = params * 4 + (dtype == c10::kFloat ? 0 : params * 2);
+  m.gradients = params * 4;
+  m.optimizer = optimizer_states * params * 4;
+  return m;
+}
+
 // The overhead of a training step over the tensors it counts: half of them.
 // Encoder/default's forward_backward on the CPU grew the resident set by 1.21
 // to 1.32 times its counted tensors (batch 1 to 4, length 256 to 2048, fp32

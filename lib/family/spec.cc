@@ -21,17 +21,8 @@ std::string WeightsName(const std::string& path) {
 }
 
 std::string Quant::Name() const {
-  switch (kind) {
-    case QuantKind::kNone:
-      return "none";
-    case QuantKind::kInt8:
-      return "int8";
-    case QuantKind::kInt4:
-      return absl::StrCat("int4:g", group);
-    case QuantKind::kInt8Dyn:
-      return "int8dyn";
-  }
-  return "";
+  const char* name = kQuantNames[static_cast<int>(kind)];
+  return kind == QuantKind::kInt4 ? absl::StrCat(name, ":g", group) : name;
 }
 
 std::string BenchSpec::Name() const {

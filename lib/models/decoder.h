@@ -22,6 +22,7 @@
 namespace ltb {
 
 enum class NormKind { kLayer, kRms };  // LayerNorm (with bias), RMSNorm
+inline constexpr const char* kNormNames[] = {"layer", "rms"};
 // Learned: an embedding of positions added to the tokens'. RopePairs:
 // rotary, adjacent pairs (0,1), (2,3), ... rotated, cos/sin tables computed
 // once (in float64) as buffers of each attention. RopeHalf: Hugging Face's
@@ -29,8 +30,11 @@ enum class NormKind { kLayer, kRms };  // LayerNorm (with bias), RMSNorm
 // fp32 inv_freq (Llama 3's scaling when rope_factor > 0). None: the caller
 // adds them before the blocks (Whisper's encoder, fixed sinusoids).
 enum class PositionKind { kLearned, kRopePairs, kRopeHalf, kNone };
+inline constexpr const char* kPositionNames[] = {"learned", "rope_pairs", "rope_half",
+                                                 "none"};
 // fc, gelu(tanh), proj; down(silu(gate) * up); fc, gelu (exact), proj (Whisper).
 enum class MlpKind { kGeluTanh, kSwiGLU, kGelu };
+inline constexpr const char* kMlpNames[] = {"gelu_tanh", "swiglu", "gelu"};
 
 struct DecoderOptions {
   // kv heads: `heads`; head size: d_model / heads.

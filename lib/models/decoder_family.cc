@@ -176,10 +176,7 @@ MemoryEstimate DecoderMemory(const DecoderOptions& o, const BenchSpec& s, int64_
     return m;
   }
   const int64_t e = s.dtype == c10::kFloat ? 4 : 2;
-  m.weights =
-      params * 4 + (s.dtype == c10::kFloat ? 0 : params * 2);  // + autocast copies
-  m.gradients = params * 4;
-  m.optimizer = s.phase != kForwardBackward ? 2 * params * 4 : 0;  // AdamW moments
+  m = TrainingState(params, s.dtype, s.phase != kForwardBackward ? 2 : 0);  // AdamW
   // Saved per layer and token: norms, q/k/v, attention output, projections
   // and the MLP's tensors; then the logits (fp32, with their gradient).
   m.activations = layers * (tokens * (8 * d + 4 * q + 4 * k + mlp) + 2 * scores) * e +
@@ -412,60 +409,35 @@ std::unique_ptr<Workload> BuildDecoder(const DecoderRow& row, const BenchSpec& s
   return MakeLanguageModelWorkload(s, model, weight_bytes);
 }
 
-const char* OptionName(NormKind k) { return k == NormKind::kLayer ? "layer" : "rms"; }
-const char* OptionName(MlpKind k) {
-  switch (k) {
-    case MlpKind::kGeluTanh:
-      return "gelu_tanh";
-    case MlpKind::kSwiGLU:
-      return "swiglu";
-    case MlpKind::kGelu:
-      return "gelu";
-  }
-  return "";
-}
-const char* OptionName(PositionKind k) {
-  switch (k) {
-    case PositionKind::kLearned:
-      return "learned";
-    case PositionKind::kRopePairs:
-      return "rope_pairs";
-    case PositionKind::kRopeHalf:
-      return "rope_half";
-    case PositionKind::kNone:
-      return "none";
-  }
-  return "";
-}
-
 // The size table as `bench --list_families` prints it: every option.
 std::string DecoderSizeCards(const DecoderRow& row) {
   return SizeCards(row.sizes, [](const DecoderOptions& o) {
-    return nlohmann::ordered_json{{"vocab_size", o.vocab_size()},
-                                  {"d_model", o.d_model()},
-                                  {"d_ff", o.d_ff()},
-                                  {"num_layers", o.num_layers()},
-                                  {"num_heads", o.num_heads()},
-                                  {"num_kv_heads", o.num_kv_heads()},
-                                  {"head_dim", o.head_dim()},
-                                  {"max_positions", o.max_positions()},
-                                  {"norm", OptionName(o.norm())},
-                                  {"eps", o.eps()},
-                                  {"positions", OptionName(o.positions())},
-                                  {"rope_theta", o.rope_theta()},
-                                  {"rope_factor", o.rope_factor()},
-                                  {"low_freq_factor", o.low_freq_factor()},
-                                  {"high_freq_factor", o.high_freq_factor()},
-                                  {"original_context", o.original_context()},
-                                  {"mlp", OptionName(o.mlp())},
-                                  {"bias", o.bias()},
-                                  {"qkv_bias", o.qkv_bias()},
-                                  {"k_bias", o.k_bias()},
-                                  {"fused_qkv", o.fused_qkv()},
-                                  {"tied", o.tied()},
-                                  {"causal", o.causal()},
-                                  {"cross_positions", o.cross_positions()},
-                                  {"fused_attention", o.fused_attention()}};
+    return nlohmann::ordered_json{
+        {"vocab_size", o.vocab_size()},
+        {"d_model", o.d_model()},
+        {"d_ff", o.d_ff()},
+        {"num_layers", o.num_layers()},
+        {"num_heads", o.num_heads()},
+        {"num_kv_heads", o.num_kv_heads()},
+        {"head_dim", o.head_dim()},
+        {"max_positions", o.max_positions()},
+        {"norm", kNormNames[static_cast<int>(o.norm())]},
+        {"eps", o.eps()},
+        {"positions", kPositionNames[static_cast<int>(o.positions())]},
+        {"rope_theta", o.rope_theta()},
+        {"rope_factor", o.rope_factor()},
+        {"low_freq_factor", o.low_freq_factor()},
+        {"high_freq_factor", o.high_freq_factor()},
+        {"original_context", o.original_context()},
+        {"mlp", kMlpNames[static_cast<int>(o.mlp())]},
+        {"bias", o.bias()},
+        {"qkv_bias", o.qkv_bias()},
+        {"k_bias", o.k_bias()},
+        {"fused_qkv", o.fused_qkv()},
+        {"tied", o.tied()},
+        {"causal", o.causal()},
+        {"cross_positions", o.cross_positions()},
+        {"fused_attention", o.fused_attention()}};
   });
 }
 

@@ -193,9 +193,7 @@ absl::StatusOr<Plan> PlanEncDec(const BenchSpec& s) {
     return plan;
   }
   const int64_t e = s.dtype == c10::kFloat ? 4 : 2;
-  m.weights = plan.params * 4 + (s.dtype == c10::kFloat ? 0 : plan.params * 2);
-  m.gradients = plan.params * 4;
-  m.optimizer = 2 * plan.params * 4;
+  m = TrainingState(plan.params, s.dtype, 2);  // AdamW
   // Per attention (the encoder's, the decoder's self- and cross-attention),
   // as the Encoder family counts it: LibTorch's C++ attention keeps three
   // score-sized tensors (probabilities, dropout's noise, its output), and the

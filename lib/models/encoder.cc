@@ -67,8 +67,7 @@ absl::StatusOr<Plan> PlanEncoder(const BenchSpec& s) {
   }
   const int64_t e = s.dtype == c10::kFloat ? 4 : 2;
   plan.flops_per_step = 3 * fwd;
-  m.weights = plan.params * 4 + (s.dtype == c10::kFloat ? 0 : plan.params * 2);
-  m.gradients = plan.params * 4;
+  m = TrainingState(plan.params, s.dtype, 0);  // forward_backward
   // What a layer keeps for backward. LibTorch's C++ attention is bmm,
   // softmax, dropout, bmm, and on the CPU dropout multiplies by a noise
   // tensor of its input's size, which it keeps: per score the

@@ -63,9 +63,7 @@ absl::StatusOr<Plan> PlanClassifier(const BenchSpec& spec, int64_t params,
   }
   const int64_t e = spec.dtype == c10::kFloat ? 4 : 2;
   plan.flops_per_step = 3 * fwd;
-  m.weights = params * 4 + (spec.dtype == c10::kFloat ? 0 : params * 2);
-  m.gradients = params * 4;
-  m.optimizer = params * 4;  // momentum
+  m = TrainingState(params, spec.dtype, 1);  // SGD's momentum
   m.activations =
       spec.batch * activations_per_image * e * 2;  // outputs and their gradients
   return plan;

@@ -51,11 +51,11 @@ struct ClassifierCost {
 // (SGD at `lr`), planned from `cost`, its size cards from `card`. The caller
 // sets the default suite and batch.
 template <typename Model, typename Options>
-Family ClassifierFamily(
-    const std::string& name, const std::vector<NamedSize<Options>>& sizes,
-    const ClassifierShape& shape, double lr,
-    std::function<ClassifierCost(const Options&)> cost,
-    std::function<nlohmann::ordered_json(const Options&)> card) {
+Family ClassifierFamily(const std::string& name,
+                        const std::vector<NamedSize<Options>>& sizes,
+                        const ClassifierShape& shape, double lr,
+                        std::function<ClassifierCost(const Options&)> cost,
+                        std::function<nlohmann::ordered_json(const Options&)> card) {
   const auto options = [name, &sizes](const std::string& size) {
     return FindSize(name, sizes, size, &NamedSize<Options>::options);
   };
