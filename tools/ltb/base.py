@@ -82,6 +82,16 @@ def write_json(path, doc):
     os.replace(tmp, path)
 
 
+def read_bytes(path, aftermath=""):
+    """A file's bytes, or BadInput in one sentence naming it and why it could
+    not be read (then `aftermath`, e.g. "; nothing was added")."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise BadInput(f"{path}: cannot read: {e.strerror}{aftermath}")
+
+
 def sha256_file(path):
     digest = hashlib.sha256()
     with open(path, "rb") as f:

@@ -5,7 +5,7 @@ import argparse
 import math
 import re
 
-from ltb.base import BadInput
+from ltb.base import BadInput, read_bytes
 
 
 def percent(text):
@@ -47,11 +47,7 @@ def add_gate_arguments(parser, allow_missing=True):
 
 def load_thresholds(path):
     """[(compiled regex, fraction)] from a thresholds file."""
-    try:
-        with open(path) as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise BadInput(f"{path}: cannot read: {e.strerror}")
+    lines = read_bytes(path).decode(errors="replace").splitlines()
     rules = []
     for number, line in enumerate(lines, 1):
         line = line.strip()

@@ -29,7 +29,7 @@ import statistics
 import subprocess
 import time
 
-from ltb.base import REPO, BadInput
+from ltb.base import REPO, BadInput, read_bytes
 from ltb.history.changes import Point
 from ltb.results.load import parse
 from ltb.results.entries import TIME_UNITS
@@ -93,11 +93,7 @@ def read_run(path):
     """(bytes' SHA-256, document) of a bench JSON file, checked whole: a
     file that is not one raises BadInput in one sentence; one that a killed
     run cut short gives its whole entries (ltb.results.load.parse)."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise BadInput(f"{path}: cannot read: {e.strerror}; nothing was added")
+    raw = read_bytes(path, "; nothing was added")
     try:
         doc = parse(raw, path)
     except BadInput as e:

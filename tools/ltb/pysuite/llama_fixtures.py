@@ -71,7 +71,7 @@ import os
 import struct
 import tempfile
 
-from ltb.base import REPO, BadInput, require, run
+from ltb.base import REPO, BadInput, read_bytes, require, run
 
 require("numpy", "torch")
 import numpy as np  # noqa: E402
@@ -257,11 +257,7 @@ def write_safetensors(path, shapes, produce, metadata=None):
 
 def read_safetensors(path):
     """({name: numpy array}, metadata) of a safetensors file."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise BadInput(f"{path}: cannot read: {e.strerror}")
+    data = read_bytes(path)
     try:
         (n,) = struct.unpack("<Q", data[:8])
         header = json.loads(data[8:8 + n])

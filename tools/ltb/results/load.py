@@ -8,7 +8,7 @@ import os
 import re
 import sys
 
-from ltb.base import BadInput
+from ltb.base import BadInput, read_bytes
 
 # bench writes its context twice: as it stands when the run starts, first, so
 # that a killed run's file holds it, and as the run left it, at the end.
@@ -103,12 +103,7 @@ def parse(raw, path):
 
 
 def load(path):
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise BadInput(f"{path}: cannot read: {e.strerror}")
-    doc = parse(raw, path)
+    doc = parse(read_bytes(path), path)
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
         raise BadInput(f"{path}: not a Google Benchmark JSON (no 'benchmarks' list)")
     for entry in doc["benchmarks"]:
