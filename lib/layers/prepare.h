@@ -3,6 +3,10 @@
 // inference (oneDNN's packed weights, quantised weights).
 #pragma once
 
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
 #include "family/spec.h"
 #include "layers/quant.h"
 
@@ -21,5 +25,15 @@ namespace ltb {
 // that cannot run). Returns what quantising changed in the bytes of weights
 // a step reads.
 WeightChange PrepareModel(torch::nn::Module& module, const BenchSpec& spec);
+
+// What PrepareModel adds to the plan of a model of `params` parameters: the
+// bytes of the copies it holds beside the weights (quantised ones), and why
+// mfu does not apply (empty: it does); an error, with the reason, where it
+// cannot run (PlanQuant).
+struct PrepareCost {
+  int64_t held_bytes = 0;
+  std::string mfu_left_out;
+};
+absl::StatusOr<PrepareCost> PlanPrepare(const BenchSpec& spec, int64_t params);
 
 }  // namespace ltb

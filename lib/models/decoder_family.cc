@@ -13,7 +13,6 @@
 #include "absl/strings/str_join.h"
 #include "family/registry.h"
 #include "layers/prepare.h"
-#include "layers/quant.h"
 #include "models/size_table.h"
 #include "workloads/epoch.h"
 #include "workloads/generation.h"
@@ -146,10 +145,10 @@ DecoderRow LlamaRow() {
 // What one benchmark holds, by kind: weights and, training, their fp32
 // gradients, AdamW's moments and the saved activations; inference, the
 // widest live tensors of a layer and the logits; generation, the cache, the
-// widest chunk with its scores, and the last logits; `quantised`: the bytes
-// of quantised copies held beside the weights (PlanQuant).
+// widest chunk with its scores, and the last logits; `held`: the bytes of
+// the copies preparation holds beside the weights (PlanPrepare).
 MemoryEstimate DecoderMemory(const DecoderOptions& o, const BenchSpec& s, int64_t params,
-                             int64_t quantised) {
+                             int64_t held) {
   const int64_t d = o.d_model(), f = o.d_ff(), v = o.vocab_size(),
                 layers = o.num_layers();
   const int64_t q = o.num_heads() * o.head_dim(), k = o.num_kv_heads() * o.head_dim();
@@ -159,7 +158,7 @@ MemoryEstimate DecoderMemory(const DecoderOptions& o, const BenchSpec& s, int64_
     const int64_t e = DtypeBytes(s.dtype);
     const int64_t chunk = std::max(s.prompt, std::min(s.depth, kDepthChunk));
     const int64_t keys = s.depth + s.prompt;
-    m.weights = params * e + quantised;
+    m.weights = params * e + held;
     m.activations = 2 * layers * s.batch * (keys + s.new_tokens) * k * e +
                     s.batch * chunk * (2 * d + 2 * q + mlp) * e +
                     (k != q ? 2 * s.batch * keys * q * e : 0) +
@@ -171,7 +170,7 @@ MemoryEstimate DecoderMemory(const DecoderOptions& o, const BenchSpec& s, int64_
       o.fused_attention() ? 0 : s.batch * o.num_heads() * s.seq * s.seq;
   if (!s.training()) {
     const int64_t e = DtypeBytes(s.dtype);
-    m.weights = params * e + quantised;
+    m.weights = params * e + held;
     m.activations = (tokens * (2 * d + 2 * q + mlp + 2 * v) + scores) * e;
     return m;
   }
@@ -214,9 +213,9 @@ absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
   Plan plan;
   plan.params = DecoderParamCount(*o);
   if (!s.training()) plan.weight_bytes = ReadWeightBytes(*o, plan.params, s.dtype);
-  absl::StatusOr<QuantCost> quant = PlanQuant(s, plan.params);
-  if (!quant.ok()) return quant.status();
-  plan.mfu_left_out = quant->mfu_left_out;
+  absl::StatusOr<PrepareCost> prepared = PlanPrepare(s, plan.params);
+  if (!prepared.ok()) return prepared.status();
+  plan.mfu_left_out = prepared->mfu_left_out;
   if (s.phase == kGenerate) {
     if (absl::Status shape = CheckGenerateShape(s, row.family, o->max_positions());
         !shape.ok()) {
@@ -226,7 +225,7 @@ absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
     plan.flops_per_step =
         DecoderGenerateFlops(*o, s.batch, s.prompt, s.new_tokens, s.depth);
     plan.reports_weight_bandwidth = true;
-    plan.memory = DecoderMemory(*o, s, plan.params, quant->held_bytes);
+    plan.memory = DecoderMemory(*o, s, plan.params, prepared->held_bytes);
     return plan;
   }
   if (s.batch <= 0 || s.seq <= 0) {
@@ -245,7 +244,7 @@ absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
     plan.tokens_per_step = samples * s.seq;
     plan.samples_per_step = samples;
   }
-  plan.memory = DecoderMemory(*o, s, plan.params, quant->held_bytes);
+  plan.memory = DecoderMemory(*o, s, plan.params, prepared->held_bytes);
   return plan;
 }
 
@@ -256,7 +255,8 @@ absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
 // next-token targets).
 std::unique_ptr<Workload> MakeLanguageModelWorkload(const BenchSpec& s, DecoderLM model,
                                                     double weight_bytes) {
-  // Quantised layers read their packed bytes instead of the weights'.
+  // A step reads the bytes preparation made (quantised layers) in place of
+  // those it removed.
   const WeightChange change = PrepareModel(*model, s);
   const int64_t vocab = model->options().vocab_size();
   // Cross-entropy of the logits of each position against the next token.
@@ -342,7 +342,8 @@ class DecoderSlots final : public SlotDecoder {
 // prompt then starts at that depth), and `weight_bytes` read a decode step.
 std::unique_ptr<Workload> MakeDecodeWorkload(const BenchSpec& s, DecoderLM model,
                                              double weight_bytes) {
-  // Quantised layers read their packed bytes instead of the weights'.
+  // A step reads the bytes preparation made (quantised layers) in place of
+  // those it removed.
   const WeightChange change = PrepareModel(*model, s);
   weight_bytes += static_cast<double>(change.added - change.removed);
   const int64_t vocab = model->options().vocab_size();
