@@ -289,12 +289,14 @@ struct Family {
   std::vector<MatmulShape> peak_matmul_shapes;
   // Names read Family/size/phase/device/... (Ops/matmul/2048x2048/cpu/...).
   bool phase_before_device = false;
-  // Its `serve_phase` workload runs batches it is given (Workload::RunBatch):
-  // --scenario registers serve benchmarks of that phase's cases. A family
-  // whose own workload cannot builds a serving one with `build_served`
-  // (registered apart: RegisterServing, family/registry.h).
+  // --scenario registers serve benchmarks of the cases of the phases it
+  // serves (the first unless --serve_phase names another of them): a batch
+  // phase's workload runs the batches it is given (Workload::RunBatch), a
+  // generate phase's serves by continuous batching (Workload::Slots). A
+  // family whose batch workload cannot builds a serving one with
+  // `build_served`.
   bool serves = false;
-  std::string serve_phase = "forward";
+  std::vector<std::string> serve_phases = {"forward"};
   std::function<std::unique_ptr<Workload>(const BenchSpec&)> build_served;
   // Numbers its runs depend on beyond the size cards and the shapes (a
   // decoder's context and depth chunk, an image's side, a learning rate,

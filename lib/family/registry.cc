@@ -15,11 +15,6 @@ std::vector<FamilyRegistration>& Registrations() {
   return *registrations;
 }
 
-std::vector<ServingRegistration>& Servings() {
-  static auto* servings = new std::vector<ServingRegistration>;
-  return *servings;
-}
-
 bool SelftestRequested() {
   const char* env = std::getenv("LTB_SELFTEST");
   return env != nullptr && std::string(env) == "1";
@@ -29,11 +24,6 @@ bool SelftestRequested() {
 
 bool RegisterFamily(FamilyRegistration registration) {
   Registrations().push_back(std::move(registration));
-  return true;
-}
-
-bool RegisterServing(ServingRegistration registration) {
-  Servings().push_back(std::move(registration));
   return true;
 }
 
@@ -62,12 +52,6 @@ absl::StatusOr<std::vector<Family>> RegisteredFamilies(const FamilyOptions& opti
     // A family with nothing to offer in this run (Model without --model)
     // is left out.
     if (family->Cases().empty()) continue;
-    for (const ServingRegistration& s : Servings()) {
-      if (s.family != family->name) continue;
-      family->serves = true;
-      family->serve_phase = s.phase;
-      family->build_served = s.build;
-    }
     families.push_back(*std::move(family));
   }
   // A family that loads no checkpoint refuses --weights, naming those that do.

@@ -52,17 +52,6 @@ struct FamilyRegistration {
 // Called by the macros below during static initialisation.
 bool RegisterFamily(FamilyRegistration registration);
 
-// serve for a family whose model file does not offer it: `build` makes the
-// served phase's workload (one that runs batches it is given) through the
-// model's public interface, or, left unset, the family's own build serves.
-// RegisteredFamilies marks the family as serving that phase.
-struct ServingRegistration {
-  std::string family;
-  std::string phase;  // the inference phase served
-  std::function<std::unique_ptr<Workload>(const BenchSpec&)> build;
-};
-bool RegisterServing(ServingRegistration registration);
-
 // Every registered family, built from `options` by its factory, by position:
 // those for tests only when `include_test_only` or the environment sets
 // LTB_SELFTEST=1. An error when a family's own settings are invalid, or two

@@ -480,6 +480,7 @@ Family DecoderFamily(const DecoderRow& row) {
   Family f;
   f.name = row.family;
   f.serves = true;
+  if (row.generates) f.serve_phases = {kForward, kGenerate};
   for (const DecoderSize& s : row.sizes) f.sizes.push_back(s.name);
   f.phases = {ForwardPhase(), ForwardBackwardPhase(), TrainStepPhase(),
               row.generates ? GeneratePhase() : TrainEpochPhase()};

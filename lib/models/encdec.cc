@@ -237,12 +237,17 @@ std::unique_ptr<Workload> BuildEncDec(const BenchSpec& s) {
   const at::Tensor pairs = torch::randint(0, o.vocab(), {s.batch, data.sample_tokens},
                                           torch::dtype(torch::kLong).device(s.device));
   if (s.training()) return MakeTrainStepWorkload(s, std::move(train), pairs);
+  // A sample is its source then its target, batch first: serve gathers them.
+  auto forward_on = [model, src_len](const at::Tensor& batch) mutable {
+    return model(batch.narrow(1, 0, src_len),
+                 batch.narrow(1, src_len, src_len - 1));  // (B, T, V)
+  };
   ModelFns fns;
   fns.module = model.ptr();
-  fns.forward = [model, pairs, src_len]() mutable {
-    return model(pairs.narrow(1, 0, src_len), pairs.narrow(1, src_len, src_len - 1));
-  };
+  fns.forward = [forward_on, pairs]() mutable { return forward_on(pairs); };
   fns.logits = true;
+  fns.inputs = pairs;
+  fns.forward_on = forward_on;
   return MakePhaseWorkload(s, std::move(fns));
 }
 
@@ -269,6 +274,7 @@ Family EncDecFamily(const EncDecOverrides& overrides) {
   f.default_batch = 64;
   f.suite_cpu_batch = 16;
   f.default_seqs = {128};
+  f.serves = true;
   f.plan = PlanEncDec;
   f.build = BuildEncDec;
   f.size_cards = EncDecSizeCards;

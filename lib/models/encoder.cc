@@ -84,7 +84,9 @@ absl::StatusOr<Plan> PlanEncoder(const BenchSpec& s) {
   return plan;
 }
 
-std::unique_ptr<Workload> BuildEncoder(const BenchSpec& s) {
+// The phase's workload; `served`, with the batch-first copy of its inputs
+// that serve's batcher gathers samples from (a copy a plain run does not hold).
+std::unique_ptr<Workload> BuildEncoder(const BenchSpec& s, bool served) {
   const EncoderOptions o = EncoderSizeOptions(s.size).value();
   Encoder model(o);
   PrepareModel(*model, s);
@@ -94,6 +96,12 @@ std::unique_ptr<Workload> BuildEncoder(const BenchSpec& s) {
   fns.module = model.ptr();
   fns.forward = [model, x]() mutable { return model(x); };
   fns.loss = [](const at::Tensor& y) { return y.to(at::kFloat).pow(2).mean(); };
+  if (served) {                                   // a batch-first buffer, read transposed
+    fns.inputs = x.transpose(0, 1).contiguous();  // (B, T, d)
+    fns.forward_on = [model](const at::Tensor& batch) mutable {
+      return model(batch.transpose(0, 1)).transpose(0, 1);  // (B, T, d)
+    };
+  }
   return MakePhaseWorkload(s, std::move(fns));
 }
 
@@ -121,7 +129,9 @@ Family EncoderFamily() {
   f.suite_cpu_batch = 4;
   f.default_seqs = {128, 256, 512, 1024, 2048, 4096};
   f.plan = PlanEncoder;
-  f.build = BuildEncoder;
+  f.build = [](const BenchSpec& s) { return BuildEncoder(s, /*served=*/false); };
+  f.serves = true;
+  f.build_served = [](const BenchSpec& s) { return BuildEncoder(s, /*served=*/true); };
   f.size_cards = EncoderSizeCards;
   return f;
 }

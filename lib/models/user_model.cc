@@ -127,7 +127,8 @@ absl::StatusOr<Family> ModelFamilyFromOptions(const FamilyOptions& options) {
     cases->emplace(key, std::move(m));
   }
   f.default_batch = 1;
-  f.suite = {""};  // every file: without a filter, bench measures them alone
+  f.serves = true;  // a file of batch-first inputs: its workload runs batches
+  f.suite = {""};   // every file: without a filter, bench measures them alone
   f.replaces_default_suite = true;
   f.plan = [cases, flops](const BenchSpec& s) -> absl::StatusOr<Plan> {
     const ModelCase& m = cases->at(CaseKey(s.size, s.backend));

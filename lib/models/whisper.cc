@@ -314,6 +314,10 @@ std::unique_ptr<Workload> BuildWhisper(const BenchSpec& s) {
     ModelFns fns;
     fns.module = model.ptr();
     fns.forward = [model, mel]() mutable { return model->Encode(mel); };
+    fns.inputs = mel;  // (B, mels, frames): serve gathers its samples
+    fns.forward_on = [model](const at::Tensor& batch) mutable {
+      return model->Encode(batch);  // (B, audio_ctx, width)
+    };
     return MakePhaseWorkload(s, std::move(fns));
   }
   const at::Tensor prompt = torch::randint(0, o.vocab(), {s.batch, s.prompt},
@@ -380,6 +384,9 @@ Family WhisperFamily() {
     }
   }
   f.suite = {"tiny/"};
+  // Encoding serves; its generation has no slots to batch continuously.
+  f.serves = true;
+  f.serve_phases = {kEncode};
   f.packs_cpu_linears = true;
   f.default_batch = 1;
   f.suite_cpu_new_tokens = 32;

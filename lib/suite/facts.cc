@@ -157,6 +157,9 @@ std::string FamilyFactsJson(const std::vector<Family>& families) {
     f["loads_weights"] = family.loads_weights;
     f["packs_cpu_linears"] = family.packs_cpu_linears;
     f["quantizes"] = family.quantizes;
+    // The phases --scenario serves, the first unless --serve_phase names
+    // another; none: the family does not serve.
+    f["serve_phases"] = family.serves ? family.serve_phases : std::vector<std::string>{};
     f["sweeps_memory_format"] = family.sweeps_memory_format;
     f["phase_before_device"] = family.phase_before_device;
     nlohmann::ordered_json constants = nlohmann::ordered_json::object();

@@ -227,14 +227,15 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
       // static shape for each number of active slots (a batch has none).
       const bool serves =
           family.serves && !sweep.serve_scenarios.empty() && inference &&
-          c.backend.empty() &&
-          (sweep.serve.phase.empty() ? c.phase.name == family.serve_phase
-                                     : c.phase.name == sweep.serve.phase) &&
+          (sweep.serve.phase.empty()
+               ? c.phase.name == family.serve_phases.front()
+               : c.phase.name == sweep.serve.phase &&
+                     std::find(family.serve_phases.begin(), family.serve_phases.end(),
+                               c.phase.name) != family.serve_phases.end()) &&
           (c.phase.shape == Shape::kBatch || c.phase.shape == Shape::kSequence ||
            c.phase.shape == Shape::kGenerate);
-      // Generation served by continuous batching over the phase's own
-      // workload (a family that builds a served workload apart runs batches).
-      const bool continuous = c.phase.shape == Shape::kGenerate && !family.build_served;
+      // Generation served by continuous batching over the phase's own workload.
+      const bool continuous = c.phase.shape == Shape::kGenerate;
       std::vector<std::string> served_names;  // generate: the lengths' flags repeat one
       Product(axes, 0, base, [&](const Point& p) {
         out.push_back({&family, p.spec, c.unit});

@@ -18,8 +18,10 @@
 #include <thread>
 #include <vector>
 
+#include "device/device.h"
 #include "family/registry.h"
 #include "spec_for.h"
+#include "suite/sweep.h"
 
 namespace ltb {
 namespace {
@@ -114,7 +116,7 @@ void ExpectBatchedOutputsEqualUnbatched(BenchSpec spec,
   if (families.empty()) families = RegisteredFamilies().value();
   const Family* family = FindFamily(families, spec.family).value();
   ASSERT_TRUE(family->serves) << spec.family;
-  EXPECT_EQ(family->serve_phase, spec.phase);
+  EXPECT_EQ(family->serve_phases.front(), spec.phase);
   at::manual_seed(0);
   std::unique_ptr<Workload> workload =
       (family->build_served ? family->build_served : family->build)(spec);
@@ -220,6 +222,23 @@ TEST_F(ServedModelFile, AFileThatTakesOnlyItsBatchRunsSmallerOnesPadded) {
   const at::Tensor out = workload->RunBatch(rows);
   ASSERT_EQ(out.size(0), 2);
   EXPECT_LT(RelativeError(out, workload->Evaluate().narrow(0, 1, 2)), 1e-6);
+}
+
+TEST_F(ServedModelFile, ScenariosRegisterOneServeBenchmarkOfTheFile) {
+  Sweep sweep;
+  sweep.devices = {HostDevice()};
+  sweep.serve_scenarios = {"Offline"};
+  sweep.serve_qps = {1};
+  sweep.serve.max_batch = 8;
+  const std::vector<Family> families =
+      Families("def forward(self, x):\n  return x @ self.w\n");
+  std::vector<std::string> served;
+  for (const Registration& r : ExpandSweep(families, sweep)) {
+    if (r.family->name == "Model" && r.spec.serving()) served.push_back(r.spec.Name());
+  }
+  EXPECT_EQ(served,
+            std::vector<std::string>{
+                "Model/served/cpu/serve/scenario:Offline/max_batch:8/fp32/torchscript"});
 }
 
 TEST(BatchRunner, RefusesABatchLargerThanItWasBuiltFor) {

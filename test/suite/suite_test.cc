@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -101,6 +102,38 @@ TEST(ExpandSweep, ScenariosAddServeBenchmarksAndKeepEveryOtherName) {
       EXPECT_EQ(name.rfind("Whisper/", 0), 0u) << name;
     }
   }
+}
+
+TEST(ExpandSweep, GenerationIsServedByTheFamiliesThatBatchItContinuouslyAlone) {
+  // Whisper generates too, but its decoding has no slots: serving its
+  // generation would time something else under a generation's name.
+  Sweep sweep;
+  sweep.devices = {HostDevice()};
+  sweep.serve_scenarios = {"Offline"};
+  sweep.serve_qps = {1};
+  sweep.serve.max_batch = 4;
+  sweep.serve.phase = "generate";
+  std::set<std::string> families;
+  for (const Registration& r : ExpandSweep(Families(), sweep)) {
+    if (!r.spec.serving()) continue;
+    families.insert(r.family->name);
+    EXPECT_EQ(r.spec.serve.phase, "generate") << r.spec.Name();
+  }
+  EXPECT_EQ(families, (std::set<std::string>{"GPT2", "Llama"}));
+  // Without --serve_phase, each serves its first: Whisper its encode.
+  sweep.serve.phase.clear();
+  std::map<std::string, std::string> phases;
+  for (const Registration& r : ExpandSweep(Families(), sweep)) {
+    if (r.spec.serving()) phases[r.family->name] = r.spec.serve.phase;
+  }
+  EXPECT_EQ(phases, (std::map<std::string, std::string>{{"CNN", "forward"},
+                                                        {"EncDec", "forward"},
+                                                        {"Encoder", "forward"},
+                                                        {"GPT2", "forward"},
+                                                        {"Llama", "forward"},
+                                                        {"ResNet", "forward"},
+                                                        {"Transformer", "forward"},
+                                                        {"Whisper", "encode"}}));
 }
 
 TEST(ExpandSweep, FindPeakNamesServersStartAndLeavesTheOtherScenarios) {

@@ -228,7 +228,7 @@ class PybenchServeTest(unittest.TestCase):
         self.assertIn("Server scenario only; valid: --scenario=Server", err)
         self.assertEqual(out, "")
 
-    # Served as lib/models/served_phases.cc serves them (batch first).
+    # Served as bench serves them (batch first).
     FAMILIES = ("Encoder", "EncDec", "Whisper")
     OFFLINE = ["--devices=cpu", "--seq=16", "--max_batch=4", "--scenario=Offline",
                "--target_qps=300", "--warmup_s=0", "--serve_min_s=0.1",

@@ -37,15 +37,17 @@ def settings(name):
     """What pybench needs of a family (as lib/models/*.cc set its Family):
     phases, what each phase's names carry (batch, sequence or generate),
     the default suite's pattern, default shapes, the default suite's CPU
-    shapes, whether its phases sweep --quant, and a prompt its generation
-    fixes."""
+    shapes, whether its phases sweep --quant, the phases --scenario serves
+    (the first unless --serve_phase names another) and a prompt its
+    generation fixes."""
     f = family(name)
     out = {"phases": tuple(f["phases"]), "shapes": {c["phase"]: c["shape"] for c in f["cases"]},
            "suite": "|".join(f["suite"]),
            "batch": f["default_batch"], "seqs": tuple(f["default_seqs"]),
            "cpu_batch": f["suite_cpu_batch"], "cpu_seqs": tuple(f["suite_cpu_seqs"]),
            "cpu_new_tokens": f["suite_cpu_new_tokens"],
-           "cpu_prompt": f["suite_cpu_prompt"], "quantizes": f["quantizes"]}
+           "cpu_prompt": f["suite_cpu_prompt"], "quantizes": f["quantizes"],
+           "serve_phases": tuple(f["serve_phases"])}
     fixed = [c["fixed_prompt"] for c in f["cases"] if c["fixed_prompt"]]
     if fixed:
         out["fixed_prompt"] = fixed[0]

@@ -32,9 +32,6 @@ class Kind:
     """A kind of family. The defaults are the token models': the model
     placed by Workload.place, trained by the Trainer's step (AdamW)."""
 
-    serves = False  # its serve_phase is served under --scenario (lib: Family::serves)
-    serve_phase = "forward"  # lib: Family::serve_phase
-
     def plan(self, spec, args):
         """{flops, tokens, samples, audio_s} a step as the family's Plan*
         counts them; Refused for a shape the model cannot take."""
@@ -84,8 +81,6 @@ class Vision(Kind):
     FLOPs: PyTorch's counter over one image's forward, which counts
     convolutions as done directly, as bench's analytic count does."""
 
-    serves = True
-
     def setup(self, w, model, args):
         from torch.utils.flop_counter import FlopCounterMode
         s = w.spec
@@ -117,8 +112,6 @@ class LanguageModel(Kind):
     of token sequences, each a sample with its next token; generation by
     ltb/pysuite/generation.py. context(size) is the limit on the positions
     a generation reaches, and said how bench words it."""
-
-    serves = True
 
     def __init__(self, context=None, said=""):
         self.context, self.said = context, said
@@ -179,8 +172,6 @@ class Encoder(Kind):
     """lib/models/encoder.cc: LibTorch's encoder takes (T, B, d); its input
     drawn in fp32, then in the inference dtype (RandomInput)."""
 
-    serves = True
-
     def plan(self, spec, args):
         s = spec
         fwd = families.encoder_forward_flops(s.size, s.batch, s.seq)
@@ -192,7 +183,7 @@ class Encoder(Kind):
         x = torch.randn(s.seq, s.batch, w.options.d_model, device=s.device)
         w.inputs = x if s.training else x.to(DTYPES[s.dtype])
         w.infer = lambda: w.forward(w.inputs)
-        # lib/models/served_phases.cc: samples batch first, read transposed.
+        # lib/models/encoder.cc (served): samples batch first, read transposed.
         w.serve_inputs = w.inputs.transpose(0, 1).contiguous()  # (B, T, d)
         w.serve_forward = lambda batch: w.forward(batch.transpose(0, 1)).transpose(0, 1)
         w.loss = lambda: w.forward(w.inputs).float().pow(2).mean()
@@ -201,8 +192,6 @@ class Encoder(Kind):
 class EncDec(Kind):
     """lib/models/encdec.cc: a sample is a source sequence then a target of
     the same length; the target less its last token is the decoder's input."""
-
-    serves = True
 
     def plan(self, spec, args):
         s = spec
@@ -225,7 +214,7 @@ class EncDec(Kind):
             return
         src, tgt = batch[:, :s.seq], batch[:, s.seq:2 * s.seq - 1]
         w.infer = lambda: w.forward(src, tgt)
-        # lib/models/served_phases.cc: a served sample is its source then its target.
+        # lib/models/encdec.cc: a served sample is its source then its target.
         w.serve_inputs = batch
         w.serve_forward = lambda b: w.forward(b[:, :s.seq], b[:, s.seq:2 * s.seq - 1])
 
@@ -246,9 +235,6 @@ class Whisper(Kind):
     the timed steps) with the self-attention cache allocated once, and
     computes the cross-attention keys and values each time; transcribe
     encodes, then generates with a fresh cache. Its encode is served."""
-
-    serves = True
-    serve_phase = "encode"
 
     def plan(self, spec, args):
         s = spec

@@ -3,7 +3,7 @@
 (lib/family/spec.cc) with the runtime last."""
 import re
 
-from ltb.pysuite import families, kinds, quant, weights
+from ltb.pysuite import families, quant, weights
 from ltb.pysuite.family import DEPTH_FAMILIES, FAMILIES, TRAINING_PHASES
 from ltb.pysuite.flags import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT, RUNTIMES, BadFlag
 
@@ -78,8 +78,12 @@ def specs(args):
     out = []
     for family, f in FAMILIES.items():
         served_names = set()  # generate: the lengths' flags repeat one
-        serves = kinds.of(family).serves
-        served_phase = args.serve_phase or kinds.of(family).serve_phase
+        # lib/suite/sweep.cc: the phase --serve_phase names where the family
+        # serves it, else the family's first.
+        serve_phases = f["serve_phases"]
+        served_phase = (args.serve_phase if args.serve_phase in serve_phases
+                        else None if args.serve_phase
+                        else serve_phases[0] if serve_phases else None)
         for size in families.sizes(family):
             for phase in f["phases"]:
                 for device in args.device_list:
@@ -119,7 +123,7 @@ def specs(args):
                             s.steps = args.epochs if phase == "train_epoch" else args.steps
                             if (pattern.search(s.full_name()) is not None) != negate:
                                 out.append(s)
-                            if (phase != served_phase or not serves
+                            if (phase != served_phase
                                     or b != batches[0] or depth > 0):
                                 continue
                             # lib/suite/sweep.cc: one a scenario (Server: a rate).
