@@ -783,6 +783,17 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
         "--prefill_chunk: prompts are chunked only in serve of generate; valid: with "
         "--serve_phase=generate, --prompt_len or --output_len");
   }
+  // The settings of served generation, given beside another phase served,
+  // would be left unread.
+  for (const char* flag :
+       {"prompt_len", "output_len", "ttft_bound_ms", "tpot_bound_ms"}) {
+    if (SuiteFlagGiven(flag) && serve.phase != "generate") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, " applies to serve of generate alone",
+          serve.phase.empty() ? "" : absl::StrCat(", not --serve_phase=", serve.phase),
+          "; valid: with --serve_phase=generate, --prompt_len or --output_len"));
+    }
+  }
   sweep.serve_qps.clear();
   for (const std::string& item : SplitList(absl::GetFlag(FLAGS_target_qps))) {
     double qps = 0;

@@ -235,7 +235,15 @@ class PybenchTextServeTest(unittest.TestCase):
                      "--prefill_chunk: prompts are chunked only in serve of generate"),
                     (("--scenario=Offline", "--output_len=4", "--prefill_chunk=-1"),
                      "--prefill_chunk=-1: valid: a whole number of prompt tokens >= 1, or 0 "
-                     "for whole prompts"))
+                     "for whole prompts"),
+                    # Served generation's settings beside another phase served.
+                    (("--scenario=Offline", "--serve_phase=forward", "--output_len=4"),
+                     "--output_len applies to serve of generate alone, not "
+                     "--serve_phase=forward; valid: with --serve_phase=generate, --prompt_len "
+                     "or --output_len"),
+                    (("--scenario=Server", "--tpot_bound_ms=50"),
+                     "--tpot_bound_ms applies to serve of generate alone; valid: with "
+                     "--serve_phase=generate, --prompt_len or --output_len"))
         bench = runnable_bench()
         for flags, message in refusals:
             code, out, err = self.pybench(flt, *flags)

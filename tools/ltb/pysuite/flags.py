@@ -198,9 +198,9 @@ def parse_flags(argv):
         "N or MIN:MAX (drawn uniformly, seeded); default: --prompt")
     add("--output_len", default="", help="serve of generate: each request's output tokens, "
         "N or MIN:MAX (drawn uniformly, seeded), at least 2; default: --new_tokens")
-    add("--ttft_bound_ms", type=float, default=0, help="serve of generate: Server's p99 "
+    add("--ttft_bound_ms", type=float, default=None, help="serve of generate: Server's p99 "
         "time-to-first-token bound in ms; default: LoadGen's (100 ms)")
-    add("--tpot_bound_ms", type=float, default=0, help="serve of generate: Server's p99 "
+    add("--tpot_bound_ms", type=float, default=None, help="serve of generate: Server's p99 "
         "time-per-output-token bound in ms; default: LoadGen's (100 ms)")
     add("--prefill_chunk", type=int, default=None, help="serve of generate: prompt tokens "
         "prefilled between two decode steps at most; default: 0, each prompt whole")
@@ -282,6 +282,16 @@ def serve_flags(a):
         raise BadFlag("--prefill_chunk: prompts are chunked only in serve of generate; valid: "
                       "with --serve_phase=generate, --prompt_len or --output_len")
     a.prefill_chunk = a.prefill_chunk or 0
+    # lib/suite/flags.cc: served generation's settings beside another phase
+    # served would be left unread.
+    for flag in ("prompt_len", "output_len", "ttft_bound_ms", "tpot_bound_ms"):
+        if getattr(a, flag) not in ("", None) and a.serve_phase != "generate":
+            raise BadFlag(f"--{flag} applies to serve of generate alone"
+                          + (f", not --serve_phase={a.serve_phase}" if a.serve_phase else "")
+                          + "; valid: with --serve_phase=generate, --prompt_len or "
+                          "--output_len")
+    a.ttft_bound_ms = a.ttft_bound_ms or 0
+    a.tpot_bound_ms = a.tpot_bound_ms or 0
     if a.serve_phase == "generate" and a.scenario.strip(", "):
         if a.prefill_chunk < 0:
             raise BadFlag(f"--prefill_chunk={a.prefill_chunk}: valid: a whole number of prompt "
