@@ -794,6 +794,11 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
           "; valid: with --serve_phase=generate, --prompt_len or --output_len"));
     }
   }
+  if (SuiteFlagGiven("latency_bound_ms") && serve.phase == "generate") {
+    return absl::InvalidArgumentError(
+        "--latency_bound_ms bounds a served batch's latency, which served generation "
+        "does not have; valid: --ttft_bound_ms and --tpot_bound_ms");
+  }
   sweep.serve_qps.clear();
   for (const std::string& item : SplitList(absl::GetFlag(FLAGS_target_qps))) {
     double qps = 0;

@@ -243,7 +243,10 @@ class PybenchTextServeTest(unittest.TestCase):
                      "or --output_len"),
                     (("--scenario=Server", "--tpot_bound_ms=50"),
                      "--tpot_bound_ms applies to serve of generate alone; valid: with "
-                     "--serve_phase=generate, --prompt_len or --output_len"))
+                     "--serve_phase=generate, --prompt_len or --output_len"),
+                    (("--scenario=Server", "--output_len=4", "--latency_bound_ms=50"),
+                     "--latency_bound_ms bounds a served batch's latency, which served "
+                     "generation does not have; valid: --ttft_bound_ms and --tpot_bound_ms"))
         bench = runnable_bench()
         for flags, message in refusals:
             code, out, err = self.pybench(flt, *flags)

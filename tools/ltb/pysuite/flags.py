@@ -290,6 +290,9 @@ def serve_flags(a):
                           + (f", not --serve_phase={a.serve_phase}" if a.serve_phase else "")
                           + "; valid: with --serve_phase=generate, --prompt_len or "
                           "--output_len")
+    if a.latency_bound_ms is not None and a.serve_phase == "generate":
+        raise BadFlag("--latency_bound_ms bounds a served batch's latency, which served "
+                      "generation does not have; valid: --ttft_bound_ms and --tpot_bound_ms")
     a.ttft_bound_ms = a.ttft_bound_ms or 0
     a.tpot_bound_ms = a.tpot_bound_ms or 0
     if a.serve_phase == "generate" and a.scenario.strip(", "):
