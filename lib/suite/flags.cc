@@ -836,6 +836,15 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
         "--find_peak=true: LoadGen searches a peak QPS in the Server scenario only; "
         "valid: --scenario=Server (alone or among others)");
   }
+  // Every served request starts from an empty slot: served generation runs
+  // at depth 0, which --depth must keep.
+  if (serve.phase == "generate" && !sweep.serve_scenarios.empty() &&
+      std::find(sweep.depths.begin(), sweep.depths.end(), 0) == sweep.depths.end()) {
+    return absl::InvalidArgumentError(
+        "--depth: served generation starts every request from an empty slot, at depth "
+        "0, which --depth leaves out; valid: --depth with 0 among its values, or left "
+        "out");
+  }
   if (SuiteFlagGiven("serve_phase") && sweep.serve_scenarios.empty()) {
     ServeSettings check = serve;
     check.scenario = "Server";

@@ -244,6 +244,10 @@ class PybenchTextServeTest(unittest.TestCase):
                     (("--scenario=Server", "--tpot_bound_ms=50"),
                      "--tpot_bound_ms applies to serve of generate alone; valid: with "
                      "--serve_phase=generate, --prompt_len or --output_len"),
+                    (("--scenario=Offline", "--output_len=4", "--depth=64"),
+                     "--depth: served generation starts every request from an empty slot, at "
+                     "depth 0, which --depth leaves out; valid: --depth with 0 among its "
+                     "values, or left out"),
                     (("--scenario=Server", "--output_len=4", "--latency_bound_ms=50"),
                      "--latency_bound_ms bounds a served batch's latency, which served "
                      "generation does not have; valid: --ttft_bound_ms and --tpot_bound_ms"))

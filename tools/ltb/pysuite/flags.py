@@ -311,6 +311,11 @@ def serve_flags(a):
                       + ", ".join(serve.SCENARIOS))
         if item and item not in a.scenarios:
             a.scenarios.append(item)
+    # lib/suite/flags.cc: every served request starts from an empty slot.
+    if a.serve_phase == "generate" and a.scenarios and 0 not in a.depths:
+        raise BadFlag("--depth: served generation starts every request from an empty slot, at "
+                      "depth 0, which --depth leaves out; valid: --depth with 0 among its "
+                      "values, or left out")
     a.serve_qps = []
     for item in (x.strip() for x in a.target_qps.split(",")):
         try:
