@@ -94,6 +94,28 @@ class GateTest(ToolTest):
         self.assertExit(proc, 0)
         self.assertIn("improvement", self.row(proc, NANO, "tokens/s"))
 
+    def test_a_servers_latency_or_verdict_regression_fails(self):
+        # A Server at a fixed rate completes the rate whatever its speed: the
+        # same time and samples/s, but its p99 latency doubled, or LoadGen's
+        # verdict went from valid to invalid.
+        served = "GPT2/nano/cpu/serve/scenario:Server/qps:20/max_batch:8/seq:32/fp32"
+        base = doc(entry(served, 50, samples_per_s=20.0, p99_ms=40.0, valid=1))
+        proc = self.gate(base, doc(entry(served, 50, samples_per_s=20.0, p99_ms=80.0, valid=1)))
+        self.assertExit(proc, 1)
+        self.assertIn("| ok |", self.row(proc, served, "time"))
+        self.assertIn("**regression**", self.row(proc, served, "p99_ms"))
+        proc = self.gate(base, doc(entry(served, 50, samples_per_s=20.0, p99_ms=40.0, valid=0)))
+        self.assertExit(proc, 1)
+        self.assertIn("**regression**", self.row(proc, served, "valid"))
+        # Served generation: TTFT's and TPOT's p99.
+        text = ("GPT2/nano/cpu/serve/scenario:Server/qps:1/max_batch:8/prompt:32/output:16/"
+                "fp32")
+        proc = self.gate(doc(entry(text, 50, ttft_p99_ms=100.0, tpot_p99_ms=10.0)),
+                         doc(entry(text, 50, ttft_p99_ms=100.0, tpot_p99_ms=13.0)))
+        self.assertExit(proc, 1)
+        self.assertIn("**regression**", self.row(proc, text, "tpot_p99_ms"))
+        self.assertIn("| ok |", self.row(proc, text, "ttft_p99_ms"))
+
     def test_peak_memory_growth_fails(self):
         proc = self.gate(doc(repeated(NANO, BASE_MS, peak_mem=1_000_000)),
                          doc(repeated(NANO, BASE_MS, peak_mem=1_200_000)))

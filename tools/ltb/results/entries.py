@@ -13,10 +13,15 @@ THROUGHPUT_COUNTERS = ("tokens/s", "samples/s", "FLOP/s", "bytes/s")
 
 
 # Counters compare.py ignores that the gate checks, and which way is better.
-BIGGER_IS_BETTER = ("tokens/s", "samples/s", "pp_tok/s", "tg_tok/s")
+# Served benchmarks (bench's serve phase) add LoadGen's: a Server at a fixed
+# rate completes about that rate whatever its speed, so its time says
+# little; its p99 latency (TTFT and TPOT for generation), its goodput, a
+# found peak QPS and LoadGen's verdict (valid: 1, else 0) do.
+BIGGER_IS_BETTER = ("tokens/s", "samples/s", "pp_tok/s", "tg_tok/s", "peak_qps", "goodput",
+                    "valid")
 
 
-SMALLER_IS_BETTER = ("peak_mem", "ttft_ms", "tpot_ms")
+SMALLER_IS_BETTER = ("peak_mem", "ttft_ms", "tpot_ms", "p99_ms", "ttft_p99_ms", "tpot_p99_ms")
 
 
 # Columns of report, in order, when any result has them.
