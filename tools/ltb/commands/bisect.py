@@ -36,7 +36,7 @@ import sys
 from ltb.base import EXIT_OK, EXIT_REGRESSION, REPO, BadInput, run
 from ltb.gate.options import alpha_value, percent
 from ltb.gate.verdicts import REGRESSION, compare
-from ltb.results.entries import BIGGER_IS_BETTER, collect
+from ltb.results.entries import SPEED_COUNTERS, collect
 from ltb.results.format import format_seconds, human
 from ltb.results.load import load
 from ltb.bench_process.bench import last_lines
@@ -104,7 +104,7 @@ def verdict(state, path):
     this = load(path)
     # Speed only: the step time, and the throughputs that say the same.
     rows = [r for r in compare(good, this, [], state["threshold"], state["alpha"])
-            if r.metric == "time" or r.metric in BIGGER_IS_BETTER]
+            if r.metric == "time" or r.metric in SPEED_COUNTERS]
     worse = [r for r in rows if r.verdict == REGRESSION]
     for r in rows:
         log(f"  {r.name} {r.metric}: {human(r.baseline)} -> {human(r.contender)} "

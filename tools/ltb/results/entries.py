@@ -17,8 +17,8 @@ THROUGHPUT_COUNTERS = ("tokens/s", "samples/s", "FLOP/s", "bytes/s")
 # rate completes about that rate whatever its speed, so its time says
 # little; its p99 latency (TTFT and TPOT for generation), its goodput, a
 # found peak QPS and LoadGen's verdict (valid: 1, else 0) do.
-BIGGER_IS_BETTER = ("tokens/s", "samples/s", "pp_tok/s", "tg_tok/s", "peak_qps", "goodput",
-                    "valid")
+SPEED_COUNTERS = ("tokens/s", "samples/s", "pp_tok/s", "tg_tok/s", "peak_qps", "goodput")
+BIGGER_IS_BETTER = SPEED_COUNTERS + ("valid",)
 
 
 SMALLER_IS_BETTER = ("peak_mem", "ttft_ms", "tpot_ms", "p99_ms", "ttft_p99_ms", "tpot_p99_ms")
