@@ -240,6 +240,9 @@ struct Case {
   bool graphs = true;
   // Registered only on devices whose backend has host transfers (GPUs).
   bool needs_host_transfers = false;
+  // Served where its family serves its phase (--scenario); false: its
+  // inputs cannot be gathered into batches (a --model file of several).
+  bool serves = true;
   int64_t fixed_prompt = 0;   // kGenerate: a prompt the model fixes (not --prompt)
   int64_t default_batch = 0;  // without --batch; 0: the family's
   std::optional<c10::ScalarType> dtype;  // the one dtype its model runs in

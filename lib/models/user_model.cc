@@ -120,6 +120,7 @@ absl::StatusOr<Family> ModelFamilyFromOptions(const FamilyOptions& options) {
     c.default_batch =
         m.inputs.empty() || m.inputs[0].shape.empty() ? 1 : m.inputs[0].shape[0];
     c.dtype = CaseDtype(m);
+    c.serves = m.inputs.size() == 1;  // serve gathers one batch-first input
     if (std::find(f.sizes.begin(), f.sizes.end(), stem) == f.sizes.end()) {
       f.sizes.push_back(stem);
     }

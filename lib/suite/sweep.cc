@@ -226,7 +226,7 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
       // graphed for continuous batching alone, whose decode steps have a
       // static shape for each number of active slots (a batch has none).
       const bool serves =
-          family.serves && !sweep.serve_scenarios.empty() && inference &&
+          family.serves && c.serves && !sweep.serve_scenarios.empty() && inference &&
           (sweep.serve.phase.empty()
                ? c.phase.name == family.serve_phases.front()
                : c.phase.name == sweep.serve.phase &&

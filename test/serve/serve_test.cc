@@ -187,7 +187,8 @@ class ServedModelFile : public testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   // forward mixes each row's features, never rows.
-  std::vector<Family> Families(const std::string& body) {
+  std::vector<Family> Families(const std::string& body,
+                               const std::string& inputs = "4x6:fp32") {
     torch::jit::Module m("Served");
     m.register_parameter("w", at::randn({6, 5}), false);
     m.define(body);
@@ -195,7 +196,7 @@ class ServedModelFile : public testing::Test {
     m.save(path_);
     FamilyOptions options;
     options.model_files = {path_};
-    options.model_inputs = "4x6:fp32";
+    options.model_inputs = inputs;
     return RegisteredFamilies(options).value();
   }
   BenchSpec Spec() {
@@ -239,6 +240,16 @@ TEST_F(ServedModelFile, ScenariosRegisterOneServeBenchmarkOfTheFile) {
   EXPECT_EQ(served,
             std::vector<std::string>{
                 "Model/served/cpu/serve/scenario:Offline/max_batch:8/fp32/torchscript"});
+  // A file of two inputs cannot be gathered into batches: no serve of it.
+  std::vector<std::string> names;
+  for (const Registration& r : ExpandSweep(
+           Families("def forward(self, x, y):\n  return x @ self.w + y @ self.w\n",
+                    "4x6:fp32;4x6:fp32"),
+           sweep)) {
+    if (r.family->name == "Model") names.push_back(r.spec.Name());
+  }
+  EXPECT_EQ(names, std::vector<std::string>{
+                       "Model/served/cpu/forward/batch:4/fp32/torchscript"});
 }
 
 TEST(BatchRunner, RefusesABatchLargerThanItWasBuiltFor) {
