@@ -28,9 +28,7 @@ WeightChange PrepareModel(torch::nn::Module& module, const BenchSpec& spec) {
 }
 
 absl::StatusOr<PrepareCost> PlanPrepare(const BenchSpec& spec, int64_t params) {
-  absl::StatusOr<QuantCost> quant = PlanQuant(spec, params);
-  if (!quant.ok()) return quant.status();
-  return PrepareCost{quant->held_bytes, quant->mfu_left_out};
+  return PlanQuant(spec, params);
 }
 
 }  // namespace ltb

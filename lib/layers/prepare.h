@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 
 #include "absl/status/statusor.h"
 #include "family/spec.h"
@@ -29,11 +28,8 @@ WeightChange PrepareModel(torch::nn::Module& module, const BenchSpec& spec);
 // What PrepareModel adds to the plan of a model of `params` parameters: the
 // bytes of the copies it holds beside the weights (quantised ones), and why
 // mfu does not apply (empty: it does); an error, with the reason, where it
-// cannot run (PlanQuant).
-struct PrepareCost {
-  int64_t held_bytes = 0;
-  std::string mfu_left_out;
-};
+// cannot run. Quantisation is all it adds (PlanQuant).
+using PrepareCost = QuantCost;
 absl::StatusOr<PrepareCost> PlanPrepare(const BenchSpec& spec, int64_t params);
 
 }  // namespace ltb

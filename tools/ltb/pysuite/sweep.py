@@ -80,10 +80,9 @@ def specs(args):
         served_names = set()  # generate: the lengths' flags repeat one
         # lib/suite/sweep.cc: the phase --serve_phase names where the family
         # serves it, else the family's first.
-        serve_phases = f["serve_phases"]
-        served_phase = (args.serve_phase if args.serve_phase in serve_phases
-                        else None if args.serve_phase
-                        else serve_phases[0] if serve_phases else None)
+        served_phase = args.serve_phase or next(iter(f["serve_phases"]), None)
+        if served_phase not in f["serve_phases"]:
+            served_phase = None
         for size in families.sizes(family):
             for phase in f["phases"]:
                 for device in args.device_list:
