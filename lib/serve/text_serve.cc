@@ -339,9 +339,12 @@ ServeCounters TextCountersFromDetail(const std::map<std::string, std::string>& d
   ServeCounters out = CountersFromDetail(detail, serve, 0);
   // LoadGen's over-latency count is of whole requests against the sample
   // bound, which token latencies replace: goodput is counted below.
-  std::erase_if(out.counters, [](const auto& c) {
-    return c.first == "goodput" || c.first == "bound_ms";
-  });
+  auto& counters = out.counters;
+  counters.erase(std::remove_if(counters.begin(), counters.end(),
+                                [](const auto& c) {
+                                  return c.first == "goodput" || c.first == "bound_ms";
+                                }),
+                 counters.end());
   auto add = [&](const std::string& name, double value) {
     if (value >= 0) out.counters.emplace_back(name, value);
   };
