@@ -94,7 +94,7 @@ BenchSpec ServedSpec(const BenchSpec& spec) {
   BenchSpec served = spec;
   served.phase = spec.serve.phase;
   served.serve = ServeSettings{};  // no scenario: the plain phase
-  // Served generation replays graphs of its own decode steps (GraphedSlots),
+  // Served generation replays graphs of its own decode steps (BucketedSlots),
   // not the plain phase's: that phase is built and warmed up eagerly.
   served.graph = false;
   return served;

@@ -19,7 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "base/interrupt.h"
 #include "serve/serve.h"
-#include "serve/slot_graphs.h"
+#include "serve/slot_buckets.h"
 
 namespace ltb {
 
@@ -474,36 +474,53 @@ absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
   log.log_output.outdir = folder;
   log.enable_trace = false;
 
-  // --cuda_graphs: every decode graph captured here, outside LoadGen's
-  // test, so that no request's latency holds a capture.
-  std::unique_ptr<GraphedSlots> graphed;
-  if (spec.graph) {
-    graphed = std::make_unique<GraphedSlots>(
-        decoder, BackendOf(spec.device).MakeGraphs(spec.device), spec.device,
-        (serve.prompt_min > 0 ? serve.prompt_min : spec.prompt) + 1);
-    graphed->Capture();
-  }
-  SlotDecoder& slots = graphed ? *graphed : decoder;
+  // Decode steps over a few key buckets, every shape run once here,
+  // outside LoadGen's test (with --cuda_graphs, captured too), so that no
+  // request's latency holds a shape's first run or a capture.
+  BucketedSlots slots(
+      decoder, spec.graph ? BackendOf(spec.device).MakeGraphs(spec.device) : nullptr,
+      spec.device, (serve.prompt_min > 0 ? serve.prompt_min : spec.prompt) + 1);
+  slots.Prepare();
 
   TextLibrary library(spec, decoder.vocab(), kTextServeSamples);
   {
-    // A warm-up outside LoadGen's test, as the other phases have: the
-    // library's first max_batch requests served to their end, so that the
-    // test's first steps do not pay for first calls (kernels chosen, memory
-    // grown); the cache is cleared before the test. Eager: graphs ran each
-    // of their shapes once before their capture.
     c10::InferenceMode guard;
-    std::vector<mlperf::QuerySampleIndex> first(
-        std::min<size_t>(static_cast<size_t>(serve.max_batch), kTextServeSamples));
-    for (size_t i = 0; i < first.size(); ++i) first[i] = i;
-    library.LoadSamplesToRam(first);
+    std::vector<mlperf::QuerySampleIndex> all(kTextServeSamples);
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    library.LoadSamplesToRam(all);
+    // Whole prompts: each prefill shape the test can meet runs once, every
+    // prompt length of the library in as many rows as that many prompts of
+    // it can join (up to the slots). Chunked prefill's shapes follow each
+    // chunk's position and are left to the warm-up below.
+    if (serve.prefill_chunk == 0) {
+      std::map<int64_t, std::vector<at::Tensor>> by_length;
+      for (const auto i : all) {
+        const at::Tensor prompt = library.Request(i, i).prompt;
+        by_length[prompt.size(1)].push_back(prompt);
+      }
+      for (const auto& [length, prompts] : by_length) {
+        const size_t most = std::min(prompts.size(), static_cast<size_t>(slots.slots()));
+        for (size_t rows = 1; rows <= most && !StopRequested(); ++rows) {
+          slots.Prefill(
+              at::cat(std::vector<at::Tensor>(prompts.begin(), prompts.begin() + rows),
+                      0),
+              0, 0);
+        }
+      }
+    }
+    // Then, as the other phases warm up, the library's first max_batch
+    // requests served to their end (memory grown, first calls made); the
+    // cache is cleared before the test.
     ContinuousBatcher warm(
-        decoder, [](const TextRequest&, int64_t) {},
+        slots, [](const TextRequest&, int64_t) {},
         [](const TextRequest&, const std::vector<int64_t>&) {}, serve.prefill_chunk);
-    for (const auto i : first) warm.Add(library.Request(i, i));
+    for (size_t i = 0;
+         i < std::min<size_t>(static_cast<size_t>(serve.max_batch), all.size()); ++i) {
+      warm.Add(library.Request(i, i));
+    }
     while (warm.Step() && !StopRequested()) {
     }
-    library.UnloadSamplesFromRam(first);
+    library.UnloadSamplesFromRam(all);
   }
   const double ttft_bound_s =
       (serve.ttft_bound_ms > 0 ? serve.ttft_bound_ms : 100) * 1e-3;

@@ -172,9 +172,10 @@ ServeCounters TextCountersFromDetail(const std::map<std::string, std::string>& d
 
 // One serve benchmark of generation: one LoadGen test over `decoder`'s
 // slots (spec.batch of them, spec.prompt + spec.new_tokens positions each),
-// its counters set on `state`. With spec.graph, its decode steps replay
-// graphs (GraphedSlots) captured before the test. Returns an error to
-// report instead.
+// its counters set on `state`. Its decode steps run over key buckets
+// (BucketedSlots), and every decode and whole-prompt prefill shape the test
+// can meet runs once before it; with spec.graph, the decode steps replay
+// graphs captured then. Returns an error to report instead.
 absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
                           const BenchSpec& spec);
 

@@ -15,10 +15,12 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -26,7 +28,7 @@
 #include "measure/accuracy.h"
 #include "models/decoder_family.h"
 #include "models/weights.h"
-#include "serve/slot_graphs.h"
+#include "serve/slot_buckets.h"
 #include "spec_for.h"
 #include "workloads/phases.h"
 
@@ -110,6 +112,41 @@ class NotingSlots final : public ForwardingSlots {
   std::vector<Step> steps;
 };
 
+// A decoder that notes the shape of every step it runs, those before the
+// cache is first cleared (RunTextServe's preparation and warm-up) apart from
+// those after (LoadGen's test): a prefill's rows, length and position; a
+// decode step's slots and keys, or its exact keys where it ran unbucketed.
+class ShapeNoting final : public ForwardingSlots {
+ public:
+  using Shape = std::tuple<std::string, int64_t, int64_t, int64_t>;
+  explicit ShapeNoting(SlotDecoder& inner) : ForwardingSlots(inner) {}
+  at::Tensor Prefill(const at::Tensor& tokens, int64_t slot, int64_t position) override {
+    Note({"prefill", tokens.size(0), tokens.size(1), position});
+    return inner_.Prefill(tokens, slot, position);
+  }
+  at::Tensor Decode(const at::Tensor& tokens,
+                    const std::vector<int64_t>& positions) override {
+    Note({"exact decode", tokens.size(0),
+          *std::max_element(positions.begin(), positions.end()) + 1, 0});
+    return inner_.Decode(tokens, positions);
+  }
+  at::Tensor DecodeOver(const at::Tensor& tokens, const at::Tensor& positions,
+                        int64_t keys) override {
+    Note({"decode", tokens.size(0), keys, 0});
+    return inner_.DecodeOver(tokens, positions, keys);
+  }
+  void Clear() override {
+    testing_ = true;
+    inner_.Clear();
+  }
+  std::set<Shape> before, during;
+
+ private:
+  // The test's steps run on the server's thread, after Clear() on this one.
+  void Note(Shape shape) { (testing_ ? during : before).insert(std::move(shape)); }
+  bool testing_ = false;
+};
+
 // The folder of tools/train-nano's checkpoints and held-out text.
 constexpr char kTrainedEnv[] = "LTB_NANO_TEXT_DIR";
 
@@ -163,28 +200,35 @@ class ContinuousBatching : public ::testing::TestWithParam<Model> {
     }
   }
 
+  // How decode steps run: at their exact keys, over key buckets
+  // (BucketedSlots, as RunTextServe runs them), or over key buckets
+  // replayed from graphs captured first.
+  enum class Steps { kExact, kBucketed, kGraphed };
+
   // Serves the cases with `slots` slots, case order[k] arriving before step
   // arrive_at[k]; returns each case's tokens and checks the first tokens.
-  // Graphed: the decode steps replay graphs (GraphedSlots) captured first.
   std::vector<std::vector<int64_t>> Serve(int64_t slots, const std::vector<int>& order,
                                           const std::vector<int>& arrive_at,
-                                          double stale = 0, bool graphed = false,
+                                          double stale = 0, Steps steps = Steps::kExact,
                                           int64_t prefill_chunk = 0) {
     c10::InferenceMode guard;
     auto cache = std::make_shared<KVCache>(model_->MakeCache(slots, kContext));
     std::shared_ptr<SlotDecoder> plain = MakeDecoderSlots(model_, cache);
     noted_ = std::make_unique<NotingSlots>(*plain);
     replays_ = 0;
-    std::unique_ptr<GraphedSlots> graphs;
+    std::unique_ptr<BucketedSlots> bucketed;
     SlotDecoder* decoder = plain.get();
-    if (graphed) {
-      graphs = std::make_unique<GraphedSlots>(
-          *noted_, std::make_unique<RecordedSteps>(&replays_), c10::kCPU, kLeastKeys);
-      graphs->Capture();
-      noted_->steps.clear();  // each shape's eager run before its capture
-      captured_ = graphs->graphs();
-      buckets_ = graphs->buckets();
-      decoder = graphs.get();
+    if (steps != Steps::kExact) {
+      bucketed = std::make_unique<BucketedSlots>(
+          *noted_,
+          steps == Steps::kGraphed ? std::make_unique<RecordedSteps>(&replays_) : nullptr,
+          c10::kCPU, kLeastKeys);
+      bucketed->Prepare();
+      prepared_ = noted_->steps.size();  // each shape's run before serving
+      noted_->steps.clear();
+      captured_ = bucketed->graphs();
+      buckets_ = bucketed->buckets();
+      decoder = bucketed.get();
     }
     CountingSlots counted(*decoder);
     decoder->Clear();
@@ -247,7 +291,7 @@ class ContinuousBatching : public ::testing::TestWithParam<Model> {
   SchedulerStats stats_;
   int64_t prompt_tokens_ = 0, most_a_step_ = 0, most_rows_ = 0;
   std::unique_ptr<NotingSlots> noted_;
-  size_t replays_ = 0, captured_ = 0;
+  size_t replays_ = 0, captured_ = 0, prepared_ = 0;
   std::vector<int64_t> buckets_;
 };
 
@@ -267,8 +311,12 @@ TEST_P(ContinuousBatching, EveryRequestsTokensEqualGenerationAtBatchOne) {
       for (const auto& [when, arrive] :
            std::vector<std::pair<std::string, std::vector<int>>>{
                {"at once", at_once}, {"staggered", staggered}}) {
-        ExpectGenerated(Serve(slots, order, arrive),
-                        absl::StrCat(slots, " slots, ", name, ", ", when));
+        // At each step's exact keys, and over key buckets as served.
+        for (const Steps steps : {Steps::kExact, Steps::kBucketed}) {
+          ExpectGenerated(Serve(slots, order, arrive, /*stale=*/0, steps),
+                          absl::StrCat(slots, " slots, ", name, ", ", when,
+                                       steps == Steps::kExact ? "" : ", bucketed"));
+        }
       }
     }
   }
@@ -347,7 +395,7 @@ TEST_P(ContinuousBatching, PromptsInChunksGiveTheSameTokens) {
     for (const int64_t slots : {1, 3}) {
       for (const auto* arrive : {&at_once, &staggered}) {
         ExpectGenerated(
-            Serve(slots, order, *arrive, /*stale=*/50.0, /*graphed=*/false, chunk),
+            Serve(slots, order, *arrive, /*stale=*/50.0, Steps::kExact, chunk),
             absl::StrCat("chunks of ", chunk, ", ", slots, " slots"));
         int64_t tokens = 0, least_runs = 0;  // every prompt once, a chunk a run
         for (const Case& c : cases_) {
@@ -363,7 +411,7 @@ TEST_P(ContinuousBatching, PromptsInChunksGiveTheSameTokens) {
   }
 }
 
-TEST_P(ContinuousBatching, GraphedDecodeStepsGiveTheSameTokensOneGraphPerSlotsAndKeys) {
+TEST_P(ContinuousBatching, BucketedDecodeStepsGiveTheSameTokensEachShapeRunFirst) {
   {
     // Two requests whose steps reach past 16 keys, so that both buckets
     // (16 and the context's 32) serve.
@@ -380,33 +428,41 @@ TEST_P(ContinuousBatching, GraphedDecodeStepsGiveTheSameTokensOneGraphPerSlotsAn
   const int n = static_cast<int>(cases_.size());
   std::vector<int> order(n), at_once(n, 0), staggered(n);
   for (int i = 0; i < n; ++i) order[i] = i, staggered[i] = 2 * i;
-  for (const int64_t slots : {1, 3, 8}) {
-    for (const auto& [when, arrive] :
-         std::vector<std::pair<std::string, std::vector<int>>>{
-             {"at once", at_once}, {"staggered", staggered}}) {
-      const std::string how = absl::StrCat(slots, " slots, graphed, ", when);
-      ExpectGenerated(Serve(slots, order, arrive, /*stale=*/50.0, /*graphed=*/true), how);
-      // Every active-slot count with every bucket, captured before serving;
-      // then one replay per decode step, nothing captured or run eagerly.
-      EXPECT_EQ(buckets_, (std::vector<int64_t>{16, 32}));
-      EXPECT_EQ(captured_, static_cast<size_t>(slots) * buckets_.size()) << how;
-      EXPECT_EQ(replays_, static_cast<size_t>(stats_.decode_steps)) << how;
-      ASSERT_EQ(noted_->steps.size(), replays_) << how;
-      std::set<std::pair<int64_t, int64_t>> used;
-      for (const NotingSlots::Step& step : noted_->steps) {
-        // The smallest bucket that holds the longest row.
-        const int64_t bucket = step.longest <= 16 ? 16 : 32;
-        EXPECT_EQ(step.keys, bucket)
-            << how << ": " << step.slots << " slots, longest " << step.longest;
-        used.insert({step.slots, step.keys});
+  for (const Steps steps : {Steps::kBucketed, Steps::kGraphed}) {
+    const bool graphed = steps == Steps::kGraphed;
+    for (const int64_t slots : {1, 3, 8}) {
+      for (const auto& [when, arrive] :
+           std::vector<std::pair<std::string, std::vector<int>>>{
+               {"at once", at_once}, {"staggered", staggered}}) {
+        const std::string how =
+            absl::StrCat(slots, " slots, ", graphed ? "graphed" : "eager", ", ", when);
+        ExpectGenerated(Serve(slots, order, arrive, /*stale=*/50.0, steps), how);
+        // Every active-slot count with every bucket, run once (and
+        // captured, graphed) before serving; then one step of those shapes
+        // per decode step: one replay each, graphed.
+        EXPECT_EQ(buckets_, (std::vector<int64_t>{16, 32}));
+        const size_t shapes = static_cast<size_t>(slots) * buckets_.size();
+        EXPECT_EQ(prepared_, shapes) << how;
+        EXPECT_EQ(captured_, graphed ? shapes : 0) << how;
+        EXPECT_EQ(replays_, graphed ? static_cast<size_t>(stats_.decode_steps) : 0)
+            << how;
+        ASSERT_EQ(noted_->steps.size(), static_cast<size_t>(stats_.decode_steps)) << how;
+        std::set<std::pair<int64_t, int64_t>> used;
+        for (const NotingSlots::Step& step : noted_->steps) {
+          // The smallest bucket that holds the longest row.
+          const int64_t bucket = step.longest <= 16 ? 16 : 32;
+          EXPECT_EQ(step.keys, bucket)
+              << how << ": " << step.slots << " slots, longest " << step.longest;
+          used.insert({step.slots, step.keys});
+        }
+        std::set<int64_t> keys, active;
+        for (const auto& [slots_used, keys_used] : used) {
+          active.insert(slots_used);
+          keys.insert(keys_used);
+        }
+        EXPECT_EQ(keys, (std::set<int64_t>{16, 32})) << how;
+        EXPECT_EQ(active.size() > 1, slots > 1) << how;
       }
-      std::set<int64_t> keys, active;
-      for (const auto& [slots_used, keys_used] : used) {
-        active.insert(slots_used);
-        keys.insert(keys_used);
-      }
-      EXPECT_EQ(keys, (std::set<int64_t>{16, 32})) << how;
-      EXPECT_EQ(active.size() > 1, slots > 1) << how;
     }
   }
 }
@@ -541,7 +597,10 @@ struct TextServeRun {
   std::string label;
 };
 
-TextServeRun RunOneTextServe(const BenchSpec& spec, const std::string& name) {
+// `wrap`, if given, decorates the workload's slots for the test.
+TextServeRun RunOneTextServe(
+    const BenchSpec& spec, const std::string& name,
+    const std::function<SlotDecoder&(SlotDecoder&)>& wrap = nullptr) {
   BenchSpec served = spec;
   served.phase = kGenerate;
   served.serve = ServeSettings{};
@@ -557,7 +616,9 @@ TextServeRun RunOneTextServe(const BenchSpec& spec, const std::string& name) {
   EXPECT_EQ(w->Slots()->context(), spec.prompt + spec.new_tokens);
   benchmark::RegisterBenchmark(name.c_str(),
                                [&](benchmark::State& state) {
-                                 out.status = RunTextServe(state, *w->Slots(), spec);
+                                 SlotDecoder& slots = *w->Slots();
+                                 out.status = RunTextServe(
+                                     state, wrap ? wrap(slots) : slots, spec);
                                })
       ->Iterations(1)
       ->UseManualTime();
@@ -604,6 +665,39 @@ TEST(RunTextServe, ReportsTokensAndTokenLatencies) {
       EXPECT_EQ(counters.count("goodput"), 1u);
       EXPECT_LE(counters["goodput"], counters["samples/s"] + 1e-9);
     }
+  }
+}
+
+// Every shape LoadGen's test runs ran before it (RunTextServe's
+// preparation and warm-up), so that a device that builds a plan for each
+// new shape (cuDNN's attention) builds none inside a request's latency:
+// prompts of one length, which join in up to max_batch rows (Offline), and
+// of a range (Server).
+TEST(RunTextServe, EveryShapeTheTestRunsRanBeforeIt) {
+  for (const std::string scenario : {"Offline", "Server"}) {
+    BenchSpec spec = LoggedTextServeSpec("GPT2", scenario);
+    const bool fixed = scenario == "Offline";
+    if (fixed) spec.serve.prompt_min = spec.serve.output_min = 0;
+    std::unique_ptr<ShapeNoting> noting;
+    const TextServeRun run = RunOneTextServe(
+        spec, "TextServe_Shapes" + scenario, [&](SlotDecoder& slots) -> SlotDecoder& {
+          noting = std::make_unique<ShapeNoting>(slots);
+          return *noting;
+        });
+    ASSERT_TRUE(run.status.ok()) << run.status.message();
+    ASSERT_NE(noting, nullptr);
+    std::set<std::string> kinds;
+    int64_t most_rows = 0;
+    for (const ShapeNoting::Shape& shape : noting->during) {
+      const auto& [kind, rows, length, position] = shape;
+      kinds.insert(kind);
+      if (kind == "prefill") most_rows = std::max(most_rows, rows);
+      EXPECT_EQ(noting->before.count(shape), 1u)
+          << scenario << ": " << kind << " " << rows << " x " << length << " at "
+          << position << " ran first in the test";
+    }
+    EXPECT_EQ(kinds, (std::set<std::string>{"prefill", "decode"})) << scenario;
+    if (fixed) EXPECT_GT(most_rows, 1) << "prompts of one length joined";
   }
 }
 

@@ -45,7 +45,8 @@ class ContinuousBatchingTest(unittest.TestCase):
             out.append(int(token))
         return out
 
-    def serve(self, model, cases, slots, order, arrive_at, stale=0.0, prefill_chunk=0):
+    def serve(self, model, cases, slots, order, arrive_at, stale=0.0, prefill_chunk=0,
+              buckets=None):
         cache = model.make_cache(slots, 32)
         for k, v in cache:
             k.fill_(stale)
@@ -53,7 +54,7 @@ class ContinuousBatchingTest(unittest.TestCase):
         got, firsts = {}, {}
         batcher = textserve.ContinuousBatcher(
             model, cache, lambda r, t: firsts.__setitem__(r.id, t),
-            lambda r, tokens: got.__setitem__(r.id, list(tokens)), prefill_chunk)
+            lambda r, tokens: got.__setitem__(r.id, list(tokens)), prefill_chunk, buckets)
         nxt, most = 0, 0
         for step in range(1000):
             while nxt < len(order) and arrive_at[nxt] <= step:
@@ -83,8 +84,13 @@ class ContinuousBatchingTest(unittest.TestCase):
                 for slots in (1, 3, 8):
                     for order in (list(range(n)), list(reversed(range(n))), shuffled):
                         for arrive in ([0] * n, [2 * i for i in range(n)]):
-                            got, _ = self.serve(model, cases, slots, order, arrive)
-                            self.assertEqual(got, expected, (family, slots, order, arrive))
+                            # At each step's exact keys, and over key buckets
+                            # (16 and the context's 32) as served.
+                            for buckets in (None, textserve.key_buckets(2, 32)):
+                                got, _ = self.serve(model, cases, slots, order, arrive,
+                                                    buckets=buckets)
+                                self.assertEqual(got, expected,
+                                                 (family, slots, order, arrive, buckets))
                 # Two slots reused six times each over stale values.
                 got, batcher = self.serve(model, cases, 2, list(range(n)), [0] * n, 50.0)
                 self.assertEqual(got, expected, (family, "stale"))
@@ -110,6 +116,50 @@ class ContinuousBatchingTest(unittest.TestCase):
                                                       arrive, 50.0, chunk)
                             self.assertEqual(got, expected, (family, chunk, slots, arrive))
                             self.assertEqual(batcher.prefills, n)
+
+    def test_every_shape_served_ran_in_the_warm_up(self):
+        """warm_up runs every decode and whole-prompt prefill shape that
+        serving its requests then runs (as bench's RunTextServe): prompts of
+        one length, which join in up to the slots' rows, and of a range."""
+        import torch
+
+        class Noting:
+            def __init__(self, model):
+                self.model, self.shapes = model, set()
+
+            def forward_cached(self, tokens, position, cache):
+                self.shapes.add(("prefill", *tokens.shape, position))
+                return self.model.forward_cached(tokens, position, cache)
+
+            def forward_slots(self, tokens, positions, cache, keys=None):
+                self.shapes.add(("decode", tokens.shape[0], keys))
+                return self.model.forward_slots(tokens, positions, cache, keys)
+
+        self.assertEqual(textserve.key_buckets(4, 20), [16, 20])
+        self.assertEqual(textserve.key_buckets(33, 192), [64, 128, 192])
+        model = Noting(self.model("GPT2"))
+        for prompt, output in (((6, 6), (4, 4)), ((3, 12), (2, 8))):
+            requests = [textserve.draw_request(i, prompt, output, 1000)
+                        for i in range(textserve.SAMPLES)]
+            requests = [(torch.tensor([ids]), n) for ids, n in requests]
+            cache = model.model.make_cache(4, prompt[1] + output[1])
+            buckets = textserve.key_buckets(prompt[0] + 1, prompt[1] + output[1])
+            model.shapes = set()
+            textserve.warm_up(model, cache, requests, buckets, 4)
+            warmed, model.shapes = model.shapes, set()
+            batcher = textserve.ContinuousBatcher(model, cache, lambda r, t: None,
+                                                  lambda r, tokens: None, 0, buckets)
+            with torch.inference_mode():
+                for i, (p, n) in enumerate(requests):
+                    batcher.add(textserve.Request(i, p, n))
+                while batcher.step():
+                    pass
+            self.assertTrue(model.shapes, prompt)
+            self.assertEqual(model.shapes - warmed, set(), prompt)
+            self.assertEqual({s[0] for s in model.shapes}, {"prefill", "decode"})
+            self.assertNotIn(None, {s[2] for s in model.shapes if s[0] == "decode"})
+            if prompt[0] == prompt[1]:  # one length: prompts joined in rows
+                self.assertEqual(max(s[1] for s in model.shapes if s[0] == "prefill"), 4)
 
     def test_loadgen_reports_tokens_and_token_latencies(self):
         model = self.model("GPT2")

@@ -4,7 +4,9 @@ a fixed number of slots share one key/value cache, a region per slot;
 between decode steps finished requests leave (the last active slot moves
 into the freed one) and waiting requests are prefilled one at a time and
 join; one decode step runs every active slot at its own position
-(Decoder.forward_slots). LoadGen hears of each first token
+(Decoder.forward_slots) over the smallest of a few key buckets that holds
+its longest row, and every shape a test can meet runs once before it
+(warm_up). LoadGen hears of each first token
 (FirstTokenComplete: TTFT) and of each end with its token count
 (QuerySamplesComplete: TPOT). Requests are drawn as bench draws them
 (request_draw), so both serve the same prompts and lengths."""
@@ -18,6 +20,7 @@ from ltb.pysuite import serve as batch_serve
 MASK64 = (1 << 64) - 1
 SEED = 55  # lib/serve/text_serve.h kTextServeSeed
 SAMPLES = batch_serve.SAMPLES
+LEAST_KEY_BUCKET = 16  # lib/serve/slot_buckets.h kLeastKeyBucket
 
 
 def request_draw(seed, i, k):
@@ -40,6 +43,18 @@ def draw_request(i, prompt, output, vocab, seed=SEED):
         draw_length(seed, i, 1, *output)
 
 
+def key_buckets(least, context):
+    """The key counts decode steps attend over (lib/serve KeyBuckets):
+    powers of two from LEAST_KEY_BUCKET below the context, from the one
+    that holds `least` up, then the context."""
+    out, b = [], LEAST_KEY_BUCKET
+    while b < context:
+        if b >= least:
+            out.append(b)
+        b *= 2
+    return out + [context]
+
+
 class Request:
     __slots__ = ("id", "prompt", "output_len", "arrived", "tokens", "position")
 
@@ -52,11 +67,13 @@ class ContinuousBatcher:
     """Continuous batching over a decoder and a cache of `slots` rows,
     driven one step at a time; first(request, token) and done(request,
     tokens) are called as lib/serve's ContinuousBatcher calls them, and
-    prefill_chunk bounds the prompt tokens a step as there (0: whole)."""
+    prefill_chunk bounds the prompt tokens a step as there (0: whole).
+    buckets: the key counts decode steps attend over (key_buckets; None:
+    each step's exact keys)."""
 
-    def __init__(self, model, cache, first, done, prefill_chunk=0):
+    def __init__(self, model, cache, first, done, prefill_chunk=0, buckets=None):
         self.model, self.cache, self.first, self.done = model, cache, first, done
-        self.prefill_chunk = prefill_chunk
+        self.prefill_chunk, self.buckets = prefill_chunk, buckets
         self.slots = cache[0][0].shape[0]
         self.waiting = collections.deque()
         self.active = []  # active[i] holds slot i
@@ -149,8 +166,15 @@ class ContinuousBatcher:
         device = self.active[0].prompt.device
         start = time.perf_counter()
         tokens = torch.tensor([r.tokens[-1] for r in self.active], device=device)[:, None]
-        nxt = self.model.forward_slots(tokens, [r.position for r in self.active],
-                                       self.cache).argmax(-1).tolist()  # waits
+        positions = [r.position for r in self.active]
+        keys = None
+        if self.buckets:
+            keys = next((b for b in self.buckets if b > max(positions)), None)
+            if keys is None:
+                raise ValueError(f"position {max(positions)} is beyond the cache's "
+                                 f"{self.buckets[-1]} positions")
+        nxt = self.model.forward_slots(tokens, positions, self.cache,
+                                       keys).argmax(-1).tolist()  # waits
         self.decode_s += time.perf_counter() - start
         self.decode_steps += 1
         self.active_slot_steps += len(self.active)
@@ -182,6 +206,41 @@ class ContinuousBatcher:
             out["prefill_share"] = self.prefill_s / busy
             out["decode_share"] = self.decode_s / busy
         return out
+
+
+def warm_up(model, cache, requests, buckets, max_batch, prefill_chunk=0):
+    """Runs, outside a LoadGen test, every shape the test can meet (as
+    bench's RunTextServe): each active-slot count's decode step over each
+    key bucket; with whole prompts, each prompt length of `requests` (a list
+    of (prompt, output length)) in as many rows as that many prompts of it
+    can join, up to the slots; then the first max_batch requests served to
+    their end. Clears the cache after."""
+    import torch
+
+    slots = cache[0][0].shape[0]
+    device = requests[0][0].device
+    with torch.inference_mode():
+        for s in range(1, slots + 1):
+            tokens = torch.zeros(s, 1, dtype=torch.long, device=device)
+            for keys in buckets:
+                model.forward_slots(tokens, [0] * s, cache, keys)
+        if not prefill_chunk:
+            by_length = collections.defaultdict(list)
+            for prompt, _ in requests:
+                by_length[prompt.shape[1]].append(prompt)
+            for prompts in by_length.values():
+                for rows in range(1, min(len(prompts), slots) + 1):
+                    model.forward_cached(torch.cat(prompts[:rows]), 0,
+                                         [(k[:rows], v[:rows]) for k, v in cache])
+        warm = ContinuousBatcher(model, cache, lambda r, t: None, lambda r, tokens: None,
+                                 prefill_chunk, buckets)
+        for i, (prompt, n) in enumerate(requests[:max_batch]):
+            warm.add(Request(i, prompt, n))
+        while warm.step():
+            pass
+        for k, v in cache:
+            k.zero_()
+            v.zero_()
 
 
 class Server(batch_serve.Worker):
@@ -302,7 +361,8 @@ def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_
             tally["done"] += 1
         lg.QuerySamplesComplete([lg.QuerySampleResponse(r.id, 0, 0, max(len(tokens), 2))])
 
-    server = Server(ContinuousBatcher(model, cache, first, done, prefill_chunk))
+    buckets = key_buckets(prompt[0] + 1, context)
+    server = Server(ContinuousBatcher(model, cache, first, done, prefill_chunk, buckets))
 
     def issue(query_samples):
         now = time.monotonic()
@@ -318,21 +378,10 @@ def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_
         for i in indices:
             samples[i] = None
 
-    # A warm-up outside LoadGen's test, as bench's (lib/serve/text_serve.cc):
-    # the first max_batch requests served to their end, then a clean cache.
-    warm_ids = list(range(min(max_batch, SAMPLES)))
-    load(warm_ids)
-    warm = ContinuousBatcher(model, cache, lambda r, t: None, lambda r, tokens: None,
-                             prefill_chunk)
-    for i in warm_ids:
-        warm.add(Request(i, *samples[i]))
-    with torch.inference_mode():
-        while warm.step():
-            pass
-        for k, v in cache:
-            k.zero_()
-            v.zero_()
-    unload(warm_ids)
+    # Every shape the test can meet, run first (warm_up), as bench does.
+    load(range(SAMPLES))
+    warm_up(model, cache, samples, buckets, max_batch, prefill_chunk)
+    unload(range(SAMPLES))
     text = batch_serve.run_test(lg, settings, log_dir, server, issue, load, unload)
     # A peak search's requests span every rate it tried: no one goodput.
     good = tally["within"] / tally["done"] if tally["done"] and not find_peak else None

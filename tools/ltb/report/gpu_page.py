@@ -201,7 +201,7 @@ def served_generation(d):
         pair = [" / ".join(num(e.get(f"{k}_p{q}_ms")) for q in (50, 99))
                 if f"{k}_p50_ms" in e else "" for k in ("ttft", "tpot")]
         verdict = e.get("label", "").split(" ", 1)[-1].split(" (")[0]
-        t.add([f"`{name}`", num(e["tokens/s"]), *pair, num(e.get("mean_active_slots")),
+        t.add([f"`{name}`", human(e["tokens/s"]), *pair, num(e.get("mean_active_slots")),
                verdict], **{"tokens/s": e["tokens/s"]})
     return t
 

@@ -438,12 +438,17 @@ class Decoder(Named):
         x = self._hidden(tokens, position, cache)
         return self._logits(self.trunk().part("final_norm")(x[:, tokens.shape[1] - 1]))
 
-    def forward_slots(self, tokens, positions, cache):
+    def forward_slots(self, tokens, positions, cache, keys=None):
         """One decode step of slots at positions of their own (continuous
-        batching; C++: DecoderLMImpl::forward_slots): tokens (S, 1), row b at
-        positions[b] (a list), rows [0, S) of the cache -> logits (S, V)."""
+        batching; C++: DecoderLMImpl::forward_slots and, with keys,
+        forward_slots_over): tokens (S, 1), row b at positions[b] (a list),
+        rows [0, S) of the cache -> logits (S, V). keys: the cache positions
+        attended over, each row masked to its own (default: the longest
+        row's)."""
         o, trunk, s = self.options, self.trunk(), tokens.shape[0]
-        keys = max(positions) + 1
+        keys = max(positions) + 1 if keys is None else keys
+        if keys < max(positions) + 1:
+            raise ValueError(f"{keys} keys cannot hold position {max(positions)}")
         if keys > min(o.max_positions, cache[0][0].shape[2]):
             raise ValueError(f"position {keys - 1} is beyond the model's or the cache's")
         where = torch.tensor(positions, dtype=torch.long, device=tokens.device)  # (S,)

@@ -1,4 +1,4 @@
-#include "serve/slot_graphs.h"
+#include "serve/slot_buckets.h"
 
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
@@ -18,8 +18,8 @@ std::vector<int64_t> KeyBuckets(int64_t least, int64_t context) {
   return buckets;
 }
 
-GraphedSlots::GraphedSlots(SlotDecoder& inner, std::unique_ptr<StepGraphs> graphs,
-                           const c10::Device& device, int64_t least_keys)
+BucketedSlots::BucketedSlots(SlotDecoder& inner, std::unique_ptr<StepGraphs> graphs,
+                             const c10::Device& device, int64_t least_keys)
     : ForwardingSlots(inner),
       graphs_(std::move(graphs)),
       buckets_(KeyBuckets(least_keys, inner.context())) {
@@ -30,7 +30,7 @@ GraphedSlots::GraphedSlots(SlotDecoder& inner, std::unique_ptr<StepGraphs> graph
   next_ = at::zeros({inner.slots(), 1}, ids);
 }
 
-void GraphedSlots::Capture() {
+void BucketedSlots::Prepare() {
   c10::InferenceMode guard;
   graph_.clear();
   for (int64_t s = 1; s <= slots(); ++s) {
@@ -39,26 +39,31 @@ void GraphedSlots::Capture() {
         next_.narrow(0, 0, s).copy_(
             inner_.DecodeOver(tokens_.narrow(0, 0, s), positions_.narrow(0, 0, s), keys));
       };
-      // Each shape runs eagerly once first: its kernels' lazy set-up (a
-      // GEMM's or an attention kernel's, for these sizes) cannot be captured.
+      // Each shape runs eagerly once: its kernels' lazy set-up (a GEMM's or
+      // an attention kernel's plan, for these sizes) is done here, and
+      // cannot be captured.
       step();
-      graph_.push_back(graphs_->Capture(step));
+      if (graphs_) graph_.push_back(graphs_->Capture(step));
     }
   }
 }
 
-at::Tensor GraphedSlots::Decode(const at::Tensor& tokens,
-                                const std::vector<int64_t>& positions) {
+at::Tensor BucketedSlots::Decode(const at::Tensor& tokens,
+                                 const std::vector<int64_t>& positions) {
   const int64_t s = tokens.size(0);
   TORCH_CHECK(s > 0 && s <= slots() && s == static_cast<int64_t>(positions.size()), s,
               " tokens and ", positions.size(), " positions for ", slots(), " slots");
-  TORCH_CHECK(!graph_.empty(), "the decode graphs were not captured");
+  TORCH_CHECK(!graphs_ || !graph_.empty(), "the decode graphs were not captured");
   const int64_t keys = *std::max_element(positions.begin(), positions.end()) + 1;
   // The smallest bucket that holds the longest row (the first, for a step
-  // shorter than the least the graphs were captured for).
+  // shorter than the least the buckets were made for).
   const auto bucket = std::lower_bound(buckets_.begin(), buckets_.end(), keys);
   TORCH_CHECK(bucket != buckets_.end(), "position ", keys - 1, " is beyond the cache's ",
               context(), " positions");
+  if (!graphs_) {
+    return inner_.DecodeOver(tokens, at::tensor(positions, at::kLong).to(tokens.device()),
+                             *bucket);
+  }
   tokens_.narrow(0, 0, s).copy_(tokens);
   positions_.narrow(0, 0, s).copy_(at::tensor(positions, at::kLong));
   graphs_->Replay(graph_[static_cast<size_t>(s - 1) * buckets_.size() +

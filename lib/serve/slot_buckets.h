@@ -1,7 +1,10 @@
-// Continuous batching's decode steps replayed from graphs (--cuda_graphs):
-// a SlotDecoder over another whose decode step is captured once for each
-// active-slot count and key bucket, before LoadGen's test starts, and
-// replayed with each step's tokens and positions copied into static buffers.
+// Continuous batching's decode steps at a few shapes: a SlotDecoder over
+// another whose decode step attends over a bucket of keys, so that serving
+// meets one shape for each active-slot count and bucket. Each shape runs
+// once before LoadGen's test starts (a device that builds a kernel plan for
+// each new shape, as cuDNN's attention does, builds it then, not in a
+// request's latency); with --cuda_graphs each is also captured, and
+// replayed with the step's tokens and positions copied into static buffers.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -16,14 +19,14 @@
 
 namespace ltb {
 
-// The smallest number of keys a graphed decode step attends over.
+// The smallest number of keys a served decode step attends over.
 inline constexpr int64_t kLeastKeyBucket = 16;
 
-// The key counts graphed decode steps attend over, for steps that attend to
+// The key counts served decode steps attend over, for steps that attend to
 // `least` keys or more in a cache of `context` positions: powers of two
 // from kLeastKeyBucket, the last one the context, from the bucket that
 // holds `least` up. A step reads its bucket's keys, so at most twice the
-// keys its longest row needs (the eager step reads exactly those).
+// keys its longest row needs (the generate phase reads exactly those).
 std::vector<int64_t> KeyBuckets(int64_t least, int64_t context);
 
 // A SlotDecoder that runs another's steps; a decorator overrides those it
@@ -54,20 +57,26 @@ class ForwardingSlots : public SlotDecoder {
   SlotDecoder& inner_;
 };
 
-// `inner` with Decode replayed from graphs of its DecodeOver: one for each
-// active-slot count S in 1..slots() and each of KeyBuckets(least_keys,
-// context()), captured by Capture(). Decode copies the step's tokens and
-// positions into rows [0, S) of static buffers and replays the graph of S
-// and the smallest bucket that holds its longest row; the tokens it
-// returns hold until the next Decode. The other steps are inner's, eager.
-class GraphedSlots final : public ForwardingSlots {
+// `inner` with Decode run as its DecodeOver at one of a few shapes: one
+// for each active-slot count S in 1..slots() and each of
+// KeyBuckets(least_keys, context()), every one run once by Prepare() (with
+// graphs, captured then too). Decode runs S's step over the smallest
+// bucket that holds its longest row (masked to each row's own length, so
+// the tokens are those of the exact step); with graphs, it copies the
+// step's tokens and positions into rows [0, S) of static buffers and
+// replays that shape's graph, and the tokens it returns hold until the
+// next Decode. The other steps are inner's, eager.
+class BucketedSlots final : public ForwardingSlots {
  public:
-  GraphedSlots(SlotDecoder& inner, std::unique_ptr<StepGraphs> graphs,
-               const c10::Device& device, int64_t least_keys);
+  // `graphs` may be null: eager steps.
+  BucketedSlots(SlotDecoder& inner, std::unique_ptr<StepGraphs> graphs,
+                const c10::Device& device, int64_t least_keys);
 
-  // Captures every graph, in inference mode, each after an eager run of
-  // its step. The eager runs write the cache: Clear() it before serving.
-  void Capture();
+  // Runs every shape's step once, in inference mode; with graphs, captures
+  // each after that eager run. The runs write the cache: Clear() it before
+  // serving.
+  void Prepare();
+  size_t shapes() const { return buckets_.size() * static_cast<size_t>(slots()); }
   size_t graphs() const { return graph_.size(); }
   const std::vector<int64_t>& buckets() const { return buckets_; }
 
