@@ -24,6 +24,34 @@
 
 namespace ltb {
 
+void HandedCall::Hand(std::unique_lock<std::mutex>& lock, std::condition_variable& wake,
+                      std::condition_variable& done, const std::function<void()>& f) {
+  done.wait(lock, [this] { return f_ == nullptr; });  // one call at a time
+  f_ = &f;
+  ran_ = false;
+  error_ = nullptr;
+  wake.notify_all();
+  done.wait(lock, [this] { return ran_; });
+  f_ = nullptr;
+  done.notify_all();
+  if (error_) std::rethrow_exception(error_);
+}
+
+void HandedCall::Run(std::unique_lock<std::mutex>& lock, std::condition_variable& done) {
+  const std::function<void()>* f = f_;
+  lock.unlock();
+  std::exception_ptr error;
+  try {
+    (*f)();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  lock.lock();
+  error_ = error;
+  ran_ = true;
+  done.notify_all();
+}
+
 Batcher::Batcher(int64_t max_batch, int64_t timeout_us, RunBatch run)
     : max_batch_(std::max<int64_t>(1, max_batch)),
       timeout_(timeout_us),
@@ -62,10 +90,19 @@ int64_t Batcher::largest_batch() const {
   return largest_;
 }
 
+void Batcher::RunOnWorker(const std::function<void()>& f) {
+  std::unique_lock<std::mutex> lock(mu_);
+  call_.Hand(lock, wake_, idle_, f);
+}
+
 void Batcher::Work() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    wake_.wait(lock, [this] { return stop_ || !queue_.empty() || call_.pending(); });
+    if (call_.pending()) {
+      call_.Run(lock, idle_);
+      continue;
+    }
     if (queue_.empty()) return;  // stopped with nothing left
     // The oldest request's wait bounds the batch's: a full batch, or the
     // deadline, or the end, whichever comes first.
@@ -495,6 +532,22 @@ class LoadGenTest {
     return false;
   }
 
+  // Each batch size the test can form, run once on the batcher's thread
+  // before the test, so that what a device keeps per thread (cuDNN's
+  // attention plans, for each shape) is the serving thread's.
+  // The samples are made like the library's from `inputs`.
+  void WarmBatches(const at::Tensor& inputs, int64_t max_batch) {
+    batcher_.RunOnWorker([&] {
+      const std::vector<at::Tensor> samples =
+          MakeSamples(inputs, static_cast<size_t>(max_batch));
+      std::vector<ServeRequest> batch;
+      for (int64_t b = 1; b <= max_batch && !StopRequested(); ++b) {
+        batch.push_back({0, static_cast<size_t>(b - 1), {}});
+        runner_.Run(samples, batch);
+      }
+    });
+  }
+
   int64_t batches() const { return batcher_.batches(); }
   std::string error() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -585,6 +638,14 @@ absl::Status RunLoadGenTest(benchmark::State& state, Workload& workload,
 
   for (auto _ : state) {
     auto test = std::make_shared<LoadGenTest>(workload, serve, spec.device);
+    try {
+      test->WarmBatches(workload.BatchInputs(), serve.max_batch);
+    } catch (const c10::Error& e) {
+      return absl::InternalError(
+          absl::StrCat("serve: warming up: ", e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("serve: warming up: ", e.what()));
+    }
     test->Start(test, settings, log);
     if (!test->Wait()) {
       return absl::CancelledError(

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -39,6 +40,29 @@ struct ServeRequest {
   std::chrono::steady_clock::time_point arrived;
 };
 
+// A function one thread hands a worker thread and waits for: the worker
+// runs it between its own steps. A device's per-thread state (cuDNN's
+// attention keeps its plans per thread) is then the worker's, so that a
+// warm-up handed this way warms what serving runs. Guarded by the worker's
+// mutex.
+class HandedCall {
+ public:
+  // The handing thread, holding `lock` (the worker's): hands `f` over,
+  // waking the worker by `wake`, and waits by `done` until it has run;
+  // rethrows what it threw.
+  void Hand(std::unique_lock<std::mutex>& lock, std::condition_variable& wake,
+            std::condition_variable& done, const std::function<void()>& f);
+  bool pending() const { return f_ != nullptr && !ran_; }
+  // The worker, holding `lock`: runs the call with the lock released, then
+  // wakes the handing thread by `done`.
+  void Run(std::unique_lock<std::mutex>& lock, std::condition_variable& done);
+
+ private:
+  const std::function<void()>* f_ = nullptr;
+  bool ran_ = false;
+  std::exception_ptr error_;
+};
+
 // Gathers requests into batches on one worker thread: a batch starts with
 // the oldest request waiting and runs once it holds `max_batch` requests or
 // the oldest has waited `timeout_us`, whichever comes first. `run` gets each
@@ -55,6 +79,8 @@ class Batcher {
   void Submit(const std::vector<ServeRequest>& requests);
   // Returns once every request submitted so far has been run.
   void Drain();
+  // Runs `f` on the worker thread, between batches, and returns once it has.
+  void RunOnWorker(const std::function<void()>& f);
 
   int64_t batches() const;
   int64_t largest_batch() const;
@@ -73,6 +99,7 @@ class Batcher {
   bool stop_ = false;
   int64_t batches_ = 0;
   int64_t largest_ = 0;
+  HandedCall call_;
   std::thread worker_;
 };
 

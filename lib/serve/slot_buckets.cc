@@ -30,21 +30,31 @@ BucketedSlots::BucketedSlots(SlotDecoder& inner, std::unique_ptr<StepGraphs> gra
   next_ = at::zeros({inner.slots(), 1}, ids);
 }
 
-void BucketedSlots::Prepare() {
+void BucketedSlots::Step(size_t shape) {
+  const int64_t s = static_cast<int64_t>(shape / buckets_.size()) + 1;
+  const int64_t keys = buckets_[shape % buckets_.size()];
+  next_.narrow(0, 0, s).copy_(
+      inner_.DecodeOver(tokens_.narrow(0, 0, s), positions_.narrow(0, 0, s), keys));
+}
+
+void BucketedSlots::RunEachShape() {
+  c10::InferenceMode guard;
+  for (size_t shape = 0; shape < buckets_.size() * static_cast<size_t>(slots());
+       ++shape) {
+    Step(shape);
+  }
+}
+
+void BucketedSlots::Capture() {
+  TORCH_CHECK(graphs_, "no graphs to capture the decode steps in");
   c10::InferenceMode guard;
   graph_.clear();
-  for (int64_t s = 1; s <= slots(); ++s) {
-    for (const int64_t keys : buckets_) {
-      const auto step = [this, s, keys] {
-        next_.narrow(0, 0, s).copy_(
-            inner_.DecodeOver(tokens_.narrow(0, 0, s), positions_.narrow(0, 0, s), keys));
-      };
-      // Each shape runs eagerly once: its kernels' lazy set-up (a GEMM's or
-      // an attention kernel's plan, for these sizes) is done here, and
-      // cannot be captured.
-      step();
-      if (graphs_) graph_.push_back(graphs_->Capture(step));
-    }
+  for (size_t shape = 0; shape < buckets_.size() * static_cast<size_t>(slots());
+       ++shape) {
+    // Each shape runs eagerly once first: its kernels' lazy set-up (a
+    // GEMM's or an attention kernel's, for these sizes) cannot be captured.
+    Step(shape);
+    graph_.push_back(graphs_->Capture([this, shape] { Step(shape); }));
   }
 }
 

@@ -1,10 +1,10 @@
 // Continuous batching's decode steps at a few shapes: a SlotDecoder over
 // another whose decode step attends over a bucket of keys, so that serving
-// meets one shape for each active-slot count and bucket. Each shape runs
-// once before LoadGen's test starts (a device that builds a kernel plan for
-// each new shape, as cuDNN's attention does, builds it then, not in a
-// request's latency); with --cuda_graphs each is also captured, and
-// replayed with the step's tokens and positions copied into static buffers.
+// meets one shape for each active-slot count and bucket, each of which runs
+// before LoadGen's test starts (a device that builds a kernel plan for each
+// new shape, as cuDNN's attention does, builds it then, not in a request's
+// latency); with --cuda_graphs each is also captured, and replayed with the
+// step's tokens and positions copied into static buffers.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -59,24 +59,24 @@ class ForwardingSlots : public SlotDecoder {
 
 // `inner` with Decode run as its DecodeOver at one of a few shapes: one
 // for each active-slot count S in 1..slots() and each of
-// KeyBuckets(least_keys, context()), every one run once by Prepare() (with
-// graphs, captured then too). Decode runs S's step over the smallest
-// bucket that holds its longest row (masked to each row's own length, so
-// the tokens are those of the exact step); with graphs, it copies the
-// step's tokens and positions into rows [0, S) of static buffers and
-// replays that shape's graph, and the tokens it returns hold until the
-// next Decode. The other steps are inner's, eager.
+// KeyBuckets(least_keys, context()). Decode runs S's step over the
+// smallest bucket that holds its longest row (masked to each row's own
+// length, so the tokens are those of the exact step); with graphs
+// (Capture()), it copies the step's tokens and positions into rows [0, S)
+// of static buffers and replays that shape's graph, and the tokens it
+// returns hold until the next Decode. The other steps are inner's, eager.
 class BucketedSlots final : public ForwardingSlots {
  public:
   // `graphs` may be null: eager steps.
   BucketedSlots(SlotDecoder& inner, std::unique_ptr<StepGraphs> graphs,
                 const c10::Device& device, int64_t least_keys);
 
-  // Runs every shape's step once, in inference mode; with graphs, captures
-  // each after that eager run. The runs write the cache: Clear() it before
-  // serving.
-  void Prepare();
-  size_t shapes() const { return buckets_.size() * static_cast<size_t>(slots()); }
+  // With graphs: captures every shape's step, each after an eager run.
+  void Capture();
+  // Runs every shape's step once, eagerly, on the calling thread: a
+  // device's per-thread caches (cuDNN's attention plans) are then that
+  // thread's. Both write the cache: Clear() it before serving.
+  void RunEachShape();
   size_t graphs() const { return graph_.size(); }
   const std::vector<int64_t>& buckets() const { return buckets_; }
 
@@ -84,6 +84,9 @@ class BucketedSlots final : public ForwardingSlots {
                     const std::vector<int64_t>& positions) override;
 
  private:
+  // Shape i's step: S = i / buckets + 1 slots over bucket i % buckets.
+  void Step(size_t shape);
+
   std::unique_ptr<StepGraphs> graphs_;
   std::vector<int64_t> buckets_;
   at::Tensor tokens_, positions_, next_;  // (slots, 1), (slots), (slots, 1)

@@ -200,6 +200,11 @@ void ContinuousServer::Drain() {
   idle_.wait(lock, [this] { return incoming_.empty() && !busy_; });
 }
 
+void ContinuousServer::RunOnWorker(const std::function<void()>& f) {
+  std::unique_lock<std::mutex> lock(mu_);
+  call_.Hand(lock, wake_, idle_, f);
+}
+
 void ContinuousServer::Abandon() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -225,7 +230,12 @@ void ContinuousServer::Work() {
   c10::InferenceMode guard;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    wake_.wait(lock, [this] { return stop_ || busy_ || !incoming_.empty(); });
+    wake_.wait(
+        lock, [this] { return stop_ || busy_ || !incoming_.empty() || call_.pending(); });
+    if (call_.pending()) {
+      call_.Run(lock, idle_);
+      continue;
+    }
     if (stop_ && !busy_ && incoming_.empty()) return;
     for (TextRequest& r : incoming_) batcher_.Add(std::move(r));
     incoming_.clear();
@@ -474,54 +484,15 @@ absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
   log.log_output.outdir = folder;
   log.enable_trace = false;
 
-  // Decode steps over a few key buckets, every shape run once here,
-  // outside LoadGen's test (with --cuda_graphs, captured too), so that no
-  // request's latency holds a shape's first run or a capture.
+  // Decode steps over a few key buckets; with --cuda_graphs, each shape
+  // captured here, outside LoadGen's test, so that no request's latency
+  // holds a capture.
   BucketedSlots slots(
       decoder, spec.graph ? BackendOf(spec.device).MakeGraphs(spec.device) : nullptr,
       spec.device, (serve.prompt_min > 0 ? serve.prompt_min : spec.prompt) + 1);
-  slots.Prepare();
-
+  if (spec.graph) slots.Capture();
   TextLibrary library(spec, decoder.vocab(), kTextServeSamples);
-  {
-    c10::InferenceMode guard;
-    std::vector<mlperf::QuerySampleIndex> all(kTextServeSamples);
-    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-    library.LoadSamplesToRam(all);
-    // Whole prompts: each prefill shape the test can meet runs once, every
-    // prompt length of the library in as many rows as that many prompts of
-    // it can join (up to the slots). Chunked prefill's shapes follow each
-    // chunk's position and are left to the warm-up below.
-    if (serve.prefill_chunk == 0) {
-      std::map<int64_t, std::vector<at::Tensor>> by_length;
-      for (const auto i : all) {
-        const at::Tensor prompt = library.Request(i, i).prompt;
-        by_length[prompt.size(1)].push_back(prompt);
-      }
-      for (const auto& [length, prompts] : by_length) {
-        const size_t most = std::min(prompts.size(), static_cast<size_t>(slots.slots()));
-        for (size_t rows = 1; rows <= most && !StopRequested(); ++rows) {
-          slots.Prefill(
-              at::cat(std::vector<at::Tensor>(prompts.begin(), prompts.begin() + rows),
-                      0),
-              0, 0);
-        }
-      }
-    }
-    // Then, as the other phases warm up, the library's first max_batch
-    // requests served to their end (memory grown, first calls made); the
-    // cache is cleared before the test.
-    ContinuousBatcher warm(
-        slots, [](const TextRequest&, int64_t) {},
-        [](const TextRequest&, const std::vector<int64_t>&) {}, serve.prefill_chunk);
-    for (size_t i = 0;
-         i < std::min<size_t>(static_cast<size_t>(serve.max_batch), all.size()); ++i) {
-      warm.Add(library.Request(i, i));
-    }
-    while (warm.Step() && !StopRequested()) {
-    }
-    library.UnloadSamplesFromRam(all);
-  }
+
   const double ttft_bound_s =
       (serve.ttft_bound_ms > 0 ? serve.ttft_bound_ms : 100) * 1e-3;
   const double tpot_bound_s =
@@ -574,6 +545,47 @@ absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
       },
       serve.prefill_chunk);
   server_ptr = &server;
+  // The warm-up, on the server's own thread (cuDNN keeps its attention
+  // plans per thread), outside LoadGen's test: every shape the test can
+  // meet runs once, so that no request's latency holds a shape's first run.
+  server.RunOnWorker([&] {
+    std::vector<mlperf::QuerySampleIndex> all(kTextServeSamples);
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    library.LoadSamplesToRam(all);
+    slots.RunEachShape();  // each decode step's shape
+    // Whole prompts: each prompt length of the library in as many rows as
+    // that many prompts of it can join (up to the slots). Chunked prefill's
+    // shapes follow each chunk's position and are left to the warm-up below.
+    if (serve.prefill_chunk == 0) {
+      std::map<int64_t, std::vector<at::Tensor>> by_length;
+      for (const auto i : all) {
+        const at::Tensor prompt = library.Request(i, i).prompt;
+        by_length[prompt.size(1)].push_back(prompt);
+      }
+      for (const auto& [length, prompts] : by_length) {
+        const size_t most = std::min(prompts.size(), static_cast<size_t>(slots.slots()));
+        for (size_t rows = 1; rows <= most && !StopRequested(); ++rows) {
+          slots.Prefill(
+              at::cat(std::vector<at::Tensor>(prompts.begin(), prompts.begin() + rows),
+                      0),
+              0, 0);
+        }
+      }
+    }
+    // Then, as the other phases warm up, the library's first max_batch
+    // requests served to their end (memory grown, first calls made); the
+    // cache is cleared before the test.
+    ContinuousBatcher warm(
+        slots, [](const TextRequest&, int64_t) {},
+        [](const TextRequest&, const std::vector<int64_t>&) {}, serve.prefill_chunk);
+    for (size_t i = 0;
+         i < std::min<size_t>(static_cast<size_t>(serve.max_batch), all.size()); ++i) {
+      warm.Add(library.Request(i, i));
+    }
+    while (warm.Step() && !StopRequested()) {
+    }
+    library.UnloadSamplesFromRam(all);
+  });
   TextSut sut(&server, &library);
 
   for (auto _ : state) {

@@ -118,6 +118,9 @@ class ContinuousServer {
   void Submit(std::vector<TextRequest> requests);
   // Returns once every request submitted so far is complete.
   void Drain();
+  // Runs `f` on the worker thread, between steps (with the run's threads,
+  // in inference mode), and returns once it has.
+  void RunOnWorker(const std::function<void()>& f);
   // Completes every request left at once, unrun, and every one submitted
   // after (an interrupt): LoadGen ends its test and writes its logs.
   void Abandon();
@@ -138,6 +141,7 @@ class ContinuousServer {
   std::string error_;
   SchedulerStats stats_;  // a copy, updated after each step
   int threads_;           // the constructing thread's intra-op threads
+  HandedCall call_;
   std::thread worker_;
 };
 

@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,6 +86,35 @@ TEST(Batcher, ALoneRequestRunsWhenItsWaitRunsOut) {
   EXPECT_EQ(runs.load(), 1);
   EXPECT_EQ(batcher.batches(), 1);
   EXPECT_EQ(batcher.largest_batch(), 1);
+}
+
+// A warm-up handed to the worker runs on the thread that runs the batches
+// (a device's per-thread plans are that thread's), between batches, once;
+// what it throws reaches the caller, and the worker serves on.
+TEST(Batcher, ACallHandedToTheWorkerRunsOnTheThreadThatRunsBatches) {
+  std::mutex mu;
+  std::set<std::thread::id> batch_threads;
+  Batcher batcher(4, /*timeout_us=*/100, [&](const std::vector<ServeRequest>&) {
+    std::lock_guard<std::mutex> lock(mu);
+    batch_threads.insert(std::this_thread::get_id());
+  });
+  std::thread::id called_on;
+  int calls = 0;
+  batcher.RunOnWorker([&] {
+    called_on = std::this_thread::get_id();
+    ++calls;
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_NE(called_on, std::this_thread::get_id());
+  batcher.Submit(Requests(0, 9));
+  batcher.Drain();
+  EXPECT_EQ(batch_threads, (std::set<std::thread::id>{called_on}));
+  EXPECT_EQ(calls, 1) << "a handed call runs once";
+  EXPECT_THROW(batcher.RunOnWorker([] { throw std::runtime_error("refused"); }),
+               std::runtime_error);
+  batcher.Submit(Requests(100, 3));
+  batcher.Drain();
+  EXPECT_EQ(batcher.batches(), 4) << "9 requests in 3 batches of at most 4, then 3";
 }
 
 TEST(MakeSamples, DifferFromEachOtherAndKeepTheInputsKind) {

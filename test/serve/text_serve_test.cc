@@ -20,6 +20,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -112,27 +113,30 @@ class NotingSlots final : public ForwardingSlots {
   std::vector<Step> steps;
 };
 
-// A decoder that notes the shape of every step it runs, those before the
-// cache is first cleared (RunTextServe's preparation and warm-up) apart from
-// those after (LoadGen's test): a prefill's rows, length and position; a
-// decode step's slots and keys, or its exact keys where it ran unbucketed.
+// A decoder that notes the shape of every step it runs and the thread that
+// ran it, those before the cache is first cleared (RunTextServe's
+// preparation and warm-up) apart from those after (LoadGen's test): a
+// prefill's rows, length and position; a decode step's slots and keys, or
+// its exact keys where it ran unbucketed.
 class ShapeNoting final : public ForwardingSlots {
  public:
-  using Shape = std::tuple<std::string, int64_t, int64_t, int64_t>;
+  using Shape = std::tuple<std::string, int64_t, int64_t, int64_t, std::thread::id>;
   explicit ShapeNoting(SlotDecoder& inner) : ForwardingSlots(inner) {}
   at::Tensor Prefill(const at::Tensor& tokens, int64_t slot, int64_t position) override {
-    Note({"prefill", tokens.size(0), tokens.size(1), position});
+    Note({"prefill", tokens.size(0), tokens.size(1), position,
+          std::this_thread::get_id()});
     return inner_.Prefill(tokens, slot, position);
   }
   at::Tensor Decode(const at::Tensor& tokens,
                     const std::vector<int64_t>& positions) override {
     Note({"exact decode", tokens.size(0),
-          *std::max_element(positions.begin(), positions.end()) + 1, 0});
+          *std::max_element(positions.begin(), positions.end()) + 1, 0,
+          std::this_thread::get_id()});
     return inner_.Decode(tokens, positions);
   }
   at::Tensor DecodeOver(const at::Tensor& tokens, const at::Tensor& positions,
                         int64_t keys) override {
-    Note({"decode", tokens.size(0), keys, 0});
+    Note({"decode", tokens.size(0), keys, 0, std::this_thread::get_id()});
     return inner_.DecodeOver(tokens, positions, keys);
   }
   void Clear() override {
@@ -223,7 +227,11 @@ class ContinuousBatching : public ::testing::TestWithParam<Model> {
           *noted_,
           steps == Steps::kGraphed ? std::make_unique<RecordedSteps>(&replays_) : nullptr,
           c10::kCPU, kLeastKeys);
-      bucketed->Prepare();
+      if (steps == Steps::kGraphed) {
+        bucketed->Capture();
+      } else {
+        bucketed->RunEachShape();
+      }
       prepared_ = noted_->steps.size();  // each shape's run before serving
       noted_->steps.clear();
       captured_ = bucketed->graphs();
@@ -668,11 +676,11 @@ TEST(RunTextServe, ReportsTokensAndTokenLatencies) {
   }
 }
 
-// Every shape LoadGen's test runs ran before it (RunTextServe's
-// preparation and warm-up), so that a device that builds a plan for each
-// new shape (cuDNN's attention) builds none inside a request's latency:
-// prompts of one length, which join in up to max_batch rows (Offline), and
-// of a range (Server).
+// Every shape LoadGen's test runs ran before it on the same thread
+// (RunTextServe's warm-up, on the server's thread), so that a device that
+// builds a plan for each new shape and keeps it per thread (cuDNN's
+// attention) builds none inside a request's latency: prompts of one length,
+// which join in up to max_batch rows (Offline), and of a range (Server).
 TEST(RunTextServe, EveryShapeTheTestRunsRanBeforeIt) {
   for (const std::string scenario : {"Offline", "Server"}) {
     BenchSpec spec = LoggedTextServeSpec("GPT2", scenario);
@@ -689,12 +697,13 @@ TEST(RunTextServe, EveryShapeTheTestRunsRanBeforeIt) {
     std::set<std::string> kinds;
     int64_t most_rows = 0;
     for (const ShapeNoting::Shape& shape : noting->during) {
-      const auto& [kind, rows, length, position] = shape;
+      const auto& [kind, rows, length, position, thread] = shape;
       kinds.insert(kind);
       if (kind == "prefill") most_rows = std::max(most_rows, rows);
+      EXPECT_NE(thread, std::this_thread::get_id()) << "served on the server's thread";
       EXPECT_EQ(noting->before.count(shape), 1u)
           << scenario << ": " << kind << " " << rows << " x " << length << " at "
-          << position << " ran first in the test";
+          << position << " ran first in the test, or first on its thread";
     }
     EXPECT_EQ(kinds, (std::set<std::string>{"prefill", "decode"})) << scenario;
     if (fixed) EXPECT_GT(most_rows, 1) << "prompts of one length joined";

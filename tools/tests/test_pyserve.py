@@ -63,6 +63,32 @@ class BatcherTest(unittest.TestCase):
         self.assertEqual(sizes, [1])
 
 
+    def test_a_handed_call_runs_on_the_thread_that_runs_batches(self):
+        # As bench's Batcher::RunOnWorker: once, on the worker's thread,
+        # between batches; what it raises reaches the caller, and the worker
+        # serves on.
+        import threading
+
+        threads = set()
+        batcher = serve.Batcher(4, 100, lambda b: threads.add(threading.get_ident()))
+        called = []
+        batcher.call(lambda: called.append(threading.get_ident()))
+        self.assertEqual(len(called), 1)
+        self.assertNotEqual(called[0], threading.get_ident())
+
+        def refuse():
+            raise RuntimeError("refused")
+
+        with self.assertRaisesRegex(RuntimeError, "refused"):
+            batcher.call(refuse)
+        batcher.submit([(i, i, time.monotonic()) for i in range(9)])
+        batcher.drain()
+        batcher.close()
+        self.assertEqual(threads, {called[0]})
+        self.assertEqual(len(called), 1)
+        self.assertEqual(batcher.batches, 3)
+
+
 class DetailTest(unittest.TestCase):
     def test_a_server_result_and_its_reason(self):
         detail = serve.parse_detail("\n".join(
@@ -278,6 +304,10 @@ class PybenchServeTest(unittest.TestCase):
                     detail = {e["key"]: e["value"] for e in serve.detail_entries(f.read())}
                 issued = detail["generated_samples_per_query"] * detail["generated_query_count"]
                 self.assertGreater(issued, 0)
+                # The warm-up ran each batch size once first, on the
+                # batcher's thread; then the test's batches.
+                self.assertEqual(rows[:4], [1, 2, 3, 4])
+                rows = rows[4:]
                 self.assertEqual(sum(rows), issued)
                 self.assertTrue(all(1 <= r <= 4 for r in rows), rows)
                 self.assertEqual(py["batches"], len(rows))

@@ -161,6 +161,33 @@ class ContinuousBatchingTest(unittest.TestCase):
             if prompt[0] == prompt[1]:  # one length: prompts joined in rows
                 self.assertEqual(max(s[1] for s in model.shapes if s[0] == "prefill"), 4)
 
+    def test_serving_and_its_warm_up_run_on_the_servers_thread(self):
+        """serve_text warms up on the thread that serves (cuDNN keeps its
+        attention plans per thread), never on the caller's."""
+        import threading
+
+        model = self.model("GPT2")
+
+        class Noting:
+            def __init__(self):
+                self.threads, self.options = set(), model.options
+
+            def __getattr__(self, name):
+                method = getattr(model, name)
+                if name in ("forward_cached", "forward_slots"):
+                    def noted(*args, **kwargs):
+                        self.threads.add(threading.get_ident())
+                        return method(*args, **kwargs)
+                    return noted
+                return method
+
+        noting = Noting()
+        with tempfile.TemporaryDirectory() as d:
+            textserve.serve_text(noting, "Offline", d, prompt=(3, 12), output=(2, 8),
+                                 max_batch=4, target_qps=50, min_s=0.2, min_queries=16)
+        self.assertEqual(len(noting.threads), 1)
+        self.assertNotIn(threading.get_ident(), noting.threads)
+
     def test_loadgen_reports_tokens_and_token_latencies(self):
         model = self.model("GPT2")
         with tempfile.TemporaryDirectory() as d:

@@ -30,6 +30,38 @@ class Worker:
         self.cv = threading.Condition()
         self.stop = False
         self.error = None
+        self.pending = self.ran = None  # a handed call, and its outcome
+
+    def call(self, fn):
+        """Runs fn on the worker thread, between its steps, and returns once
+        it has, re-raising what it raised: what a device keeps per thread
+        (cuDNN's attention plans) is then the worker's (bench's HandedCall)."""
+        with self.cv:
+            self.cv.wait_for(lambda: self.pending is None)
+            self.pending, self.ran = fn, None
+            self.cv.notify_all()
+            self.cv.wait_for(lambda: self.ran is not None)
+            ran, self.pending, self.ran = self.ran, None, None
+            self.cv.notify_all()
+        if isinstance(ran, BaseException):
+            raise ran
+
+    def _handed(self):
+        return self.pending is not None and self.ran is None
+
+    def _run_handed(self):
+        """The worker, holding cv: runs the handed call with cv released."""
+        fn = self.pending
+        self.cv.release()
+        try:
+            fn()
+            ran = True
+        except Exception as e:  # noqa: BLE001 - re-raised by call()
+            ran = e
+        finally:
+            self.cv.acquire()
+        self.ran = ran
+        self.cv.notify_all()
 
     def start(self):
         self.thread = threading.Thread(target=self._work, daemon=True)
@@ -70,7 +102,10 @@ class Batcher(Worker):
     def _work(self):
         with self.cv:
             while True:
-                self.cv.wait_for(lambda: self.stop or self.queue)
+                self.cv.wait_for(lambda: self.stop or self.queue or self._handed())
+                if self._handed():
+                    self._run_handed()
+                    continue
                 if not self.queue:
                     return
                 # The oldest request's wait bounds the batch's.
@@ -264,11 +299,11 @@ def peak_search_decimals(target_qps):
     return decimals
 
 
-def run_test(lg, settings, log_dir, worker, issue, load, unload):
+def run_test(lg, settings, log_dir, worker, issue, load, unload, warm=None):
     """One LoadGen test of `settings` over SAMPLES samples, its logs in
-    log_dir: issue(query_samples) hands a query to `worker` (a Worker), which
-    is drained and closed whatever happens; its error is raised. The detail
-    log's text."""
+    log_dir: warm() first runs on the worker's thread, then issue(query_samples)
+    hands a query to `worker` (a Worker), which is drained and closed
+    whatever happens; its error is raised. The detail log's text."""
     output = lg.LogOutputSettings()
     output.outdir = log_dir
     log = lg.LogSettings()
@@ -277,6 +312,8 @@ def run_test(lg, settings, log_dir, worker, issue, load, unload):
     sut = lg.ConstructSUT(issue, lambda: None)
     qsl = lg.ConstructQSL(SAMPLES, SAMPLES, load, unload)
     try:
+        if warm is not None:
+            worker.call(warm)
         lg.StartTestWithLogSettings(sut, qsl, settings, log)
         worker.drain()
     finally:
@@ -324,6 +361,15 @@ def serve(forward, batch_inputs, scenario, log_dir, *, target_qps=10, latency_bo
 
     batcher = Batcher(max_batch, 0 if scenario == "SingleStream" else batch_timeout_us, run)
 
+    def warm():
+        # Each batch size the test can form, once, on the batcher's thread
+        # (as bench's LoadGenTest::WarmBatches).
+        with torch.inference_mode():
+            for b in range(1, max_batch + 1):
+                staging[b - 1].copy_(make_sample(batch_inputs, b - 1))
+                forward(staging[:b])
+            synchronize()
+
     def issue(query_samples):
         now = time.monotonic()
         batcher.submit([(q.id, q.index, now) for q in query_samples])
@@ -337,7 +383,7 @@ def serve(forward, batch_inputs, scenario, log_dir, *, target_qps=10, latency_bo
         for i in indices:
             samples[i] = None
 
-    text = run_test(lg, settings, log_dir, batcher, issue, load, unload)
+    text = run_test(lg, settings, log_dir, batcher, issue, load, unload, warm)
     counters, label, seconds = counters_from_log(text, scenario, tokens_per_sample,
                                                  find_peak, target_qps)
     counters["max_batch"] = max_batch

@@ -266,7 +266,11 @@ class Server(batch_serve.Worker):
 
         with torch.inference_mode(), self.cv:
             while True:
-                self.cv.wait_for(lambda: self.stop or self.busy or self.incoming)
+                self.cv.wait_for(lambda: self.stop or self.busy or self.incoming
+                                 or self._handed())
+                if self._handed():
+                    self._run_handed()
+                    continue
                 if self.stop and not self.busy and not self.incoming:
                     return
                 for r in self.incoming:
@@ -378,11 +382,14 @@ def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_
         for i in indices:
             samples[i] = None
 
-    # Every shape the test can meet, run first (warm_up), as bench does.
-    load(range(SAMPLES))
-    warm_up(model, cache, samples, buckets, max_batch, prefill_chunk)
-    unload(range(SAMPLES))
-    text = batch_serve.run_test(lg, settings, log_dir, server, issue, load, unload)
+    def warm():
+        # Every shape the test can meet, run first on the server's thread
+        # (warm_up), as bench does.
+        load(range(SAMPLES))
+        warm_up(model, cache, samples, buckets, max_batch, prefill_chunk)
+        unload(range(SAMPLES))
+
+    text = batch_serve.run_test(lg, settings, log_dir, server, issue, load, unload, warm)
     # A peak search's requests span every rate it tried: no one goodput.
     good = tally["within"] / tally["done"] if tally["done"] and not find_peak else None
     counters, label, seconds = batch_serve.with_peak(
