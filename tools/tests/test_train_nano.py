@@ -125,7 +125,7 @@ class TrainedOnTheStandardLibraryTest(unittest.TestCase):
                  "DecodeStepsCountOneTokenPerActiveSlot",
                  "PromptsOfOneLengthArrivingTogetherPrefillInOneForward",
                  "PromptsInChunksGiveTheSameTokens",
-                 "GraphedDecodeStepsGiveTheSameTokensOneGraphPerSlotsAndKeys")
+                 "BucketedDecodeStepsGiveTheSameTokensEachShapeRunFirst")
         for test in tests:
             for family in ("GPT2", "Llama"):
                 self.assertIn(f"[       OK ] Trained/ContinuousBatching.{test}/{family} (",
