@@ -131,7 +131,8 @@ class RehearsalTest(unittest.TestCase):
         # One JSON per bench run of the rehearsal, each one readable.
         self.assertEqual(jsons, {
             "default.json", "roofline.json", "precision.json", "generation.json", "serve.json",
-            "serve_generate.json", "serve_graphs.json", "train_epoch_memory.json",
+            "serve_generate.json", "serve_graphs.json", "serve_graphs_bf16.json",
+            "train_epoch_memory.json",
             "train_epoch_disk.json", "profile.json", "sync_true.json", "sync_false.json",
             "memory_guard.json", "oom_host.json", "data_parallel_1.json",
             "failing_rank_cpu.json"})
@@ -201,6 +202,13 @@ class RehearsalTest(unittest.TestCase):
             self.assertGreater(e["tokens/s"], 0)
             self.assertGreater(e["decode_steps"], 0)
         self.assertIn("serve_graphs: eager alone (no device with CUDA graphs)", self.summary)
+        # And Llama's in bf16 (cuDNN's attention on a Hopper GPU).
+        bf16 = self.load("serve_graphs_bf16")
+        self.assertEqual(list(bf16), ["Llama/nano/cpu/serve/scenario:Offline/max_batch:4/"
+                                      "prompt:4:16/output:2:8/bf16/iterations:1"])
+        self.assertTrue(all(e["tokens/s"] > 0 for e in bf16.values()))
+        self.assertIn("serve_graphs_bf16: eager alone (no device with CUDA graphs)",
+                      self.summary)
         for source in ("memory", "disk"):
             epochs = self.load(f"train_epoch_{source}")
             self.assertTrue(any(n.startswith("EncDec/nano/cpu/train_epoch/") for n in epochs))

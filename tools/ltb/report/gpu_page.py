@@ -192,7 +192,7 @@ def served_generation(d):
     t = Table(["benchmark", "tokens/s", "ttft p50 / p99 ms", "tpot p50 / p99 ms",
                "mean active slots", "LoadGen"], 1, ratios=["tokens/s"])
     ran = {}
-    for stem in ("serve_generate", "serve_graphs"):
+    for stem in ("serve_generate", "serve_graphs", "serve_graphs_bf16"):
         if os.path.exists(os.path.join(d, stem + ".json")):
             ran.update(entries(d, stem))
     for name, e in ran.items():
@@ -251,7 +251,7 @@ SECTIONS = [("The two ceilings (`roofline.json`)", roofline),
             ("Decode against reading the weights once (`generation.json` in fp32, "
              "`cuda_graphs.json` in bf16)", decode),
             ("CUDA graphs against eager (`cuda_graphs.json`, bf16)", graphs),
-            ("Generation under load (`serve_generate.json`, `serve_graphs.json`)",
+            ("Generation under load (`serve_generate.json`, `serve_graphs*.json`)",
              served_generation),
             ("The other checks", others)]
 # Sections of checks that older visits did not run: shown where a visit has

@@ -45,7 +45,7 @@ COMMAND_TIMEOUT = 600  # seconds: one bench run
 # build): a step is not started with less than this left of --budget. The
 # rehearsal on a CPU uses a tenth of these.
 STEP_SECONDS = {"bench": 5, "default suite": 60, "roofline": 10, "precision": 60, "tf32 and graphs": 30,
-                "generation": 20, "serve": 40, "train_epoch": 30, "profile": 15, "transfers": 10,
+                "generation": 20, "serve": 60, "train_epoch": 30, "profile": 15, "transfers": 10,
                 "sync": 10, "memory guard": 5, "out of memory": 20, "data-parallel": 30,
                 "ctest": 120}
 

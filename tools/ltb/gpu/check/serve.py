@@ -1,8 +1,10 @@
 """GPT2 under MLPerf LoadGen: its forward in Server at a fixed rate and
 Offline, its generation (continuous batching) in Server at a fixed rate,
 with LoadGen's time to first token and time per output token, and the same
-requests in Offline, eager and with CUDA graphs of the decode steps; a rate
-the device cannot hold is LoadGen's INVALID, a result, not a failure."""
+requests in Offline, eager and with CUDA graphs of the decode steps (and
+Llama's in bf16, whose attention runs through cuDNN on a Hopper GPU); a
+rate the device cannot hold is LoadGen's INVALID, a result, not a
+failure."""
 import re
 
 from ltb.gpu.check.results import counters, error_of, fmt, iterations, short
@@ -54,9 +56,11 @@ def run(r):
             + f"; {e.get('label', '')}")
     doc = r.bench_run(c, "serve_graphs", graph_serve_args(r))
     graphed_serving(c, r, doc)
+    doc = r.bench_run(c, "serve_graphs_bf16", graph_serve_args(r, "Llama", "bf16"))
+    graphed_serving(c, r, doc, "serve_graphs_bf16")
 
 
-def graphed_serving(c, r, doc):
+def graphed_serving(c, r, doc, stem="serve_graphs"):
     """Each graphed Offline serve beside its eager twin: tokens/s and TPOT
     of both, and the same decode steps (the same requests decoded to the
     end); on a GPU, a graphed serve must have run."""
@@ -66,21 +70,21 @@ def graphed_serving(c, r, doc):
     for n, e in sorted(ran.items()):
         missing = [k for k in ("tokens/s", "decode_steps") if k not in e]
         if missing:
-            c.fail(f"serve_graphs: {n} lacks {', '.join(missing)}")
+            c.fail(f"{stem}: {n} lacks {', '.join(missing)}")
     graphed = [n for n in sorted(ran) if n.endswith("/graph")]
     if doc is not None and r.gpu and not graphed:
-        c.fail("serve_graphs: no graphed serve of generation ran")
+        c.fail(f"{stem}: no graphed serve of generation ran")
     if not graphed:
-        c.notes.append("serve_graphs: eager alone (no device with CUDA graphs): "
+        c.notes.append(f"{stem}: eager alone (no device with CUDA graphs): "
                        + "; ".join(f"{n}: tokens/s {fmt(e.get('tokens/s'))}"
                                    for n, e in sorted(ran.items())))
     for n in graphed:
         e, twin = ran[n], ran.get(n[: -len("/graph")])
         if not twin:
-            c.fail(f"serve_graphs: {n} has no eager twin")
+            c.fail(f"{stem}: {n} has no eager twin")
             continue
         if e.get("decode_steps") != twin.get("decode_steps"):
-            c.fail(f"serve_graphs: {n} ran {fmt(e.get('decode_steps'))} decode steps, "
+            c.fail(f"{stem}: {n} ran {fmt(e.get('decode_steps'))} decode steps, "
                    f"eager {fmt(twin.get('decode_steps'))}: not the same requests served")
         ratio = (f" ({fmt(e['tokens/s'] / twin['tokens/s'])}x)"
                  if twin.get("tokens/s") else "")
@@ -89,13 +93,14 @@ def graphed_serving(c, r, doc):
             if k in e or k in twin) + ratio)
 
 
-def graph_serve_args(r):
-    """bench's arguments for GPT2's generation served in Offline, eager and
-    graphed, on the GPUs (the rehearsal: eager, on its devices)."""
+def graph_serve_args(r, family="GPT2", dtype="fp32"):
+    """bench's arguments for a family's generation served in Offline, eager
+    and graphed, on the GPUs (the rehearsal: eager, on its devices)."""
     devices = r.gpus if r.gpu else r.step_devices
     return [f"--devices={','.join(devices)}", "--warmup_s=0.1", "--scenario=Offline",
-            "--cuda_graphs=false,true", *(GRAPHS_GPU if r.gpu else GRAPHS_REHEARSAL),
-            f"--benchmark_filter=^GPT2/{r.sizes['GPT2']}/"
+            f"--dtype={dtype}", "--cuda_graphs=false,true",
+            *(GRAPHS_GPU if r.gpu else GRAPHS_REHEARSAL),
+            f"--benchmark_filter=^{family}/{r.sizes[family]}/"
             f"({'|'.join(re.escape(d) for d in devices)})/serve/"]
 
 
