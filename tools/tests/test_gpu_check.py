@@ -276,21 +276,29 @@ class ServeCommandTest(unittest.TestCase):
         bench = built_bench()
         if not os.access(bench, os.X_OK):
             self.skipTest(f"no bench binary at {bench} (set LTB_BENCH)")
-        offline = "/serve/scenario:Offline/max_batch:{}/prompt:{}/output:{}/fp32"
-        for r, expected in (
+        offline = "/serve/scenario:Offline/max_batch:{}/prompt:{}/output:{}/{}"
+        gpu = types.SimpleNamespace(gpu=True, gpus=["cuda"], step_devices=["cpu", "cuda"],
+                                    sizes={"GPT2": "small", "Llama": "1B"})
+        cpu = types.SimpleNamespace(gpu=False, gpus=[], step_devices=["cpu"],
+                                    sizes={"GPT2": "nano", "Llama": "nano"})
+        gpu_lengths, cpu_lengths = (8, "32:128", "16:64"), (4, "4:16", "2:8")
+        for r, family, dtype, expected in (
                 # A GPU's names list without one: registered all the same.
-                (types.SimpleNamespace(gpu=True, gpus=["cuda"], step_devices=["cpu", "cuda"],
-                                       sizes={"GPT2": "small"}),
-                 ["GPT2/small/cuda" + offline.format(8, "32:128", "16:64"),
-                  "GPT2/small/cuda" + offline.format(8, "32:128", "16:64") + "/graph"]),
-                (types.SimpleNamespace(gpu=False, gpus=[], step_devices=["cpu"],
-                                       sizes={"GPT2": "nano"}),
-                 ["GPT2/nano/cpu" + offline.format(4, "4:16", "2:8")])):
-            proc = subprocess.run([bench, *serve.graph_serve_args(r), "--benchmark_list_tests"],
+                (gpu, "GPT2", "fp32",
+                 ["GPT2/small/cuda" + offline.format(*gpu_lengths, "fp32"),
+                  "GPT2/small/cuda" + offline.format(*gpu_lengths, "fp32") + "/graph"]),
+                (gpu, "Llama", "bf16",
+                 ["Llama/1B/cuda" + offline.format(*gpu_lengths, "bf16"),
+                  "Llama/1B/cuda" + offline.format(*gpu_lengths, "bf16") + "/graph"]),
+                (cpu, "GPT2", "fp32", ["GPT2/nano/cpu" + offline.format(*cpu_lengths, "fp32")]),
+                (cpu, "Llama", "bf16",
+                 ["Llama/nano/cpu" + offline.format(*cpu_lengths, "bf16")])):
+            proc = subprocess.run([bench, *serve.graph_serve_args(r, family, dtype),
+                                   "--benchmark_list_tests"],
                                   capture_output=True, text=True, timeout=120)
             self.assertEqual(proc.returncode, 0, proc.stderr)
             listed = [n.split("/iterations")[0] for n in proc.stdout.split()
-                      if n.startswith("GPT2/")]
+                      if n.startswith(family + "/")]
             self.assertEqual(listed, expected)
 
 
