@@ -1,6 +1,7 @@
 """The library's layout: rooms by concern whose dependencies point down, no
-two files that include each other, and the device type branched on only
-inside lib/device/ (everything else asks a device's backend)."""
+two files that include each other, the device type branched on only
+inside lib/device/ (everything else asks a device's backend), and C++17
+(LibTorch 2.11 and older build in it)."""
 
 import ast
 import os
@@ -30,6 +31,18 @@ BRANCH = re.compile(
     r"\bis_(cuda|cpu|mps)\s*\(|\bk(CUDA|MPS)\b|DeviceType::|"
     r"[=!]=\s*(c10::|at::|torch::)?kCPU\b|\bkCPU\s*[=!]=|"
     r"\.type\(\)\s*[=!]=|switch\s*\([^)]*\.type\(\)\)")
+
+
+# C++20 that a C++17 build refuses: the library builds in C++17 (lib/'s
+# cxx_std_17), as LibTorch 2.11 and older ask, though a newer LibTorch's
+# C++20 would accept these.
+CXX20 = re.compile(
+    r"\bstd::(erase_if|erase|ssize|span|format|ranges|views|bit_cast|source_location|"
+    r"jthread|stop_token|latch|barrier|counting_semaphore|numbers)\b|"
+    r"#\s*include\s*<(span|format|ranges|bit|source_location|numbers|concepts|"
+    r"compare|semaphore|latch|barrier|stop_token)>|"
+    r"<=>|\b(consteval|constinit|concept|char8_t)\b|\brequires\s*[({]|"
+    r"\busing\s+enum\b|\[\]\s*<|\.(starts_with|ends_with)\s*\(")
 
 
 def strip_comments(text):
@@ -113,6 +126,29 @@ class LayoutTest(unittest.TestCase):
                     if BRANCH.search(line):
                         found.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
         self.assertEqual(found, [], "ask the device's backend (lib/device/backend.h)")
+
+    def test_the_library_and_its_tests_build_in_cpp17(self):
+        found = []
+        for folder in ("lib", "bench", "test"):
+            for path in sources(os.path.join(ROOT, folder)):
+                with open(path) as f:
+                    code = strip_comments(f.read())
+                for n, line in enumerate(code.splitlines(), 1):
+                    if CXX20.search(line):
+                        found.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
+        self.assertEqual(found, [], "C++20 that LibTorch 2.11's C++17 build refuses")
+
+    def test_the_cpp20_pattern_catches_what_it_must(self):
+        for line in ["std::erase_if(v, pred);", "std::span<const int> s;", "#include <span>",
+                     "auto c = a <=> b;", "consteval int f();", "s.starts_with(\"x\")",
+                     "std::ranges::sort(v);", "using enum Kind;", "[]<typename T>(T t) {}",
+                     "template <class T> requires (sizeof(T) > 1)"]:
+            self.assertTrue(CXX20.search(line), line)
+        for line in ["v.erase(std::remove_if(v.begin(), v.end(), p), v.end());",
+                     "absl::StartsWith(s, \"x\")", "doc.contains(\"peaks\")",
+                     "#include <algorithm>", "a <= b", "std::vector<int> v;",
+                     "x.erase(it);", "[](int a) { return a; }"]:
+            self.assertFalse(CXX20.search(line), line)
 
     def test_the_branch_pattern_catches_what_it_must(self):
         # So that the test above cannot pass by matching nothing.
