@@ -7,9 +7,11 @@
 #include <string>
 #include <utility>
 
+#include "device/device.h"
 #include "family/family.h"
 #include "family/registry.h"
 #include "family/spec.h"
+#include "suite/sweep.h"
 
 namespace ltb {
 
@@ -52,6 +54,17 @@ inline BenchSpec TextServeSpec(const std::string& family, const std::string& sce
   s.serve.ttft_bound_ms = 5000;
   s.serve.tpot_bound_ms = 5000;
   return s;
+}
+
+// A sweep on the host that serves in Offline at 1 QPS, up to `max_batch`
+// samples a batch (or slots).
+inline Sweep OfflineServeSweep(int64_t max_batch) {
+  Sweep sweep;
+  sweep.devices = {HostDevice()};
+  sweep.serve_scenarios = {"Offline"};
+  sweep.serve_qps = {1};
+  sweep.serve.max_batch = max_batch;
+  return sweep;
 }
 
 }  // namespace ltb

@@ -58,6 +58,22 @@ def sources(folder):
                 yield os.path.join(dirpath, f)
 
 
+def lines_matching(pattern, folders, skip=lambda path: False):
+    """`file:line: code` of every line outside comments that `pattern`
+    matches, in the C++ sources under the repository's `folders`."""
+    found = []
+    for folder in folders:
+        for path in sources(os.path.join(ROOT, folder)):
+            if skip(path):
+                continue
+            with open(path) as f:
+                code = strip_comments(f.read())
+            for n, line in enumerate(code.splitlines(), 1):
+                if pattern.search(line):
+                    found.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
+    return found
+
+
 def room_of(path):
     return os.path.relpath(path, LIB).split(os.sep)[0]
 
@@ -115,27 +131,13 @@ class LayoutTest(unittest.TestCase):
         self.assertEqual(cycles, [])
 
     def test_only_lib_device_branches_on_the_device_type(self):
-        found = []
-        for folder in (LIB, os.path.join(ROOT, "bench")):
-            for path in sources(folder):
-                if room_of(path) == "device" and folder == LIB:
-                    continue
-                with open(path) as f:
-                    code = strip_comments(f.read())
-                for n, line in enumerate(code.splitlines(), 1):
-                    if BRANCH.search(line):
-                        found.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
+        found = lines_matching(BRANCH, ("lib", "bench"),
+                               skip=lambda path: path.startswith(LIB + os.sep)
+                               and room_of(path) == "device")
         self.assertEqual(found, [], "ask the device's backend (lib/device/backend.h)")
 
     def test_the_library_and_its_tests_build_in_cpp17(self):
-        found = []
-        for folder in ("lib", "bench", "test"):
-            for path in sources(os.path.join(ROOT, folder)):
-                with open(path) as f:
-                    code = strip_comments(f.read())
-                for n, line in enumerate(code.splitlines(), 1):
-                    if CXX20.search(line):
-                        found.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
+        found = lines_matching(CXX20, ("lib", "bench", "test"))
         self.assertEqual(found, [], "C++20 that LibTorch 2.11's C++17 build refuses")
 
     def test_the_cpp20_pattern_catches_what_it_must(self):

@@ -257,11 +257,7 @@ TEST_F(ServedModelFile, AFileThatTakesOnlyItsBatchRunsSmallerOnesPadded) {
 }
 
 TEST_F(ServedModelFile, ScenariosRegisterOneServeBenchmarkOfTheFile) {
-  Sweep sweep;
-  sweep.devices = {HostDevice()};
-  sweep.serve_scenarios = {"Offline"};
-  sweep.serve_qps = {1};
-  sweep.serve.max_batch = 8;
+  Sweep sweep = OfflineServeSweep(8);
   const std::vector<Family> families =
       Families("def forward(self, x):\n  return x @ self.w\n");
   std::vector<std::string> served;

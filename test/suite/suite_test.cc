@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "device/device.h"
 #include "family/registry.h"
+#include "spec_for.h"
 
 namespace ltb {
 namespace {
@@ -107,11 +108,7 @@ TEST(ExpandSweep, ScenariosAddServeBenchmarksAndKeepEveryOtherName) {
 TEST(ExpandSweep, GenerationIsServedByTheFamiliesThatBatchItContinuouslyAlone) {
   // Whisper generates too, but its decoding has no slots: serving its
   // generation would time something else under a generation's name.
-  Sweep sweep;
-  sweep.devices = {HostDevice()};
-  sweep.serve_scenarios = {"Offline"};
-  sweep.serve_qps = {1};
-  sweep.serve.max_batch = 4;
+  Sweep sweep = OfflineServeSweep(4);
   sweep.serve.phase = "generate";
   std::set<std::string> families;
   for (const Registration& r : ExpandSweep(Families(), sweep)) {
@@ -157,13 +154,10 @@ TEST(ExpandSweep, FindPeakNamesServersStartAndLeavesTheOtherScenarios) {
 }
 
 TEST(ExpandSweep, ServedGenerationIsGraphedOnDevicesWithGraphsAndNothingElseServed) {
-  Sweep sweep;
+  Sweep sweep = OfflineServeSweep(4);
   sweep.devices = {HostDevice(), c10::Device(c10::kCUDA, 0)};
   sweep.batches = {2};
   sweep.seqs = {32};
-  sweep.serve_scenarios = {"Offline"};
-  sweep.serve_qps = {1};
-  sweep.serve.max_batch = 4;
   const auto serve_names = [&](std::vector<bool> graphs) {
     sweep.graphs = std::move(graphs);
     std::set<std::string> serve;
