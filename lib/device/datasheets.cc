@@ -6,18 +6,11 @@
 #include "absl/strings/str_split.h"
 
 namespace ltb {
-namespace {
 
 // Dense (non-sparse) peaks from NVIDIA's datasheets: fp32, bf16, fp16, TF32
-// (half the "with sparsity" figure the datasheets print), bandwidth. More specific names
-// come first: the first entry whose every word is in the device name wins.
-struct Entry {
-  std::vector<const char*> words;
-  DatasheetPeaks peaks;
-};
-
-const std::vector<Entry>& Table() {
-  static const auto* table = new std::vector<Entry>{
+// (half the "with sparsity" figure the datasheets print), bandwidth.
+const std::vector<KnownGpu>& KnownGpus() {
+  static const auto* table = new std::vector<KnownGpu>{
       {{"H100", "NVL"},
        {60e12, 835e12, 835e12, 417.5e12, 3.9e12, "NVIDIA H100 NVL",
         "NVIDIA H100 Tensor Core GPU datasheet"}},
@@ -54,17 +47,16 @@ const std::vector<Entry>& Table() {
   return *table;
 }
 
-}  // namespace
-
 const DatasheetPeaks* LookupDatasheet(const std::string& gpu_name) {
   // Whole words only: "L4" must not match "RTX A4000", nor "T4" "RTX 4090".
   std::vector<std::string> words = absl::StrSplit(gpu_name, absl::ByAnyChar(" -_"));
-  for (const Entry& e : Table()) {
-    const bool all = std::all_of(e.words.begin(), e.words.end(), [&](const char* w) {
-      return std::any_of(words.begin(), words.end(), [&](const std::string& have) {
-        return absl::EqualsIgnoreCase(have, w);
-      });
-    });
+  for (const KnownGpu& e : KnownGpus()) {
+    const bool all =
+        std::all_of(e.words.begin(), e.words.end(), [&](const std::string& w) {
+          return std::any_of(words.begin(), words.end(), [&](const std::string& have) {
+            return absl::EqualsIgnoreCase(have, w);
+          });
+        });
     if (all) return &e.peaks;
   }
   return nullptr;

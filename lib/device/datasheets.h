@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace ltb {
 
@@ -14,6 +15,16 @@ struct DatasheetPeaks {
   std::string model;                    // "NVIDIA H100 SXM5"
   std::string source;                   // the datasheet it comes from
 };
+
+// A known GPU: the words its CUDA name holds (whole words, any case) and its
+// peaks. The table is in match order, more specific names first: the first
+// entry whose every word is in the name wins. `bench --list_families`
+// prints it, so that tools/pybench divides by the same peaks.
+struct KnownGpu {
+  std::vector<std::string> words;
+  DatasheetPeaks peaks;
+};
+const std::vector<KnownGpu>& KnownGpus();
 
 // Matches a CUDA device name ("NVIDIA H100 80GB HBM3") to the table of
 // known GPUs (H100, H200, A100, L4, T4, RTX 4090).

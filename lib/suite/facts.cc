@@ -5,6 +5,7 @@
 
 #include "base/dtype.h"
 #include "device/backend.h"
+#include "device/datasheets.h"
 #include "device/device.h"
 #include "measure/counters.h"
 #include "measure/timed_loop.h"
@@ -103,6 +104,21 @@ std::string FamilyFactsJson(const std::vector<Family>& families) {
                      {"dynamic_int8_linear", caps.dynamic_int8_linear}};
   }
   doc["devices"] = devices;
+  // The GPUs' datasheet peaks mfu and mbu divide by, in match order (see
+  // LookupDatasheet): the Python suite divides by the same.
+  nlohmann::ordered_json gpus = nlohmann::ordered_json::array();
+  for (const KnownGpu& g : KnownGpus()) {
+    const DatasheetPeaks& p = g.peaks;
+    gpus.push_back({{"words", g.words},
+                    {"fp32", p.fp32},
+                    {"bf16", p.bf16},
+                    {"fp16", p.fp16},
+                    {"tf32", p.tf32},
+                    {"bandwidth", p.bandwidth},
+                    {"model", p.model},
+                    {"source", p.source}});
+  }
+  doc["datasheets"] = gpus;
   doc["dtypes"] = {"fp32", "bf16", "fp16"};
   doc["quants"] = kQuantNames;
   doc["quant_groups"] = kQuantGroups;

@@ -1033,3 +1033,62 @@ class KindsTest(unittest.TestCase):
         with self.assertRaisesRegex(KeyError, "no kind for family 'Gpt3'; the families: "
                                     "ResNet, CNN, Transformer"):
             kinds.of("Gpt3")
+
+
+class DatasheetPeaksTest(unittest.TestCase):
+    """On a known GPU pybench divides by bench's datasheet peaks, read from
+    bench's facts (one table, lib/device/datasheets.cc), so that both sides'
+    mfu and mbu divide by the same figures."""
+
+    def args(self, **given):
+        import types
+        return types.SimpleNamespace(**dict(dict(peak_flops=None, peak_bandwidth=None,
+                                                 peaks_from=None, device_list=["cuda"],
+                                                 dtypes=["fp32", "bf16", "fp16"]), **given))
+
+    def peaks_on(self, gpu_name, **given):
+        from unittest import mock
+        from ltb.pysuite import peaks
+        with mock.patch("torch.cuda.get_device_name", return_value=gpu_name):
+            return peaks.peak_flops(self.args(**given))
+
+    def test_names_match_as_benchs_lookup_does(self):
+        from ltb.pysuite.peaks import datasheet
+        # The cases of test/peaks/peaks_test.cc's LookupDatasheet test.
+        cases = {"NVIDIA H100 80GB HBM3": "NVIDIA H100 SXM5", "NVIDIA H100 PCIe":
+                 "NVIDIA H100 PCIe", "NVIDIA H100 NVL": "NVIDIA H100 NVL",
+                 "NVIDIA H200": "NVIDIA H200 SXM", "NVIDIA H200 NVL": "NVIDIA H200 NVL",
+                 "NVIDIA GH200 480GB": None, "NVIDIA A100-SXM4-80GB": "NVIDIA A100 80GB SXM",
+                 "NVIDIA A100-PCIE-40GB": "NVIDIA A100 40GB", "NVIDIA L4": "NVIDIA L4",
+                 "Tesla T4": "NVIDIA T4", "NVIDIA GeForce RTX 4090": "NVIDIA GeForce RTX 4090",
+                 "NVIDIA RTX A4000": None, "NVIDIA GeForce RTX 3090": None}
+        self.assertEqual({n: (datasheet(n) or {}).get("model") for n in cases}, cases)
+
+    def test_the_context_names_the_peaks_bench_named_on_the_same_gpu(self):
+        # bench's own context on an H200 (docs/results/h200-2026-11-28).
+        from ltb.pysuite import context
+        with open(os.path.join(REPO, "docs", "results", "h200-2026-11-28",
+                               "precision.json")) as f:
+            bench_ctx = json.load(f)["context"]
+        peaks = self.peaks_on("NVIDIA H200")
+        self.assertEqual(peaks[("cuda", "bf16")][0], 989.4e12)
+        self.assertEqual(peaks[("cuda", "bandwidth")][0], 4.8e12)
+        written = context.peak_entries(peaks)
+        for key in ("peak_flops_cuda_fp32", "peak_flops_cuda_bf16", "peak_flops_cuda_fp16",
+                    "peak_bandwidth_cuda"):
+            self.assertEqual(written[key], bench_ctx[key])
+
+    def test_given_peaks_win_and_a_missing_rate_is_not_invented(self):
+        peaks = self.peaks_on("NVIDIA H100 80GB HBM3", peak_bandwidth=1e12,
+                              peak_flops="bf16=2e14")
+        self.assertEqual(peaks[("cuda", "bandwidth")], (1e12, "given (--peak_bandwidth)"))
+        self.assertEqual(peaks[("cuda", "bf16")], (2e14, "given (--peak_flops)"))
+        self.assertEqual(peaks[("cuda", "fp32")][0], 67e12)  # the datasheet's, not given
+        # A T4 has no bf16 tensor cores: the datasheet gives no rate, and with
+        # peaks given (nothing measured) bf16 has none.
+        t4 = self.peaks_on("Tesla T4", peak_flops="fp32=1e13")
+        self.assertEqual(t4[("cuda", "fp16")][0], 65e12)
+        self.assertNotIn(("cuda", "bf16"), t4)
+        # Another GPU: nothing from the table.
+        other = self.peaks_on("NVIDIA RTX A4000", peak_flops="1e12")
+        self.assertNotIn(("cuda", "bandwidth"), other)

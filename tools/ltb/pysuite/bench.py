@@ -72,8 +72,10 @@ results. The context records what decides the comparison: threads, grad
 mode, warm-up, torch's version and the BLAS, under bench's keys.
 
 Peaks for mfu: --peak_flops as bench's, or --peaks_from=BENCH.json to take
-the peaks a bench run measured (its context's peak_flops_*), else the best
-of torch.matmul on 2048x2048 measured at start (the context says which).
+the peaks a bench run measured (its context's peak_flops_*); on a GPU bench
+knows, its datasheet peaks (bench's table, from its facts), mbu's bandwidth
+too; else the best of torch.matmul on 2048x2048 measured at start (the
+context says which).
 
 Exit 0 when every benchmark ran, 1 when one errored (it is in the JSON with
 its message, as bench writes errors), 2 on a bad flag or a filter that

@@ -98,6 +98,14 @@ def context(args, threads, peaks):
                         "first warm-up step less a warm step")
         c["compile_cache"] = (f"fresh: {COMPILE_CACHES['fresh']}"
                               if args.compile_cache == "fresh" else shared_cache_text())
+    c.update(peak_entries(peaks))
+    return c
+
+
+def peak_entries(peaks):
+    """The context's peak_flops_* and peak_bandwidth_* entries, as bench
+    writes them."""
+    c = {}
     for (kind, dtype), (value, how) in sorted(peaks.items()):
         if dtype == "bandwidth":
             c[f"peak_bandwidth_{kind}"] = f"{value:.4g} bytes/s ({how})"

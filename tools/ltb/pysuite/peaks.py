@@ -1,16 +1,29 @@
 """The peaks that mfu and mbu divide by (lib/peaks): given (--peak_flops,
 --peak_bandwidth), taken from the context of a bench run (--peaks_from),
-or else the best of torch.matmul measured at start; each with how it was
-found, which the context records."""
+a known GPU's datasheet (bench's table, from its facts), or else the best
+of torch.matmul measured at start; each with how it was found, which the
+context records."""
 import math
 import re
 import time
 
 import torch
 
+from ltb.pysuite import facts
 from ltb.pysuite.device import DTYPES, synchronize
 from ltb.pysuite.flags import BadFlag
 from ltb.results.load import load
+
+
+def datasheet(gpu_name):
+    """bench's datasheet peaks for a CUDA device name (lib/device/datasheets.cc,
+    as `bench --list_families` prints them): the first entry whose every
+    word is a whole word of the name, in any case; None for another GPU."""
+    words = {w.lower() for w in re.split(r"[ \-_]", gpu_name) if w}
+    for entry in facts.load()["datasheets"]:
+        if all(w.lower() in words for w in entry["words"]):
+            return entry
+    return None
 
 
 def peak_flops(args):
@@ -31,8 +44,7 @@ def peak_flops(args):
             for kind in ("cpu", "cuda"):
                 for d in ([dtype] if dtype else DTYPES):
                     peaks[(kind, d)] = (number, "given (--peak_flops)")
-        return peaks
-    if args.peaks_from:
+    elif args.peaks_from:
         doc = load(args.peaks_from)
         for key, text in doc["context"].items():
             m = (re.fullmatch(r"peak_flops_(cpu|cuda)_(fp32|bf16|fp16)", key)
@@ -44,7 +56,20 @@ def peak_flops(args):
         return peaks
     for device in args.device_list:
         kind = device.split(":")[0]
+        # A known GPU: bench's datasheet peaks, as bench divides by them (a
+        # dtype the datasheet gives no rate for is measured, as bench does).
+        sheet = datasheet(torch.cuda.get_device_name(device)) if kind == "cuda" else None
+        if sheet:
+            source = f"datasheet: {sheet['model']} ({sheet['source']})"
+            peaks.setdefault((kind, "bandwidth"), (sheet["bandwidth"], source))
         for dtype in args.dtypes:
+            if (kind, dtype) in peaks:  # given
+                continue
+            if sheet and sheet[dtype] > 0:
+                peaks[(kind, dtype)] = (sheet[dtype], source)
+                continue
+            if args.peak_flops:  # given for other dtypes: nothing measured
+                continue
             a = torch.randn(2048, 2048, device=device).to(DTYPES[dtype])
             b = torch.randn(2048, 2048, device=device).to(DTYPES[dtype])
             best = math.inf
