@@ -199,8 +199,7 @@ def served_generation(d):
     for name, e in ran.items():
         if "tokens/s" not in e:
             continue
-        latency = [num(e[f"{k}_p{q}_ms"]) if f"{k}_p{q}_ms" in e else ""
-                   for k in ("ttft", "tpot") for q in (50, 99)]
+        latency = [num(e.get(f"{k}_p{q}_ms")) for k in ("ttft", "tpot") for q in (50, 99)]
         verdict = e.get("label", "").split(" ", 1)[-1].split(" (")[0]
         t.add([f"`{name}`", human(e["tokens/s"]), *latency, num(e.get("mean_active_slots")),
                verdict], **{"tokens/s": e["tokens/s"]})
