@@ -47,7 +47,12 @@ at::Tensor PackedLinear::operator()(const at::Tensor& x) const {
 
 at::Tensor PackableLinearImpl::forward(const at::Tensor& x) {
   if (quantized_.quantized()) return quantized_(x);
-  return packed_.packed() ? packed_(x) : torch::nn::LinearImpl::forward(x);
+  if (packed_.packed()) return packed_(x);
+  // ATen's linear, as Python's nn.Linear runs it: with a bias it is one
+  // addmm, where LibTorch's C++ Linear multiplies a 3-d input first and then
+  // adds the bias in a second pass over the output (a second kernel launch
+  // on a GPU).
+  return at::linear(x, weight, bias);
 }
 
 WeightChange PackableLinearImpl::Quantize(const Quant& quant) {
