@@ -8,7 +8,8 @@ of a dict of "param:NAME", "buffer:NAME", "input:I" and "output" tensors,
 in files named FAMILY-SIZE.pt), checks that seed 0 builds the Python model
 with the C++ model's weights ("init:param:NAME") and leaves the default
 generator as C++ did ("rng:built"), loads the weights into the Python model
-strictly, runs the same inputs and compares with the C++ output. Exit 0 when
+strictly, runs the same inputs and compares with the C++ output; each
+dump's lines end with "FAMILY/SIZE: matches" or "... DIVERGES". Exit 0 when
 every family matches, 1 when one diverges, 2 on bad input.
 
 The C++ modules' fused/explicit attention switch is not mirrored: both
@@ -88,7 +89,8 @@ def check_dump(path):
     expected, dumped = set(model.state_dict()), set(state)
     if expected != dumped:
         return False, [f"{family}/{size}: names differ: only in Python "
-                       f"{sorted(expected - dumped)}, only in C++ {sorted(dumped - expected)}"]
+                       f"{sorted(expected - dumped)}, only in C++ {sorted(dumped - expected)}",
+                       verdict(family, size, False)]
     results = []
     if drawn:  # the same seed draws the same weights on both sides
         params = dict(model.named_parameters())
@@ -121,7 +123,13 @@ def check_dump(path):
         if family == "Whisper" and "decode:input:0" in tensors:
             logits = model.decode(tensors["decode:input:0"], tensors["output"])
             results.append(_compare(f"{family}/{size} decode", logits, tensors["decode:output"]))
-    return all(ok for _, ok in results), [line for line, _ in results]
+    ok = all(ok for _, ok in results)
+    return ok, [line for line, _ in results] + [verdict(family, size, ok)]
+
+
+def verdict(family, size, ok):
+    """A dump's last line, which the parity test reads for its family."""
+    return f"{family}/{size}: " + ("matches" if ok else "DIVERGES")
 
 
 def main(argv=None):
