@@ -9,6 +9,7 @@
 #include <string>
 
 #include "device/cpu_isa.h"
+#include "operators_called.h"
 
 namespace ltb {
 namespace {
@@ -31,6 +32,25 @@ TEST(PackableLinear, IsALinearUntilPackedThenRunsOneDnnWithTheSameResult) {
   const at::Tensor packed = layer(x);
   EXPECT_EQ(packed.sizes(), plain.sizes());
   EXPECT_TRUE(torch::allclose(packed, plain, 1e-4, 1e-5));
+}
+
+// With a bias, a batch of sequences is one addmm over its rows, as Python's
+// nn.Linear runs it (and Hugging Face's GPT-2 Conv1D), not a matmul and then
+// the bias added in a second pass, as LibTorch's C++ Linear runs it: the
+// profiler sees one addmm and no add.
+TEST(PackableLinear, WithABiasIsOneAddmmAsInPython) {
+  torch::manual_seed(0);
+  PackableLinear layer(96, 80);
+  torch::NoGradGuard no_grad;
+  const at::Tensor x = torch::randn({4, 33, 96});
+  const at::Tensor python =
+      at::addmm(layer->bias, x.view({-1, 96}), layer->weight.t()).view({4, 33, 80});
+  at::Tensor y;
+  const std::map<std::string, int> ops = OperatorsCalled([&] { y = layer(x); });
+  EXPECT_EQ(ops.count("aten::addmm"), 1u) << ::testing::PrintToString(ops);
+  EXPECT_EQ(ops.count("aten::add"), 0u) << ::testing::PrintToString(ops);
+  EXPECT_EQ(ops.count("aten::add_"), 0u) << ::testing::PrintToString(ops);
+  EXPECT_TRUE(torch::allclose(y, python));
 }
 
 TEST(PackLinears, PacksEveryLayerOfAModel) {

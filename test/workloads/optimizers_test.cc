@@ -2,13 +2,14 @@
 // choice between them by device.
 #include "workloads/optimizers.h"
 
-#include <ATen/record_function.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <map>
 #include <string>
 #include <vector>
+
+#include "operators_called.h"
 
 namespace ltb {
 namespace {
@@ -82,19 +83,7 @@ TEST(PerParameterAdamW, StepsAsLibTorchsAdamW) {
 
 // The operators an optimizer's step calls on this thread, by name.
 std::map<std::string, int> OperatorsOfAStep(torch::optim::Optimizer& optimizer) {
-  static thread_local std::map<std::string, int>* calls = nullptr;
-  std::map<std::string, int> counted;
-  calls = &counted;
-  const at::CallbackHandle handle = at::addThreadLocalCallback(
-      at::RecordFunctionCallback([](const at::RecordFunction& fn)
-                                     -> std::unique_ptr<at::ObserverContext> {
-        ++(*calls)[fn.name()];
-        return nullptr;
-      }).scopes({at::RecordScope::FUNCTION}));
-  optimizer.step();
-  at::removeCallback(handle);
-  calls = nullptr;
-  return counted;
+  return OperatorsCalled([&] { optimizer.step(); });
 }
 
 // Python's _single_tensor_adamw (its CPU default) moves the first moment
