@@ -131,8 +131,9 @@ struct MemoryEstimate {
   // turns mmap off, --malloc=tuned), and kernels' own buffers are not
   // tensors. 0: not measured.
   int64_t overhead = 0;
-  // Host memory to build the model before it is converted or moved: every
-  // LibTorch module starts as fp32 tensors on the CPU.
+  // Host memory to build the model before it is converted or moved: a
+  // LibTorch module starts as fp32 tensors on the CPU (0: params x 4), a
+  // decoder built for a checkpoint as its weights in the dtype they load in.
   int64_t host_build = 0;
   int64_t Total() const {
     return weights + gradients + optimizer + activations + overhead;

@@ -74,7 +74,8 @@ absl::StatusOr<Plan> PlanRun(const Family& family, const BenchSpec& spec) {
   if (!DtypeRuns(spec.device, spec.dtype, &why)) return absl::UnimplementedError(why);
   absl::StatusOr<Plan> plan = family.PlanFor(spec);
   if (!plan.ok()) return plan.status();
-  plan->memory.host_build = plan->params * 4;
+  // Unless the family says otherwise, the model is built as fp32 on the host.
+  if (plan->memory.host_build == 0) plan->memory.host_build = plan->params * 4;
   // Packed linears keep a second copy of the weights in oneDNN's layout.
   if (spec.pack_cpu_linears) plan->memory.weights *= 2;
   if (DataParallel* group = CurrentProcessGroup();

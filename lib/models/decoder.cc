@@ -176,10 +176,10 @@ at::Tensor ApplyRotary(PositionKind kind, const at::Tensor& x,
 namespace {
 
 // A linear layer drawn by LibTorch's initialiser now, or allocated for
-// InitLikeHuggingFace to draw later.
+// InitLikeHuggingFace to draw later (or a checkpoint to fill).
 PackableLinear MakeLinear(const DecoderNames& n, int64_t in, int64_t out, bool bias) {
   const auto options = torch::nn::LinearOptions(in, out).bias(bias);
-  if (!n.hf_init) return PackableLinear(options);
+  if (!n.hf_init && n.draw) return PackableLinear(options);
   // Built with no output features: its initialisation fills no element and
   // draws nothing; then the parameters take their shapes, uninitialised.
   PackableLinear linear(torch::nn::LinearOptions(in, 0).bias(bias));
@@ -192,7 +192,7 @@ PackableLinear MakeLinear(const DecoderNames& n, int64_t in, int64_t out, bool b
 }
 
 torch::nn::Embedding MakeEmbedding(const DecoderNames& n, int64_t count, int64_t dim) {
-  if (!n.hf_init) return torch::nn::Embedding(count, dim);
+  if (!n.hf_init && n.draw) return torch::nn::Embedding(count, dim);
   // Given its weight, an embedding keeps it rather than drawing one.
   return torch::nn::Embedding(
       torch::nn::EmbeddingOptions(count, dim)._weight(at::empty({count, dim})));
@@ -384,7 +384,9 @@ DecoderLMImpl::DecoderLMImpl(const DecoderOptions& o, const DecoderNames& n)
     head = register_module(n.head, MakeLinear(n, o.d_model(), o.vocab_size(), false));
   }
   for (int64_t i = 0; i < o.num_layers(); ++i) layers->push_back(DecoderBlock(o, n));
-  if (n.hf_init) InitLikeHuggingFace(*this, 0.02, o.num_layers(), n.residual_scaled);
+  if (n.hf_init && n.draw) {
+    InitLikeHuggingFace(*this, 0.02, o.num_layers(), n.residual_scaled);
+  }
 }
 
 at::Tensor DecoderLMImpl::Trunk(const at::Tensor& tokens, int64_t position,

@@ -103,6 +103,10 @@ struct DecoderNames {
   // initialisers in construction order.
   bool hf_init = true;
   std::vector<std::string> residual_scaled;
+  // false: nothing drawn, the weights left uninitialised (untouched memory,
+  // not yet resident) for a checkpoint to fill (--weights), and the default
+  // generator as it was.
+  bool draw = true;
 };
 
 // Parameters: L(d q + 2 d k + q d + MLP + norms + biases, and as much

@@ -216,6 +216,15 @@ absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
   absl::StatusOr<PrepareCost> prepared = PlanPrepare(s, plan.params);
   if (!prepared.ok()) return prepared.status();
   plan.mfu_left_out = prepared->mfu_left_out;
+  const auto memory = [&] {
+    MemoryEstimate m = DecoderMemory(*o, s, plan.params, prepared->held_bytes);
+    // Built undrawn, a checkpoint's model holds its weights in the dtype
+    // they load in, never as fp32 first.
+    if (!s.weights.empty()) {
+      m.host_build = plan.params * DtypeBytes(s.training() ? c10::kFloat : s.dtype);
+    }
+    return m;
+  };
   if (s.phase == kGenerate) {
     if (absl::Status shape = CheckGenerateShape(s, row.family, o->max_positions());
         !shape.ok()) {
@@ -225,7 +234,7 @@ absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
     plan.flops_per_step =
         DecoderGenerateFlops(*o, s.batch, s.prompt, s.new_tokens, s.depth);
     plan.reports_weight_bandwidth = true;
-    plan.memory = DecoderMemory(*o, s, plan.params, prepared->held_bytes);
+    plan.memory = memory();
     return plan;
   }
   if (s.batch <= 0 || s.seq <= 0) {
@@ -244,7 +253,7 @@ absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
     plan.tokens_per_step = samples * s.seq;
     plan.samples_per_step = samples;
   }
-  plan.memory = DecoderMemory(*o, s, plan.params, prepared->held_bytes);
+  plan.memory = memory();
   return plan;
 }
 
@@ -403,7 +412,10 @@ namespace {
 std::unique_ptr<Workload> BuildDecoder(const DecoderRow& row, const BenchSpec& s) {
   DecoderOptions o = DecoderSizeOptions(row.family, s.size).value();
   if (row.seq_sets_positions) o.max_positions(s.seq);
-  DecoderLM model(o, row.names);
+  // A checkpoint replaces every weight: none is drawn first.
+  DecoderNames names = row.names;
+  names.draw = s.weights.empty();
+  DecoderLM model(o, names);
   LoadSpecWeights(*model, s, DecoderWeightNames(row, o));
   const double weight_bytes = ReadWeightBytes(o, DecoderParamCount(o), s.dtype);
   if (s.phase == kGenerate) return MakeDecodeWorkload(s, model, weight_bytes);

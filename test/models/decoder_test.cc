@@ -328,6 +328,27 @@ TEST_P(EveryDecoder, HuggingFaceRowsTakeOneNumberFromTheDefaultGenerator) {
   EXPECT_TRUE(torch::equal(state(), after_one));
 }
 
+// Built for a checkpoint (draw false), a decoder takes nothing from the
+// default generator, whichever way its row draws, and has the parameters,
+// by name and shape, that the drawn one has for the checkpoint to fill.
+TEST_P(EveryDecoder, BuiltForACheckpointItDrawsNothing) {
+  const auto state = [] { return at::detail::getDefaultCPUGenerator().get_state(); };
+  DecoderNames names = row().names;
+  names.draw = false;
+  torch::manual_seed(11);
+  const at::Tensor seeded = state();
+  DecoderLM undrawn(Nano(family()), names);
+  EXPECT_TRUE(torch::equal(state(), seeded));
+  std::vector<std::pair<std::string, std::vector<int64_t>>> want, got;
+  for (const auto& p : Make(Nano(family()))->named_parameters()) {
+    want.emplace_back(p.key(), p.value().sizes().vec());
+  }
+  for (const auto& p : undrawn->named_parameters()) {
+    got.emplace_back(p.key(), p.value().sizes().vec());
+  }
+  EXPECT_EQ(got, want);
+}
+
 // Random weights as Hugging Face draws them: every matrix and embedding of
 // standard deviation 0.02 (GPT-2's residual projections, c_proj,
 // 0.02 / sqrt(2 layers)), biases zero, norms one. So the random model
@@ -666,6 +687,28 @@ TEST(DecoderFamily, ResultsCarryTheWeightBytesAStepReads) {
   EXPECT_NE(f.plan(s)->mfu_left_out.find("FBGEMM's dynamic int8"), std::string::npos);
   // Training reads fp32 master weights: no inference bytes planned.
   EXPECT_EQ(f.plan(SpecFor("Llama", "nano", kTrainStep, 1, 8))->weight_bytes, 0);
+}
+
+// With --weights the benchmark's model is built undrawn: its inputs are the
+// first numbers drawn after the seed, and the host holds the weights in the
+// dtype they load in, never fp32 first (the guard's host_build); without,
+// the plan leaves host_build to the runner's fp32 build.
+TEST(DecoderFamily, ACheckpointsModelIsBuiltWithoutDrawingOrAnFp32Copy) {
+  const Family f = LlamaFamily();
+  BenchSpec s = SpecFor("Llama", "nano", kForward, 2, 8);
+  s.weights = std::string(LTB_SOURCE_DIR) + "/test/models/fixtures/llama-nano";
+  torch::manual_seed(5);
+  const at::Tensor inputs = f.build(s)->BatchInputs();
+  torch::manual_seed(5);
+  const at::Tensor first = torch::randint(0, 1000, {2, 9}, torch::kLong).narrow(1, 0, 8);
+  EXPECT_TRUE(torch::equal(inputs, first));
+  s.dtype = c10::kBFloat16;
+  EXPECT_EQ(f.plan(s)->memory.host_build, 187'200 * 2);
+  s.weights.clear();
+  EXPECT_EQ(f.plan(s)->memory.host_build, 0);
+  s.size = "8B";
+  s.weights = "8B.safetensors";  // planned before the file is opened
+  EXPECT_EQ(f.plan(s)->memory.host_build, int64_t{8'030'261'248} * 2);
 }
 
 TEST(DecoderFamily, Training8BInFp32NeedsFarMoreThanAWorkstation) {

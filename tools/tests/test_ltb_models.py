@@ -226,6 +226,20 @@ class DecoderTest(unittest.TestCase):
             self.assertEqual(model(torch.zeros(1, 5, dtype=torch.int64)).shape, (1, 5, 1000))
 
 
+    def test_built_for_a_checkpoint_a_decoder_draws_nothing(self):
+        # As C++'s EveryDecoder.BuiltForACheckpointItDrawsNothing: whichever
+        # way the row draws, the generator is left as seeded, and the
+        # parameters are the drawn model's by name and shape.
+        for family in ("Transformer", "GPT2", "Llama"):
+            with self.subTest(family=family):
+                torch.manual_seed(11)
+                seeded = torch.get_rng_state()
+                undrawn = ltb_models.build(family, "nano", draw=False)
+                self.assertTrue(torch.equal(torch.get_rng_state(), seeded))
+                drawn = ltb_models.build(family, "nano")
+                self.assertEqual([(n, p.shape) for n, p in undrawn.named_parameters()],
+                                 [(n, p.shape) for n, p in drawn.named_parameters()])
+
 class ExportTest(unittest.TestCase):
     def test_each_nano_forward_module_exports(self):
         for family in ltb_models.FAMILIES:

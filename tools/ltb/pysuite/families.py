@@ -91,10 +91,12 @@ def options(family, size, **overrides):
     return dataclasses.replace(size_entry(family, size).options, **overrides)
 
 
-def build(family, size, **overrides):
+def build(family, size, draw=True, **overrides):
     """The model of `size` (train mode, as a new C++ module), with option
-    fields overridden (e.g. max_positions=1024 for the Transformer)."""
-    return _MODELS[family](options(family, size, **overrides))
+    fields overridden (e.g. max_positions=1024 for the Transformer);
+    draw=False: a decoder's weights left undrawn for a checkpoint."""
+    o = options(family, size, **overrides)
+    return _MODELS[family](o) if draw else _MODELS[family](o, draw=False)
 
 
 def benchmark_overrides(family, seq=None):

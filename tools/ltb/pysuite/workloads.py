@@ -39,7 +39,7 @@ class Workload:
         torch.manual_seed(args.seed)
         s = spec
         overrides = families.benchmark_overrides(s.family, s.seq or None)
-        model = families.build(s.family, s.size, **overrides)
+        model = families.build(s.family, s.size, draw=not s.weights, **overrides)
         self.options = o = families.size_entry(s.family, s.size).options
         if s.weights:  # lib/models/weights.cc LoadSpecWeights
             try:

@@ -116,6 +116,9 @@ class DecoderNames:
     # initialisers in construction order.
     hf_init: bool = True
     residual_scaled: tuple = ()
+    # False: nothing drawn, the weights uninitialised for a checkpoint to
+    # fill (--weights), and the default generator as it was.
+    draw: bool = True
 
 
 class Named(nn.Module):
@@ -222,9 +225,10 @@ def rotate_half(x, cos, sin):
 
 
 def linear_maker(names):
-    # hf_init draws the weights after the build: allocate them undrawn.
-    return (lambda *shape, bias: undrawn(nn.Linear, *shape, bias=bias)) if names.hf_init \
-        else (lambda *shape, bias: nn.Linear(*shape, bias=bias))
+    # hf_init draws the weights after the build, and a checkpoint fills them
+    # (draw false): allocate them undrawn.
+    return (lambda *shape, bias: undrawn(nn.Linear, *shape, bias=bias)) \
+        if names.hf_init or not names.draw else (lambda *shape, bias: nn.Linear(*shape, bias=bias))
 
 
 class Attention(Named):
@@ -373,8 +377,8 @@ class Decoder(Named):
         if names.trunk:
             self.add("trunk", Named(names))
         trunk = self.trunk()
-        embedding = (lambda *shape: undrawn(nn.Embedding, *shape)) if names.hf_init \
-            else nn.Embedding
+        embedding = (lambda *shape: undrawn(nn.Embedding, *shape)) \
+            if names.hf_init or not names.draw else nn.Embedding
         trunk.add("embed", embedding(o.vocab_size, o.d_model))
         if o.positions == "learned":
             trunk.add("pos_embed", embedding(o.max_positions, o.d_model))
@@ -392,7 +396,7 @@ class Decoder(Named):
         # it); an untied head is quantised as a linear layer. C++:
         # head_quantized_.
         self.quantized_head = None
-        if names.hf_init:  # GPT2Config's and LlamaConfig's initializer_range
+        if names.hf_init and names.draw:  # GPT2Config's and LlamaConfig's initializer_range
             init_like_hugging_face(self, 0.02, o.num_layers, names.residual_scaled)
 
     def trunk(self):

@@ -2,6 +2,8 @@
 lib/models/decoder_family.cc has them: each family's sizes (DecoderOptions,
 with shared/MODELS.md's parameter counts), its reference model's module
 names (DecoderNames) and its model class."""
+import dataclasses
+
 from ltb.pysuite.models.common import Size
 from ltb.pysuite.models.decoder import Decoder, DecoderNames, DecoderOptions
 
@@ -72,16 +74,17 @@ LLAMA_NAMES = DecoderNames(
     rope="rotary_emb", qkv_order=("v", "q", "k"))
 
 
+# draw=False: built for a checkpoint, nothing drawn (C++: BuildDecoder).
 class TransformerLM(Decoder):
-    def __init__(self, o):
-        super().__init__(o, TRANSFORMER_NAMES)
+    def __init__(self, o, draw=True):
+        super().__init__(o, dataclasses.replace(TRANSFORMER_NAMES, draw=draw))
 
 
 class GPT2LM(Decoder):
-    def __init__(self, o):
-        super().__init__(o, GPT2_NAMES)
+    def __init__(self, o, draw=True):
+        super().__init__(o, dataclasses.replace(GPT2_NAMES, draw=draw))
 
 
 class LlamaLM(Decoder):
-    def __init__(self, o):
-        super().__init__(o, LLAMA_NAMES)
+    def __init__(self, o, draw=True):
+        super().__init__(o, dataclasses.replace(LLAMA_NAMES, draw=draw))
