@@ -39,7 +39,10 @@ void ExpectTransformersOutputs(const std::string& weights, const std::string& ex
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   const absl::StatusOr<Checkpoint> want = Checkpoint::Open(expected);
   ASSERT_TRUE(want.ok()) << want.status();
-  DecoderLM model = MakeDecoder("Llama", o);
+  // Built undrawn, as bench builds a model for a checkpoint.
+  DecoderNames names = FindDecoderRow("Llama").value()->names;
+  names.draw = false;
+  DecoderLM model(o, names);
   const absl::Status loaded = LoadWeights(*model, "Llama", *checkpoint, at::kFloat);
   ASSERT_TRUE(loaded.ok()) << loaded;
   // fp32 in the file: the parameters are the mapped file's bytes.
