@@ -282,9 +282,9 @@ class Attention(Named):
         return y
 
     def forward(self, x, positions, tables=None, cache=None, position=0, slot_mask=None):
-        # positions: (T,) of x's tokens (forward_slots: (S,), one a row); tables: rope_half's (cos, sin);
-        # cache: (keys, values) of this layer, (B, kv, positions, hs) each,
-        # written in place at [position, position + T).
+        # positions: (T,) of x's tokens (forward_slots: (S,), one a row);
+        # tables: rope_half's (cos, sin); cache: (keys, values) of this layer,
+        # (B, kv, positions, hs) each, written in place at [position, position + T).
         b, t, _ = x.shape
         o = self.options
         q_width, kv_width = o.num_heads * o.head_dim, o.num_kv_heads * o.head_dim
