@@ -109,11 +109,12 @@ double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
   };
   // Warm each shape up (threads, caches, clocks) for kShapeSeconds. The
   // warm-up rate also tells which shapes would take over kMaxStepSeconds a
-  // step; those are left out. On two AVX-512 cores a step of 4096^3 takes
-  // most of a second for no higher rate than 2048^3's: with it, and twice
-  // the time a shape, fp32's measurement took 14 s and bf16's 11 s, against
-  // 5.5 and 4.5 s now, for the same rates within 2%.
-  constexpr double kShapeSeconds = 0.05, kMaxStepSeconds = 0.25;
+  // step; those are left out. On two AVX-512 cores fp32's 4096^3 takes 0.8
+  // s a step for no higher rate than 2048^3's: with it, and twice the time a
+  // shape, fp32's measurement took 14 s and bf16's 11 s, against 6 and 8 s
+  // now, for the same rates within 2% (on one thread too, where LibTorch's
+  // matmul can beat the loop).
+  constexpr double kShapeSeconds = 0.05, kMaxStepSeconds = 0.5;
   std::vector<Candidate> candidates;
   double rough = 0;
   for (const MatmulShape& s : ordered) {

@@ -114,7 +114,7 @@ enum class GemmPath { kDefault, kOnednn };
 
 // Best matmul FLOP/s over `shapes` on `device` in `dtype`: each shape timed
 // for a fraction of a second, its fastest step kept; shapes whose step would
-// take more than a quarter of a second are skipped.
+// take more than half a second are skipped.
 double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
                          const std::vector<MatmulShape>& shapes,
                          GemmPath path = GemmPath::kDefault);
