@@ -697,6 +697,22 @@ void PrintSuiteHelp() {
 }
 
 absl::StatusOr<SuiteOptions> OptionsFromFlags() {
+  // A path given empty ("--weights=$UNSET") would run as if it were left
+  // out: random weights, no model files, no profile.
+  for (const auto& [name, empty] :
+       {std::pair<const char*, bool>{"weights", absl::GetFlag(FLAGS_weights).empty()},
+        {"eval_tokens", absl::GetFlag(FLAGS_eval_tokens).empty()},
+        {"compiled", absl::GetFlag(FLAGS_compiled).empty()},
+        {"model", absl::GetFlag(FLAGS_model).empty()},
+        {"inputs", absl::GetFlag(FLAGS_inputs).empty()},
+        {"data_dir", absl::GetFlag(FLAGS_data_dir).empty()},
+        {"profile", absl::GetFlag(FLAGS_profile).empty()},
+        {"serve_log_dir", absl::GetFlag(FLAGS_serve_log_dir).empty()}}) {
+    if (empty && SuiteFlagGiven(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, "= is empty: give a path, or leave the flag out"));
+    }
+  }
   SuiteOptions o;
   Sweep& sweep = o.sweep;
   sweep.devices = absl::GetFlag(FLAGS_devices).values;

@@ -220,6 +220,11 @@ class BadInputTest(unittest.TestCase):
         self.assert_usage_error(["--epochs=2,5"], "--epochs", "one value, not a list")
         self.assert_usage_error(["--steps=3,4"], "--steps", "one value, not a list")
         self.assert_usage_error(["--dtype="], "--dtype needs at least one value")
+        # A path given empty ("--weights=$UNSET") is refused, not run as if
+        # left out (random weights, the default suite in place of --model).
+        for flag in ("weights", "eval_tokens", "compiled", "model", "inputs", "data_dir",
+                     "profile", "serve_log_dir"):
+            self.assert_usage_error([f"--{flag}="], f"--{flag}= is empty: give a path")
 
     def test_unavailable_device_is_an_error_entry_not_an_absence(self):
         doc = run_json("--benchmark_filter=Transformer/nano/cuda:7/forward/", *FAST)

@@ -609,7 +609,9 @@ class DepthAndWeightsTest(ToolTest):
                          "1024: lower --depth, --prompt or --new_tokens")
         for args, message in ((["--depth=-1"], "is not a whole number"),
                               (["--depth="], "--depth needs at least one value"),
-                              (["--print_tokens=maybe"], "valid: true, false")):
+                              (["--print_tokens=maybe"], "valid: true, false"),
+                              (["--weights="], "--weights= is empty: give a path"),
+                              (["--serve_log_dir="], "--serve_log_dir= is empty")):
             code, stderr = pybench_in_process(*args)
             self.assertEqual(code, 2, (args, stderr))
             self.assertIn(message, stderr)

@@ -214,6 +214,12 @@ def parse_flags(argv):
             raise BadFlag(f"unknown flag --{name}; valid: "
                       + ", ".join(f"--{n}" for n in sorted(own - {'h', 'slowdown'})))
     a = p.parse_args(argv)
+    # bench's refusal of a path given empty ("--weights=$UNSET"), which would
+    # run as if it were left out.
+    for name in ("weights", "serve_log_dir"):
+        given = any(arg == f"--{name}" or arg.startswith(f"--{name}=") for arg in argv)
+        if given and not getattr(a, name):
+            raise BadFlag(f"--{name}= is empty: give a path, or leave the flag out")
     a.list_tests = a.benchmark_list_tests in ("true", "1", "")
     a.default_suite = a.benchmark_filter is None
     a.min_time_given = a.benchmark_min_time is not None
