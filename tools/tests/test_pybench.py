@@ -611,7 +611,8 @@ class DepthAndWeightsTest(ToolTest):
                               (["--depth="], "--depth needs at least one value"),
                               (["--print_tokens=maybe"], "valid: true, false"),
                               (["--weights="], "--weights= is empty: give a path"),
-                              (["--serve_log_dir="], "--serve_log_dir= is empty")):
+                              (["--serve_log_dir="], "--serve_log_dir= is empty"),
+                              (["--peaks_from="], "--peaks_from= is empty")):
             code, stderr = pybench_in_process(*args)
             self.assertEqual(code, 2, (args, stderr))
             self.assertIn(message, stderr)

@@ -216,7 +216,7 @@ def parse_flags(argv):
     a = p.parse_args(argv)
     # bench's refusal of a path given empty ("--weights=$UNSET"), which would
     # run as if it were left out.
-    for name in ("weights", "serve_log_dir"):
+    for name in ("weights", "serve_log_dir", "peaks_from"):
         given = any(arg == f"--{name}" or arg.startswith(f"--{name}=") for arg in argv)
         if given and not getattr(a, name):
             raise BadFlag(f"--{name}= is empty: give a path, or leave the flag out")
