@@ -188,6 +188,10 @@ class DeviceBackend {
   // is used has more to give than it has now).
   virtual std::string AvailableNote(const c10::Device& device) const { return ""; }
   virtual int64_t TotalBytes(const c10::Device& device) const { return -1; }
+  // The largest cache that keeps a step's data from one step to the next (a
+  // CPU's last-level cache, a GPU's L2), in bytes; 0: unknown. A step that
+  // works over less reads from it, not from memory: no mbu.
+  virtual int64_t CacheBytes(const c10::Device& device) const { return 0; }
   virtual void ResetPeakMemory(const c10::Device& device) const {}
   virtual int64_t PeakMemory(const c10::Device& device) const { return -1; }
   virtual void ReleaseCache(const c10::Device& device) const {}

@@ -5,6 +5,7 @@
 #include <ATen/Context.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -263,6 +264,35 @@ std::string HostMemoryNote(const HostMemory& memory) {
                       "it anyway");
 }
 
+namespace {
+
+// sysfs's "32768K", "32M" or "1024".
+int64_t ParseCacheSize(absl::string_view text) {
+  absl::string_view v = absl::StripAsciiWhitespace(text);
+  int64_t scale = 1;
+  if (absl::ConsumeSuffix(&v, "K"))
+    scale = 1024;
+  else if (absl::ConsumeSuffix(&v, "M"))
+    scale = 1024 * 1024;
+  int64_t n = 0;
+  return absl::SimpleAtoi(v, &n) ? n * scale : 0;
+}
+
+}  // namespace
+
+int64_t LastLevelCacheBytes() {
+  int64_t best = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::ifstream f(absl::StrCat("/sys/devices/system/cpu/cpu0/cache/index", i, "/size"));
+    std::string size;
+    if (f >> size) best = std::max(best, ParseCacheSize(size));
+  }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  if (best == 0) best = std::max<int64_t>(0, sysconf(_SC_LEVEL3_CACHE_SIZE));
+#endif
+  return best;
+}
+
 HostMemory ReadHostMemory() {
   return HostMemoryFrom(ReadText("/proc/meminfo"), ReadCgroupMemory(""),
                         MemoryGrowth(""));
@@ -340,6 +370,7 @@ class CpuBackend final : public DeviceBackend {
     return ReadHostMemory().available;
   }
   int64_t TotalBytes(const c10::Device&) const override { return ReadHostMemory().total; }
+  int64_t CacheBytes(const c10::Device&) const override { return LastLevelCacheBytes(); }
   std::string AvailableNote(const c10::Device&) const override {
     return HostMemoryNote(ReadHostMemory());
   }

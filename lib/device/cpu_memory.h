@@ -1,7 +1,8 @@
-// The CPU's memory: what LibTorch's tensors hold, counted by a tracking
-// allocator installed into LibTorch as its CPU allocator, whose peak the CPU
-// backend reports; and what the host can still give a new benchmark, from
-// the kernel's accounts, for the memory guard.
+// The CPU's memory: the size of its last-level cache; what LibTorch's
+// tensors hold, counted by a tracking allocator installed into LibTorch as
+// its CPU allocator, whose peak the CPU backend reports; and what the host
+// can still give a new benchmark, from the kernel's accounts, for the
+// memory guard.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,10 @@
 #include "absl/strings/string_view.h"
 
 namespace ltb {
+
+// The last-level cache's bytes, as cpu0 sees it (sysfs, else sysconf; 0 when
+// neither says): on a CPU of several core complexes, one complex's.
+int64_t LastLevelCacheBytes();
 
 // Installs the tracking allocator as LibTorch's CPU allocator (idempotent).
 // Must run before the tensors to be tracked are allocated.

@@ -183,6 +183,9 @@ class CudaBackend final : public DeviceBackend {
   int64_t TotalBytes(const c10::Device& device) const override {
     return cuda::TotalBytes(Index(device));
   }
+  int64_t CacheBytes(const c10::Device& device) const override {
+    return cuda::L2CacheBytes(Index(device));
+  }
   void ResetPeakMemory(const c10::Device& device) const override {
     cuda::ResetPeakAllocated(Index(device));
   }

@@ -74,6 +74,15 @@ std::string DeviceName(int index) {
   return prop.name;
 }
 
+int64_t L2CacheBytes(int index) {
+  int bytes = 0;
+  if (cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, index) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return bytes;
+}
+
 std::string PciBusId(int index) {
   char id[32] = {};
   if (cudaDeviceGetPCIBusId(id, sizeof(id), index) != cudaSuccess) return "";

@@ -75,6 +75,8 @@ std::string StickyError(int index);
 // Makes `index` the calling thread's current device.
 void SetDevice(int index);
 int64_t TotalBytes(int index);
+// The L2 cache's bytes (cudaDeviceProp::l2CacheSize); 0 when unknown.
+int64_t L2CacheBytes(int index);
 
 // NCCL process group for data-parallel CUDA ranks; null when unavailable.
 c10::intrusive_ptr<CommBackend> MakeNcclBackend(

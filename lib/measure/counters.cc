@@ -128,7 +128,7 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
         c[name] = u.value;
         c[name + "_peak"] = u.peak;
       } else if (!u.omitted.empty()) {
-        std::string why = absl::StrCat(name, " left out: the rate is ", u.omitted);
+        std::string why = absl::StrCat(name, " left out: ", u.omitted);
         if (name == "mfu" && plan.counts_direct_convolution) {
           absl::StrAppend(&why,
                           "; its FLOPs are counted as a direct convolution does "
@@ -157,12 +157,15 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
       const double rate =
           (c.find("read_GB/s") != c.end() ? c["read_GB/s"] : c["weight_GB/s"]).value *
           1e9;
-      report("mbu",
-             options.peaks->BandwidthUtilisation(spec.device, rate, rate, spec.Name()));
+      // What a decode step reads, on average: the weights and its share of the cache.
+      const double step_bytes =
+          c.find("tpot_ms") != c.end() ? rate * c["tpot_ms"].value / 1e3 : 0;
+      report("mbu", options.peaks->BandwidthUtilisation(spec.device, rate, rate,
+                                                        step_bytes, spec.Name()));
     } else if (ReportsMbu(plan) && !plan.reports_weight_bandwidth) {
       report("mbu", options.peaks->BandwidthUtilisation(
                         spec.device, plan.bytes_per_step * steps_per_s,
-                        plan.bytes_per_step / fastest, spec.Name()));
+                        plan.bytes_per_step / fastest, plan.bytes_per_step, spec.Name()));
     }
   }
   if (!prepared.accuracy_absent.empty()) {

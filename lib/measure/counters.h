@@ -24,7 +24,8 @@ std::vector<std::pair<std::string, double>> StepSpread(std::vector<double> secon
 // The counters SetCounters gives every benchmark of `plan` on the CPU,
 // whatever its run: its rates, params and the step percentiles
 // (`counters`), and the utilisations it reports where its device and dtype
-// have a peak (`utilisation`: mfu, mbu). bench --list_families names them
+// have a peak (`utilisation`: mfu, and mbu where a step works past the
+// device's cache, which only the run knows). bench --list_families names them
 // for each family's phases.
 struct CounterNames {
   std::vector<std::string> counters;

@@ -13,17 +13,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <new>
 #include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "device/cpu_memory.h"
 
 namespace ltb {
@@ -83,31 +80,7 @@ double SecondsOf(const std::function<void()>& op) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-int64_t ParseCacheSize(std::string text) {
-  absl::string_view v = absl::StripAsciiWhitespace(text);
-  int64_t scale = 1;
-  if (absl::ConsumeSuffix(&v, "K"))
-    scale = 1024;
-  else if (absl::ConsumeSuffix(&v, "M"))
-    scale = 1024 * 1024;
-  int64_t n = 0;
-  return absl::SimpleAtoi(v, &n) ? n * scale : 0;
-}
-
 }  // namespace
-
-int64_t LastLevelCacheBytes() {
-  int64_t best = 0;
-  for (int i = 0; i < 8; ++i) {
-    std::ifstream f(absl::StrCat("/sys/devices/system/cpu/cpu0/cache/index", i, "/size"));
-    std::string size;
-    if (f >> size) best = std::max(best, ParseCacheSize(size));
-  }
-#ifdef _SC_LEVEL3_CACHE_SIZE
-  if (best == 0) best = std::max<int64_t>(0, sysconf(_SC_LEVEL3_CACHE_SIZE));
-#endif
-  return best;
-}
 
 int64_t BandwidthBufferBytes(int64_t llc_bytes, int threads, int64_t available_bytes) {
   int64_t want = std::max(kOneGiB, 16 * llc_bytes);
@@ -189,7 +162,7 @@ BandwidthPeak MeasureCpuBandwidth(int threads, int64_t buffer_bytes) {
 }
 
 bool BandwidthBufferIsFull(const BandwidthPeak& p) {
-  return p.buffer_bytes >= kOneGiB && p.buffer_bytes >= 8 * p.llc_bytes;
+  return p.buffer_bytes >= kOneGiB && p.buffer_bytes >= kCachesFromMemory * p.llc_bytes;
 }
 
 std::string DescribeBandwidthPeak(const BandwidthPeak& p) {

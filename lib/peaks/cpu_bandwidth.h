@@ -27,9 +27,6 @@ struct BandwidthPeak {
   std::vector<BandwidthMethod> methods;  // each one's best
 };
 
-// The last-level cache's bytes (sysfs, else sysconf; 0 when neither says).
-int64_t LastLevelCacheBytes();
-
 // The buffer the measurement streams: 16 times the last-level cache, at
 // least 1 GiB, and no more than a quarter of `available_bytes` (the host's
 // free memory; ignored when not positive) unless that is under 1 GiB; a
@@ -44,9 +41,15 @@ int64_t BandwidthBufferBytes(int64_t llc_bytes, int threads, int64_t available_b
 // 1% for two rounds (at least 3 rounds, at most 12).
 BandwidthPeak MeasureCpuBandwidth(int threads = 0, int64_t buffer_bytes = 0);
 
+// A working set of at least this many times a device's cache comes from its
+// memory: the bar a bandwidth measurement is kept by, and the one a
+// benchmark's step must pass to raise a measured bandwidth peak (below it,
+// part of what a step reads can come from the cache).
+inline constexpr int64_t kCachesFromMemory = 8;
+
 // Whether the measurement streamed a buffer no cache serves: at least 1 GiB
-// and 8 times the last-level cache (a limited address space can cut the
-// buffer down, and then the rate may be in part the cache's).
+// and kCachesFromMemory times the last-level cache (a limited address space
+// can cut the buffer down, and then the rate may be in part the cache's).
 bool BandwidthBufferIsFull(const BandwidthPeak& p);
 
 // "2.98e+10 bytes/s (measured: the fastest of 4 ways over 1 GiB on 2

@@ -19,6 +19,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/format.h"
+#include "device/backend.h"
 #include "device/device.h"
 #include "device/timer.h"
 #include "family/spec.h"
@@ -312,8 +314,8 @@ Utilisation UtilisationOf(Peak& peak, double mean_rate, double best_rate,
         "%s reached %.4g, above the %s %.4g (%s): a wrong peak or a wrong count, so "
         "no utilisation is reported",
         benchmark, mean_rate, what, peak.value, peak.source);
-    u.omitted = absl::StrFormat("%.3g times the %s %.4g (%s)", value, what, peak.value,
-                                peak.source);
+    u.omitted = absl::StrFormat("the rate is %.3g times the %s %.4g (%s)", value, what,
+                                peak.value, peak.source);
     return u;
   }
   u.value = value;
@@ -331,12 +333,43 @@ Utilisation Peaks::FlopsUtilisation(const c10::Device& device, c10::ScalarType d
                        absl::StrCat(precision, " FLOP/s peak"));
 }
 
+Utilisation BandwidthUtilisationOf(Peak& peak, double mean_rate, double best_rate,
+                                   double step_bytes, int64_t cache_bytes,
+                                   const std::string& benchmark) {
+  const std::string what = "bandwidth peak (bytes/s)";
+  const double cache = static_cast<double>(cache_bytes);
+  if (cache <= 0 || step_bytes <= 0 || step_bytes >= kCachesFromMemory * cache) {
+    return UtilisationOf(peak, mean_rate, best_rate, benchmark, what);
+  }
+  Utilisation u;
+  if (step_bytes <= cache) {
+    u.omitted = absl::StrFormat(
+        "a step works over %s, which the device's %s cache holds: it reads from the "
+        "cache, not from memory",
+        FormatBytes(static_cast<int64_t>(step_bytes)), FormatBytes(cache_bytes));
+    return u;
+  }
+  const double fastest = std::max(best_rate, mean_rate);
+  if (peak.value <= 0 || fastest <= peak.value) {
+    return UtilisationOf(peak, mean_rate, best_rate, benchmark, what);
+  }
+  u.omitted = absl::StrFormat(
+      "the fastest step's rate is %.3g times the %s %.4g (%s), and a step's %s are "
+      "under %d times the device's %s cache, which served part of its reads (the "
+      "peak is not raised for it)",
+      fastest / peak.value, what, peak.value, peak.source,
+      FormatBytes(static_cast<int64_t>(step_bytes)), kCachesFromMemory,
+      FormatBytes(cache_bytes));
+  return u;
+}
+
 Utilisation Peaks::BandwidthUtilisation(const c10::Device& device, double mean_rate,
-                                        double best_rate, const std::string& benchmark) {
+                                        double best_rate, double step_bytes,
+                                        const std::string& benchmark) {
   auto it = bandwidth_.find(Key(device));
   if (it == bandwidth_.end()) return {};
-  return UtilisationOf(it->second, mean_rate, best_rate, benchmark,
-                       "bandwidth peak (bytes/s)");
+  return BandwidthUtilisationOf(it->second, mean_rate, best_rate, step_bytes,
+                                BackendOf(device).CacheBytes(device), benchmark);
 }
 
 const Peak* Peaks::Flops(const c10::Device& device, c10::ScalarType dtype,

@@ -32,8 +32,9 @@ struct Utilisation {
   double value = -1;  // in [0, 1]; -1: none
   double peak = 0;    // what `value` divides by, after any raise it made
   std::string note;   // a raised peak, or why a value is left out
-  // When the value is left out: by how much the peak was passed, for the
-  // result itself ("1.2 times the fp32 FLOP/s peak 6.7e+13 (datasheet: ...)").
+  // When the value is left out, why, for the result itself: by how much the
+  // peak was passed ("the rate is 1.2 times the fp32 FLOP/s peak 6.7e+13
+  // (datasheet: ...)"), or that the step's data sat in a cache.
   std::string omitted;
 };
 
@@ -73,8 +74,13 @@ class Peaks {
   Utilisation FlopsUtilisation(const c10::Device& device, c10::ScalarType dtype,
                                bool tf32, double mean_rate, double best_rate,
                                const std::string& benchmark);
+  // `step_bytes`: what one step works over (0: unknown). mbu is memory's:
+  // a step the device's cache can hold has none, and one under
+  // kCachesFromMemory times the cache that beats a measured peak is taken to
+  // read from the cache in part: it has none either, and the peak stays.
   Utilisation BandwidthUtilisation(const c10::Device& device, double mean_rate,
-                                   double best_rate, const std::string& benchmark);
+                                   double best_rate, double step_bytes,
+                                   const std::string& benchmark);
 
   // Context entries: peak_flops_<device>_<dtype> (or why there is none),
   // gemm_flops_<device>_<dtype> (what LibTorch's default matmul reached),
@@ -107,6 +113,12 @@ class Peaks {
 // measured peak in place; `what` names the peak in the note.
 Utilisation UtilisationOf(Peak& peak, double mean_rate, double best_rate,
                           const std::string& benchmark, const std::string& what);
+// The bandwidth utilisation of a step that works over `step_bytes` (0:
+// unknown) on a device whose cache holds `cache_bytes` (0: unknown), as
+// Peaks::BandwidthUtilisation says.
+Utilisation BandwidthUtilisationOf(Peak& peak, double mean_rate, double best_rate,
+                                   double step_bytes, int64_t cache_bytes,
+                                   const std::string& benchmark);
 
 // How a GEMM is run: LibTorch's default matmul (MKL or OpenBLAS on CPUs), or
 // oneDNN's linear with both operands reordered into its layout once (CPU).

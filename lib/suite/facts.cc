@@ -9,6 +9,7 @@
 #include "device/device.h"
 #include "measure/counters.h"
 #include "measure/timed_loop.h"
+#include "peaks/cpu_bandwidth.h"
 #include "suite/sweep.h"
 #include "workloads/generation.h"
 #include "workloads/loader.h"
@@ -87,7 +88,8 @@ std::string FamilyFactsJson(const std::vector<Family>& families) {
   // How a run measures, where the Python suite must do the same.
   doc["measurement"] = {{"kept_samples", Measured::kKeptSamples},
                         {"growth_window", kGrowthWindow},
-                        {"prefetch_batches", EpochSettings{}.prefetch_batches}};
+                        {"prefetch_batches", EpochSettings{}.prefetch_batches},
+                        {"caches_from_memory", kCachesFromMemory}};
   // What each device kind's kernels take (--quant): the activation dtypes.
   nlohmann::ordered_json devices;
   for (const char* kind : {"cpu", "cuda", "mps"}) {

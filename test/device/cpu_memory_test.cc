@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "device/backend.h"
 #include "device/device.h"
 #include "units.h"
 
@@ -67,6 +68,14 @@ constexpr char kMeminfo[] =
     "MemFree:         4194304 kB\n"
     "MemAvailable:    6291456 kB\n"
     "Buffers:          102400 kB\n";
+
+TEST(LastLevelCache, IsReadAndIsTheCpuBackendsCache) {
+  const int64_t llc = LastLevelCacheBytes();
+  EXPECT_EQ(BackendOf(HostDevice()).CacheBytes(HostDevice()), llc);
+  if (llc == 0) GTEST_SKIP() << "neither sysfs nor sysconf names a cache size here";
+  EXPECT_GE(llc, 256 * 1024);  // no CPU this runs on has a smaller last level
+  EXPECT_LE(llc, 4 * kGiB);
+}
 
 TEST(HostMemory, IsMemAvailableOfMemTotal) {
   const HostMemory m = HostMemoryFrom(kMeminfo, CgroupMemory(), "");

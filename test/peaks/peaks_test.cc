@@ -139,12 +139,80 @@ TEST(UtilisationOf, AGivenPeakBeatenGivesNoValueAndSaysWhy) {
   const Utilisation u = UtilisationOf(sheet, 1.2e12, 1.3e12, "Ops/matmul", "peak");
   EXPECT_LT(u.value, 0);
   EXPECT_NE(u.note.find("wrong peak or a wrong count"), std::string::npos);
-  EXPECT_EQ(u.omitted, "1.2 times the peak 1e+12 (datasheet: H100)");
+  EXPECT_EQ(u.omitted, "the rate is 1.2 times the peak 1e+12 (datasheet: H100)");
   EXPECT_DOUBLE_EQ(sheet.value, 1e12);  // never raised
   // No peak, or nothing achieved: no value and nothing to say.
   Peak none{0, "none: no native bf16", false};
   EXPECT_LT(UtilisationOf(none, 5, 5, "x", "p").value, 0);
   EXPECT_EQ(UtilisationOf(none, 5, 5, "x", "p").note, "");
+}
+
+TEST(BandwidthUtilisationOf, AStepTheCacheHoldsHasNoMbu) {
+  constexpr int64_t kMiB = 1 << 20;
+  Peak peak{3e10, "measured: sum", true};
+  // Ops/layer_norm's 12 MiB a step on a 32 MiB last-level cache, reading
+  // four times faster than memory: no mbu, and the peak is untouched.
+  const Utilisation u =
+      BandwidthUtilisationOf(peak, 1.2e11, 1.4e11, 12.0 * kMiB, 32 * kMiB, "Ops/x");
+  EXPECT_LT(u.value, 0);
+  EXPECT_EQ(u.note, "");
+  EXPECT_NE(u.omitted.find("a step works over 12"), std::string::npos) << u.omitted;
+  EXPECT_NE(u.omitted.find("32"), std::string::npos) << u.omitted;
+  EXPECT_NE(u.omitted.find("it reads from the cache, not from memory"),
+            std::string::npos);
+  EXPECT_DOUBLE_EQ(peak.value, 3e10);
+  // However slowly it runs: what it reads is the cache's.
+  EXPECT_LT(BandwidthUtilisationOf(peak, 1e9, 1e9, 12.0 * kMiB, 32 * kMiB, "Ops/x").value,
+            0);
+}
+
+TEST(BandwidthUtilisationOf, UnderEightCachesAStepNeverRaisesThePeak) {
+  constexpr int64_t kMiB = 1 << 20;
+  const int64_t cache = 32 * kMiB;
+  Peak peak{3e10, "measured: sum", true};
+  // Ops/add in fp32 (72 MiB a step): slower than the peak, an mbu.
+  Utilisation u = BandwidthUtilisationOf(peak, 1.5e10, 2e10, 72.0 * kMiB, cache, "Ops/a");
+  EXPECT_DOUBLE_EQ(u.value, 0.5);
+  EXPECT_DOUBLE_EQ(u.peak, 3e10);
+  // Faster than the peak: the cache served part of it. No mbu, the peak
+  // stays, and what comes after is divided by it.
+  u = BandwidthUtilisationOf(peak, 2.9e10, 3.6e10, 72.0 * kMiB, cache, "Ops/a");
+  EXPECT_LT(u.value, 0);
+  EXPECT_EQ(u.note, "");
+  EXPECT_NE(u.omitted.find("the fastest step's rate is 1.2 times the bandwidth peak"),
+            std::string::npos)
+      << u.omitted;
+  EXPECT_NE(u.omitted.find("under 8 times the device's 32"), std::string::npos)
+      << u.omitted;
+  EXPECT_DOUBLE_EQ(peak.value, 3e10);
+  EXPECT_EQ(peak.source, "measured: sum");
+  // From eight caches on (Ops/copy/256MiB: 512 MiB a step) the step reads
+  // memory: a beaten measured peak was measured too low, and is raised.
+  u = BandwidthUtilisationOf(peak, 3e10, 3.3e10, 512.0 * kMiB, cache, "Ops/copy");
+  EXPECT_DOUBLE_EQ(peak.value, 3.3e10);
+  EXPECT_DOUBLE_EQ(u.value, 3e10 / 3.3e10);
+  EXPECT_NE(u.note.find("raised"), std::string::npos);
+  // No cache size, or no size of the step: as before, by the rate alone.
+  Peak other{3e10, "measured: sum", true};
+  EXPECT_DOUBLE_EQ(BandwidthUtilisationOf(other, 3e10, 4e10, 12.0 * kMiB, 0, "x").value,
+                   0.75);
+  EXPECT_DOUBLE_EQ(other.value, 4e10);
+  EXPECT_DOUBLE_EQ(BandwidthUtilisationOf(other, 2e10, 2e10, 0, cache, "x").value, 0.5);
+}
+
+TEST(BandwidthUtilisationOf, AGivenPeakIsJudgedTheSameWay) {
+  constexpr int64_t kMiB = 1 << 20;
+  Peak sheet{3.35e12, "datasheet: H100", false};
+  // 12 MiB in a 50 MiB L2: no mbu, whatever the rate.
+  EXPECT_LT(
+      BandwidthUtilisationOf(sheet, 1e12, 1e12, 12.0 * kMiB, 50 * kMiB, "Ops/ln").value,
+      0);
+  // 100 MiB, beating the datasheet: the cache's, not a wrong peak.
+  const Utilisation u =
+      BandwidthUtilisationOf(sheet, 3.5e12, 4e12, 100.0 * kMiB, 50 * kMiB, "Ops/sm");
+  EXPECT_LT(u.value, 0);
+  EXPECT_NE(u.omitted.find("served part of its reads"), std::string::npos) << u.omitted;
+  EXPECT_DOUBLE_EQ(sheet.value, 3.35e12);
 }
 
 }  // namespace

@@ -8,9 +8,20 @@ import statistics
 import torch
 
 from ltb.pysuite import facts
+from ltb.pysuite.device import cache_bytes
 
 # Samples of step times kept for the percentiles.
 KEPT_SAMPLES = facts.load()["measurement"]["kept_samples"]
+# Caches a step must work past to read from memory (lib/peaks).
+CACHES_FROM_MEMORY = facts.load()["measurement"]["caches_from_memory"]
+
+
+def format_bytes(b):
+    """As bench's FormatBytes (lib/base/format.cc), for labels that read alike."""
+    for unit, scale, digits in (("GiB", 2**30, 2), ("MiB", 2**20, 1), ("KiB", 2**10, 1)):
+        if b >= scale:
+            return f"{b / scale:.{digits}f} {unit}"
+    return f"{int(b)} B"
 
 
 def reset_peak_rss():
@@ -80,6 +91,27 @@ def entry(spec, reps, index, iterations, seconds, steps, workload, peaks, rss_re
             omitted.append(f"{name} left out: the rate is {rate / peak[0]:.3g} times the "
                            f"{what} peak {peak[0]:g} ({peak[1]})")
 
+    def bandwidth_utilisation(rate, step_bytes, peak):
+        # mbu is memory's, as bench's (lib/peaks): none for a step the
+        # device's cache holds, nor for one under CACHES_FROM_MEMORY caches
+        # that beats the peak (the cache served part of its reads).
+        cache = cache_bytes(spec.device)
+        if cache <= 0 or step_bytes <= 0 or step_bytes >= CACHES_FROM_MEMORY * cache:
+            return utilisation("mbu", rate, peak, "bandwidth")
+        if step_bytes <= cache:
+            omitted.append(f"mbu left out: a step works over {format_bytes(step_bytes)}, "
+                           f"which the device's {format_bytes(cache)} cache holds: it reads "
+                           "from the cache, not from memory")
+        elif rate > peak[0]:
+            omitted.append(f"mbu left out: the fastest step's rate is {rate / peak[0]:.3g} "
+                           f"times the bandwidth peak (bytes/s) {peak[0]:.4g} ({peak[1]}), "
+                           f"and a step's {format_bytes(step_bytes)} are under "
+                           f"{CACHES_FROM_MEMORY} times the device's {format_bytes(cache)} "
+                           "cache, which served part of its reads (the peak is not raised "
+                           "for it)")
+        else:
+            utilisation("mbu", rate, peak, "bandwidth")
+
     peak = peaks.get((spec.device.split(":")[0], spec.dtype))
     if workload.flops_per_step > 0 and spec.quant.kind == "int8dyn":
         omitted.append("mfu left out: FBGEMM's dynamic int8 linear multiplies in int8, whose "
@@ -89,8 +121,8 @@ def entry(spec, reps, index, iterations, seconds, steps, workload, peaks, rss_re
     bandwidth = peaks.get((spec.device.split(":")[0], "bandwidth"))
     if bandwidth and "weight_GB/s" in c:
         # Decoding's reads: the weights and the cache (read_GB/s), as bench's mbu.
-        utilisation("mbu", c.get("read_GB/s", c["weight_GB/s"]) * 1e9, bandwidth,
-                    "bandwidth")
+        rate = c.get("read_GB/s", c["weight_GB/s"]) * 1e9
+        bandwidth_utilisation(rate, rate * c["tpot_ms"] / 1e3, bandwidth)
     if omitted:
         e["label"] = "; ".join(omitted)
     if getattr(workload, "compile_s", None) is not None:
