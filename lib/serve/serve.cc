@@ -182,8 +182,8 @@ absl::Status ValidateServe(const ServeSettings& serve) {
       serve.phase != "generate") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--serve_phase=", serve.phase,
-        ": serve runs an inference phase (not a training phase); valid: forward, encode "
-        "(Whisper's), generate"));
+        ": serve runs one inference phase, not a list nor a training phase; valid: "
+        "forward, encode (Whisper's), generate"));
   }
   if (!(serve.target_qps > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
