@@ -751,6 +751,44 @@ class PeaksTest(unittest.TestCase):
                 self.assertNotIn("mbu", b)
         self.assertNotIn("peak_bandwidth_cpu", ctx)
 
+    def test_a_step_a_cache_holds_neither_has_mbu_nor_raises_the_peak(self):
+        # Ops/embedding and Ops/layer_norm move 12 MiB a step in fp32, which
+        # a last-level cache holds and reads back faster than memory: before
+        # the cache was asked, they raised the measured bandwidth peak for
+        # every benchmark after them (32 GB/s to 150 on a 32 MiB EPYC).
+        doc = run_json("--devices=cpu", "--peak_flops=1e12", "--peak_cache=off",
+                       "--benchmark_min_time=0.05", "--warmup_s=0",
+                       "--benchmark_filter=^Ops/(embedding/[^/]+|layer_norm/[^/]+|"
+                       "copy/256MiB)/cpu/fp32/")
+        ctx = doc["context"]
+        source = ctx["peak_bandwidth_cpu"]
+        self.assertIn("measured", source)
+        by_op = {b["name"].split("/")[1]: b for b in doc["benchmarks"]}
+        self.assertEqual(set(by_op), {"embedding", "layer_norm", "copy"})
+        cache = last_level_cache()
+        mib = 1 << 20
+        for op, step in (("embedding", 2 * 2048 * 768 * 4 + 8 * 2048),
+                         ("layer_norm", 2 * 2048 * 768 * 4), ("copy", 2 * 256 * mib)):
+            b = by_op[op]
+            seconds = b["real_time"] * TIME_UNITS[b["time_unit"]]
+            self.assertAlmostEqual(b["bytes/s"] * seconds, step, delta=1e-6 * step)
+            label = b.get("label", "")
+            if 0 < step <= cache:
+                self.assertNotIn("mbu", b, op)
+                self.assertRegex(label, r"^mbu left out: a step works over 12\.0 MiB, which "
+                                 r"the device's [0-9.]+ [MG]iB cache holds: it reads from "
+                                 r"the cache, not from memory$", op)
+            elif "mbu" not in b:  # under eight caches, faster than the peak
+                self.assertLess(step, 8 * cache, op)
+                self.assertIn("which served part of its reads (the peak is not raised for "
+                              "it)", label, op)
+            else:
+                self.assertLessEqual(b["mbu"], 1.0, op)
+                self.assertAlmostEqual(b["mbu"], b["bytes/s"] / b["mbu_peak"],
+                                       delta=1e-6 * b["mbu"])
+            if step < 8 * cache:
+                self.assertNotIn(f"by Ops/{op}/", source, "no raise from a cached step")
+
     def test_given_peaks_are_used_and_recorded(self):
         # GPT2/small: a decode step reads its 495 MB of fp32 weights, past
         # the cache of the CPUs this runs on (and mbu divides them by the
