@@ -197,8 +197,8 @@ def roofline_section(page, docs, labels):
     for doc, label in zip(docs, labels):
         flops_peaks, bandwidth_peaks = peaks(doc)
         # What bench measured against the memory's bandwidth (it gave them an
-        # mbu): memory-bound ops, not transfers over the host link nor ops
-        # with FLOPs, whose bytes can come from cache.
+        # mbu): memory-bound ops, not transfers over the host link, ops with
+        # FLOPs, whose bytes can come from cache, nor a step the cache holds.
         memory_bound = [b for b in collect(doc).values()
                         if b.has("mbu") and b.has("bytes/s")]
         for (device, precision), points in roofline_points(doc).items():
