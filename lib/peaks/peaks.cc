@@ -342,11 +342,14 @@ Utilisation BandwidthUtilisationOf(Peak& peak, double mean_rate, double best_rat
     return UtilisationOf(peak, mean_rate, best_rate, benchmark, what);
   }
   Utilisation u;
+  // Named to the nearest byte: a decode step's bytes come as a rate times a
+  // time, a hair either side of a whole number.
+  const std::string step = FormatBytes(std::llround(step_bytes));
   if (step_bytes <= cache) {
     u.omitted = absl::StrFormat(
         "a step works over %s, which the device's %s cache holds: it reads from the "
         "cache, not from memory",
-        FormatBytes(static_cast<int64_t>(step_bytes)), FormatBytes(cache_bytes));
+        step, FormatBytes(cache_bytes));
     return u;
   }
   const double fastest = std::max(best_rate, mean_rate);
@@ -357,8 +360,7 @@ Utilisation BandwidthUtilisationOf(Peak& peak, double mean_rate, double best_rat
       "the fastest step's rate is %.3g times the %s %.4g (%s), and a step's %s are "
       "under %d times the device's %s cache, which served part of its reads (the "
       "peak is not raised for it)",
-      fastest / peak.value, what, peak.value, peak.source,
-      FormatBytes(static_cast<int64_t>(step_bytes)), kCachesFromMemory,
+      fastest / peak.value, what, peak.value, peak.source, step, kCachesFromMemory,
       FormatBytes(cache_bytes));
   return u;
 }

@@ -94,18 +94,20 @@ def entry(spec, reps, index, iterations, seconds, steps, workload, peaks, rss_re
     def bandwidth_utilisation(rate, step_bytes, peak):
         # mbu is memory's, as bench's (lib/peaks): none for a step the
         # device's cache holds, nor for one under CACHES_FROM_MEMORY caches
-        # that beats the peak (the cache served part of its reads).
+        # that beats the peak (the cache served part of its reads). Its
+        # bytes are named to the nearest byte, as bench names them: a rate
+        # times a time lands a hair either side of the whole number.
         cache = cache_bytes(spec.device)
         if cache <= 0 or step_bytes <= 0 or step_bytes >= CACHES_FROM_MEMORY * cache:
             return utilisation("mbu", rate, peak, "bandwidth")
         if step_bytes <= cache:
-            omitted.append(f"mbu left out: a step works over {format_bytes(step_bytes)}, "
+            omitted.append(f"mbu left out: a step works over {format_bytes(math.floor(step_bytes + 0.5))}, "
                            f"which the device's {format_bytes(cache)} cache holds: it reads "
                            "from the cache, not from memory")
         elif rate > peak[0]:
             omitted.append(f"mbu left out: the fastest step's rate is {rate / peak[0]:.3g} "
                            f"times the bandwidth peak (bytes/s) {peak[0]:.4g} ({peak[1]}), "
-                           f"and a step's {format_bytes(step_bytes)} are under "
+                           f"and a step's {format_bytes(math.floor(step_bytes + 0.5))} are under "
                            f"{CACHES_FROM_MEMORY} times the device's {format_bytes(cache)} "
                            "cache, which served part of its reads (the peak is not raised "
                            "for it)")
