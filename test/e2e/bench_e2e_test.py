@@ -793,9 +793,12 @@ class PeaksTest(unittest.TestCase):
         # GPT2/small: a decode step reads its 495 MB of fp32 weights, past
         # the cache of the CPUs this runs on (and mbu divides them by the
         # peak under eight caches too, when they do not beat it).
-        doc = run_json(*FAST, "--devices=cpu", "--new_tokens=3", "--prompt=2",
-                       "--benchmark_filter=Transformer/nano/cpu/forward/|GPT2/(nano|small)/cpu/"
-                       "generate")
+        # A bandwidth above any CPU's: a given peak that a step beats is a
+        # wrong one, and leaves mbu out.
+        args = [a for a in FAST if not a.startswith("--peak_bandwidth")]
+        doc = run_json(*args, "--peak_bandwidth=1e12", "--devices=cpu", "--new_tokens=3",
+                       "--prompt=2", "--benchmark_filter=Transformer/nano/cpu/forward/|"
+                       "GPT2/(nano|small)/cpu/generate")
         ctx = doc["context"]
         self.assertIn("--peak_flops", ctx["peak_flops_cpu_fp32"])
         self.assertIn("--peak_bandwidth", ctx["peak_bandwidth_cpu"])
@@ -813,9 +816,9 @@ class PeaksTest(unittest.TestCase):
             # A decode step reads its weights and part of the cache.
             self.assertGreater(step, gen["weight_bytes"])
             self.assertLess(step, gen["weight_bytes"] + gen["kv_cache_bytes"])
-            assert_mbu_or_held_by_the_cache(self, gen, step, 1e10)
+            assert_mbu_or_held_by_the_cache(self, gen, step, 1e12)
             if "mbu" in gen:
-                self.assertEqual(gen["mbu_peak"], 1e10)
+                self.assertEqual(gen["mbu_peak"], 1e12)
         if last_level_cache():  # nano's 0.65 MB: what a cache holds
             self.assertNotIn("mbu", by_name["nano/generate"])
 
