@@ -100,17 +100,17 @@ def entry(spec, reps, index, iterations, seconds, steps, workload, peaks, rss_re
         cache = cache_bytes(spec.device)
         if cache <= 0 or step_bytes <= 0 or step_bytes >= CACHES_FROM_MEMORY * cache:
             return utilisation("mbu", rate, peak, "bandwidth")
+        step = format_bytes(math.floor(step_bytes + 0.5))
         if step_bytes <= cache:
-            omitted.append(f"mbu left out: a step works over {format_bytes(math.floor(step_bytes + 0.5))}, "
-                           f"which the device's {format_bytes(cache)} cache holds: it reads "
-                           "from the cache, not from memory")
+            omitted.append(f"mbu left out: a step works over {step}, which the device's "
+                           f"{format_bytes(cache)} cache holds: it reads from the cache, "
+                           "not from memory")
         elif rate > peak[0]:
             omitted.append(f"mbu left out: the fastest step's rate is {rate / peak[0]:.3g} "
                            f"times the bandwidth peak (bytes/s) {peak[0]:.4g} ({peak[1]}), "
-                           f"and a step's {format_bytes(math.floor(step_bytes + 0.5))} are under "
-                           f"{CACHES_FROM_MEMORY} times the device's {format_bytes(cache)} "
-                           "cache, which served part of its reads (the peak is not raised "
-                           "for it)")
+                           f"and a step's {step} are under {CACHES_FROM_MEMORY} times the "
+                           f"device's {format_bytes(cache)} cache, which served part of its "
+                           "reads (the peak is not raised for it)")
         else:
             utilisation("mbu", rate, peak, "bandwidth")
 

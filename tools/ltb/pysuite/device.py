@@ -1,7 +1,7 @@
 """How a step runs on its device, as lib/device keeps it behind one
 interface: the dtypes by name, waiting for a device's queued work before a
-clock is read, the cache a step's data can stay in, autocast to a dtype, and the autograd mode of an inference
-step (--grad_mode)."""
+clock is read, the cache a step's data can stay in, autocast to a dtype,
+and the autograd mode of an inference step (--grad_mode)."""
 import torch
 
 from ltb.pysuite.cpu_cache import last_level_cache
