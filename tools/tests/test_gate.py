@@ -179,6 +179,22 @@ class GateTest(ToolTest):
         self.assertExit(proc, 1)
         self.assertIn("**1 lost benchmark**", proc.stdout)
 
+    def test_a_benchmark_skipped_in_the_contender_is_lost_not_faster(self):
+        # Google Benchmark 1.8 and later write a SkipWithMessage benchmark as
+        # "skipped" with times of 0: no measurement, not a -100% change.
+        skipped = [dict(e, skipped=True, skip_message="no GPU", real_time=0.0, cpu_time=0.0,
+                        iterations=0) for e in repeated(NANO, BASE_MS)
+                   if e["run_type"] == "iteration"]
+        proc = self.gate(doc(repeated(NANO, BASE_MS), entry(TRAIN, 100)),
+                         doc(skipped, entry(TRAIN, 100)))
+        self.assertExit(proc, 1)
+        self.assertNotIn(f"| `{NANO}` | time", proc.stdout)
+        self.assertEqual(self.lost_rows(proc), [(NANO, "ok", "error: skipped: no GPU")])
+        # Skipped in the baseline already: listed, never a failure.
+        proc = self.gate(doc(skipped, entry(TRAIN, 100)), doc(skipped, entry(TRAIN, 100)))
+        self.assertExit(proc, 0)
+        self.assertIn(f"- `{NANO}` (contender): skipped: no GPU", proc.stdout)
+
     def test_allow_missing_passes_but_still_lists_them(self):
         base = doc(entry(NANO, 100), entry(GONE, 50), entry(BROKEN, 5))
         new = doc(entry(NANO, 100), entry(FRESH, 70), entry(BROKEN, 0.001, error=NO_GPU))

@@ -49,7 +49,7 @@ import sys
 from ltb.base import EXIT_INTERRUPTED, EXIT_OK, REPO, BadInput, require, run, write_json
 from ltb.gate.cli import judge
 from ltb.gate.options import add_gate_arguments, load_thresholds
-from ltb.results.entries import TIME_UNITS, seconds
+from ltb.results.entries import TIME_UNITS, failed, failure, seconds
 from ltb.results.format import format_seconds
 from ltb.results.records import in_family, record_entries, split_contexts
 from ltb.bench_process.bench import (Interrupted, check_bench, default_bench, list_benchmarks,
@@ -159,7 +159,7 @@ def repetitions(record, own):
 def aggregates(entries):
     """The mean, median, stddev and cv entries Google Benchmark adds after
     repetitions, over those that did not fail; none under two."""
-    measured = [e for e in entries if not e.get("error_occurred")]
+    measured = [e for e in entries if not failed(e)]
     if len(measured) < 2:
         return []
     first = measured[0]
@@ -216,8 +216,8 @@ def describe(record):
         return f"FAILED: {record['error']}"
     parts = []
     for e in repetitions(record, {}):
-        if e.get("error_occurred"):
-            parts.append(f"error: {e.get('error_message', 'error')}")
+        if failed(e):
+            parts.append(f"error: {failure(e)}")
         else:
             parts.append(format_seconds(seconds(e)))
     return ", ".join(parts)

@@ -18,7 +18,8 @@ regular expression is found in a benchmark's name applies, else --threshold.
 Lines starting with # are comments.
 
 Nothing measured is lost silently: a benchmark that ran without an error in
-the baseline but errored in the contender (any of its repetitions), or is
+the baseline but errored in the contender (any of its repetitions; one
+that Google Benchmark 1.8 reports skipped counts as errored), or is
 missing from it, fails the gate like a regression, unless --allow-missing
 is given; these are listed in their own table (benchmark, baseline status,
 contender status or error message) either way. Benchmarks new in the

@@ -39,10 +39,24 @@ ACCURACY_COUNTERS = ("ppl", "ppl_ratio", "kld_mean", "kld_p99", "kld_max", "same
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
+def failed(entry):
+    """Whether an entry measured nothing: an error, or a benchmark that Google
+    Benchmark 1.8 and later reports as skipped (SkipWithMessage: "skipped",
+    "skip_message"), whose times of 0 are no measurement."""
+    return bool(entry.get("error_occurred") or entry.get("skipped"))
+
+
+def failure(entry):
+    """Why a failed entry measured nothing."""
+    if entry.get("error_occurred"):
+        return entry.get("error_message") or "error"
+    return f"skipped: {entry.get('skip_message') or 'no reason given'}"
+
+
 def iterations(doc):
     """Entries that are measurements (not aggregates) and did not fail."""
     return [b for b in doc["benchmarks"]
-            if b.get("run_type", "iteration") == "iteration" and not b.get("error_occurred")]
+            if b.get("run_type", "iteration") == "iteration" and not failed(b)]
 
 
 def seconds(entry):
@@ -115,11 +129,12 @@ def collect(doc):
 
 
 def errors(doc):
-    """Benchmark name -> error message of every errored entry, in file order."""
+    """Benchmark name -> error message of every errored (or skipped) entry,
+    in file order."""
     found = collections.OrderedDict()
     for entry in doc["benchmarks"]:
-        if entry.get("error_occurred"):
-            found.setdefault(base_name(entry), entry.get("error_message") or "error")
+        if failed(entry):
+            found.setdefault(base_name(entry), failure(entry))
     return found
 
 
