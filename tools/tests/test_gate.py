@@ -131,6 +131,34 @@ class GateTest(ToolTest):
         self.assertExit(proc, 1)
         self.assertIn("+inf%", self.row(proc, NANO, "peak_mem"))
 
+    def test_a_metric_the_contender_lost_fails_like_a_lost_benchmark(self):
+        # peak_mem measured in the baseline, absent from the contender or no
+        # finite number there: its growth can no longer be seen.
+        base = doc(repeated(NANO, BASE_MS, peak_mem=1_000_000, tokens_per_s=tokens(BASE_MS)))
+        for counters in ({}, {"peak_mem": float("nan")}, {"peak_mem": float("inf")}):
+            new = doc(repeated(NANO, BASE_MS, tokens_per_s=tokens(BASE_MS), **counters))
+            proc = self.gate(base, new)
+            self.assertExit(proc, 1)
+            self.assertIn("| 976.6 KiB | — | — | — | **lost** |",
+                          self.row(proc, NANO, "peak_mem"))
+            self.assertIn("| ok |", self.row(proc, NANO, "tokens/s"))
+            self.assertIn("**1 lost metric**", proc.stdout)
+            proc = self.gate(base, new, "--allow-missing")
+            self.assertExit(proc, 0)
+            self.assertIn("| — | lost |", self.row(proc, NANO, "peak_mem"))
+            self.assertIn("allowed by --allow-missing", proc.stdout)
+        # A served benchmark whose p99 latency went missing.
+        served = "GPT2/nano/cpu/serve/scenario:Server/qps:20/max_batch:8/seq:32/fp32"
+        proc = self.gate(doc(entry(served, 50, samples_per_s=20.0, p99_ms=40.0, valid=1)),
+                         doc(entry(served, 50, samples_per_s=20.0, valid=1)))
+        self.assertExit(proc, 1)
+        self.assertIn("**lost**", self.row(proc, served, "p99_ms"))
+        # A metric only the contender measured is no failure, and not judged.
+        proc = self.gate(doc(repeated(NANO, BASE_MS)),
+                         doc(repeated(NANO, BASE_MS, peak_mem=1_000_000)))
+        self.assertExit(proc, 0)
+        self.assertNotIn("peak_mem", proc.stdout)
+
     def test_per_benchmark_thresholds_from_a_file(self):
         rules = self.write("thresholds", "# noisy training steps get more room\n"
                                          "train_step  30%\n\n^Ops/ 50\n")

@@ -279,6 +279,17 @@ class HtmlReportTest(ToolTest):
         self.check_in_browser(path, dict(self.expected_points(runs[-1:]),
                                          history=5 * 4 + 3))
 
+    def test_a_history_marks_a_metric_the_gate_lost(self):
+        # The second run lost its peak_mem: the gate fails it, so its point is red.
+        directory = os.path.join(self.tmp, "lost")
+        os.makedirs(directory)
+        for day, counters in ((1, {"peak_mem": 1_000_000}), (2, {})):
+            with open(os.path.join(directory, f"{day}.json"), "w") as f:
+                json.dump(doc(entry(FWD.format(32), 10.0, **counters),
+                              date=f"2026-11-0{day}T10:00:00+00:00"), f)
+        _, text = self.html(directory)
+        self.assertTrue("Red points: 1." in text)
+
     def test_scaling_efficiency_against_ranks(self):
         paths = []
         for ranks, rate in ((1, 1000.0), (2, 1700.0)):

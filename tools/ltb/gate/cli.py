@@ -24,7 +24,10 @@ missing from it, fails the gate like a regression, unless --allow-missing
 is given; these are listed in their own table (benchmark, baseline status,
 contender status or error message) either way. Benchmarks new in the
 contender, and those that errored in the baseline, are listed and never
-fail it.
+fail it. A metric the baseline measured that the contender lacks, or has
+as no finite number, is a lost metric: its row says so, and it fails the
+gate as a lost benchmark does (a metric only the contender has is not
+judged).
 
 Prints a Markdown table (benchmark, metric, baseline, contender, change,
 p-value, verdict) for a CI job summary, then the lost benchmarks, then those
@@ -38,7 +41,8 @@ import sys
 
 from ltb.base import EXIT_OK, EXIT_REGRESSION, BadInput, require, run
 from ltb.gate.options import add_gate_arguments, load_thresholds
-from ltb.gate.verdicts import REGRESSION, compare, differences, render, repetition_note
+from ltb.gate.verdicts import (LOST, REGRESSION, compare, differences, render,
+                               repetition_note)
 from ltb.results.entries import all_names
 from ltb.results.load import load_all
 
@@ -51,7 +55,8 @@ def judge(args):
     base_doc, new_doc = load_all([args.baseline, args.contender])
     rows = compare(base_doc, new_doc, rules, args.threshold, args.alpha)
     lists = differences(base_doc, new_doc)
-    failing_lost = bool(lists[0]) and not args.allow_missing
+    lost_metric = any(r.verdict == LOST for r in rows)
+    failing_lost = (bool(lists[0]) or lost_metric) and not args.allow_missing
     shared = set(all_names(base_doc)) & set(all_names(new_doc))
     if not rows and not (failing_lost and shared):  # disjoint files are a mistake
         print(render(rows, lists, args, None), file=sys.stderr)

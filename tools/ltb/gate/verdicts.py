@@ -12,6 +12,10 @@ from ltb.results.entries import BIGGER_IS_BETTER, SMALLER_IS_BETTER, all_names, 
 from ltb.results.format import format_change, format_value, markdown_table, relative_change
 
 REGRESSION, IMPROVEMENT, NOISE, OK = "regression", "improvement", "not significant", "ok"
+# A metric the baseline measured that the contender lacks, or has as no
+# finite number: like a lost benchmark, it fails the gate unless
+# --allow-missing is given.
+LOST = "lost"
 
 
 def threshold_for(name, rules, default):
@@ -46,10 +50,11 @@ def verdict(change, p, bigger_is_better, threshold, alpha):
 
 def metrics(base, new):
     """(metric, baseline values, contender values, bigger is better) of
-    everything both sides measured."""
+    everything the baseline measured; the contender's values are empty where
+    it lacks the metric."""
     yield "time", base.times, new.times, False
     for counter in BIGGER_IS_BETTER + SMALLER_IS_BETTER:
-        if base.has(counter) and new.has(counter):
+        if base.has(counter):
             yield (counter, base.values(counter), new.values(counter),
                    counter in BIGGER_IS_BETTER)
 
@@ -60,14 +65,15 @@ class Row:
     name: str
     metric: str  # "time" or a counter
     baseline: float  # the median of each side
-    contender: float
-    change: float  # contender / baseline - 1
+    contender: typing.Optional[float]  # None when LOST
+    change: typing.Optional[float]  # contender / baseline - 1; None when LOST
     p: typing.Optional[float]  # the U test's, where both sides repeat
-    verdict: str  # REGRESSION, IMPROVEMENT, NOISE or OK
+    verdict: str  # REGRESSION, IMPROVEMENT, NOISE, OK or LOST
 
 
 def compare(base_doc, new_doc, rules, default, alpha):
-    """One Row per benchmark and metric both files measured."""
+    """One Row per benchmark measured in both files and metric the baseline
+    measured: LOST where the contender lacks it."""
     base, new = collect(base_doc), collect(new_doc)
     rows = []
     for name in base:
@@ -75,6 +81,9 @@ def compare(base_doc, new_doc, rules, default, alpha):
             continue
         threshold = threshold_for(name, rules, default)
         for metric, a, b, bigger in metrics(base[name], new[name]):
+            if not b:
+                rows.append(Row(name, metric, median(a), None, None, None, LOST))
+                continue
             change = relative_change(median(a), median(b))
             p = u_test(a, b)
             rows.append(Row(name, metric, median(a), median(b), change, p,
@@ -124,18 +133,25 @@ def render(rows, lists, args, note):
     table = [(f"`{r.name}`", r.metric, format_value(r.metric, r.baseline),
               format_value(r.metric, r.contender), format_change(r.change),
               "—" if r.p is None else f"{r.p:.3g}",
-              f"**{r.verdict}**" if r.verdict == REGRESSION else r.verdict)
+              f"**{r.verdict}**" if r.verdict == REGRESSION or (
+                  r.verdict == LOST and not args.allow_missing) else r.verdict)
              for r in rows]
     out.append(markdown_table(
         ["benchmark", "metric", "baseline", "contender", "change", "p-value", "verdict"], table))
     regressions = sum(1 for row in rows if row.verdict == REGRESSION)
+    lost_metrics = sum(1 for row in rows if row.verdict == LOST)
     failures = [plural(regressions, "regression")]
     if not args.allow_missing:
-        failures.append(plural(len(lost), "lost benchmark"))
+        failures += [plural(len(lost), "lost benchmark"), plural(lost_metrics, "lost metric")]
     failures = [f for f in failures if f]
     out += ["", f"**{', '.join(failures)}**" if failures else "No regression."]
     if note:
         out += ["", note]
+    if lost_metrics:
+        why = ("allowed by --allow-missing" if args.allow_missing
+               else "this fails the gate unless --allow-missing is given")
+        out += ["", f"A lost metric was measured in the baseline and is missing from the "
+                    f"contender, or is no finite number there ({why})."]
     if lost:
         why = ("allowed by --allow-missing" if args.allow_missing
                else "this fails the gate unless --allow-missing is given")

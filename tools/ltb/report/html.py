@@ -16,7 +16,7 @@ import os
 import re
 
 from ltb.base import REPO
-from ltb.gate.verdicts import IMPROVEMENT, REGRESSION, compare, differences
+from ltb.gate.verdicts import IMPROVEMENT, LOST, REGRESSION, compare, differences
 from ltb.results import runtimes
 from ltb.results.cost import device_count
 from ltb.results.entries import collect, errors
@@ -606,7 +606,7 @@ def history_section(page, runs, verdicts, skipped=()):
     failed = collections.defaultdict(set)  # run index -> names the gate failed
     for i in range(1, len(runs)):
         for row in compare(runs[i - 1][1], runs[i][1], *verdicts.arguments):
-            if row.verdict == REGRESSION:
+            if row.verdict in (REGRESSION, LOST):
                 failed[i].add(row.name)
         lost = differences(runs[i - 1][1], runs[i][1])[0]
         failed[i].update(name for name, _ in lost)
