@@ -7,7 +7,8 @@ In Google Benchmark 1.7.1 an errored entry (a device that is missing, a
 model that does not fit) still carries times, which compare.py would compare
 as if they were measurements. This drops them (and their aggregates), says
 on stderr which were dropped, and runs `compare.py [options] benchmarks` on
-what is left. Options such as --display_aggregates_only or --no-utest are
+what is left, each benchmark's times in both files in the baseline's unit
+(compare.py leaves out, without a word, a benchmark whose unit differs). Options such as --display_aggregates_only or --no-utest are
 passed to compare.py.
 
 C++ against Python: when the two files have no name in common but do once
@@ -30,7 +31,7 @@ import tempfile
 
 from ltb.base import BadInput, require, run
 from ltb.results import runtimes
-from ltb.results.entries import collect, errors
+from ltb.results.entries import TIME_UNITS, collect, errors
 from ltb.results.load import load
 from ltb.results.names import base_name, parse_name
 
@@ -78,6 +79,36 @@ def by_runtime(docs, chosen):
     return stripped, names
 
 
+def one_time_unit(docs):
+    """The documents with each benchmark's times in one unit, the
+    baseline's: compare.py pairs only entries of the unit of the baseline's
+    first, and leaves out, without a word, a benchmark whose unit changed.
+    The cv aggregates' times are fractions whatever their unit: only their
+    unit's name changes."""
+    unit = {}
+    for doc in docs:
+        for e in doc["benchmarks"]:
+            if e.get("time_unit", "ns") in TIME_UNITS:
+                unit.setdefault(base_name(e), e.get("time_unit", "ns"))
+    out, changed = [], set()
+    for doc in docs:
+        entries = []
+        for e in doc["benchmarks"]:
+            was, to = e.get("time_unit", "ns"), unit.get(base_name(e))
+            if was != to and was in TIME_UNITS:
+                scale = (TIME_UNITS[was] / TIME_UNITS[to]
+                         if e.get("aggregate_unit", "time") == "time" else 1)
+                e = dict(e, time_unit=to, **{k: e[k] * scale for k in ("real_time", "cpu_time")
+                                             if isinstance(e.get(k), (int, float))})
+                changed.add(base_name(e))
+            entries.append(e)
+        out.append(dict(doc, benchmarks=entries))
+    for name in sorted(changed):
+        print(f"compare: {name}: the files' time units differ: compared in {unit[name]}",
+              file=sys.stderr)
+    return out
+
+
 def write_temp(doc, directory, name):
     with open(os.path.join(directory, name), "w") as f:
         json.dump(doc, f)
@@ -106,6 +137,7 @@ def compare_main():
     if not names:
         raise BadInput(f"no measured benchmark in common between "
                                    f"{args.baseline} and {args.contender}")
+    docs = one_time_unit(docs)
     with tempfile.TemporaryDirectory() as tmp:
         files = [write_temp(doc, tmp, f"{label}.json")
                  for doc, label in zip(docs, ("baseline", "contender"))]
