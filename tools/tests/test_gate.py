@@ -74,6 +74,25 @@ class GateTest(ToolTest):
                          "--alpha", "0.00001")
         self.assertExit(proc, 0)
 
+    def test_the_repetition_note_counts_each_pair_of_files(self):
+        # 9 repetitions against 3: the exact U test reaches 2 / C(12, 3) =
+        # 0.0091, so a clear regression is significant and no note says otherwise.
+        proc = self.gate(doc(repeated(NANO, BASE_MS)), doc(repeated(NANO, [130, 131, 129])))
+        self.assertExit(proc, 1)
+        self.assertIn("| 0.00909 | **regression** |", self.row(proc, NANO, "time"))
+        self.assertNotIn("smallest p-value", proc.stdout)
+        # 3 against 3 for one benchmark of two: the note names that one alone.
+        proc = self.gate(doc(repeated(NANO, BASE_MS), repeated(TRAIN, [100, 101, 99])),
+                         doc(repeated(NANO, BASE_MS), repeated(TRAIN, [130, 131, 129])))
+        self.assertExit(proc, 0)
+        self.assertIn("Note: with 3 repetitions per side the U test's smallest p-value for "
+                      "times is 0.1, not below alpha 0.05: the time changes of 1 benchmark "
+                      "(of 2) cannot be called significant.", proc.stdout)
+        # 2 in the baseline, 4 in the contender: 2 / C(6, 2) = 0.133.
+        proc = self.gate(doc(repeated(NANO, [100, 101])), doc(repeated(NANO, [130, 131, 129, 132])))
+        self.assertIn("with 2 repetitions in the baseline and 4 in the contender the U test's "
+                      "smallest p-value for times is 0.133", proc.stdout)
+
     def test_single_runs_are_judged_by_the_threshold_alone(self):
         proc = self.gate(doc(entry(NANO, 100)), doc(entry(NANO, 110)))
         self.assertExit(proc, 1)

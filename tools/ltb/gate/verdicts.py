@@ -112,14 +112,22 @@ def differences(base_doc, new_doc):
 
 
 def repetition_note(base_doc, new_doc, alpha):
-    counts = [b.repetitions for doc in (base_doc, new_doc)
-              for b in collect(doc).values()]
-    n = min(counts)
-    if n >= 2 and smallest_p(n, n) >= alpha:
-        return (f"Note: with {n} repetitions per side the U test's smallest p-value for "
-                f"times is {smallest_p(n, n):.3g}, not below alpha {alpha}: no time change "
-                f"can be called significant. Use 9 or more repetitions.")
-    return None
+    """A note on the benchmarks compared whose repetitions (on both sides,
+    two or more each) are too few for the U test to reach alpha, or None."""
+    base, new = collect(base_doc), collect(new_doc)
+    pairs = [(base[n].repetitions, new[n].repetitions) for n in base if n in new]
+    short = [(a, b) for a, b in pairs if a >= 2 and b >= 2 and smallest_p(a, b) >= alpha]
+    if not short:
+        return None
+    a, b = max(short, key=lambda pair: smallest_p(*pair))
+    counts = f"{a} repetitions per side" if a == b else \
+        f"{a} repetitions in the baseline and {b} in the contender"
+    which = ("no time change can be called significant" if len(short) == len(pairs) else
+             f"the time changes of {plural(len(short), 'benchmark')} (of {len(pairs)}) "
+             f"cannot be called significant")
+    return (f"Note: with {counts} the U test's smallest p-value for times is "
+            f"{smallest_p(a, b):.3g}, not below alpha {alpha}: {which}. "
+            f"Use 9 or more repetitions.")
 
 
 def render(rows, lists, args, note):
