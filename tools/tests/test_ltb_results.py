@@ -16,7 +16,7 @@ from tests.helpers import REPO, TOOLS, doc, entry, repeated
 
 from ltb.base import BadInput
 from ltb.results.cost import hourly_prices
-from ltb.results.entries import collect, errors, seconds
+from ltb.results.entries import all_names, collect, errors, seconds
 from ltb.results.load import START_CONTEXT, load, parse
 from ltb.results.format import format_bytes, format_change, format_seconds, format_value, markdown_table, relative_change
 from ltb.results.names import base_name, name_without, parse_name, size_rank
@@ -43,6 +43,14 @@ class NamesTest(unittest.TestCase):
     def test_base_name_and_name_without(self):
         e = {"name": GEN + "/manual_time/repeats:9_median", "run_name": GEN + "/manual_time/repeats:9"}
         self.assertEqual(base_name(e), GEN)
+        # Without run_name (Google Benchmark before 1.5), an aggregate is still
+        # its benchmark's, not one of its own that a file without repetitions lost.
+        old = {"name": GEN + "/manual_time_median", "run_type": "aggregate",
+               "aggregate_name": "median"}
+        self.assertEqual(base_name(old), GEN)
+        self.assertEqual(base_name({"name": GEN + "/manual_time"}), GEN)
+        self.assertEqual(all_names(doc([{k: v for k, v in e.items() if k != "run_name"}
+                                         for e in repeated(GEN, [1.0, 2.0, 3.0])])), [GEN])
         self.assertEqual(name_without(GEN, "size"),
                          "GPT2/*/cuda/generate/batch:1/prompt:32/new:100/fp32")
         self.assertEqual(name_without(GEN, "prompt"),

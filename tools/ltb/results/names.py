@@ -14,7 +14,14 @@ _TIME_SUFFIX = re.compile(r"/(manual_time|real_time|repeats:\d+|threads:\d+|iter
 
 def base_name(entry):
     """The suite's own name of an entry, without Google Benchmark's suffixes."""
-    name = entry.get("run_name") or entry["name"]
+    name = entry.get("run_name")
+    if not name:
+        # Google Benchmark before 1.5 wrote no run_name: an aggregate's name
+        # is then its benchmark's with _mean, _median ... after it.
+        name = entry["name"]
+        aggregate = entry.get("aggregate_name")
+        if entry.get("run_type") == "aggregate" and aggregate and name.endswith("_" + aggregate):
+            name = name[:-len(aggregate) - 1]
     return _TIME_SUFFIX.sub("", name)
 
 
