@@ -1,4 +1,5 @@
 """tools/gate on fixture JSON files."""
+import statistics
 import unittest
 
 from tests.helpers import ToolTest, doc, entry, repeated
@@ -241,6 +242,23 @@ class GateTest(ToolTest):
         proc = self.gate(doc(skipped, entry(TRAIN, 100)), doc(skipped, entry(TRAIN, 100)))
         self.assertExit(proc, 0)
         self.assertIn(f"- `{NANO}` (contender): skipped: no GPU", proc.stdout)
+
+    def test_aggregates_only_are_named_not_compared_quietly(self):
+        # --benchmark_report_aggregates_only writes the mean, median, stddev
+        # and cv, and no repetition.
+        def aggregates_only(times):
+            return [dict(e, real_time=statistics.median(times))
+                    for e in repeated(NANO, times) if e["run_type"] == "aggregate"]
+        # The contender's NANO has no repetition left to compare: lost, not passed.
+        proc = self.gate(doc(repeated(NANO, BASE_MS), entry(TRAIN, 100)),
+                         doc(aggregates_only(scaled(BASE_MS, 2)), entry(TRAIN, 100)))
+        self.assertExit(proc, 1)
+        self.assertEqual(self.lost_rows(proc),
+                         [(NANO, "ok", "aggregates only: no repetition to compare")])
+        # Both files so: bad input that says why.
+        proc = self.gate(doc(aggregates_only(BASE_MS)), doc(aggregates_only(BASE_MS)))
+        self.assertExit(proc, 2)
+        self.assertIn("holds aggregates only", proc.stderr)
 
     def test_allow_missing_passes_but_still_lists_them(self):
         base = doc(entry(NANO, 100), entry(GONE, 50), entry(BROKEN, 5))

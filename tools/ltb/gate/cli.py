@@ -20,7 +20,8 @@ Lines starting with # are comments.
 Nothing measured is lost silently: a benchmark that ran without an error in
 the baseline but errored in the contender (any of its repetitions; one
 that Google Benchmark 1.8 reports skipped counts as errored), or is
-missing from it, fails the gate like a regression, unless --allow-missing
+missing from it (or holds only its aggregates there, as
+--benchmark_report_aggregates_only writes), fails the gate like a regression, unless --allow-missing
 is given; these are listed in their own table (benchmark, baseline status,
 contender status or error message) either way. Benchmarks new in the
 contender, and those that errored in the baseline, are listed and never
@@ -43,7 +44,7 @@ from ltb.base import EXIT_OK, EXIT_REGRESSION, BadInput, require, run
 from ltb.gate.options import add_gate_arguments, load_thresholds
 from ltb.gate.verdicts import (LOST, REGRESSION, compare, differences, render,
                                repetition_note)
-from ltb.results.entries import all_names
+from ltb.results.entries import all_names, collect
 from ltb.results.load import load_all
 
 
@@ -60,6 +61,12 @@ def judge(args):
     shared = set(all_names(base_doc)) & set(all_names(new_doc))
     if not rows and not (failing_lost and shared):  # disjoint files are a mistake
         print(render(rows, lists, args, None), file=sys.stderr)
+        for path, doc in ((args.baseline, base_doc), (args.contender, new_doc)):
+            if not collect(doc) and any(e.get("run_type") == "aggregate"
+                                        for e in doc["benchmarks"]):
+                raise BadInput(f"{path} holds aggregates only (a run with "
+                               f"--benchmark_report_aggregates_only): the gate compares the "
+                               f"repetitions; run bench without that flag")
         raise BadInput(f"no measured benchmark in common between "
                        f"{args.baseline} and {args.contender}")
     print(render(rows, lists, args, repetition_note(base_doc, new_doc, args.alpha)))

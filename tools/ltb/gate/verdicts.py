@@ -99,9 +99,18 @@ def differences(base_doc, new_doc):
     'baseline' or 'contender', message)."""
     base_names, new_names = all_names(base_doc), all_names(new_doc)
     base_errors, new_errors = errors(base_doc), errors(new_doc)
-    lost = [(n, "missing" if n not in new_names else f"error: {new_errors[n]}")
-            for n in base_names
-            if n not in base_errors and (n not in new_names or n in new_errors)]
+    base_measured, new_measured = collect(base_doc), collect(new_doc)
+
+    def status(n):
+        """The contender's status of a benchmark the baseline ran, or None when it ran."""
+        if n not in new_names:
+            return "missing"
+        if n in new_errors:
+            return f"error: {new_errors[n]}"
+        if n in base_measured and n not in new_measured:
+            return "aggregates only: no repetition to compare"
+        return None
+    lost = [(n, status(n)) for n in base_names if n not in base_errors and status(n)]
     lost_names = {n for n, _ in lost}
     appeared = [n for n in new_names if n not in base_names]
     disappeared = [n for n in base_names if n not in new_names and n not in lost_names]
