@@ -18,7 +18,8 @@ LibTorch, CUDA, BLAS, threads, the simulated ISA, TF32, build type: runs are
 compared only within one), the context, and every benchmark's time per step,
 repetitions, error and counters. Adding a file again is a no-op; a file that
 a killed run cut short is added with its whole entries, saying so; one that
-is not a bench result (malformed, no whole benchmark entry) is refused whole,
+is not a bench result (malformed, no whole benchmark entry, aggregates
+alone) is refused whole,
 saying why, and the other files are still added (exit 2 then).
 
 runs lists the runs: commit, date, fingerprint, benchmarks.

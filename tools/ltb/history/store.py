@@ -6,7 +6,7 @@ per benchmark over commits; change points found by ruptures' PELT.
 Tables (schema version SCHEMA_VERSION, migrated forward on open):
 - runs: one a result file, keyed by the SHA-256 of its bytes (adding a file
   twice is a no-op): the commit and its parent, the commit's time (the
-  series' order), the run's date, the machine's fingerprint and the fields it
+  series' order, a commit after its parent), the run's date, the machine's fingerprint and the fields it
   was made from, the whole context, and where the file came from;
 - results: one a benchmark and repetition of a run: the time per step (s),
   CPU time, iterations, the error message of a benchmark that failed, and
@@ -20,6 +20,7 @@ names.
 import contextlib
 import datetime
 import hashlib
+import heapq
 import json
 import math
 import os
@@ -34,6 +35,7 @@ from ltb.history.changes import Point
 from ltb.results.load import parse
 from ltb.results.entries import TIME_UNITS
 from ltb.results.names import base_name, parse_name
+from ltb.results.records import run_date
 
 SCHEMA_VERSION = 2
 MIGRATIONS = {
@@ -111,7 +113,27 @@ def read_run(path):
         if not ok:
             raise BadInput(f"{path}: benchmark entry {i} has no name, finite time or known "
                            "time unit; nothing was added")
+    # The store keeps repetitions; a benchmark reported by its aggregates
+    # alone would be a run without it.
+    measured = {base_name(e) for e in doc["benchmarks"] if e.get("run_type") != "aggregate"}
+    for entry in doc["benchmarks"]:
+        name = _aggregated_name(entry) if entry.get("run_type") == "aggregate" else None
+        if name is not None and name not in measured:
+            raise BadInput(f"{path}: {name} has only aggregates (mean, median, ...), "
+                           "no repetition: run bench without --benchmark_display_aggregates_only "
+                           "and --benchmark_report_aggregates_only; nothing was added")
     return hashlib.sha256(raw).hexdigest(), doc
+
+
+def _aggregated_name(entry):
+    """The benchmark an aggregate entry sums up (Google Benchmark names it in
+    run_name; without one, its name less _mean, _median, ...)."""
+    if entry.get("run_name"):
+        return base_name(entry)
+    name, aggregate = entry["name"], entry.get("aggregate_name")
+    if aggregate and name.endswith("_" + aggregate):
+        name = name[:-len(aggregate) - 1]
+    return base_name({"name": name})
 
 
 def fingerprint(context):
@@ -151,10 +173,6 @@ def commit_of(context, commit, repo):
     when = git(repo, "show", "-s", "--format=%ct", full)
     suffix = "-dirty" if described.endswith("-dirty") else ""
     return full + suffix, parent, float(when) if when else None
-
-
-def run_date(context):
-    return str(context.get("date", ""))
 
 
 def _date_seconds(text):
@@ -303,8 +321,9 @@ class Store:
         run_id, doc = read_run(path)
         context = doc["context"]
         sha, parent, when = commit_of(context, commit, repo)
+        date = run_date(doc)
         if when is None:
-            when = _date_seconds(run_date(context))
+            when = _date_seconds(date)
         digest, fields = fingerprint(context)
         rows = [(run_id, *row) for row in result_rows(doc)]
         with self.transaction():
@@ -312,7 +331,7 @@ class Store:
                 "INSERT INTO runs (run_id, commit_sha, parent_sha, commit_time, run_date, "
                 "fingerprint, machine, context, source, added_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
-                (run_id, sha, parent, when, run_date(context), digest,
+                (run_id, sha, parent, when, date, digest,
                  json.dumps(fields, sort_keys=True), json.dumps(context, sort_keys=True),
                  os.path.abspath(path), time.time()))
             if cur.rowcount == 0:
@@ -352,15 +371,16 @@ class Store:
 
     def series(self, name_regex=None, fingerprint_prefix=None, dirty=False):
         """{(fingerprint, benchmark): [Point]} over commits, in commit order
-        (the commit's time, then its first run's date): each commit's value
+        (commit_order): each commit's value
         is the median over its runs of each run's median step time. Runs of a
         checkout with uncommitted changes (commit ending in -dirty) are left
         out unless `dirty`."""
         pattern = re.compile(name_regex) if name_regex else None
-        by_key = {}
+        by_key, parents = {}, {}
         for run in self.runs(fingerprint_prefix):
             if run["commit"].endswith("-dirty") and not dirty:
                 continue
+            parents[run["commit"]] = run["parent"]
             for name, reps in self.results(run["run_id"]).items():
                 if pattern and not pattern.search(name):
                     continue
@@ -376,8 +396,31 @@ class Store:
                 else:
                     point.run_values.append(statistics.median(times))
                     point.runs.append(run["run_id"])
-        return {key: sorted(commits.values(), key=lambda p: (p.commit_time, p.date, p.commit))
-                for key, commits in by_key.items()}
+        return {key: commit_order(commits.values(), parents) for key, commits in by_key.items()}
+
+
+def commit_order(points, parents):
+    """The points in commit order: by the commit's time, then the first run's
+    date, except that a commit never comes before its parent's point. A
+    rebased or scripted stack of commits shares one committer time (git
+    keeps seconds), and the runs' dates are only when someone measured."""
+    points = sorted(points, key=lambda p: (p.commit_time, p.date, p.commit))
+    index = {p.commit: i for i, p in enumerate(points)}
+    children, waiting = {}, set()
+    for i, p in enumerate(points):
+        parent = index.get(parents.get(p.commit))
+        if parent is not None and parent != i:
+            children.setdefault(parent, []).append(i)
+            waiting.add(i)
+    ready = [i for i in range(len(points)) if i not in waiting]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for child in children.get(i, []):
+            heapq.heappush(ready, child)
+    return [points[i] for i in order]
 
 
 TRAINING_PHASES = ("forward_backward", "train_step", "train_epoch")
