@@ -256,6 +256,34 @@ class StoreTest(unittest.TestCase):
         same = [pts for pts in series.values() if pts[0].value < 2e-3][0]
         self.assertEqual(len(same[0].run_values), 2)  # one commit ("unknown"), two runs
 
+    def test_runs_of_another_allocator_or_openmp_wait_are_another_series(self):
+        # bench --malloc=system, or OMP_WAIT_POLICY=passive, changes every
+        # step time on one machine and build: such runs in one series would
+        # be a change at whichever commit they were first used.
+        name = "MLP/nano/cpu/forward/fp32"
+        tuned = "glibc malloc, tuned: M_MMAP_MAX=0, M_TRIM_THRESHOLD=1GiB, M_TOP_PAD=64MiB"
+        docs = [result_doc({name: [1.0]}, commit="aaaaaaa", malloc=tuned),
+                result_doc({name: [1.3]}, commit="bbbbbbb", malloc="glibc malloc, default settings",
+                           date="2026-11-26T10:00:00+00:00"),
+                result_doc({name: [1.2]}, commit="ccccccc", malloc=tuned,
+                           omp_wait_policy="PASSIVE", date="2026-11-27T10:00:00+00:00")]
+        files = [write(os.path.join(self.tmp, f"{i}.json"), d) for i, d in enumerate(docs)]
+        old = Store(self.db, migrate_to=2)
+        for f in files:
+            old.add(f)
+        old.close()
+        # Runs stored before the allocator was part of the fingerprint get
+        # theirs again from their context when the store is migrated.
+        with sqlite3.connect(self.db) as c:
+            c.execute("UPDATE runs SET fingerprint = 'before', machine = '{}'")
+        with Store(self.db) as store:
+            series = store.series()
+            machines = [r["machine"] for r in store.runs()]
+        self.assertEqual(sorted(len(points) for points in series.values()), [1, 1, 1])
+        self.assertEqual([m.get("malloc") for m in machines],
+                         [tuned, "glibc malloc, default settings", tuned])
+        self.assertEqual(machines[2]["omp_wait_policy"], "PASSIVE")
+
     def test_commits_are_resolved_with_their_parents(self):
         repo = os.path.join(self.tmp, "repo")
         shas = throwaway_repo(repo, [1, 1])

@@ -13,8 +13,9 @@ Tables (schema version SCHEMA_VERSION, migrated forward on open):
   every counter (JSON).
 
 Runs are compared only within one fingerprint: the CPU model and ISA, the
-GPUs, LibTorch, CUDA and BLAS, the thread counts, the simulated ISA, TF32 and
-the build type; two machines of the same kind share it, whatever their host
+GPUs, LibTorch, CUDA and BLAS, the thread counts, the simulated ISA, TF32,
+the build type, the allocator's settings and OpenMP's waiting (set in the
+environment); two machines of the same kind share it, whatever their host
 names.
 """
 import contextlib
@@ -37,7 +38,7 @@ from ltb.results.entries import TIME_UNITS
 from ltb.results.names import base_name, parse_name
 from ltb.results.records import run_date
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIGRATIONS = {
     1: [
         """CREATE TABLE runs (
@@ -64,6 +65,9 @@ MIGRATIONS = {
     ],
     # The series of one machine kind, in commit order, without a scan.
     2: ["CREATE INDEX runs_by_fingerprint ON runs (fingerprint, commit_time)"],
+    # The allocator and OpenMP's waiting joined the fingerprint: every run's
+    # again, from its context, so that old and new runs of one kind stay one.
+    3: [lambda store: store.refingerprint()],
 }
 
 # Context fields that make two runs comparable (see the module's text).
@@ -71,7 +75,8 @@ FINGERPRINT_KEYS = ("cpu_model", "cpu_capability", "num_cpus", "gpus", "libtorch
                     "cuda_runtime", "blas", "intra_op_threads", "inter_op_threads",
                     "blas_threads", "cpu_simulation", "aten_cpu_capability",
                     "onednn_max_cpu_isa", "ltb_max_cpu_isa", "cuda_tf32", "build_type",
-                    "world_size")
+                    "world_size", "malloc", "omp_wait_policy", "gomp_spincount",
+                    "kmp_blocktime")
 # Google Benchmark's own fields of an entry; every other number is a counter.
 _ENTRY_FIELDS = {"name", "family_index", "per_family_instance_index", "run_name", "run_type",
                  "repetitions", "repetition_index", "threads", "iterations", "real_time",
@@ -312,9 +317,23 @@ class Store:
                 raise BadInput(f"{self.url}: schema version {current} is newer than this "
                                f"tool's {SCHEMA_VERSION}: update libtorch-bench")
             for v in range(current + 1, upto + 1):
-                for sql in MIGRATIONS[v]:
-                    self.execute(sql)
+                for step in MIGRATIONS[v]:
+                    if callable(step):
+                        step(self)
+                    else:
+                        self.execute(step)
                 self.execute("INSERT INTO schema_version (version) VALUES (?)", (v,))
+
+    def refingerprint(self):
+        """Every run's fingerprint and its fields made again from its context
+        (inside a migration's transaction)."""
+        rows = []
+        for run_id, context in self.execute("SELECT run_id, context FROM runs").fetchall():
+            digest, fields = fingerprint(json.loads(context))
+            rows.append((digest, json.dumps(fields, sort_keys=True), run_id))
+        if rows:
+            self.executemany("UPDATE runs SET fingerprint = ?, machine = ? WHERE run_id = ?",
+                             rows)
 
     def add(self, path, commit=None, repo=REPO):
         """Adds a result file; returns its run id, and whether it was new."""
