@@ -333,6 +333,32 @@ class StoreTest(unittest.TestCase):
         self.assertEqual([(c.before, c.after) for c in steps], [(shas[3], shas[4])])
         self.assertAlmostEqual(steps[0].size, 0.3)
 
+    def test_a_commit_resolved_elsewhere_is_one_point(self):
+        # One machine's run was added where the commit resolved, another's
+        # where it did not (a clone without it): both are that commit's.
+        repo = os.path.join(self.tmp, "repo")
+        shas = throwaway_repo(repo, [1, 1, 1])
+        name = "A/nano/cpu/forward/fp32"
+        files = [write(os.path.join(self.tmp, f"{i}.json"),
+                       result_doc({name: [ms]}, commit=sha[:12]))
+                 for i, (sha, ms) in enumerate(zip(shas, (1.0, 2.0, 2.0)))]
+        history("add", *files, f"--repo={repo}", db=self.db)
+        late = write(os.path.join(self.tmp, "late.json"),
+                     result_doc({name: [1.2]}, commit=shas[0][:12] + "-dirty",
+                                date="2027-01-01T00:00:00+00:00"))
+        again = write(os.path.join(self.tmp, "again.json"),
+                      result_doc({name: [1.2]}, commit=shas[0][:12],
+                                 date="2027-01-01T00:00:00+00:00"))
+        history("add", late, again, f"--repo={self.tmp}", db=self.db)
+        with Store(self.db) as store:
+            (points,) = store.series().values()
+            with_dirty = list(store.series(dirty=True).values())[0]
+        self.assertEqual([p.commit for p in points], shas)
+        self.assertEqual([sorted(p.run_values) for p in points],
+                         [[1e-3, 1.2e-3], [2e-3], [2e-3]])
+        self.assertEqual([p.commit for p in with_dirty],
+                         [shas[0], shas[0] + "-dirty", shas[1], shas[2]])
+
     def test_a_merged_files_date_is_its_first_runs(self):
         # tools/sweep and tools/abtest keep each bench process's date in its
         # entries (they differ); the run is dated by the first of them, and

@@ -83,6 +83,7 @@ _ENTRY_FIELDS = {"name", "family_index", "per_family_instance_index", "run_name"
                  "cpu_time", "time_unit", "error_occurred", "error_message", "label",
                  "aggregate_name", "aggregate_unit", "big_o", "rms"}
 _SHA = re.compile(r"[0-9a-f]{7,40}")
+_FULL_SHA = re.compile(r"[0-9a-f]{40}")
 
 
 def default_db():
@@ -393,12 +394,28 @@ class Store:
         (commit_order): each commit's value
         is the median over its runs of each run's median step time. Runs of a
         checkout with uncommitted changes (commit ending in -dirty) are left
-        out unless `dirty`."""
+        out unless `dirty`. A commit that one add could not resolve is the
+        commit another resolved, where its abbreviation names one alone."""
         pattern = re.compile(name_regex) if name_regex else None
         by_key, parents = {}, {}
-        for run in self.runs(fingerprint_prefix):
+        everyone = self.runs()
+        resolved = {}
+        for run in everyone:
+            sha = run["commit"].removesuffix("-dirty")
+            if _FULL_SHA.fullmatch(sha):
+                resolved.setdefault(sha, run)
+        for run in everyone:
+            if fingerprint_prefix and not run["fingerprint"].startswith(fingerprint_prefix):
+                continue
             if run["commit"].endswith("-dirty") and not dirty:
                 continue
+            sha = run["commit"].removesuffix("-dirty")
+            if not _FULL_SHA.fullmatch(sha) and _SHA.fullmatch(sha):
+                matches = [full for full in resolved if full.startswith(sha)]
+                if len(matches) == 1:
+                    first = resolved[matches[0]]
+                    run = dict(run, commit=matches[0] + run["commit"][len(sha):],
+                               commit_time=first["commit_time"], parent=first["parent"])
             parents[run["commit"]] = run["parent"]
             for name, reps in self.results(run["run_id"]).items():
                 if pattern and not pattern.search(name):
