@@ -6,8 +6,9 @@ per benchmark over commits; change points found by ruptures' PELT.
 Tables (schema version SCHEMA_VERSION, migrated forward on open):
 - runs: one a result file, keyed by the SHA-256 of its bytes (adding a file
   twice is a no-op): the commit and its parent, the commit's time (the
-  series' order, a commit after its parent), the run's date, the machine's fingerprint and the fields it
-  was made from, the whole context, and where the file came from;
+  series' order, a commit after its parent), the run's date, the machine's
+  fingerprint and the fields it was made from, the whole context, and where
+  the file came from;
 - results: one a benchmark and repetition of a run: the time per step (s),
   CPU time, iterations, the error message of a benchmark that failed, and
   every counter (JSON).
