@@ -256,6 +256,34 @@ class StoreTest(unittest.TestCase):
         same = [pts for pts in series.values() if pts[0].value < 2e-3][0]
         self.assertEqual(len(same[0].run_values), 2)  # one commit ("unknown"), two runs
 
+    def test_runs_of_another_allocator_or_openmp_wait_are_another_series(self):
+        # bench --malloc=system, or OMP_WAIT_POLICY=passive, changes every
+        # step time on one machine and build: such runs in one series would
+        # be a change at whichever commit they were first used.
+        name = "MLP/nano/cpu/forward/fp32"
+        tuned = "glibc malloc, tuned: M_MMAP_MAX=0, M_TRIM_THRESHOLD=1GiB, M_TOP_PAD=64MiB"
+        docs = [result_doc({name: [1.0]}, commit="aaaaaaa", malloc=tuned),
+                result_doc({name: [1.3]}, commit="bbbbbbb", malloc="glibc malloc, default settings",
+                           date="2026-11-26T10:00:00+00:00"),
+                result_doc({name: [1.2]}, commit="ccccccc", malloc=tuned,
+                           omp_wait_policy="PASSIVE", date="2026-11-27T10:00:00+00:00")]
+        files = [write(os.path.join(self.tmp, f"{i}.json"), d) for i, d in enumerate(docs)]
+        old = Store(self.db, migrate_to=2)
+        for f in files:
+            old.add(f)
+        old.close()
+        # Runs stored before the allocator was part of the fingerprint get
+        # theirs again from their context when the store is migrated.
+        with sqlite3.connect(self.db) as c:
+            c.execute("UPDATE runs SET fingerprint = 'before', machine = '{}'")
+        with Store(self.db) as store:
+            series = store.series()
+            machines = [r["machine"] for r in store.runs()]
+        self.assertEqual(sorted(len(points) for points in series.values()), [1, 1, 1])
+        self.assertEqual([m.get("malloc") for m in machines],
+                         [tuned, "glibc malloc, default settings", tuned])
+        self.assertEqual(machines[2]["omp_wait_policy"], "PASSIVE")
+
     def test_commits_are_resolved_with_their_parents(self):
         repo = os.path.join(self.tmp, "repo")
         shas = throwaway_repo(repo, [1, 1])
@@ -274,6 +302,101 @@ class StoreTest(unittest.TestCase):
                       check=False)
         self.assertEqual(bad.returncode, 2)
         self.assertIn("--commit=no-such-branch: not a commit of", bad.stderr)
+
+    def test_commits_of_one_second_are_in_the_order_of_their_parents(self):
+        # A rebased stack: every commit has the same committer time. Measured
+        # newest first, the run dates run against the history; the series
+        # must still follow the commits, and a slowdown stay one.
+        repo = os.path.join(self.tmp, "repo")
+        os.makedirs(repo)
+        git(repo, "init", "-q", "-b", "main")
+        git(repo, "config", "user.email", "t@example.com")
+        git(repo, "config", "user.name", "t")
+        shas = []
+        for i in range(8):
+            subprocess.run(["git", "-C", repo, "commit", "-q", "--allow-empty", "-m", f"c{i}"],
+                           check=True, env={**os.environ,
+                                            "GIT_COMMITTER_DATE": "2026-01-01T00:00:00",
+                                            "GIT_AUTHOR_DATE": f"2026-01-01T00:00:0{i}"})
+            shas.append(git(repo, "rev-parse", "HEAD"))
+        name = "A/nano/cpu/forward/fp32"
+        files = [write(os.path.join(self.tmp, f"{i}.json"),
+                       result_doc({name: [1.0 if i < 4 else 1.3]}, commit=sha[:12],
+                                  date=f"2026-02-01T00:00:{59 - i:02d}+00:00"))
+                 for i, sha in enumerate(shas)]
+        history("add", *files, f"--repo={repo}", db=self.db)
+        with Store(self.db) as store:
+            (points,) = store.series().values()
+        self.assertEqual([p.commit for p in points], shas)
+        steps = changes([p.value for p in points], min_confidence=0.9,
+                        commits=[p.commit for p in points])
+        self.assertEqual([(c.before, c.after) for c in steps], [(shas[3], shas[4])])
+        self.assertAlmostEqual(steps[0].size, 0.3)
+
+    def test_a_commit_resolved_elsewhere_is_one_point(self):
+        # One machine's run was added where the commit resolved, another's
+        # where it did not (a clone without it): both are that commit's.
+        repo = os.path.join(self.tmp, "repo")
+        shas = throwaway_repo(repo, [1, 1, 1])
+        name = "A/nano/cpu/forward/fp32"
+        files = [write(os.path.join(self.tmp, f"{i}.json"),
+                       result_doc({name: [ms]}, commit=sha[:12]))
+                 for i, (sha, ms) in enumerate(zip(shas, (1.0, 2.0, 2.0)))]
+        history("add", *files, f"--repo={repo}", db=self.db)
+        late = write(os.path.join(self.tmp, "late.json"),
+                     result_doc({name: [1.2]}, commit=shas[0][:12] + "-dirty",
+                                date="2027-01-01T00:00:00+00:00"))
+        again = write(os.path.join(self.tmp, "again.json"),
+                      result_doc({name: [1.2]}, commit=shas[0][:12],
+                                 date="2027-01-01T00:00:00+00:00"))
+        history("add", late, again, f"--repo={self.tmp}", db=self.db)
+        with Store(self.db) as store:
+            (points,) = store.series().values()
+            with_dirty = list(store.series(dirty=True).values())[0]
+        self.assertEqual([p.commit for p in points], shas)
+        self.assertEqual([sorted(p.run_values) for p in points],
+                         [[1e-3, 1.2e-3], [2e-3], [2e-3]])
+        self.assertEqual([p.commit for p in with_dirty],
+                         [shas[0], shas[0] + "-dirty", shas[1], shas[2]])
+
+    def test_a_merged_files_date_is_its_first_runs(self):
+        # tools/sweep and tools/abtest keep each bench process's date in its
+        # entries (they differ); the run is dated by the first of them, and
+        # where its commit cannot be resolved that date orders it.
+        name = "A/nano/cpu/forward/fp32"
+        early = write(os.path.join(self.tmp, "early.json"),
+                      result_doc({name: [1.0]}, commit="aaaaaaa"))
+        doc = result_doc({name: [2.0], "B/nano/cpu/forward/fp32": [3.0]}, commit="bbbbbbb")
+        del doc["context"]["date"]
+        for i, entry in enumerate(doc["benchmarks"]):
+            entry["context"] = {"date": f"2026-11-26T1{2 - i}:00:00+00:00", "load_avg": [i]}
+        merged = write(os.path.join(self.tmp, "merged.json"), doc)
+        history("add", merged, early, f"--repo={self.tmp}", db=self.db)
+        with Store(self.db) as store:
+            dates = {r["commit"]: r["date"] for r in store.runs()}
+            points = store.series()
+        self.assertEqual(dates, {"aaaaaaa": CONTEXT["date"],
+                                 "bbbbbbb": "2026-11-26T11:00:00+00:00"})
+        series = [pts for (fp, n), pts in points.items() if n == name][0]
+        self.assertEqual([p.commit for p in series], ["aaaaaaa", "bbbbbbb"])
+        # A directory of runs (the report's history) is in the same order.
+        from ltb.history.runs import history_runs
+        runs, _ = history_runs(self.tmp)
+        self.assertEqual([label.split()[-1] for label, _ in runs], ["early.json", "merged.json"])
+
+    def test_a_file_of_aggregates_only_is_refused(self):
+        # bench --benchmark_display_aggregates_only --benchmark_format=json
+        # prints mean, median, stddev and cv, no repetition: nothing to store.
+        doc = result_doc({"A/nano/cpu/forward/fp32": [1.0, 1.2, 1.1]})
+        doc["benchmarks"] = [e for e in doc["benchmarks"] if e["run_type"] == "aggregate"]
+        for e in doc["benchmarks"]:
+            e["run_name"] = "A/nano/cpu/forward/fp32/manual_time"
+        only = write(os.path.join(self.tmp, "agg.json"), doc)
+        run = history("add", only, db=self.db, check=False)
+        self.assertEqual(run.returncode, 2, run.stdout + run.stderr)
+        self.assertIn("agg.json: A/nano/cpu/forward/fp32 has only aggregates", run.stderr)
+        self.assertIn("--benchmark_display_aggregates_only", run.stderr)
+        self.assertEqual(self.count("runs"), 0)
 
     def test_export_is_pytorchs_v3_format(self):
         name = "GPT2/nano/cpu/train_step/batch:2/seq:64/bf16"

@@ -14,11 +14,13 @@ or a PostgreSQL database: the same schema, migrated forward when opened.
 add records each file as one run, in one transaction: its commit (--commit,
 else the context's suite_commit, resolved in --repo, default this checkout)
 and the commit's parent, the machine's fingerprint (CPU model and ISA, GPUs,
-LibTorch, CUDA, BLAS, threads, the simulated ISA, TF32, build type: runs are
-compared only within one), the context, and every benchmark's time per step,
-repetitions, error and counters. Adding a file again is a no-op; a file that
+LibTorch, CUDA, BLAS, threads, the simulated ISA, TF32, build type, the
+allocator, OpenMP's waiting: runs are compared only within one), the
+context, and every benchmark's time per step, repetitions, error and
+counters. Adding a file again is a no-op; a file that
 a killed run cut short is added with its whole entries, saying so; one that
-is not a bench result (malformed, no whole benchmark entry) is refused whole,
+is not a bench result (malformed, no whole benchmark entry, aggregates
+alone) is refused whole,
 saying why, and the other files are still added (exit 2 then).
 
 runs lists the runs: commit, date, fingerprint, benchmarks.

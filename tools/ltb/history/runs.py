@@ -1,11 +1,12 @@
 """A directory of result files as a history: its runs in the order of their
-context's date, and the files left out (what is not a bench result, and the
-runs of a world-size sweep)."""
+context's date (a merged file's: its first run's), and the files left out
+(what is not a bench result, and the runs of a world-size sweep)."""
 import os
 import re
 
 from ltb.base import BadInput
 from ltb.results.load import load
+from ltb.results.records import run_date
 
 
 def history_runs(directory):
@@ -32,6 +33,6 @@ def history_runs(directory):
     if not runs:
         raise BadInput(f"{directory}: no bench result among its .json files: "
                                    + "; ".join(f"{p}: {why}" for p, why in skipped))
-    runs.sort(key=lambda r: (str(r[1]["context"].get("date", "")), r[0]))
-    return [(f"{str(doc['context'].get('date', ''))[:16] or os.path.basename(path)}"
+    runs.sort(key=lambda r: (run_date(r[1]), r[0]))
+    return [(f"{run_date(doc)[:16] or os.path.basename(path)}"
              f" {os.path.relpath(path, directory)}", doc) for path, doc in runs], skipped

@@ -6,20 +6,23 @@ per benchmark over commits; change points found by ruptures' PELT.
 Tables (schema version SCHEMA_VERSION, migrated forward on open):
 - runs: one a result file, keyed by the SHA-256 of its bytes (adding a file
   twice is a no-op): the commit and its parent, the commit's time (the
-  series' order), the run's date, the machine's fingerprint and the fields it
-  was made from, the whole context, and where the file came from;
+  series' order, a commit after its parent), the run's date, the machine's
+  fingerprint and the fields it was made from, the whole context, and where
+  the file came from;
 - results: one a benchmark and repetition of a run: the time per step (s),
   CPU time, iterations, the error message of a benchmark that failed, and
   every counter (JSON).
 
 Runs are compared only within one fingerprint: the CPU model and ISA, the
-GPUs, LibTorch, CUDA and BLAS, the thread counts, the simulated ISA, TF32 and
-the build type; two machines of the same kind share it, whatever their host
+GPUs, LibTorch, CUDA and BLAS, the thread counts, the simulated ISA, TF32,
+the build type, the allocator's settings and OpenMP's waiting (set in the
+environment); two machines of the same kind share it, whatever their host
 names.
 """
 import contextlib
 import datetime
 import hashlib
+import heapq
 import json
 import math
 import os
@@ -34,8 +37,9 @@ from ltb.history.changes import Point
 from ltb.results.load import parse
 from ltb.results.entries import TIME_UNITS
 from ltb.results.names import base_name, parse_name
+from ltb.results.records import run_date
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIGRATIONS = {
     1: [
         """CREATE TABLE runs (
@@ -62,6 +66,9 @@ MIGRATIONS = {
     ],
     # The series of one machine kind, in commit order, without a scan.
     2: ["CREATE INDEX runs_by_fingerprint ON runs (fingerprint, commit_time)"],
+    # The allocator and OpenMP's waiting joined the fingerprint: every run's
+    # again, from its context, so that old and new runs of one kind stay one.
+    3: [lambda store: store.refingerprint()],
 }
 
 # Context fields that make two runs comparable (see the module's text).
@@ -69,13 +76,15 @@ FINGERPRINT_KEYS = ("cpu_model", "cpu_capability", "num_cpus", "gpus", "libtorch
                     "cuda_runtime", "blas", "intra_op_threads", "inter_op_threads",
                     "blas_threads", "cpu_simulation", "aten_cpu_capability",
                     "onednn_max_cpu_isa", "ltb_max_cpu_isa", "cuda_tf32", "build_type",
-                    "world_size")
+                    "world_size", "malloc", "omp_wait_policy", "gomp_spincount",
+                    "kmp_blocktime")
 # Google Benchmark's own fields of an entry; every other number is a counter.
 _ENTRY_FIELDS = {"name", "family_index", "per_family_instance_index", "run_name", "run_type",
                  "repetitions", "repetition_index", "threads", "iterations", "real_time",
                  "cpu_time", "time_unit", "error_occurred", "error_message", "label",
                  "aggregate_name", "aggregate_unit", "big_o", "rms"}
 _SHA = re.compile(r"[0-9a-f]{7,40}")
+_FULL_SHA = re.compile(r"[0-9a-f]{40}")
 
 
 def default_db():
@@ -111,7 +120,27 @@ def read_run(path):
         if not ok:
             raise BadInput(f"{path}: benchmark entry {i} has no name, finite time or known "
                            "time unit; nothing was added")
+    # The store keeps repetitions; a benchmark reported by its aggregates
+    # alone would be a run without it.
+    measured = {base_name(e) for e in doc["benchmarks"] if e.get("run_type") != "aggregate"}
+    for entry in doc["benchmarks"]:
+        name = _aggregated_name(entry) if entry.get("run_type") == "aggregate" else None
+        if name is not None and name not in measured:
+            raise BadInput(f"{path}: {name} has only aggregates (mean, median, ...), "
+                           "no repetition: run bench without --benchmark_display_aggregates_only "
+                           "and --benchmark_report_aggregates_only; nothing was added")
     return hashlib.sha256(raw).hexdigest(), doc
+
+
+def _aggregated_name(entry):
+    """The benchmark an aggregate entry sums up (Google Benchmark names it in
+    run_name; without one, its name less _mean, _median, ...)."""
+    if entry.get("run_name"):
+        return base_name(entry)
+    name, aggregate = entry["name"], entry.get("aggregate_name")
+    if aggregate and name.endswith("_" + aggregate):
+        name = name[:-len(aggregate) - 1]
+    return base_name({"name": name})
 
 
 def fingerprint(context):
@@ -151,10 +180,6 @@ def commit_of(context, commit, repo):
     when = git(repo, "show", "-s", "--format=%ct", full)
     suffix = "-dirty" if described.endswith("-dirty") else ""
     return full + suffix, parent, float(when) if when else None
-
-
-def run_date(context):
-    return str(context.get("date", ""))
 
 
 def _date_seconds(text):
@@ -294,17 +319,32 @@ class Store:
                 raise BadInput(f"{self.url}: schema version {current} is newer than this "
                                f"tool's {SCHEMA_VERSION}: update libtorch-bench")
             for v in range(current + 1, upto + 1):
-                for sql in MIGRATIONS[v]:
-                    self.execute(sql)
+                for step in MIGRATIONS[v]:
+                    if callable(step):
+                        step(self)
+                    else:
+                        self.execute(step)
                 self.execute("INSERT INTO schema_version (version) VALUES (?)", (v,))
+
+    def refingerprint(self):
+        """Every run's fingerprint and its fields made again from its context
+        (inside a migration's transaction)."""
+        rows = []
+        for run_id, context in self.execute("SELECT run_id, context FROM runs").fetchall():
+            digest, fields = fingerprint(json.loads(context))
+            rows.append((digest, json.dumps(fields, sort_keys=True), run_id))
+        if rows:
+            self.executemany("UPDATE runs SET fingerprint = ?, machine = ? WHERE run_id = ?",
+                             rows)
 
     def add(self, path, commit=None, repo=REPO):
         """Adds a result file; returns its run id, and whether it was new."""
         run_id, doc = read_run(path)
         context = doc["context"]
         sha, parent, when = commit_of(context, commit, repo)
+        date = run_date(doc)
         if when is None:
-            when = _date_seconds(run_date(context))
+            when = _date_seconds(date)
         digest, fields = fingerprint(context)
         rows = [(run_id, *row) for row in result_rows(doc)]
         with self.transaction():
@@ -312,7 +352,7 @@ class Store:
                 "INSERT INTO runs (run_id, commit_sha, parent_sha, commit_time, run_date, "
                 "fingerprint, machine, context, source, added_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
-                (run_id, sha, parent, when, run_date(context), digest,
+                (run_id, sha, parent, when, date, digest,
                  json.dumps(fields, sort_keys=True), json.dumps(context, sort_keys=True),
                  os.path.abspath(path), time.time()))
             if cur.rowcount == 0:
@@ -352,15 +392,32 @@ class Store:
 
     def series(self, name_regex=None, fingerprint_prefix=None, dirty=False):
         """{(fingerprint, benchmark): [Point]} over commits, in commit order
-        (the commit's time, then its first run's date): each commit's value
+        (commit_order): each commit's value
         is the median over its runs of each run's median step time. Runs of a
         checkout with uncommitted changes (commit ending in -dirty) are left
-        out unless `dirty`."""
+        out unless `dirty`. A commit that one add could not resolve is the
+        commit another resolved, where its abbreviation names one alone."""
         pattern = re.compile(name_regex) if name_regex else None
-        by_key = {}
-        for run in self.runs(fingerprint_prefix):
+        by_key, parents = {}, {}
+        everyone = self.runs()
+        resolved = {}
+        for run in everyone:
+            sha = run["commit"].removesuffix("-dirty")
+            if _FULL_SHA.fullmatch(sha):
+                resolved.setdefault(sha, run)
+        for run in everyone:
+            if fingerprint_prefix and not run["fingerprint"].startswith(fingerprint_prefix):
+                continue
             if run["commit"].endswith("-dirty") and not dirty:
                 continue
+            sha = run["commit"].removesuffix("-dirty")
+            if not _FULL_SHA.fullmatch(sha) and _SHA.fullmatch(sha):
+                matches = [full for full in resolved if full.startswith(sha)]
+                if len(matches) == 1:
+                    first = resolved[matches[0]]
+                    run = dict(run, commit=matches[0] + run["commit"][len(sha):],
+                               commit_time=first["commit_time"], parent=first["parent"])
+            parents[run["commit"]] = run["parent"]
             for name, reps in self.results(run["run_id"]).items():
                 if pattern and not pattern.search(name):
                     continue
@@ -376,8 +433,31 @@ class Store:
                 else:
                     point.run_values.append(statistics.median(times))
                     point.runs.append(run["run_id"])
-        return {key: sorted(commits.values(), key=lambda p: (p.commit_time, p.date, p.commit))
-                for key, commits in by_key.items()}
+        return {key: commit_order(commits.values(), parents) for key, commits in by_key.items()}
+
+
+def commit_order(points, parents):
+    """The points in commit order: by the commit's time, then the first run's
+    date, except that a commit never comes before its parent's point. A
+    rebased or scripted stack of commits shares one committer time (git
+    keeps seconds), and the runs' dates are only when someone measured."""
+    points = sorted(points, key=lambda p: (p.commit_time, p.date, p.commit))
+    index = {p.commit: i for i, p in enumerate(points)}
+    children, waiting = {}, set()
+    for i, p in enumerate(points):
+        parent = index.get(parents.get(p.commit))
+        if parent is not None and parent != i:
+            children.setdefault(parent, []).append(i)
+            waiting.add(i)
+    ready = [i for i in range(len(points)) if i not in waiting]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for child in children.get(i, []):
+            heapq.heappush(ready, child)
+    return [points[i] for i in order]
 
 
 TRAINING_PHASES = ("forward_backward", "train_step", "train_epoch")

@@ -1,6 +1,7 @@
 """Result files merged from several bench processes (sweep, abtest,
-scaling): each run's record, the context they share, and the entries in
-file order."""
+scaling): each run's record, the context they share, the entries in file
+order, and when such a file's run started."""
+import datetime
 
 
 def failure_entry(name, message):
@@ -39,3 +40,24 @@ def in_family(entry, index):
     Benchmark numbers them by family_index)."""
     head = {"name": entry["name"], "family_index": index, "per_family_instance_index": 0}
     return dict(head, **{k: v for k, v in entry.items() if k not in head})
+
+
+def run_date(doc):
+    """When a result file's run started: its context's date, or, in a file
+    merged from several bench processes (whose dates differ, so that each
+    stays in its own entries' context), the earliest of theirs; "" when
+    none says."""
+    date = doc.get("context", {}).get("date")
+    if date:
+        return str(date)
+    dates = [str(e["context"]["date"]) for e in doc.get("benchmarks", [])
+             if isinstance(e, dict) and isinstance(e.get("context"), dict)
+             and e["context"].get("date")]
+    return min(dates, key=_date_key) if dates else ""
+
+
+def _date_key(text):
+    try:
+        return (datetime.datetime.fromisoformat(text).timestamp(), text)
+    except ValueError:
+        return (float("inf"), text)
