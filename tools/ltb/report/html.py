@@ -410,11 +410,10 @@ def scaling_section(page, docs, labels):
                   series_chart(page, "scaling", efficiency, "ranks", "efficiency",
                                logy=False, ref_y=1)]
     speedups = []
-    for key, found in device_throughputs(docs).items():
-        if "cpu" in found:
-            for device, (value, counter) in found.items():
-                if device != "cpu":
-                    speedups.append((f"{key} ({device})", value / found["cpu"][0], counter))
+    for key, found in device_throughputs(docs, labels).items():
+        for device, (value, counter, cpu) in found.items():
+            if cpu:
+                speedups.append((f"{key} ({device})", value / cpu, counter))
     if speedups:
         parts += ["<h3>Speedup over the CPU</h3>", page.chart("scaling", {
             "type": "bar", "data": {"labels": [k for k, _, _ in speedups], "datasets": [{

@@ -234,7 +234,7 @@ def markdown(table, cols, docs, labels):
     failures = errored(docs, labels)
     if failures:
         out += ["", "Errored:", *[f"- {line}" for line in failures]]
-    speedup = device_speedup_lines(docs)
+    speedup = device_speedup_lines(docs, labels)
     if speedup:
         out += ["", "Device speedup (throughput, and speedup over cpu):", "", "```",
                 *speedup, "```"]
