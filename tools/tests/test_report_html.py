@@ -235,6 +235,21 @@ class HtmlReportTest(ToolTest):
         self.assertEqual(tops, {"cuda fp32": 6.7e13, "cuda tf32": 4.9e14, "cuda:1 fp32": 1.9e13})
         self.assertNotIn("A benchmark beat the peak", text)
 
+    def test_the_open_changes_table_names_what_each_column_holds(self):
+        # The column of "+25.0% (slower)" is the change, not a step time.
+        from ltb.history.changes import Change
+        from ltb.report.html import render
+        from ltb.report.tables import compiled_rows
+        store = [{"name": MATMUL, "fingerprint": "box", "commits": ["a" * 40, "b" * 40, "c" * 40],
+                  "values": [0.002, 0.0025, 0.0025],
+                  "changes": [Change(1, "a" * 40, "b" * 40, 0.25, 0.99)]}]
+        text = render([], [], compiled_rows=compiled_rows, store=store)
+        table = text.split("<h3>Open changes</h3>")[1].split("</table>")[0]
+        headers = re.findall(r"<th>([^<]*)</th>", table)
+        cells = re.findall(r"<td>(.*?)</td>", table)
+        self.assertEqual(cells[headers.index("change of the median step time")],
+                         "+25.0% (slower)")
+
     def test_a_hostile_name_stays_text(self):
         name = "Ops/x</script><!--<script>alert(1)//<b>/cpu/fp32"
         r = doc(entry(name, 1.0, FLOP_per_s=1e9, bytes_per_s=1e8, step_p50_ms=1.0,

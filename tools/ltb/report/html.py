@@ -708,8 +708,8 @@ def store_section(page, store):
                "order. A large point is a change found by PELT (red: slower, green: faster); "
                "its tip names the commit range that <code>tools/bisect</code> searches.</p>")
     table_html = ("<h3>Open changes</h3>" + table(
-        ["benchmark", "machine", "median step time", "commits (good..bad)", "confidence",
-         "points since"], open_rows) if open_rows else "<p>No open change.</p>")
+        ["benchmark", "machine", "change of the median step time", "commits (good..bad)",
+         "confidence", "points since"], open_rows) if open_rows else "<p>No open change.</p>")
     page.add("store", "Results store", summary + table_html + "".join(parts))
 
 
