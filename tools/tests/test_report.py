@@ -80,6 +80,16 @@ class ReportTest(ToolTest):
         self.assertIn("| GPT2 nano | 0.88 MiB | 229.6k | cpu | fp32/graph | 2 | tg7 | 95.00 |",
                       table)
 
+    def test_a_percentage_short_of_100_is_not_shown_as_100(self):
+        # 99.96% of the greedy tokens matching is a mismatch, which three
+        # significant digits would round away.
+        name = "GPT2/nano/cpu/generate/batch:1/prompt:32/new:8/fp32/int8"
+        path = self.write("run.json", doc(
+            entry(name, 100.0, **{"token_match_%": 99.96, "same_top1_%": 100.0})))
+        proc = self.run_tool("report", path)
+        self.assertExit(proc, 0)
+        self.assertIn("| 100% | 99.96% |", proc.stdout)
+
     def test_the_spread_of_steps_inside_a_run(self):
         # cs336's table: the mean step (the time), its standard deviation and
         # their ratio; a 40 ms mean with a 5% coefficient of variation has a
