@@ -250,6 +250,18 @@ class HtmlReportTest(ToolTest):
         self.assertEqual(cells[headers.index("change of the median step time")],
                          "+25.0% (slower)")
 
+    def test_a_run_of_one_step_has_no_cv(self):
+        # bench gives no step_cv_% where a repetition timed one step: the
+        # distribution's tip says so rather than "cv 0%", a steady run's.
+        name = "GPT2/nano/cpu/forward/batch:1/seq:512/fp32"
+        r = doc(*repeated(name, [250.0] * 3, step_p50_ms=250.0, step_p90_ms=250.0,
+                          step_p99_ms=250.0), **PEAKS)
+        _, text = self.html(self.write("one.json", r))
+        chart = next(c for c in page_data(text)["charts"] if c["section"] == "distributions")
+        tip = chart["config"]["data"]["datasets"][0]["tips"][0]
+        self.assertNotIn("cv 0%", tip)
+        self.assertIn("cv — (one step)", tip)
+
     def test_a_hostile_name_stays_text(self):
         name = "Ops/x</script><!--<script>alert(1)//<b>/cpu/fp32"
         r = doc(entry(name, 1.0, FLOP_per_s=1e9, bytes_per_s=1e8, step_p50_ms=1.0,

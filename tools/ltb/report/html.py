@@ -446,7 +446,9 @@ def distributions_section(page, docs, labels):
             for target, v in zip((p50, p90, p99), values):
                 target.append(v)
             tips.append(f"{shown}\np50 {values[0]:.4g} ms, p90 {values[1]:.4g} ms, "
-                        f"p99 {values[2]:.4g} ms\ncv {cv if cv is not None else 0:.3g}%"
+                        f"p99 {values[2]:.4g} ms\n"
+                        # One step has no spread: a 0 would read as a steady run.
+                        + ("cv — (one step)" if cv is None else f"cv {cv:.3g}%")
                         + (" (unsteady)" if unsteady else ""))
             rows.append([code(shown)] + [f"{v:.4g} ms" for v in values]
                         + ["—" if cv is None else f"{cv:.3g}%",
