@@ -60,6 +60,36 @@ class ReportTest(ToolTest):
         self.assertIn("| tg16 @ d1024 | 8.50 |", table)
         self.assertNotIn("Transformer", table)
 
+    def test_generation_variants_are_rows_of_their_own(self):
+        # The same model in fp32, quantised to int8 and replayed as CUDA
+        # graphs: three rows each saying which it is. The int8 model's
+        # weights do not take fp32's 4 bytes (no size, rather than 4 x
+        # params); a model under a GiB is given in MiB, not as 0.00 GiB.
+        gen = "GPT2/nano/cpu/generate/batch:1/prompt:32/new:8/fp32"
+        path = self.write("run.json", doc(
+            repeated(gen, [100.0], pp_tok_per_s=300.0, tg_tok_per_s=90.0, params=229632.0),
+            repeated(gen + "/int8", [100.0], pp_tok_per_s=200.0, tg_tok_per_s=40.0,
+                     params=229632.0),
+            repeated(gen + "/graph", [100.0], pp_tok_per_s=310.0, tg_tok_per_s=95.0,
+                     params=229632.0), intra_op_threads="2"))
+        proc = self.run_tool("report", path)
+        self.assertExit(proc, 0)
+        table = proc.stdout.split("Generation as llama-bench reports it", 1)[1]
+        self.assertIn("| GPT2 nano | 0.88 MiB | 229.6k | cpu | fp32 | 2 | tg7 | 90.00 |", table)
+        self.assertIn("| GPT2 nano | — | 229.6k | cpu | fp32/int8 | 2 | tg7 | 40.00 |", table)
+        self.assertIn("| GPT2 nano | 0.88 MiB | 229.6k | cpu | fp32/graph | 2 | tg7 | 95.00 |",
+                      table)
+
+    def test_a_percentage_short_of_100_is_not_shown_as_100(self):
+        # 99.96% of the greedy tokens matching is a mismatch, which three
+        # significant digits would round away.
+        name = "GPT2/nano/cpu/generate/batch:1/prompt:32/new:8/fp32/int8"
+        path = self.write("run.json", doc(
+            entry(name, 100.0, **{"token_match_%": 99.96, "same_top1_%": 100.0})))
+        proc = self.run_tool("report", path)
+        self.assertExit(proc, 0)
+        self.assertIn("| 100% | 99.96% |", proc.stdout)
+
     def test_the_spread_of_steps_inside_a_run(self):
         # cs336's table: the mean step (the time), its standard deviation and
         # their ratio; a 40 ms mean with a 5% coefficient of variation has a

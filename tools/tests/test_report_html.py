@@ -146,11 +146,12 @@ class HtmlReportTest(ToolTest):
         tip = next(t for t in points["tips"] if t.startswith(MATMUL))
         self.assertIn("mfu 0.800", tip)
         self.assertIn("intensity 41 FLOP/byte", tip)
-        # Generation has no byte count: its weights, 1e6 x 4 bytes, read for
-        # the prompt and each of 16 new tokens; 2e9 FLOP/s x 50 ms a step.
+        # Generation has no byte count: its weights, 1e6 x 4 bytes, read once
+        # per new token (the prompt's forward gives the first, 15 decode
+        # steps the others: 16 reads, not 17); 2e9 FLOP/s x 50 ms a step.
         bound = roof["config"]["data"]["datasets"][1]
         self.assertEqual(len(bound["data"]), 1)
-        self.assertAlmostEqual(bound["data"][0]["x"], 2e9 * 0.05 / (1e6 * 4 * 17))
+        self.assertAlmostEqual(bound["data"][0]["x"], 2e9 * 0.05 / (1e6 * 4 * 16))
         self.assertIn("(at most)", bound["tips"][0])
         ceiling = roof["config"]["data"]["datasets"][2]["data"]
         self.assertAlmostEqual(ceiling[1]["x"], 2e11 / 2.5e10)
@@ -179,9 +180,87 @@ class HtmlReportTest(ToolTest):
                     continue
                 for point, tip in zip(dataset["data"], dataset["tips"]):
                     points[tip.split("\n")[0]] = point["x"]
-        self.assertAlmostEqual(points[GEN], 2e9 * 0.05 / (4e6 * 17))
-        self.assertAlmostEqual(points[int4], 5e9 * 0.02 / (5.6e5 * 17))
+        self.assertAlmostEqual(points[GEN], 2e9 * 0.05 / (4e6 * 16))
+        self.assertAlmostEqual(points[int4], 5e9 * 0.02 / (5.6e5 * 16))
         self.assertEqual(len(points), 2, points)
+
+    def roofline_tips(self, text):
+        """{benchmark: (chart title, x, y)} over every roofline, and {title:
+        the ceiling's top}."""
+        points, tops = {}, {}
+        titles = re.findall(r"<h3>([^<]*)</h3>", text.split('<section id="roofline">')[1]
+                            .split("</section>")[0])
+        roofs = [c for c in page_data(text)["charts"] if c["section"] == "roofline"]
+        for title, roof in zip(titles, roofs):
+            for dataset in roof["config"]["data"]["datasets"]:
+                if "tips" not in dataset:
+                    tops[title] = max(p["y"] for p in dataset["data"])
+                    continue
+                for point, tip in zip(dataset["data"], dataset["tips"]):
+                    points[tip.split("\n")[0]] = (title, point["x"], point["y"])
+        return points, tops
+
+    def test_a_roofline_point_divides_each_repetitions_own_flops(self):
+        # Two repetitions of a forward that does 1e9 FLOPs a step, in 10 and
+        # 30 ms: 1e11 and 3.33e10 FLOP/s. Its weights, 1e6 fp32 params, are
+        # 4e6 bytes: 250 FLOP/byte. The median rate times the median time
+        # (6.67e10 x 20 ms = 1.33e9 FLOPs) would put it at 333.
+        name = FWD.format(32)
+        r = doc(*repeated(name, [10.0, 30.0], FLOP_per_s=[1e9 / 0.01, 1e9 / 0.03],
+                          params=1e6), **PEAKS)
+        _, text = self.html(self.write("two.json", r))
+        points, _ = self.roofline_tips(text)
+        self.assertAlmostEqual(points[name][1], 250.0)
+
+    def test_tf32_and_a_second_gpu_under_their_own_ceilings(self):
+        # bench names fp32 run as TF32 .../fp32/tf32 and keys its peaks by
+        # precision (tf32) and by device (cuda, cuda:1): a TF32 matmul is
+        # drawn under the TF32 peak, a second GPU's under its own.
+        peaks = {"peak_flops_cuda_fp32": "6.7e+13 FLOP/s (datasheet)",
+                 "peak_flops_cuda_tf32": "4.9e+14 FLOP/s (datasheet)",
+                 "peak_flops_cuda:1_fp32": "1.9e+13 FLOP/s (datasheet)",
+                 "peak_bandwidth_cuda": "3.35e+12 bytes/s (datasheet)",
+                 "peak_bandwidth_cuda:1": "9e+11 bytes/s (datasheet)"}
+        fp32 = "Ops/matmul/8192x8192/cuda/fp32"
+        tf32 = fp32 + "/tf32"
+        other = "Ops/matmul/8192x8192/cuda:1/fp32"
+        r = doc(*repeated(fp32, [20.0] * 3, FLOP_per_s=5.5e13, bytes_per_s=4e10),
+                *repeated(tf32, [3.0] * 3, FLOP_per_s=3.6e14, bytes_per_s=2.7e11),
+                *repeated(other, [70.0] * 3, FLOP_per_s=1.5e13, bytes_per_s=1.1e10), **peaks)
+        _, text = self.html(self.write("gpus.json", r))
+        points, tops = self.roofline_tips(text)
+        self.assertEqual(points[fp32][0], "cuda fp32")
+        self.assertEqual(points[tf32][0], "cuda tf32")
+        self.assertEqual(points[other][0], "cuda:1 fp32")
+        self.assertEqual(tops, {"cuda fp32": 6.7e13, "cuda tf32": 4.9e14, "cuda:1 fp32": 1.9e13})
+        self.assertNotIn("A benchmark beat the peak", text)
+
+    def test_the_open_changes_table_names_what_each_column_holds(self):
+        # The column of "+25.0% (slower)" is the change, not a step time.
+        from ltb.history.changes import Change
+        from ltb.report.html import render
+        from ltb.report.tables import compiled_rows
+        store = [{"name": MATMUL, "fingerprint": "box", "commits": ["a" * 40, "b" * 40, "c" * 40],
+                  "values": [0.002, 0.0025, 0.0025],
+                  "changes": [Change(1, "a" * 40, "b" * 40, 0.25, 0.99)]}]
+        text = render([], [], compiled_rows=compiled_rows, store=store)
+        table = text.split("<h3>Open changes</h3>")[1].split("</table>")[0]
+        headers = re.findall(r"<th>([^<]*)</th>", table)
+        cells = re.findall(r"<td>(.*?)</td>", table)
+        self.assertEqual(cells[headers.index("change of the median step time")],
+                         "+25.0% (slower)")
+
+    def test_a_run_of_one_step_has_no_cv(self):
+        # bench gives no step_cv_% where a repetition timed one step: the
+        # distribution's tip says so rather than "cv 0%", a steady run's.
+        name = "GPT2/nano/cpu/forward/batch:1/seq:512/fp32"
+        r = doc(*repeated(name, [250.0] * 3, step_p50_ms=250.0, step_p90_ms=250.0,
+                          step_p99_ms=250.0), **PEAKS)
+        _, text = self.html(self.write("one.json", r))
+        chart = next(c for c in page_data(text)["charts"] if c["section"] == "distributions")
+        tip = chart["config"]["data"]["datasets"][0]["tips"][0]
+        self.assertNotIn("cv 0%", tip)
+        self.assertIn("cv — (one step)", tip)
 
     def test_a_hostile_name_stays_text(self):
         name = "Ops/x</script><!--<script>alert(1)//<b>/cpu/fp32"

@@ -49,6 +49,26 @@ class SpeedupTest(unittest.TestCase):
         self.assertIn("Speedup: 2.70x (cuda vs cpu)", proc.stdout)
         self.assertNotIn("Ops/matmul", proc.stdout)
 
+    def test_two_machines_are_never_averaged_together(self):
+        # Two machines' runs, each with its CPU and its GPU: each GPU is its
+        # own row against its own CPU (A100 400/100 = 4x, H100 1000/50 =
+        # 20x), never the mean of the two GPUs (700) over the mean of the
+        # CPUs (75), 9.33x.
+        gen = "GPT2/small/cpu/generate/batch:1/prompt:32/new:100/fp32"
+        a100 = self.write("a100.json", {"context": {}, "benchmarks": [
+            entry(gen, "tokens/s", 100), entry(gen.replace("/cpu/", "/cuda/"), "tokens/s", 400)]})
+        h100 = self.write("h100.json", {"context": {}, "benchmarks": [
+            entry(gen, "tokens/s", 50), entry(gen.replace("/cpu/", "/cuda/"), "tokens/s", 1000)]})
+        proc = self.run_tool(a100, h100)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        lines = [line.split() for line in proc.stdout.splitlines()[2:]]
+        self.assertEqual(lines, [
+            ["cpu", "(a100)", "100", "tokens/s"],
+            ["cuda", "(a100)", "400", "tokens/s", "Speedup:", "4.00x", "(cuda", "vs", "cpu)"],
+            ["cpu", "(h100)", "50", "tokens/s"],
+            ["cuda", "(h100)", "1k", "tokens/s", "Speedup:", "20.00x", "(cuda", "vs", "cpu)"]])
+        self.assertNotIn("9.33x", proc.stdout)
+
     def test_single_device_is_an_error(self):
         path = self.write("one.json", {"benchmarks": [
             entry("Transformer/nano/cpu/forward/batch:4/seq:512/fp32", "tokens/s", 1)]})

@@ -166,14 +166,14 @@ def horizontal_bars(groups, bar_labels, xlabel, title):
     return fig
 
 
-def speedup_by_device(docs, out):
+def speedup_by_device(docs, labels, out):
     groups, devices = [], []
-    for key, found in device_throughputs(docs).items():
-        if "cpu" not in found:
+    for key, found in device_throughputs(docs, labels).items():
+        speedups = {d: v / cpu for d, (v, _, cpu) in found.items() if cpu}
+        if not speedups:
             continue
-        cpu = found["cpu"][0]
-        devices += [d for d in found if d != "cpu" and d not in devices]
-        groups.append((key, {d: v / cpu for d, (v, _) in found.items() if d != "cpu"}))
+        devices += [d for d in speedups if d not in devices]
+        groups.append((key, speedups))
     if not groups:
         return []
     fig = horizontal_bars([(key, [s.get(d) for d in devices]) for key, s in groups], devices,
@@ -249,7 +249,7 @@ def plot_main():
     several = len(docs) > 1
     paths = (throughput_by_size(benches, args.out, several)
              + time_per_token(benches, args.out, several)
-             + speedup_by_device(docs, args.out)
+             + speedup_by_device(docs, labels, args.out)
              + cost_per_million_chart(docs, labels, prices, args.out)
              + scaling_efficiency(docs, labels, args.out))
     if not paths:

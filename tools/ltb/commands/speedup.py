@@ -5,13 +5,15 @@ of a run that measured the same benchmark on several devices.
 
 Each benchmark measured on two or more devices is listed with every device's
 throughput (tokens/s, else samples/s, FLOP/s, bytes/s) and its speedup over
-the CPU. Repetitions are averaged; errored entries are left out.
+the CPU. Repetitions are averaged; errored entries are left out. Files are
+never averaged together: a device several files measured is one row a file,
+"cuda (FILE)", against its own file's CPU, else the one file's CPU.
 Exit 0 on success, 2 on bad input or when no benchmark ran on two devices.
 """
 import argparse
 
 from ltb.base import BadInput, run
-from ltb.results.load import load_all
+from ltb.results.load import file_labels, load_all
 from ltb.results.speedup import device_speedup_lines
 
 
@@ -19,7 +21,7 @@ def speedup_main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="+", help="bench --benchmark_format=json output")
     args = parser.parse_args()
-    lines = device_speedup_lines(load_all(args.files))
+    lines = device_speedup_lines(load_all(args.files), file_labels(args.files))
     if not lines:
         raise BadInput("no benchmark was measured on two or more devices in "
                                    + ", ".join(args.files))

@@ -14,12 +14,13 @@ import json
 import math
 import os
 import re
+import statistics
 
 from ltb.base import REPO
 from ltb.gate.verdicts import IMPROVEMENT, LOST, REGRESSION, compare, differences
 from ltb.results import runtimes
 from ltb.results.cost import device_count
-from ltb.results.entries import collect, errors
+from ltb.results.entries import collect, errors, seconds
 from ltb.results.format import format_change, format_seconds, human, series_label
 from ltb.results.names import name_without
 from ltb.results.scaling import DATA_PARALLEL_COUNTERS, scaling_table
@@ -129,10 +130,6 @@ def peaks(doc):
     return flops, bandwidth
 
 
-def device_kind(device):
-    return device.split(":")[0]
-
-
 INFERENCE_PHASES = ("forward", "encode", "generate", "transcribe")
 WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 QUANTISED = re.compile(r"/(int8|int8dyn|int4(:[^/]*)?)(/|$)")
@@ -146,6 +143,17 @@ def data_parallel_ranks(bench, doc):
         device_count(doc)
 
 
+def per_step(bench, counter):
+    """The median over the repetitions of a rate counter times the
+    repetition's own step time: the amount a step does (FLOPs, bytes),
+    exactly, where the product of two medians is not (with an even number
+    of repetitions, the mean of two rates times the mean of two times
+    overstates it); None where no repetition has the counter."""
+    amounts = [float(e[counter]) * seconds(e) for e in bench.entries
+               if isinstance(e.get(counter), (int, float)) and math.isfinite(e[counter])]
+    return statistics.median(amounts) if amounts else None
+
+
 def bytes_per_step(bench, ranks):
     """(bytes a step must move, whether that is only a lower bound): the
     suite's analytic count where the benchmark has one (bytes/s over steps
@@ -153,16 +161,15 @@ def bytes_per_step(bench, ranks):
     wrote into the result (weight_bytes: a forward's, or a decode step's,
     quantised ones included), else params x bytes per weight (the dtype's
     for inference, fp32 master weights for training); in generation once per
-    token generated plus once for the prompt. A quantised result without
-    weight_bytes (an older bench's) has no count: its dtype is not what its
-    weights take."""
+    token generated (the prompt's forward gives the first, each decode step
+    one more). A quantised result without weight_bytes (an older bench's)
+    has no count: its dtype is not what its weights take."""
     if bench.median_time <= 0:
         return None, False
-    steps_per_s = 1 / bench.median_time
     if bench.has("bytes/s"):
-        return bench.median("bytes/s") / steps_per_s, False
+        return per_step(bench, "bytes/s"), False
     fields = bench.fields
-    reads = 1 + fields["settings"].get("new", 0) if fields["phase"] == "generate" else 1
+    reads = max(1, fields["settings"].get("new", 1)) if fields["phase"] == "generate" else 1
     if bench.has("weight_bytes"):
         return bench.median("weight_bytes") * reads * ranks, True
     params = bench.median("params")
@@ -171,6 +178,12 @@ def bytes_per_step(bench, ranks):
     inference = fields["phase"] in INFERENCE_PHASES
     size = WEIGHT_BYTES.get(fields["dtype"], 4) if inference else 4
     return params * size * reads * ranks, True
+
+
+def precision_of(name, fields):
+    """The precision a benchmark's FLOPs ran in, as the context names its
+    peaks: tf32 for fp32 with TF32 on (bench's .../fp32/tf32), else the dtype."""
+    return "tf32" if fields["dtype"] == "fp32" and "tf32" in name.split("/") else fields["dtype"]
 
 
 def roofline_points(doc):
@@ -184,8 +197,8 @@ def roofline_points(doc):
         if not flops or not moved:
             continue
         fields = bench.fields
-        precision = "tf32" if fields["settings"].get("tf32") == "on" else fields["dtype"]
-        intensity = flops * bench.median_time / moved
+        precision = precision_of(name, fields)
+        intensity = per_step(bench, "FLOP/s") / moved
         groups.setdefault((fields["device"], precision), []).append(
             (name, intensity, flops / ranks, bench.median("mfu"), bench.median("mbu"),
              lower_bound))
@@ -222,8 +235,10 @@ def roofline_section(page, docs, labels):
                     "borderColor": color(0), "borderWidth": 2, "pointRadius": 5})
             xs = [p[1] for p in points]
             low, high = min(xs) / 4, max(xs) * 4
-            peak = flops_peaks.get((device_kind(device), precision))
-            bandwidth = bandwidth_peaks.get(device_kind(device))
+            # bench keys each device's peaks by its name in the benchmarks'
+            # (cuda, cuda:1): a second GPU's ceiling is its own.
+            peak = flops_peaks.get((device, precision))
+            bandwidth = bandwidth_peaks.get(device)
             # bench raises a peak that a benchmark beat (saying so on stderr);
             # the context keeps the peak measured before the run.
             raised = []
@@ -278,9 +293,10 @@ def roofline_section(page, docs, labels):
             "the suite's analytic count where a benchmark has one (<code>bytes/s</code> × "
             "step time: the Ops), filled points; otherwise the weights read once a step, "
             "params × bytes per weight (the dtype's for inference, 4 for training's fp32 "
-            "weights; in generation once per new token and once for the prompt), hollow "
-            "points: a lower bound on the traffic (activations, gradients and optimizer "
-            "state come on top), so their intensity is an upper bound. Hover a point for "
+            "weights; in generation once per token generated: the prompt's forward gives "
+            "the first, each decode step one more), hollow points: a lower bound on the "
+            "traffic (activations, gradients and optimizer state come on top), so their "
+            "intensity is an upper bound. Hover a point for "
             "its <code>mfu</code> and <code>mbu</code>.</p>")
             + "".join(parts))
 
@@ -394,11 +410,10 @@ def scaling_section(page, docs, labels):
                   series_chart(page, "scaling", efficiency, "ranks", "efficiency",
                                logy=False, ref_y=1)]
     speedups = []
-    for key, found in device_throughputs(docs).items():
-        if "cpu" in found:
-            for device, (value, counter) in found.items():
-                if device != "cpu":
-                    speedups.append((f"{key} ({device})", value / found["cpu"][0], counter))
+    for key, found in device_throughputs(docs, labels).items():
+        for device, (value, counter, cpu) in found.items():
+            if cpu:
+                speedups.append((f"{key} ({device})", value / cpu, counter))
     if speedups:
         parts += ["<h3>Speedup over the CPU</h3>", page.chart("scaling", {
             "type": "bar", "data": {"labels": [k for k, _, _ in speedups], "datasets": [{
@@ -431,7 +446,9 @@ def distributions_section(page, docs, labels):
             for target, v in zip((p50, p90, p99), values):
                 target.append(v)
             tips.append(f"{shown}\np50 {values[0]:.4g} ms, p90 {values[1]:.4g} ms, "
-                        f"p99 {values[2]:.4g} ms\ncv {cv if cv is not None else 0:.3g}%"
+                        f"p99 {values[2]:.4g} ms\n"
+                        # One step has no spread: a 0 would read as a steady run.
+                        + ("cv — (one step)" if cv is None else f"cv {cv:.3g}%")
                         + (" (unsteady)" if unsteady else ""))
             rows.append([code(shown)] + [f"{v:.4g} ms" for v in values]
                         + ["—" if cv is None else f"{cv:.3g}%",
@@ -693,8 +710,8 @@ def store_section(page, store):
                "order. A large point is a change found by PELT (red: slower, green: faster); "
                "its tip names the commit range that <code>tools/bisect</code> searches.</p>")
     table_html = ("<h3>Open changes</h3>" + table(
-        ["benchmark", "machine", "median step time", "commits (good..bad)", "confidence",
-         "points since"], open_rows) if open_rows else "<p>No open change.</p>")
+        ["benchmark", "machine", "change of the median step time", "commits (good..bad)",
+         "confidence", "points since"], open_rows) if open_rows else "<p>No open change.</p>")
     page.add("store", "Results store", summary + table_html + "".join(parts))
 
 

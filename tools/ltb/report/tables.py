@@ -3,6 +3,7 @@ median time, throughput, spread, cost and speedup; the compiled models'
 drift and compile times; llama-bench's pp/tg table; C++ beside Python."""
 import collections
 import csv
+import re
 import statistics
 import sys
 
@@ -140,8 +141,11 @@ def llama_bench_rows(docs, labels):
             depth = settings.get("depth", 0)
             at = f" @ d{depth}" if depth else ""
             params = bench.median("params")
+            variant = name_variant(name)
+            # A quantised model's weights do not take the dtype's bytes.
+            quantised = any(QUANTISED.fullmatch(p) for p in variant)
             size = (params * DTYPE_BYTES[fields["dtype"]]
-                    if params and fields["dtype"] in DTYPE_BYTES else None)
+                    if params and fields["dtype"] in DTYPE_BYTES and not quantised else None)
             model = f"{fields['family']} {fields['size']}"
             if "weights" in settings:
                 model += f" ({settings['weights']})"
@@ -151,7 +155,8 @@ def llama_bench_rows(docs, labels):
                 if not values:
                     continue
                 out.append({"model": model, "size": size, "params": params,
-                            "backend": fields["device"], "dtype": fields["dtype"],
+                            "backend": fields["device"],
+                            "dtype": "/".join([fields["dtype"], *variant]),
                             "threads": threads, "test": test, "file": label,
                             "mean": statistics.mean(values),
                             "sd": statistics.stdev(values) if len(values) > 1 else None})
@@ -159,6 +164,26 @@ def llama_bench_rows(docs, labels):
 
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+QUANTISED = re.compile(r"int8|int8dyn|int4(:.*)?")
+
+
+def name_variant(name):
+    """What a name says after its dtype besides the checkpoint's weights
+    (tf32, int8, int4:g32, graph, onednn, nosync, ...): two results of one
+    model that differ only there are two rows, each saying which it is."""
+    parts = name.split("/")
+    for i, part in enumerate(parts[4:], 4):
+        if ":" not in part and part != "nosync":
+            return [p for p in parts[i + 1:] if not p.startswith("weights:")]
+    return []
+
+
+def format_size(size):
+    """llama-bench's GiB to two decimals, or MiB under a GiB (where 0.00 GiB
+    would hide a small model's size)."""
+    if size is None:
+        return "—"
+    return f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / 2**20:.2f} MiB"
 
 
 def llama_bench_markdown(table, several_files):
@@ -168,7 +193,7 @@ def llama_bench_markdown(table, several_files):
     for r in table:
         ts = f"{r['mean']:.2f}" + ("" if r["sd"] is None else f" ± {r['sd']:.2f}")
         cells = [r["model"],
-                 "—" if r["size"] is None else f"{r['size'] / 2**30:.2f} GiB",
+                 format_size(r["size"]),
                  "—" if r["params"] is None else human(r["params"]),
                  r["backend"], r["dtype"], str(r["threads"]), r["test"], ts]
         rows.append(cells + ([r["file"]] if several_files else []))
@@ -209,7 +234,7 @@ def markdown(table, cols, docs, labels):
     failures = errored(docs, labels)
     if failures:
         out += ["", "Errored:", *[f"- {line}" for line in failures]]
-    speedup = device_speedup_lines(docs)
+    speedup = device_speedup_lines(docs, labels)
     if speedup:
         out += ["", "Device speedup (throughput, and speedup over cpu):", "", "```",
                 *speedup, "```"]

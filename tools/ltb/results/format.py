@@ -29,6 +29,15 @@ def format_bytes(b):
     return f"{b:.4g} {units[i]}"
 
 
+def format_percent(v):
+    """A percentage to three significant digits, or more where three would
+    round it onto 100 or 0 (99.96% of tokens matching is not 100%)."""
+    digits = 3
+    while digits < 15 and float(f"{v:.{digits}g}") in (100, 0) and v not in (100, 0):
+        digits += 1
+    return f"{v:.{digits}g}%"
+
+
 def format_value(counter, v):
     """A counter's value with its unit, for tables."""
     if v is None:
@@ -40,7 +49,7 @@ def format_value(counter, v):
     if counter.endswith("_ms"):
         return f"{v:.4g} ms"
     if counter.endswith("_%"):
-        return f"{v:.3g}%"
+        return format_percent(v)
     return f"{human(v)} {counter}" if counter.endswith("/s") else human(v)
 
 
