@@ -109,6 +109,10 @@ class EnergyMeter {
   virtual double MaxSeconds() const = 0;
   // What the counter covers, for the run's context.
   virtual std::string Covers() const = 0;
+  // Which counter of its machine it reads: two meters of one machine with
+  // the same source (RAPL's packages, one GPU two ranks share) read the same
+  // joules.
+  virtual std::string Source() const = 0;
 };
 
 // Steps captured as graphs on one device, sharing one memory pool, and

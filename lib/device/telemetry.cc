@@ -76,7 +76,7 @@ absl::StatusOr<std::unique_ptr<EnergyMeter>> GpuEnergyMeter::Create(
     return absl::UnimplementedError(
         "this GPU or driver has no total energy counter (Volta and later do)");
   }
-  return std::unique_ptr<EnergyMeter>(new GpuEnergyMeter(device, mj));
+  return std::unique_ptr<EnergyMeter>(new GpuEnergyMeter(device, mj, pci_bus_id));
 }
 
 double GpuEnergyMeter::Joules() {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -57,12 +58,14 @@ class GpuEnergyMeter final : public EnergyMeter {
   double MinSeconds() const override { return 0.5; }
   double MaxSeconds() const override { return 1e12; }  // 64 bits of millijoules
   std::string Covers() const override { return "NVML total energy (the whole board)"; }
+  std::string Source() const override { return "nvml " + pci_bus_id_; }
 
  private:
-  GpuEnergyMeter(void* device, unsigned long long start_mj)
-      : device_(device), start_mj_(start_mj) {}
+  GpuEnergyMeter(void* device, unsigned long long start_mj, std::string pci_bus_id)
+      : device_(device), start_mj_(start_mj), pci_bus_id_(std::move(pci_bus_id)) {}
   void* device_;
   unsigned long long start_mj_;
+  std::string pci_bus_id_;
 };
 
 // CPU energy from RAPL: the package domains' cumulative energy_uj counters
@@ -82,6 +85,7 @@ class RaplMeter final : public EnergyMeter {
   // 4.3 kJ, Intel's at 262 kJ).
   double MaxSeconds() const override;
   std::string Covers() const override;
+  std::string Source() const override { return "rapl"; }  // every package
 
  private:
   struct Domain {

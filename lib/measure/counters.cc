@@ -1,7 +1,11 @@
 #include "measure/counters.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <functional>
 #include <iostream>
 #include <numeric>
 
@@ -35,6 +39,28 @@ std::vector<std::pair<std::string, double>> StepSpread(std::vector<double> secon
     out.emplace_back("step_cv_%", 100 * std::sqrt(var / (seconds.size() - 1)) / mean);
   }
   return out;
+}
+
+double JoulesOverRanks(const std::vector<double>& meters,
+                       const std::vector<double>& joules) {
+  double total = 0;
+  for (size_t r = 0; r < joules.size(); ++r) {
+    if (joules[r] < 0) return -1;
+    const auto first = std::find(meters.begin(), meters.end(), meters[r]);
+    if (first - meters.begin() == static_cast<std::ptrdiff_t>(r)) total += joules[r];
+  }
+  return total;
+}
+
+double MeterKey(const std::string& source) {
+  std::string machine;
+  if (std::ifstream in("/proc/sys/kernel/random/boot_id"); in) std::getline(in, machine);
+  if (machine.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) == 0) machine = host;
+  }
+  const uint64_t hash = std::hash<std::string>{}(machine + "\n" + source);
+  return static_cast<double>(hash & ((uint64_t{1} << 52) - 1));
 }
 
 namespace {
@@ -172,16 +198,21 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
     omitted.push_back(prepared.accuracy_absent);
   }
   if (!omitted.empty()) state.SetLabel(absl::StrJoin(omitted, "; "));
-  // Energy per step, token and sample, summed over data-parallel ranks.
+  // Energy per step, token and sample, summed over data-parallel ranks'
+  // counters, each once.
   double joules = m.joules;
   if (DataParallel* group = CurrentProcessGroup();
       group != nullptr && spec.data_parallel) {
-    at::Tensor t = at::tensor({joules >= 0 ? joules : 0.0, joules >= 0 ? 0.0 : 1.0},
-                              at::TensorOptions(at::kDouble))
-                       .to(group->device());
+    const int ranks = group->world_size(), rank = group->rank();
+    at::Tensor t = at::zeros({2, ranks}, at::TensorOptions(at::kDouble));
+    t[0][rank] = m.energy_source.empty() ? 0.0 : MeterKey(m.energy_source);
+    t[1][rank] = joules;
+    t = t.to(group->device());
     group->SumInPlace(t);
-    t = t.cpu();
-    joules = t[1].item<double>() > 0 ? -1 : t[0].item<double>();
+    t = t.cpu().contiguous();
+    const double* p = t.data_ptr<double>();
+    joules = JoulesOverRanks(std::vector<double>(p, p + ranks),
+                             std::vector<double>(p + ranks, p + 2 * ranks));
   }
   if (joules >= 0 && state.iterations() > 0) {
     const double per_step = joules / static_cast<double>(state.iterations());

@@ -21,6 +21,19 @@ namespace ltb {
 // on, step_cv_% (sample standard deviation over the mean).
 std::vector<std::pair<std::string, double>> StepSpread(std::vector<double> seconds);
 
+// Energy of data-parallel ranks, each counter once: rank r read `joules[r]`
+// (negative: no reading) from the counter `meters[r]` names (a number per
+// machine and counter, MeterKey). Ranks that share a counter (a machine's
+// RAPL packages, one GPU that two ranks use) each saw the same joules, which
+// a plain sum would count once per rank; the lowest of them counts. -1 when
+// a rank has no reading.
+double JoulesOverRanks(const std::vector<double>& meters,
+                       const std::vector<double>& joules);
+// A number for `source` (EnergyMeter::Source) on this machine, the same in
+// every process of the machine (its kernel's boot id, else its host name),
+// exact in a double.
+double MeterKey(const std::string& source);
+
 // The counters SetCounters gives every benchmark of `plan` on the CPU,
 // whatever its run: its rates, params and the step percentiles
 // (`counters`), and the utilisations it reports where its device and dtype

@@ -62,6 +62,7 @@ std::optional<std::string> RunTimedSteps(benchmark::State& state, Workload& work
   absl::StatusOr<std::unique_ptr<EnergyMeter>> meter =
       BackendOf(spec.device).MakeEnergyMeter(spec.device);
   if (!meter.ok()) out->energy_note = std::string(meter.status().message());
+  if (meter.ok()) out->energy_source = (*meter)->Source();
   const auto start = std::chrono::steady_clock::now();
   const double joules_before = meter.ok() ? (*meter)->Joules() : -1;
   // Google Benchmark counts `launches` iterations a sample and adds each

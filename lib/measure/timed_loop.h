@@ -34,6 +34,7 @@ struct Measured {
   // for it.
   double joules = -1;
   std::string energy_note;
+  std::string energy_source;  // the counter's EnergyMeter::Source()
 
   double TotalSeconds() const;
 };

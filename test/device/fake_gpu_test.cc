@@ -198,6 +198,7 @@ class FakeEnergy final : public EnergyMeter {
   double MinSeconds() const override { return 0; }
   double MaxSeconds() const override { return 1e9; }
   std::string Covers() const override { return "fake"; }
+  std::string Source() const override { return "fake"; }
 
  private:
   int readings_ = 0;
