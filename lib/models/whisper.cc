@@ -344,6 +344,21 @@ std::unique_ptr<Workload> BuildWhisper(const BenchSpec& s) {
     return model->Decode(tokens, xa);
   };
   fns.cache = [state]() { return state->tensors(); };
+  // A decode step reads the self-attention keys and values up to its
+  // position, (B, heads, positions, hs) in every layer, and all of the
+  // cross-attention's, over the encoder's audio_ctx positions.
+  double per_position = 0, cross = 0;
+  for (const auto* list : {&state->keys, &state->values}) {
+    for (const at::Tensor& t : *list) {
+      per_position += static_cast<double>(t.nbytes()) / static_cast<double>(t.size(2));
+    }
+  }
+  for (const auto* list : {&state->cross_keys, &state->cross_values}) {
+    for (const at::Tensor& t : *list) cross += static_cast<double>(t.nbytes());
+  }
+  fns.cache_read_bytes = [per_position, cross](int64_t positions) {
+    return per_position * static_cast<double>(positions) + cross;
+  };
   return MakeGenerateWorkload(
       s, std::move(fns),
       static_cast<double>(WhisperDecodeWeightCount(o)) * DtypeBytes(s.dtype));

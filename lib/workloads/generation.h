@@ -44,8 +44,9 @@ struct GenerateFns {
 //   tg_tok/s          batch * (N - 1) / decode time (token generation)
 //   weight_GB/s       weight_bytes * (N - 1) / decode time / 1e9
 //   read_GB/s         what the decode steps read, the weights and the cache
-//                     up to each step's position, / decode time / 1e9 (where
-//                     cache_read_bytes is set: GPT2, Llama)
+//                     up to each step's position (Whisper's cross-attention
+//                     keys and values whole), / decode time / 1e9 (where
+//                     cache_read_bytes is set: GPT2, Llama, Whisper)
 //   kv_cache_bytes    the cache's size (D + prompt + N positions)
 //   weight_bytes      what a decode step reads of the weights
 //   tpot_growth_%     mean of the last 10 decode steps over the first 10, minus 1

@@ -38,6 +38,7 @@ def setup_decoder(w, model):
     # A decode step reads every cached position's
     # keys and values, (B, heads, positions, hs) in every layer.
     w.cache_per_position = sum(t.nbytes / t.shape[2] for t in w.cache)
+    w.cache_fixed = 0.0
     ready(w)
 
 
@@ -111,7 +112,7 @@ def counters(w):
         # Step i (1..N-1) feeds the token at depth + prompt + i - 1,
         # which attends to depth + prompt + i positions.
         if w.cache_per_position is not None:  # as bench: where the cache is counted
-            cache = sum(w.cache_per_position * (s.depth + s.prompt + i)
+            cache = sum(w.cache_per_position * (s.depth + s.prompt + i) + w.cache_fixed
                         for i in range(1, s.new_tokens))
             c["read_GB/s"] = (w.weight_bytes * decodes + cache) / decode / 1e9
         if w.early_s > 0 and w.late_s > 0:

@@ -278,7 +278,10 @@ class Whisper(Kind):
             return decode(w.prompt, 0, state)
         w.prefill, w.decode = prefill, lambda t, at: decode(t, at, state)
         w.cache = [t for part in ("self", "cross") for kv in state[part] for t in kv]
-        w.cache_per_position = None  # bench counts no cache reads for Whisper
+        # A decode step reads the self-attention keys and values up to its
+        # position and the cross-attention's whole (whisper.cc BuildWhisper).
+        w.cache_per_position = sum(t.nbytes / t.shape[2] for kv in state["self"] for t in kv)
+        w.cache_fixed = float(sum(t.nbytes for kv in state["cross"] for t in kv))
         generation.ready(w)
 
     def steps(self, w):
