@@ -65,6 +65,12 @@ std::string BenchSpec::Name() const {
   if (!backend.empty()) absl::StrAppend(&name, "/", backend);
   if (graph) absl::StrAppend(&name, "/graph");
   if (bucket_mb != 25) absl::StrAppend(&name, "/bucket_mb:", bucket_mb);
+  if (iterations == Iterations::kEpochs) {  // train_epoch
+    if (epochs.dataset_samples != kDefaultDatasetSamples) {
+      absl::StrAppend(&name, "/dataset_samples:", epochs.dataset_samples);
+    }
+    if (epochs.data == "disk") absl::StrAppend(&name, "/data:disk");
+  }
   if (!weights.empty()) absl::StrAppend(&name, "/weights:", WeightsName(weights));
   if (!sync) absl::StrAppend(&name, "/nosync");
   return name;

@@ -49,12 +49,15 @@ inline constexpr const char* kQuantNames[] = {"none", "int8", "int4", "int8dyn"}
 // The int4 group sizes --quant_group takes (Q4_0's blocks are 32).
 inline constexpr int64_t kQuantGroups[] = {32, 64, 128};
 
-// How train_epoch gets its data (--data, --data_dir, --dataset_samples, ...);
-// the same for every benchmark of a run, and not part of a name.
+// How train_epoch gets its data (--data, --data_dir, --dataset_samples, ...),
+// the same for every benchmark of a run. What an epoch does is in its name
+// where it is not the default: /dataset_samples:N (an epoch's steps), and
+// /data:disk (its batches read from storage).
+inline constexpr int64_t kDefaultDatasetSamples = 128;
 struct EpochSettings {
   std::string data = "memory";  // memory or disk
   std::string data_dir;         // disk: where the shards live
-  int64_t dataset_samples = 128;
+  int64_t dataset_samples = kDefaultDatasetSamples;
   int64_t shard_mb = 128;
   bool regenerate = false;
   bool drop_page_cache = true;  // read shards from storage every epoch

@@ -84,6 +84,7 @@ std::string FamilyFactsJson(const std::vector<Family>& families) {
   nlohmann::ordered_json doc;
   doc["default_new_tokens"] = kDefaultNewTokens;
   doc["default_prompt"] = kDefaultPrompt;
+  doc["default_dataset_samples"] = kDefaultDatasetSamples;
   doc["default_suite_min_time"] = kDefaultSuiteMinTime;
   // How a run measures, where the Python suite must do the same.
   doc["measurement"] = {{"kept_samples", Measured::kKeptSamples},

@@ -108,7 +108,8 @@ ABSL_FLAG(ltb::PositiveCount, epochs, ltb::PositiveCount{2},
           "train_epoch: measured epochs per benchmark.");
 ABSL_FLAG(ltb::Count, warmup_epochs, ltb::Count{1},
           "train_epoch: epochs before the measured ones.");
-ABSL_FLAG(ltb::PositiveCount, dataset_samples, ltb::PositiveCount{128},
+ABSL_FLAG(ltb::PositiveCount, dataset_samples,
+          ltb::PositiveCount{ltb::kDefaultDatasetSamples},
           "train_epoch: samples in the synthetic dataset.");
 ABSL_FLAG(
     ltb::DataSource, data, ltb::DataSource::kMemory,

@@ -383,6 +383,9 @@ class EpochTest(unittest.TestCase):
             first = run_json(*self.ARGS, f"--data_dir={tmp}")
             [entry] = first["benchmarks"]
             self.assertFalse(entry.get("error_occurred", False), entry.get("error_message"))
+            # What an epoch does is in its name: 16 samples (not 128), read from disk.
+            self.assertEqual(entry["run_name"], "EncDec/nano/cpu/train_epoch/batch:4/seq:16/"
+                             "fp32/dataset_samples:16/data:disk/iterations:2/manual_time")
             for counter in ("epoch_s", "epoch_1_s", "epoch_2_s", "samples/s", "tokens/s",
                             "peak_mem"):
                 self.assertIn(counter, entry)

@@ -176,14 +176,15 @@ class PybenchTest(ToolTest):
         # Transformer 4 phases, GPT2 and Llama 4, ResNet and CNN 2, Encoder 2,
         # Whisper 3, EncDec 3.
         self.assertEqual(len(names), 24)
-        for name in ("GPT2/nano/cpu/generate/batch:2/prompt:4/new:3",
-                     "Llama/nano/cpu/train_step/batch:2/seq:16",
-                     "Transformer/nano/cpu/train_epoch/batch:2/seq:16",
-                     "Encoder/nano/cpu/forward_backward/batch:2/seq:16",
-                     "Whisper/nano/cpu/encode/batch:2",
-                     "Whisper/nano/cpu/transcribe/batch:2/prompt:4/new:3",
-                     "EncDec/nano/cpu/train_epoch/batch:2/seq:16"):
-            self.assertIn(name + "/fp32/py_eager/iterations:2/manual_time", names)
+        for name in ("GPT2/nano/cpu/generate/batch:2/prompt:4/new:3/fp32",
+                     "Llama/nano/cpu/train_step/batch:2/seq:16/fp32",
+                     "Encoder/nano/cpu/forward_backward/batch:2/seq:16/fp32",
+                     "Whisper/nano/cpu/encode/batch:2/fp32",
+                     "Whisper/nano/cpu/transcribe/batch:2/prompt:4/new:3/fp32",
+                     # An epoch's samples, not the default 128, are in its name.
+                     "Transformer/nano/cpu/train_epoch/batch:2/seq:16/fp32/dataset_samples:8",
+                     "EncDec/nano/cpu/train_epoch/batch:2/seq:16/fp32/dataset_samples:8"):
+            self.assertIn(name + "/py_eager/iterations:2/manual_time", names)
         context = self.py["context"]
         for key in ("intra_op_threads", "inter_op_threads", "grad_mode", "warmup",
                     "torch_version", "libtorch_version", "blas", "seed"):

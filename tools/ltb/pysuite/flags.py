@@ -14,6 +14,7 @@ from ltb.pysuite.device import DTYPES
 RUNTIMES = {"eager": "py_eager", "compile": "py_compile"}
 DEFAULT_NEW_TOKENS = facts.load()["default_new_tokens"]
 DEFAULT_PROMPT = facts.load()["default_prompt"]
+DEFAULT_DATASET_SAMPLES = facts.load()["default_dataset_samples"]
 DEFAULT_SUITE_MIN_TIME = facts.load()["default_suite_min_time"]
 GB_MIN_TIME = 0.5  # Google Benchmark's default --benchmark_min_time
 GRAD_MODES = ("inference_mode", "no_grad", "grad")
@@ -158,7 +159,7 @@ def parse_flags(argv):
     add("--seed", type=int, default=0)
     add("--epochs", type=int, default=2, help="train_epoch: measured epochs per benchmark")
     add("--warmup_epochs", type=int, default=1, help="train_epoch: epochs before them")
-    add("--dataset_samples", type=int, default=128,
+    add("--dataset_samples", type=int, default=DEFAULT_DATASET_SAMPLES,
         help="train_epoch: samples in the synthetic dataset")
     add("--data", default="memory", help="train_epoch's data: memory (bench's disk is not "
         "here)")

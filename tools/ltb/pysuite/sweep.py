@@ -5,7 +5,8 @@ import re
 
 from ltb.pysuite import families, quant, weights
 from ltb.pysuite.family import DEPTH_FAMILIES, FAMILIES, TRAINING_PHASES
-from ltb.pysuite.flags import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT, RUNTIMES, BadFlag
+from ltb.pysuite.flags import (DEFAULT_DATASET_SAMPLES, DEFAULT_NEW_TOKENS, DEFAULT_PROMPT,
+                               RUNTIMES, BadFlag)
 
 
 class Spec:
@@ -18,6 +19,7 @@ class Spec:
         self.depth, self.weights, self.quant = depth, weights, quant
         self.dtype, self.runtime = dtype, runtime
         self.steps = None
+        self.dataset_samples = DEFAULT_DATASET_SAMPLES  # train_epoch's
         # serve: scenario, qps, max_batch, phase (forward or generate) and
         # generate's (min, max) prompt and output lengths.
         self.serve = None
@@ -51,6 +53,8 @@ class Spec:
         name += f"/{self.dtype}"
         if not self.quant.none:
             name += f"/{self.quant.name()}"
+        if self.phase == "train_epoch" and self.dataset_samples != DEFAULT_DATASET_SAMPLES:
+            name += f"/dataset_samples:{self.dataset_samples}"
         if self.weights:
             name += f"/weights:{weights.weights_name(self.weights)}"
         return f"{name}/{RUNTIMES[self.runtime]}"
@@ -120,6 +124,8 @@ def specs(args):
                                       seq=first, weights=args.weights, quant=q))
                             # An epoch is one iteration (suite.cc FixedIterations).
                             s.steps = args.epochs if phase == "train_epoch" else args.steps
+                            if phase == "train_epoch":
+                                s.dataset_samples = args.dataset_samples
                             if (pattern.search(s.full_name()) is not None) != negate:
                                 out.append(s)
                             if (phase != served_phase
