@@ -1522,6 +1522,36 @@ class ServeTest(unittest.TestCase):
             self.assertGreater(b["qps_completed"], 0)
             self.assertEqual(len(os.listdir(tmp)), 1)
 
+    def test_multistream_reports_its_queries_and_its_samples_latencies(self):
+        # MLPerf's MultiStream figure is a query's p99 (until its last sample
+        # completes): LoadGen's per-query value, beside its per-sample one.
+        with tempfile.TemporaryDirectory() as tmp:
+            doc = run_json("--benchmark_filter=GPT2/nano/cpu/serve/", *self.SERVE,
+                           "--scenario=MultiStream", f"--serve_log_dir={tmp}")
+            [b] = doc["benchmarks"]
+            self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
+            [folder] = os.listdir(tmp)
+            detail = {}
+            with open(os.path.join(tmp, folder, "mlperf_log_detail.txt")) as f:
+                for line in f:
+                    if ":::MLLOG " in line:
+                        e = json.loads(line.split(":::MLLOG ", 1)[1])
+                        detail[e.get("key")] = e.get("value")
+            for p in ("50", "90", "99"):
+                self.assertAlmostEqual(
+                    b[f"query_p{p}_ms"],
+                    detail[f"result_{p}.00_percentile_per_query_latency_ns"] * 1e-6, places=9)
+                self.assertAlmostEqual(
+                    b[f"p{p}_ms"], detail[f"result_{p}.00_percentile_latency_ns"] * 1e-6,
+                    places=9)
+            self.assertAlmostEqual(b["query_latency_mean_ms"],
+                                   detail["result_mean_query_latency_ns"] * 1e-6, places=9)
+            # A query's samples complete before the next query is issued.
+            self.assertAlmostEqual(
+                b["samples/s"], detail["effective_samples_per_query"]
+                / (detail["result_mean_query_latency_ns"] * 1e-9), delta=1e-6 * b["samples/s"])
+            self.assertEqual(b["queries"], detail["result_query_count"])
+
     def test_find_peak_searches_servers_peak_from_the_target(self):
         with tempfile.TemporaryDirectory() as tmp:
             doc = run_json("--benchmark_filter=GPT2/nano/cpu/serve/", *self.SERVE,

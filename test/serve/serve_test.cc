@@ -340,6 +340,46 @@ TEST(CountersFromDetail, AValidOfflineResultHasNoServerCounters) {
   EXPECT_EQ(c.label, "scenario:Offline VALID");
 }
 
+// A MultiStream result's latencies as LoadGen 6.0.17's detail log wrote
+// them for a run of GPT2/nano, 8 samples a query in batches of 4: a query's
+// p99 (its last sample's completion) is above the samples' p99.
+const char kMultiStream[] = R"(
+:::MLLOG {"key": "effective_samples_per_query", "value": 8, "time_ms": 0.1, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+:::MLLOG {"key": "result_validity", "value": "VALID", "time_ms": 9.0, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+:::MLLOG {"key": "result_query_count", "value": 76, "time_ms": 9.0, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+:::MLLOG {"key": "result_mean_query_latency_ns", "value": 2850226, "time_ms": 9.0, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+:::MLLOG {"key": "result_50.00_percentile_per_query_latency_ns", "value": 1608555, "time_ms": 9.0, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+:::MLLOG {"key": "result_90.00_percentile_per_query_latency_ns", "value": 6635601, "time_ms": 9.0, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+:::MLLOG {"key": "result_99.00_percentile_per_query_latency_ns", "value": 11530992, "time_ms": 9.0, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+:::MLLOG {"key": "result_99.90_percentile_per_query_latency_ns", "value": 11530992, "time_ms": 9.0, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+:::MLLOG {"key": "result_mean_latency_ns", "value": 2140098, "time_ms": 9.0, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+:::MLLOG {"key": "result_50.00_percentile_latency_ns", "value": 1440256, "time_ms": 9.0, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+:::MLLOG {"key": "result_90.00_percentile_latency_ns", "value": 5115768, "time_ms": 9.0, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+:::MLLOG {"key": "result_99.00_percentile_latency_ns", "value": 11081805, "time_ms": 9.0, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+:::MLLOG {"key": "result_99.90_percentile_latency_ns", "value": 11530992, "time_ms": 9.0, "namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}
+)";
+
+TEST(CountersFromDetail, MultiStreamReportsItsQueriesLatenciesBesideItsSamples) {
+  ServeSettings serve;
+  serve.scenario = "MultiStream";
+  const ServeCounters c = CountersFromDetail(ParseDetailLog(kMultiStream), serve, 0);
+  std::map<std::string, double> got(c.counters.begin(), c.counters.end());
+  // A query of 8 samples a mean query latency apart.
+  EXPECT_DOUBLE_EQ(got.at("samples/s"), 8 / 2850226e-9);
+  EXPECT_DOUBLE_EQ(got.at("p99_ms"), 11.081805);
+  EXPECT_DOUBLE_EQ(got.at("query_latency_mean_ms"), 2.850226);
+  EXPECT_DOUBLE_EQ(got.at("query_p50_ms"), 1.608555);
+  EXPECT_DOUBLE_EQ(got.at("query_p90_ms"), 6.635601);
+  EXPECT_DOUBLE_EQ(got.at("query_p99_ms"), 11.530992);
+  EXPECT_DOUBLE_EQ(got.at("query_p99.9_ms"), 11.530992);
+  // Only MultiStream's queries hold several samples.
+  serve.scenario = "SingleStream";
+  const ServeCounters single = CountersFromDetail(ParseDetailLog(kMultiStream), serve, 0);
+  for (const auto& [name, value] : single.counters) {
+    EXPECT_EQ(name.rfind("query_", 0), std::string::npos) << name;
+  }
+}
+
 // A peak search as LoadGen 6.0's detail log tells it (abridged), and one
 // whose starting rate missed the bound.
 const char kPeakFound[] = R"log(

@@ -204,6 +204,16 @@ def counters_from_detail(detail, scenario, tokens_per_sample=0):
                       ("p99.9_ms", "result_99.90_percentile_latency_ns")):
         if _number(detail, key) is not None:
             out[name] = _number(detail, key) * 1e-6
+    if scenario == "MultiStream":
+        # MLPerf judges MultiStream by a query's latency, until its last
+        # sample completes, which the samples' own percentiles understate.
+        for name, key in (("query_latency_mean_ms", "result_mean_query_latency_ns"),
+                          ("query_p50_ms", "result_50.00_percentile_per_query_latency_ns"),
+                          ("query_p90_ms", "result_90.00_percentile_per_query_latency_ns"),
+                          ("query_p99_ms", "result_99.00_percentile_per_query_latency_ns"),
+                          ("query_p99.9_ms", "result_99.90_percentile_per_query_latency_ns")):
+            if _number(detail, key) is not None:
+                out[name] = _number(detail, key) * 1e-6
     if _number(detail, "result_query_count") is not None:
         out["queries"] = _number(detail, "result_query_count")
     validity = detail.get("result_validity")
