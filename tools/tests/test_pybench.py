@@ -1172,3 +1172,37 @@ class DatasheetPeaksTest(unittest.TestCase):
         # Another GPU: nothing from the table.
         other = self.peaks_on("NVIDIA RTX A4000", peak_flops="1e12")
         self.assertNotIn(("cuda", "bandwidth"), other)
+
+
+class CpuTimeTest(unittest.TestCase):
+    """cpu_time is Google Benchmark's: the CPU time of the thread that runs
+    the steps (its ThreadTimer without MeasureProcessCPUTime, which bench
+    does not set), not the whole process's, which would count every
+    intra-op thread's as well and read twice as high at two threads."""
+
+    def test_cpu_time_is_the_calling_threads(self):
+        import threading
+        import time
+        from types import SimpleNamespace
+        from ltb.pysuite import runner
+
+        spin = 0.05  # CPU seconds another thread burns each step
+
+        def burn():
+            start = time.thread_time()
+            while time.thread_time() - start < spin:
+                pass
+
+        def step():  # the calling thread waits, blocked, while another works
+            t = threading.Thread(target=burn)
+            t.start()
+            t.join()
+
+        workload = SimpleNamespace(spec=SimpleNamespace(device="cpu", steps=2),
+                                   reset_stats=lambda: None, step=step)
+        args = SimpleNamespace(min_time=0.0)
+        iterations, _, _, _ = runner.repetition(workload, args, 2)
+        self.assertEqual(iterations, 2)
+        # The process spent at least 2 * spin; the calling thread, blocked in
+        # join, next to nothing.
+        self.assertLess(workload.cpu_seconds, spin / 2)
