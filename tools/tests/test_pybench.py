@@ -1206,3 +1206,24 @@ class CpuTimeTest(unittest.TestCase):
         # The process spent at least 2 * spin; the calling thread, blocked in
         # join, next to nothing.
         self.assertLess(workload.cpu_seconds, spin / 2)
+
+
+class SyncFlagTest(unittest.TestCase):
+    """bench's --sync=false times unsynchronised steps under /nosync names;
+    pybench always synchronises, so it refuses the flag rather than time
+    synchronised steps under a context that says sync false."""
+
+    def test_sync_false_is_refused_and_true_runs_as_before(self):
+        for value in ("false", "0", "no"):
+            code, stderr = pybench_in_process("--benchmark_filter=^GPT2/nano/cpu/forward/",
+                                              f"--sync={value}", "--benchmark_list_tests")
+            self.assertEqual(code, 2, stderr)
+            self.assertIn(f"--sync={value} is bench's only", stderr)
+            self.assertIn("valid: true", stderr)
+        code, stdout, stderr = pybench_outputs("--benchmark_filter=^GPT2/nano/cpu/forward/",
+                                               "--sync=true", "--benchmark_list_tests")
+        self.assertEqual(code, 0, stderr)
+        self.assertNotIn("nosync", stdout)
+        code, stderr = pybench_in_process("--sync=maybe", "--benchmark_list_tests")
+        self.assertEqual(code, 2, stderr)
+        self.assertIn("--sync=maybe: valid: true, false", stderr)

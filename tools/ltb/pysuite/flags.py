@@ -164,7 +164,8 @@ def parse_flags(argv):
         "here)")
     add("--shard_mb", type=int, default=128,
         help="train_epoch: MB of a shard, which decides how the dataset is drawn")
-    add("--sync", default="true", choices=("true", "false"))
+    add("--sync", default="true", help="true (pybench synchronises the device before "
+        "every clock read; bench's --sync=false, the unsynchronised mistake, is bench's)")
     add("--malloc", default="tuned", choices=tuple(MALLOC),
         help="glibc malloc: tuned (bench's: keep freed memory, no trimming) or system")
     add("--peak_flops", default=None)
@@ -246,6 +247,13 @@ def parse_flags(argv):
     a.news = ints(a.new_tokens, "new_tokens") if a.new_tokens else None
     a.depths = whole_ints(a.depth, "depth")
     a.print_tokens = switch(a.print_tokens, "print_tokens")
+    # bench's --sync=false times steps without waiting for the device and
+    # names them /nosync; pybench always waits, so it would time something
+    # else under a name without /nosync, and its context would say false.
+    if not switch(a.sync, "sync"):
+        raise BadFlag(f"--sync={a.sync} is bench's only (pybench synchronises the device "
+                      "before every clock read); valid: true, or leave it out")
+    a.sync = "true"
     a.dtypes = choices(a.dtype, tuple(DTYPES), "dtype")
     a.quants = quant_flags(a.quant, a.quant_group)
     a.runtimes = choices("eager,compile" if a.compile else a.runtime, tuple(RUNTIMES),
