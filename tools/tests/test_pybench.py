@@ -1227,3 +1227,37 @@ class SyncFlagTest(unittest.TestCase):
         code, stderr = pybench_in_process("--sync=maybe", "--benchmark_list_tests")
         self.assertEqual(code, 2, stderr)
         self.assertIn("--sync=maybe: valid: true, false", stderr)
+
+
+class AggregatesOnlyTest(ToolTest):
+    """--benchmark_report_aggregates_only and --benchmark_display_aggregates_only
+    do what Google Benchmark's do in bench: the first leaves the
+    repetitions out of the file and the display, the second out of the
+    display alone; without them (or with one repetition) every entry is
+    there."""
+
+    ARGS = ("--benchmark_filter=^GPT2/nano/cpu/forward/", "--batch=1", "--seq=8", "--steps=1",
+            "--warmup_steps=0", "--warmup_s=0", "--threads=1", "--peak_flops=1e13")
+
+    def run_types(self, *flags):
+        out = os.path.join(self.tmp, "py.json")
+        proc = self.run_tool("pybench", *self.ARGS, f"--benchmark_out={out}",
+                             "--benchmark_format=json", *flags)
+        self.assertExit(proc, 0)
+        with open(out) as f:
+            written = [e["run_type"] for e in json.load(f)["benchmarks"]]
+        shown = [e["run_type"] for e in json.loads(proc.stdout)["benchmarks"]]
+        return written, shown
+
+    def test_aggregates_only_flags_are_google_benchmarks(self):
+        every = ["iteration"] * 2 + ["aggregate"] * 4
+        self.assertEqual(self.run_types("--benchmark_repetitions=2"), (every, every))
+        self.assertEqual(self.run_types("--benchmark_repetitions=2",
+                                        "--benchmark_report_aggregates_only=true"),
+                         (["aggregate"] * 4, ["aggregate"] * 4))
+        self.assertEqual(self.run_types("--benchmark_repetitions=2",
+                                        "--benchmark_display_aggregates_only=true"),
+                         (every, ["aggregate"] * 4))
+        # One repetition has no aggregates: its entry is reported.
+        self.assertEqual(self.run_types("--benchmark_report_aggregates_only=true"),
+                         (["iteration"], ["iteration"]))

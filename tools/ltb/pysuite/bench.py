@@ -118,6 +118,15 @@ def console_line(e):
     return (f"{e['name']:<70} {e['real_time']:10.3f} ms {e['iterations']:8d} {counters}")
 
 
+def reported(entries, aggregates_only):
+    """A benchmark's entries as Google Benchmark reports them: its
+    aggregates alone under --benchmark_report_aggregates_only (the file and
+    the display) or --benchmark_display_aggregates_only (the display), where
+    it has aggregates; else every entry."""
+    aggregates = [e for e in entries if e.get("run_type") == "aggregate"]
+    return aggregates if aggregates_only and aggregates else entries
+
+
 def pybench_main(argv):
     if argv[:1] == ["--compare"]:  # C++ beside Python under load, nothing run
         return compare_main(argv[1:])
@@ -143,6 +152,7 @@ def pybench_main(argv):
         print(f"pybench: {e}", file=sys.stderr)
         return 2
     doc = {"context": context(args, threads, peaks), "benchmarks": []}
+    shown = []  # what the display (console, or JSON on stdout) reports
     failed = False
     for spec in selected:
         try:
@@ -154,14 +164,15 @@ def pybench_main(argv):
         except Exception as e:  # noqa: BLE001 - any failure is that benchmark's error
             entries = [error_entry(spec, f"PyTorch error: {type(e).__name__}: {e}")]
             failed = True
-        doc["benchmarks"] += entries
+        doc["benchmarks"] += reported(entries, args.report_aggregates_only)
+        shown += reported(entries, args.display_aggregates_only)
         if args.benchmark_format == "console":
-            for e in entries:
+            for e in reported(entries, args.display_aggregates_only):
                 print(console_line(e), flush=True)
     if args.benchmark_out:
         write_json(args.benchmark_out, doc)
     if args.benchmark_format == "json":
-        json.dump(doc, sys.stdout, indent=2)
+        json.dump(dict(doc, benchmarks=shown), sys.stdout, indent=2)
         print()
     return 1 if failed else 0
 

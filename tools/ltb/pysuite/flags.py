@@ -80,6 +80,14 @@ def switch(text, what):
     return values[text]
 
 
+def gb_switch(text):
+    """Google Benchmark's boolean flag value (IsTruthyFlagValue): true
+    unless 0, f, n, false, no or off (in any case); empty is true."""
+    if len(text) == 1:
+        return text.isalnum() and text not in "0fFnN"
+    return text.lower() not in ("false", "no", "off")
+
+
 def seconds_flag(text, what):
     try:
         value = float(text[:-1] if text.endswith("s") else text)
@@ -221,7 +229,12 @@ def parse_flags(argv):
         given = any(arg == f"--{name}" or arg.startswith(f"--{name}=") for arg in argv)
         if given and not getattr(a, name):
             raise BadFlag(f"--{name}= is empty: give a path, or leave the flag out")
-    a.list_tests = a.benchmark_list_tests in ("true", "1", "")
+    a.list_tests = gb_switch(a.benchmark_list_tests)
+    # Google Benchmark: report_aggregates_only is the file's and the
+    # display's, display_aggregates_only the display's alone.
+    a.report_aggregates_only = gb_switch(a.benchmark_report_aggregates_only)
+    a.display_aggregates_only = (a.report_aggregates_only
+                                 or gb_switch(a.benchmark_display_aggregates_only))
     a.default_suite = a.benchmark_filter is None
     a.min_time_given = a.benchmark_min_time is not None
     a.min_time = (seconds_flag(a.benchmark_min_time, "benchmark_min_time") if a.min_time_given
