@@ -1261,3 +1261,29 @@ class AggregatesOnlyTest(ToolTest):
         # One repetition has no aggregates: its entry is reported.
         self.assertEqual(self.run_types("--benchmark_report_aggregates_only=true"),
                          (["iteration"], ["iteration"]))
+
+
+class Fp32IsFp32Test(ToolTest):
+    """bench runs fp32 as fp32 on a GPU (lib/device/cuda_backend.cc turns
+    off the TF32 that LibTorch lets cuDNN use by default), and its context
+    says so; PyTorch's default lets cuDNN run fp32 convolutions as TF32, so
+    pybench turns it off as well, and says so under bench's key."""
+
+    def test_tf32_is_off_and_the_context_says_so_as_benchs(self):
+        proc = self.run_tool("pybench", "--benchmark_filter=^CNN/nano/cpu/forward/",
+                             "--batch=1", "--steps=1", "--warmup_steps=0", "--warmup_s=0",
+                             "--threads=1", "--peak_flops=1e13", "--benchmark_format=json")
+        self.assertExit(proc, 0)
+        self.assertEqual(json.loads(proc.stdout)["context"]["cuda_tf32"],
+                         "matmul off, convolution off")  # bench's words, bench's setting
+        import torch
+        from ltb.pysuite import host
+        before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+        try:
+            torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+            self.assertEqual(host.tf32_text(), "matmul on, convolution on")
+            host.configure_fp32()
+            self.assertFalse(torch.backends.cudnn.allow_tf32)
+            self.assertFalse(torch.backends.cuda.matmul.allow_tf32)
+        finally:
+            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before

@@ -100,7 +100,7 @@ from ltb.pysuite.context import context  # noqa: E402
 from ltb.pysuite.counters import error_entry  # noqa: E402
 from ltb.pysuite.family import FAMILIES, Refused  # noqa: E402
 from ltb.pysuite.flags import BadFlag, parse_flags  # noqa: E402
-from ltb.pysuite.host import configure_malloc, configure_threads  # noqa: E402
+from ltb.pysuite.host import configure_fp32, configure_malloc, configure_threads  # noqa: E402
 from ltb.pysuite.peaks import peak_flops  # noqa: E402
 from ltb.pysuite.runner import compile_cache, run_one  # noqa: E402
 from ltb.pysuite.sweep import specs  # noqa: E402
@@ -145,6 +145,7 @@ def pybench_main(argv):
         print("\n".join(s.full_name() for s in selected))
         return 0
     threads = configure_threads(args)
+    configure_fp32()
     try:
         args.malloc_text = configure_malloc(args.malloc)
         peaks = peak_flops(args)
