@@ -1198,11 +1198,12 @@ class CpuTimeTest(unittest.TestCase):
             t.start()
             t.join()
 
+        from ltb.pysuite.device import Clock
         workload = SimpleNamespace(spec=SimpleNamespace(device="cpu", steps=2),
-                                   reset_stats=lambda: None, step=step)
+                                   reset_stats=lambda: None, step=step, clock=Clock("cpu"))
         args = SimpleNamespace(min_time=0.0)
-        iterations, _, _, _ = runner.repetition(workload, args, 2)
-        self.assertEqual(iterations, 2)
+        _, done, _, _, _ = runner.repetition(workload, args, 2)
+        self.assertEqual(done, 2)
         # The process spent at least 2 * spin; the calling thread, blocked in
         # join, next to nothing.
         self.assertLess(workload.cpu_seconds, spin / 2)
@@ -1287,3 +1288,104 @@ class Fp32IsFp32Test(ToolTest):
             self.assertFalse(torch.backends.cuda.matmul.allow_tf32)
         finally:
             torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
+
+
+class FakeEvent:
+    """torch.cuda.Event's timing on a GPU whose clock is `now` (seconds):
+    record() stamps the device's time, as an event on an idle stream does."""
+
+    def __init__(self, gpu):
+        self.gpu = gpu
+        self.at = None
+
+    def record(self, stream=None):
+        self.at = self.gpu.now
+
+    def synchronize(self):
+        self.gpu.event_syncs += 1
+
+    def elapsed_time(self, end):
+        return (end.at - self.at) * 1e3  # ms
+
+
+class GpuTimingTest(unittest.TestCase):
+    """On a GPU bench times steps with CUDA events (lib/device/cuda_runtime.cc
+    CudaEventTimeline), never stalling the host inside a generation, and
+    sub-millisecond steps several to a sample (lib/measure/timed_loop.cc);
+    pybench the same, here on a GPU of fakes: torch.cuda.synchronize, which
+    pybench used to call after every step and decode step, fails."""
+
+    def setUp(self):
+        from types import SimpleNamespace
+        from unittest import mock
+        import torch
+        self.gpu = SimpleNamespace(now=0.0, event_syncs=0)
+        patches = [mock.patch.object(torch.cuda, "Event", lambda **_: FakeEvent(self.gpu)),
+                   mock.patch.object(torch.cuda, "current_stream", lambda *_: None),
+                   mock.patch.object(torch.cuda, "reset_peak_memory_stats", lambda *_: None),
+                   mock.patch.object(torch.cuda, "synchronize",
+                                     mock.Mock(side_effect=AssertionError("a host stall")))]
+        for p in patches:
+            p.start()
+            self.addCleanup(p.stop)
+
+    def workload(self, step_s, phase="forward"):
+        from types import SimpleNamespace
+        from ltb.pysuite.device import Clock
+
+        def step():
+            self.gpu.now += step_s
+        return SimpleNamespace(spec=SimpleNamespace(device="cuda", phase=phase, runtime="eager",
+                                                    steps=None),
+                               reset_stats=lambda: None, step=step, clock=Clock("cuda"))
+
+    def test_launches_a_sample_are_benchs(self):
+        from ltb.pysuite import runner
+        for step, launches in ((100e-6, 10), (300e-6, 4), (1e-3, 1), (50e-3, 1), (1e-9, 1000),
+                               (0, 1)):
+            self.assertEqual(runner.launches_per_sample(step, True), launches, step)
+        self.assertEqual(runner.launches_per_sample(100e-6, False), 1)
+        for launches, iterations, even in ((10, 30, 10), (10, 25, 9), (10, 4, 4), (10, 1, 1),
+                                           (1, 1000, 1)):
+            self.assertEqual(runner.even_launches(launches, iterations), even)
+
+    def test_short_steps_are_timed_by_events_several_to_a_sample(self):
+        from types import SimpleNamespace
+        from ltb.pysuite import runner
+        w = self.workload(100e-6)
+        runner.warm_up(w, SimpleNamespace(warmup_steps=3, warmup_seconds=0.0))
+        self.assertEqual(w.launches, 10)  # ceil(1 ms / 0.1 ms)
+        # Google Benchmark's growth from 1 iteration: 1, 10, 100, then 147,
+        # run as 15 samples of 10 (150 steps) to reach 10.5 ms.
+        asked, done, seconds, samples, _ = runner.repetition(
+            w, SimpleNamespace(min_time=0.0105), 1)
+        self.assertEqual((asked, done, len(samples), w.launches_used), (147, 150, 15, 10))
+        self.assertAlmostEqual(seconds, 150 * 100e-6)
+        for s in samples:
+            self.assertAlmostEqual(s, 100e-6)
+        # A step of 1 ms or more: one a sample.
+        w = self.workload(2e-3)
+        runner.warm_up(w, SimpleNamespace(warmup_steps=2, warmup_seconds=0.0))
+        self.assertEqual(w.launches, 1)
+
+    def test_generation_marks_its_steps_without_stalling_the_host(self):
+        from types import SimpleNamespace
+        import torch
+        from ltb.pysuite import generation
+        from ltb.pysuite.device import Clock
+        gpu, times = self.gpu, iter([5e-3, 1e-3, 2e-3, 3e-3])
+
+        def run(*_):
+            gpu.now += next(times)
+            return torch.zeros(1, 4)
+        w = SimpleNamespace(spec=SimpleNamespace(device="cuda", new_tokens=4, depth=0, prompt=8,
+                                                 batch=1),
+                            grad_mode="inference_mode", prefill=run, decode=run,
+                            timeline=Clock("cuda"), weight_bytes=1.0, cache=[],
+                            cache_per_position=None)
+        w.prefill_s = w.decode_s = w.early_s = w.late_s = 0.0
+        w.decode_steps, w.steps = [], 0
+        generation.step(w)
+        self.assertEqual(gpu.event_syncs, 1)  # once, at the end
+        self.assertAlmostEqual(w.prefill_s, 5e-3)
+        self.assertEqual([round(t, 9) for t in w.decode_steps], [1e-3, 2e-3, 3e-3])

@@ -24,7 +24,8 @@ same way (lib/measure): the warm-up (at least --warmup_steps steps and
 iteration rule (from 1 iteration, x1.4 the minimum time over the last run's
 time, x10 when under a tenth of it; later repetitions reuse the first's
 count; train_epoch: --epochs iterations of one epoch each), step times read
-after synchronising the device, the intra-op and
+by the device's clock (CUDA events on a GPU; a sub-millisecond GPU step
+several to a sample, launches_per_sample), the intra-op and
 BLAS threads (--threads, else OMP_NUM_THREADS, else one per physical core)
 and one inter-op thread, glibc malloc tuned as bench tunes it (--malloc),
 inference under torch.inference_mode (c10::InferenceMode in bench),
