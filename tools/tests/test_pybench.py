@@ -1180,3 +1180,220 @@ class DatasheetPeaksTest(unittest.TestCase):
         # Another GPU: nothing from the table.
         other = self.peaks_on("NVIDIA RTX A4000", peak_flops="1e12")
         self.assertNotIn(("cuda", "bandwidth"), other)
+
+
+class CpuTimeTest(unittest.TestCase):
+    """cpu_time is Google Benchmark's: the CPU time of the thread that runs
+    the steps (its ThreadTimer without MeasureProcessCPUTime, which bench
+    does not set), not the whole process's, which would count every
+    intra-op thread's as well and read twice as high at two threads."""
+
+    def test_cpu_time_is_the_calling_threads(self):
+        import threading
+        import time
+        from types import SimpleNamespace
+        from ltb.pysuite import runner
+
+        spin = 0.05  # CPU seconds another thread burns each step
+
+        def burn():
+            start = time.thread_time()
+            while time.thread_time() - start < spin:
+                pass
+
+        def step():  # the calling thread waits, blocked, while another works
+            t = threading.Thread(target=burn)
+            t.start()
+            t.join()
+
+        from ltb.pysuite.device import Clock
+        workload = SimpleNamespace(spec=SimpleNamespace(device="cpu", steps=2),
+                                   reset_stats=lambda: None, step=step, clock=Clock("cpu"))
+        args = SimpleNamespace(min_time=0.0)
+        _, done, _, _, _ = runner.repetition(workload, args, 2)
+        self.assertEqual(done, 2)
+        # The process spent at least 2 * spin; the calling thread, blocked in
+        # join, next to nothing.
+        self.assertLess(workload.cpu_seconds, spin / 2)
+
+
+class SyncFlagTest(unittest.TestCase):
+    """bench's --sync=false times unsynchronised steps under /nosync names;
+    pybench always synchronises, so it refuses the flag rather than time
+    synchronised steps under a context that says sync false."""
+
+    def test_sync_false_is_refused_and_true_runs_as_before(self):
+        for value in ("false", "0", "no"):
+            code, stderr = pybench_in_process("--benchmark_filter=^GPT2/nano/cpu/forward/",
+                                              f"--sync={value}", "--benchmark_list_tests")
+            self.assertEqual(code, 2, stderr)
+            self.assertIn(f"--sync={value} is bench's only", stderr)
+            self.assertIn("valid: true", stderr)
+        code, stdout, stderr = pybench_outputs("--benchmark_filter=^GPT2/nano/cpu/forward/",
+                                               "--sync=true", "--benchmark_list_tests")
+        self.assertEqual(code, 0, stderr)
+        self.assertNotIn("nosync", stdout)
+        code, stderr = pybench_in_process("--sync=maybe", "--benchmark_list_tests")
+        self.assertEqual(code, 2, stderr)
+        self.assertIn("--sync=maybe: valid: true, false", stderr)
+
+
+class AggregatesOnlyTest(ToolTest):
+    """--benchmark_report_aggregates_only and --benchmark_display_aggregates_only
+    do what Google Benchmark's do in bench: the first leaves the
+    repetitions out of the file and the display, the second out of the
+    display alone; without them (or with one repetition) every entry is
+    there."""
+
+    ARGS = ("--benchmark_filter=^GPT2/nano/cpu/forward/", "--batch=1", "--seq=8", "--steps=1",
+            "--warmup_steps=0", "--warmup_s=0", "--threads=1", "--peak_flops=1e13")
+
+    def run_types(self, *flags):
+        out = os.path.join(self.tmp, "py.json")
+        proc = self.run_tool("pybench", *self.ARGS, f"--benchmark_out={out}",
+                             "--benchmark_format=json", *flags)
+        self.assertExit(proc, 0)
+        with open(out) as f:
+            written = [e["run_type"] for e in json.load(f)["benchmarks"]]
+        shown = [e["run_type"] for e in json.loads(proc.stdout)["benchmarks"]]
+        return written, shown
+
+    def test_aggregates_only_flags_are_google_benchmarks(self):
+        every = ["iteration"] * 2 + ["aggregate"] * 4
+        self.assertEqual(self.run_types("--benchmark_repetitions=2"), (every, every))
+        self.assertEqual(self.run_types("--benchmark_repetitions=2",
+                                        "--benchmark_report_aggregates_only=true"),
+                         (["aggregate"] * 4, ["aggregate"] * 4))
+        self.assertEqual(self.run_types("--benchmark_repetitions=2",
+                                        "--benchmark_display_aggregates_only=true"),
+                         (every, ["aggregate"] * 4))
+        # One repetition has no aggregates: its entry is reported.
+        self.assertEqual(self.run_types("--benchmark_report_aggregates_only=true"),
+                         (["iteration"], ["iteration"]))
+
+
+class Fp32IsFp32Test(ToolTest):
+    """bench runs fp32 as fp32 on a GPU (lib/device/cuda_backend.cc turns
+    off the TF32 that LibTorch lets cuDNN use by default), and its context
+    says so; PyTorch's default lets cuDNN run fp32 convolutions as TF32, so
+    pybench turns it off as well, and says so under bench's key."""
+
+    def test_tf32_is_off_and_the_context_says_so_as_benchs(self):
+        proc = self.run_tool("pybench", "--benchmark_filter=^CNN/nano/cpu/forward/",
+                             "--batch=1", "--steps=1", "--warmup_steps=0", "--warmup_s=0",
+                             "--threads=1", "--peak_flops=1e13", "--benchmark_format=json")
+        self.assertExit(proc, 0)
+        self.assertEqual(json.loads(proc.stdout)["context"]["cuda_tf32"],
+                         "matmul off, convolution off")  # bench's words, bench's setting
+        import torch
+        from ltb.pysuite import host
+        before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+        try:
+            torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+            self.assertEqual(host.tf32_text(), "matmul on, convolution on")
+            host.configure_fp32()
+            self.assertFalse(torch.backends.cudnn.allow_tf32)
+            self.assertFalse(torch.backends.cuda.matmul.allow_tf32)
+        finally:
+            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
+
+
+class FakeEvent:
+    """torch.cuda.Event's timing on a GPU whose clock is `now` (seconds):
+    record() stamps the device's time, as an event on an idle stream does."""
+
+    def __init__(self, gpu):
+        self.gpu = gpu
+        self.at = None
+
+    def record(self, stream=None):
+        self.at = self.gpu.now
+
+    def synchronize(self):
+        self.gpu.event_syncs += 1
+
+    def elapsed_time(self, end):
+        return (end.at - self.at) * 1e3  # ms
+
+
+class GpuTimingTest(unittest.TestCase):
+    """On a GPU bench times steps with CUDA events (lib/device/cuda_runtime.cc
+    CudaEventTimeline), never stalling the host inside a generation, and
+    sub-millisecond steps several to a sample (lib/measure/timed_loop.cc);
+    pybench the same, here on a GPU of fakes: torch.cuda.synchronize, which
+    pybench used to call after every step and decode step, fails."""
+
+    def setUp(self):
+        from types import SimpleNamespace
+        from unittest import mock
+        import torch
+        self.gpu = SimpleNamespace(now=0.0, event_syncs=0)
+        patches = [mock.patch.object(torch.cuda, "Event", lambda **_: FakeEvent(self.gpu)),
+                   mock.patch.object(torch.cuda, "current_stream", lambda *_: None),
+                   mock.patch.object(torch.cuda, "reset_peak_memory_stats", lambda *_: None),
+                   mock.patch.object(torch.cuda, "synchronize",
+                                     mock.Mock(side_effect=AssertionError("a host stall")))]
+        for p in patches:
+            p.start()
+            self.addCleanup(p.stop)
+
+    def workload(self, step_s, phase="forward"):
+        from types import SimpleNamespace
+        from ltb.pysuite.device import Clock
+
+        def step():
+            self.gpu.now += step_s
+        return SimpleNamespace(spec=SimpleNamespace(device="cuda", phase=phase, runtime="eager",
+                                                    steps=None),
+                               reset_stats=lambda: None, step=step, clock=Clock("cuda"))
+
+    def test_launches_a_sample_are_benchs(self):
+        from ltb.pysuite import runner
+        for step, launches in ((100e-6, 10), (300e-6, 4), (1e-3, 1), (50e-3, 1), (1e-9, 1000),
+                               (0, 1)):
+            self.assertEqual(runner.launches_per_sample(step, True), launches, step)
+        self.assertEqual(runner.launches_per_sample(100e-6, False), 1)
+        for launches, iterations, even in ((10, 30, 10), (10, 25, 9), (10, 4, 4), (10, 1, 1),
+                                           (1, 1000, 1)):
+            self.assertEqual(runner.even_launches(launches, iterations), even)
+
+    def test_short_steps_are_timed_by_events_several_to_a_sample(self):
+        from types import SimpleNamespace
+        from ltb.pysuite import runner
+        w = self.workload(100e-6)
+        runner.warm_up(w, SimpleNamespace(warmup_steps=3, warmup_seconds=0.0))
+        self.assertEqual(w.launches, 10)  # ceil(1 ms / 0.1 ms)
+        # Google Benchmark's growth from 1 iteration: 1, 10, 100, then 147,
+        # run as 15 samples of 10 (150 steps) to reach 10.5 ms.
+        asked, done, seconds, samples, _ = runner.repetition(
+            w, SimpleNamespace(min_time=0.0105), 1)
+        self.assertEqual((asked, done, len(samples), w.launches_used), (147, 150, 15, 10))
+        self.assertAlmostEqual(seconds, 150 * 100e-6)
+        for s in samples:
+            self.assertAlmostEqual(s, 100e-6)
+        # A step of 1 ms or more: one a sample.
+        w = self.workload(2e-3)
+        runner.warm_up(w, SimpleNamespace(warmup_steps=2, warmup_seconds=0.0))
+        self.assertEqual(w.launches, 1)
+
+    def test_generation_marks_its_steps_without_stalling_the_host(self):
+        from types import SimpleNamespace
+        import torch
+        from ltb.pysuite import generation
+        from ltb.pysuite.device import Clock
+        gpu, times = self.gpu, iter([5e-3, 1e-3, 2e-3, 3e-3])
+
+        def run(*_):
+            gpu.now += next(times)
+            return torch.zeros(1, 4)
+        w = SimpleNamespace(spec=SimpleNamespace(device="cuda", new_tokens=4, depth=0, prompt=8,
+                                                 batch=1),
+                            grad_mode="inference_mode", prefill=run, decode=run,
+                            timeline=Clock("cuda"), weight_bytes=1.0, cache=[],
+                            cache_per_position=None)
+        w.prefill_s = w.decode_s = w.early_s = w.late_s = 0.0
+        w.decode_steps, w.steps = [], 0
+        generation.step(w)
+        self.assertEqual(gpu.event_syncs, 1)  # once, at the end
+        self.assertAlmostEqual(w.prefill_s, 5e-3)
+        self.assertEqual([round(t, 9) for t in w.decode_steps], [1e-3, 2e-3, 3e-3])

@@ -298,9 +298,9 @@ class VsLlamacppTest(ToolTest):
         plain, onednn, quantised = [flags(args[1:]) for args in self.measured()]
         for got in (plain, onednn, quantised):
             self.assertEqual({k: got[k] for k in (
-                "--prompt", "--new_tokens", "--depth", "--threads", "--weights",
+                "--batch", "--prompt", "--new_tokens", "--depth", "--threads", "--weights",
                 "--benchmark_repetitions", "--benchmark_filter", "--benchmark_min_time")},
-                {"--prompt": "8", "--new_tokens": "5", "--depth": "16", "--threads": "2",
+                {"--batch": "1", "--prompt": "8", "--new_tokens": "5", "--depth": "16", "--threads": "2",
                  "--weights": f"{stem}.safetensors", "--benchmark_repetitions": "3",
                  "--benchmark_filter": "^Llama/nano/cpu/generate/",
                  "--benchmark_min_time": "0.01s"})
@@ -419,6 +419,16 @@ class VsLlamacppTest(ToolTest):
         with self.assertRaisesRegex(BadInput, r"llama-bench printed no JSON array"):
             self.main(*self.args("--types", "F32"), env={"FAKE_LLAMA_MODE": "text"})
         self.assertEqual(self.measured(), [])  # bench measured nothing
+
+    def test_a_batch_of_sequences_is_refused(self):
+        """llama-bench's pp and tg time one sequence; bench at --batch=4 would
+        generate four at once, four times the tokens a decode step, and its
+        tg_tok/s would stand beside llama.cpp's one-sequence rate."""
+        proc = self.run_tool("vs-llamacpp", *self.args("--types", "F32", "--batch=4"))
+        self.assertExit(proc, 2)
+        self.assertIn("--batch is the vs-llamacpp's own: llama-bench's pp and tg run one "
+                      "sequence", proc.stderr)
+        self.assertEqual(self.measured(), [])
 
     def test_without_llama_bench_it_says_how_to_build_one(self):
         proc = self.run_tool("vs-llamacpp", "--size", "nano", "--bench", self.bench)

@@ -41,6 +41,7 @@ OWN_FLAGS = dict(
     {"--benchmark_filter": "it measures Llama/SIZE/cpu/generate",
      "--benchmark_repetitions": "use --repetitions",
      "--new_tokens": "use --new-tokens (llama-bench's -n)",
+     "--batch": "llama-bench's pp and tg run one sequence, and so does bench here (--batch=1)",
      "--dtype": "use --types and --activations", "--quant": "use --types",
      "--quant_group": "Q4_0 pairs with int4 at group 32",
      "--cpu_linear": "it runs fp32 both ways (aten and onednn) beside F32"},
@@ -275,7 +276,7 @@ def bench_runs(args):
 
 def bench_command(args, bench_args, checkpoint, dtypes, quants, onednn=False):
     cmd = [args.bench, f"--benchmark_filter=^Llama/{args.size}/cpu/generate/",
-           f"--prompt={args.prompt}", f"--new_tokens={args.new_tokens + 1}",
+           "--batch=1", f"--prompt={args.prompt}", f"--new_tokens={args.new_tokens + 1}",
            f"--depth={args.depth}", f"--threads={args.threads}", f"--weights={checkpoint}",
            f"--dtype={','.join(dtypes)}", f"--benchmark_repetitions={args.repetitions}"]
     if onednn:

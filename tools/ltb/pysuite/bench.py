@@ -24,7 +24,8 @@ same way (lib/measure): the warm-up (at least --warmup_steps steps and
 iteration rule (from 1 iteration, x1.4 the minimum time over the last run's
 time, x10 when under a tenth of it; later repetitions reuse the first's
 count; train_epoch: --epochs iterations of one epoch each), step times read
-after synchronising the device, the intra-op and
+by the device's clock (CUDA events on a GPU; a sub-millisecond GPU step
+several to a sample, launches_per_sample), the intra-op and
 BLAS threads (--threads, else OMP_NUM_THREADS, else one per physical core)
 and one inter-op thread, glibc malloc tuned as bench tunes it (--malloc),
 inference under torch.inference_mode (c10::InferenceMode in bench),
@@ -100,7 +101,7 @@ from ltb.pysuite.context import context  # noqa: E402
 from ltb.pysuite.counters import error_entry  # noqa: E402
 from ltb.pysuite.family import FAMILIES, Refused  # noqa: E402
 from ltb.pysuite.flags import BadFlag, parse_flags  # noqa: E402
-from ltb.pysuite.host import configure_malloc, configure_threads  # noqa: E402
+from ltb.pysuite.host import configure_fp32, configure_malloc, configure_threads  # noqa: E402
 from ltb.pysuite.peaks import peak_flops  # noqa: E402
 from ltb.pysuite.runner import compile_cache, run_one  # noqa: E402
 from ltb.pysuite.sweep import specs  # noqa: E402
@@ -116,6 +117,15 @@ def console_line(e):
     if e.get("aggregate_name") == "cv":
         return f"{e['name']:<70} {e['real_time'] * 100:10.2f} %  {e['iterations']:8d}"
     return (f"{e['name']:<70} {e['real_time']:10.3f} ms {e['iterations']:8d} {counters}")
+
+
+def reported(entries, aggregates_only):
+    """A benchmark's entries as Google Benchmark reports them: its
+    aggregates alone under --benchmark_report_aggregates_only (the file and
+    the display) or --benchmark_display_aggregates_only (the display), where
+    it has aggregates; else every entry."""
+    aggregates = [e for e in entries if e.get("run_type") == "aggregate"]
+    return aggregates if aggregates_only and aggregates else entries
 
 
 def pybench_main(argv):
@@ -136,6 +146,7 @@ def pybench_main(argv):
         print("\n".join(s.full_name() for s in selected))
         return 0
     threads = configure_threads(args)
+    configure_fp32()
     try:
         args.malloc_text = configure_malloc(args.malloc)
         peaks = peak_flops(args)
@@ -143,6 +154,7 @@ def pybench_main(argv):
         print(f"pybench: {e}", file=sys.stderr)
         return 2
     doc = {"context": context(args, threads, peaks), "benchmarks": []}
+    shown = []  # what the display (console, or JSON on stdout) reports
     failed = False
     for spec in selected:
         try:
@@ -154,14 +166,15 @@ def pybench_main(argv):
         except Exception as e:  # noqa: BLE001 - any failure is that benchmark's error
             entries = [error_entry(spec, f"PyTorch error: {type(e).__name__}: {e}")]
             failed = True
-        doc["benchmarks"] += entries
+        doc["benchmarks"] += reported(entries, args.report_aggregates_only)
+        shown += reported(entries, args.display_aggregates_only)
         if args.benchmark_format == "console":
-            for e in entries:
+            for e in reported(entries, args.display_aggregates_only):
                 print(console_line(e), flush=True)
     if args.benchmark_out:
         write_json(args.benchmark_out, doc)
     if args.benchmark_format == "json":
-        json.dump(doc, sys.stdout, indent=2)
+        json.dump(dict(doc, benchmarks=shown), sys.stdout, indent=2)
         print()
     return 1 if failed else 0
 

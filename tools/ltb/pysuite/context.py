@@ -15,6 +15,7 @@ import torch
 from ltb.base import REPO
 from ltb.pysuite import weights
 from ltb.pysuite.flags import COMPILE_CACHES
+from ltb.pysuite.host import tf32_text
 
 
 def shared_cache_text():
@@ -82,6 +83,7 @@ def context(args, threads, peaks):
                      "as given (--benchmark_min_time, else Google Benchmark's 0.5 s)"),
         "warmup": f">= {args.warmup_steps} steps and >= {args.warmup_seconds:g} s",
         "seed": str(args.seed), "suite_commit": git_commit(), "sync": args.sync,
+        "cuda_tf32": tf32_text(),
         "world_size": "1", "process_group": "none",
     }
     for var in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"):  # as bench records

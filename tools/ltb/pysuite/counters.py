@@ -131,6 +131,8 @@ def entry(spec, reps, index, iterations, seconds, steps, workload, peaks, rss_re
         c["compile_s"] = workload.compile_s
     if spec.device.startswith("cuda"):
         c["peak_mem"] = float(torch.cuda.max_memory_allocated(spec.device))
+        # As bench's, where steps are launched asynchronously: steps a sample.
+        c["launches_per_sample"] = float(getattr(workload, "launches_used", 1))
     rss = peak_rss_bytes() if rss_reset else None
     if rss is not None:
         c["peak_rss"] = float(rss)

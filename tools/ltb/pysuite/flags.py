@@ -81,6 +81,14 @@ def switch(text, what):
     return values[text]
 
 
+def gb_switch(text):
+    """Google Benchmark's boolean flag value (IsTruthyFlagValue): true
+    unless 0, f, n, false, no or off (in any case); empty is true."""
+    if len(text) == 1:
+        return text.isalnum() and text not in "0fFnN"
+    return text.lower() not in ("false", "no", "off")
+
+
 def seconds_flag(text, what):
     try:
         value = float(text[:-1] if text.endswith("s") else text)
@@ -165,7 +173,8 @@ def parse_flags(argv):
         "here)")
     add("--shard_mb", type=int, default=128,
         help="train_epoch: MB of a shard, which decides how the dataset is drawn")
-    add("--sync", default="true", choices=("true", "false"))
+    add("--sync", default="true", help="true (pybench synchronises the device before "
+        "every clock read; bench's --sync=false, the unsynchronised mistake, is bench's)")
     add("--malloc", default="tuned", choices=tuple(MALLOC),
         help="glibc malloc: tuned (bench's: keep freed memory, no trimming) or system")
     add("--peak_flops", default=None)
@@ -221,7 +230,12 @@ def parse_flags(argv):
         given = any(arg == f"--{name}" or arg.startswith(f"--{name}=") for arg in argv)
         if given and not getattr(a, name):
             raise BadFlag(f"--{name}= is empty: give a path, or leave the flag out")
-    a.list_tests = a.benchmark_list_tests in ("true", "1", "")
+    a.list_tests = gb_switch(a.benchmark_list_tests)
+    # Google Benchmark: report_aggregates_only is the file's and the
+    # display's, display_aggregates_only the display's alone.
+    a.report_aggregates_only = gb_switch(a.benchmark_report_aggregates_only)
+    a.display_aggregates_only = (a.report_aggregates_only
+                                 or gb_switch(a.benchmark_display_aggregates_only))
     a.default_suite = a.benchmark_filter is None
     a.min_time_given = a.benchmark_min_time is not None
     a.min_time = (seconds_flag(a.benchmark_min_time, "benchmark_min_time") if a.min_time_given
@@ -247,6 +261,13 @@ def parse_flags(argv):
     a.news = ints(a.new_tokens, "new_tokens") if a.new_tokens else None
     a.depths = whole_ints(a.depth, "depth")
     a.print_tokens = switch(a.print_tokens, "print_tokens")
+    # bench's --sync=false times steps without waiting for the device and
+    # names them /nosync; pybench always waits, so it would time something
+    # else under a name without /nosync, and its context would say false.
+    if not switch(a.sync, "sync"):
+        raise BadFlag(f"--sync={a.sync} is bench's only (pybench synchronises the device "
+                      "before every clock read); valid: true, or leave it out")
+    a.sync = "true"
     a.dtypes = choices(a.dtype, tuple(DTYPES), "dtype")
     a.quants = quant_flags(a.quant, a.quant_group)
     a.runtimes = choices("eager,compile" if a.compile else a.runtime, tuple(RUNTIMES),

@@ -1,14 +1,13 @@
 """Generation (lib/workloads/generation.cc): a prefill, then decode steps,
-each timed after synchronising, the per-phase times summed into
+each timed by the device's clock (CUDA events on a GPU, which do not
+stall the host between steps), the per-phase times summed into
 generation's counters (ttft_ms, tpot_*, pp_tok/s, tg_tok/s, the bytes read
 and their rates, tpot_growth_%). A kind sets a workload's prefill, decode
 and cache; the decoders' come from setup_decoder."""
-import time
-
 import torch
 
 from ltb.pysuite import facts, families
-from ltb.pysuite.device import DTYPES, grad_context, synchronize
+from ltb.pysuite.device import DTYPES, grad_context
 from ltb.pysuite.family import FAMILIES
 
 # tpot_growth_%'s window: the first and last decode steps compared.
@@ -58,16 +57,16 @@ def ready(w):
 def step(w):
     """One generation, its prefill and each decode step timed."""
     s = w.spec
+    timeline = w.timeline  # the device's clock: CUDA events on a GPU, as bench's
     with grad_context(w.grad_mode):
-        marks = [time.perf_counter()]
+        timeline.clear()
+        timeline.mark()
         token = w.prefill().argmax(-1, keepdim=True)
-        synchronize(s.device)
-        marks.append(time.perf_counter())
+        timeline.mark()
         for i in range(1, s.new_tokens):
             token = w.decode(token, s.depth + s.prompt + i - 1).argmax(-1, keepdim=True)
-            synchronize(s.device)
-            marks.append(time.perf_counter())
-    t = [b - a for a, b in zip(marks, marks[1:])]
+            timeline.mark()
+    t = timeline.intervals()
     w.prefill_s += t[0]
     decodes = len(t) - 1
     window = min(GROWTH_WINDOW, decodes // 2)

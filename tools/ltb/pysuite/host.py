@@ -45,6 +45,23 @@ def configure_malloc(mode):
     return MALLOC[mode]
 
 
+def configure_fp32():
+    """lib/device/cuda_backend.cc: fp32 means fp32. PyTorch lets cuDNN run
+    fp32 convolutions as TF32 by default (LibTorch too, which bench turns
+    off), so that fp32's convolutions on a GPU would be TF32's, faster than
+    bench's and with an mfu against the fp32 peak; matmuls are off already
+    unless asked for, and stay so."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def tf32_text():
+    """The context's cuda_tf32, in bench's words."""
+    on = {True: "on", False: "off"}
+    return (f"matmul {on[torch.backends.cuda.matmul.allow_tf32]}, "
+            f"convolution {on[torch.backends.cudnn.allow_tf32]}")
+
+
 def configure_threads(args):
     intra = args.threads or physical_cores()
     torch.set_num_threads(intra)  # also MKL's and OpenMP's, as at::set_num_threads

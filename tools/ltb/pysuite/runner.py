@@ -3,6 +3,7 @@ built, warmed up, then Google Benchmark's iteration rule over timed steps
 for each repetition; a served benchmark as one LoadGen test; a compiled
 one in its own Inductor cache."""
 import contextlib
+import math
 import os
 import sys
 import time
@@ -15,14 +16,41 @@ from ltb.pysuite.device import synchronize
 from ltb.pysuite.workloads import Workload
 
 MAX_ITERATIONS = 1_000_000_000  # Google Benchmark's kMaxIterations
+# lib/measure/timed_loop.h: a sample of an asynchronous device's steps lasts
+# at least this long (shorter, and the clock's marks and the host's launch
+# latency are what is timed), with at most this many steps queued in it.
+MIN_SAMPLE_S = 1e-3
+MAX_LAUNCHES_PER_SAMPLE = 1000
 
 
-def timed(workload):
-    synchronize(workload.spec.device)
-    start = time.perf_counter()
-    workload.step()
-    synchronize(workload.spec.device)
-    return time.perf_counter() - start
+def launches_per_sample(step_seconds, asynchronous):
+    """timed_loop.cc LaunchesPerSample: steps a sample for a step of
+    step_seconds (its warm-up median); 1 on the host."""
+    if not asynchronous or not step_seconds > 0 or step_seconds >= MIN_SAMPLE_S:
+        return 1
+    return min(MAX_LAUNCHES_PER_SAMPLE, math.ceil(MIN_SAMPLE_S / step_seconds))
+
+
+def even_launches(launches, iterations):
+    """timed_loop.cc EvenLaunches: launches a sample evened out so that
+    `iterations` steps take as few extra steps as possible."""
+    if launches <= 1 or iterations <= 1:
+        return 1
+    launches = min(launches, iterations)
+    samples = -(-iterations // launches)
+    return -(-iterations // samples)
+
+
+def timed(workload, launches=1):
+    """One sample: `launches` steps queued back to back between two marks
+    of the device's clock (lib/device/timer.h StepTimer); its seconds."""
+    clock = workload.clock
+    clock.clear()
+    clock.mark()
+    for _ in range(launches):
+        workload.step()
+    clock.mark()
+    return clock.intervals()[0]
 
 
 def warm_up(workload, args):
@@ -44,39 +72,59 @@ def warm_up(workload, args):
             steps.append(timed(workload))
         rest = sorted(steps[1:])
         workload.compile_s = max(steps[0] - rest[len(rest) // 2], 0.0)
+    # Sub-millisecond steps on a GPU are timed several to a sample, as
+    # bench's (warmup.cc); the first warm-up step (lazy initialisation)
+    # does not count.
+    rest = sorted(steps[1:] if len(steps) > 1 else steps)
+    median = rest[len(rest) // 2] if rest else 0.0
+    workload.launches = launches_per_sample(
+        median, workload.spec.device.startswith("cuda") and not epochs)
     return steps
 
 
 def run_iterations(workload, iterations):
-    """One of Google Benchmark's runs: `iterations` steps, each timed (the
-    manual time is their sum). Returns (seconds, step times, the process's
-    CPU seconds)."""
-    cpu = time.process_time()
-    steps = [timed(workload) for _ in range(iterations)]
-    return sum(steps), steps, time.process_time() - cpu
+    """One of Google Benchmark's runs: `iterations` steps or a few more, in
+    samples of the workload's launches (evened out), each sample timed (the
+    manual time is their sum; KeepRunningBatch). Returns (steps run,
+    seconds, each sample's seconds a step, the calling thread's CPU seconds:
+    Google Benchmark's cpu_time, which bench reports, is its ThreadTimer's,
+    not the process's with every intra-op thread's)."""
+    launches = even_launches(getattr(workload, "launches", 1), iterations)
+    workload.launches_used = launches
+    cpu = time.thread_time()
+    samples, seconds, done = [], 0.0, 0
+    while done < iterations:
+        t = timed(workload, launches)
+        samples.append(t / launches)
+        seconds += t
+        done += launches
+    return done, seconds, samples, time.thread_time() - cpu
 
 
 def repetition(workload, args, iterations):
     """One repetition by Google Benchmark's rule (BenchmarkRunner): grow the
     iterations until the manual time reaches the minimum time; a given
-    iteration count (--steps, or the first repetition's) runs as it is."""
+    iteration count (--steps, or the first repetition's) runs as it is.
+    Returns (the iteration count asked for, which later repetitions reuse;
+    the steps run, which the entry reports; seconds; the samples' seconds a
+    step; whether the peak resident set was reset)."""
     device = workload.spec.device
     while True:
         if device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats(device)
         rss_reset = reset_peak_rss()
         workload.reset_stats()
-        seconds, steps, cpu = run_iterations(workload, iterations)
+        done, seconds, steps, cpu = run_iterations(workload, iterations)
         fixed = (workload.spec.steps is not None
                  or getattr(workload, "fixed_iterations", False))
-        if fixed or iterations >= MAX_ITERATIONS or seconds >= args.min_time:
+        if fixed or done >= MAX_ITERATIONS or seconds >= args.min_time:
             workload.fixed_iterations = True
             workload.cpu_seconds = cpu
-            return iterations, seconds, steps, rss_reset
+            return iterations, done, seconds, steps, rss_reset
         multiplier = args.min_time * 1.4 / max(seconds, 1e-9)
         if seconds / args.min_time <= 0.1:
             multiplier = 10.0
-        iterations = min(max(round(multiplier * iterations), iterations + 1), MAX_ITERATIONS)
+        iterations = min(max(round(multiplier * done), done + 1), MAX_ITERATIONS)
 
 
 def print_tokens(spec, workload):
@@ -170,8 +218,8 @@ def run_one(spec, args, peaks):
     iterations = spec.steps or 1
     entries = []
     for index in range(args.benchmark_repetitions):
-        iterations, seconds, steps, rss_reset = repetition(workload, args, iterations)
-        entries.append(entry(spec, args.benchmark_repetitions, index, iterations, seconds,
+        iterations, done, seconds, steps, rss_reset = repetition(workload, args, iterations)
+        entries.append(entry(spec, args.benchmark_repetitions, index, done, seconds,
                              steps, workload, peaks, rss_reset))
     del workload
     if spec.device.startswith("cuda"):

@@ -9,7 +9,7 @@ import time
 import torch
 
 from ltb.pysuite import families, generation, kinds, quant, weights
-from ltb.pysuite.device import DTYPES, autocast, grad_context, synchronize
+from ltb.pysuite.device import DTYPES, Clock, autocast, grad_context, synchronize
 from ltb.pysuite.family import TRAINER_PHASES, Refused
 
 
@@ -32,6 +32,12 @@ class Workload:
 
     def __init__(self, spec, args):
         self.spec = spec
+        # The device's clocks (bench's StepTimer and Timeline): the runner's
+        # over a sample of steps, generation's over its prefill and decode
+        # steps, an epoch's over the epoch.
+        self.clock = Clock(spec.device)
+        self.timeline = Clock(spec.device)
+        self.epoch_clock = Clock(spec.device)
         self.kind = kinds.of(spec.family)
         self.slowdown = args.slowdown
         self.grad_mode = args.grad_mode
@@ -100,14 +106,14 @@ class Workload:
 
     def train_epoch(self):
         """lib/workloads/epoch.cc: one pass over the dataset's batches, each
-        a Trainer step, timed whole (after synchronising) for epoch_N_s."""
-        synchronize(self.spec.device)
-        start = time.perf_counter()
+        a Trainer step, timed whole by the device's clock for epoch_N_s."""
+        self.epoch_clock.clear()
+        self.epoch_clock.mark()
         self.loader.start_epoch()
         while (batch := self.loader.next()) is not None:
             self._train(batch)
-        synchronize(self.spec.device)
-        self.epochs.append(time.perf_counter() - start)
+        self.epoch_clock.mark()
+        self.epochs.append(self.epoch_clock.intervals()[0])
 
     def generate(self):
         generation.step(self)
