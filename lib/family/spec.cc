@@ -39,6 +39,15 @@ std::string BenchSpec::Name() const {
                         serve.find_peak ? "/find_peak_from:" : "/qps:", serve.target_qps);
       }
       absl::StrAppend(&name, "/max_batch:", serve.max_batch);
+      if (serve.scenario == "MultiStream" && serve.samples_per_query > 0 &&
+          serve.samples_per_query != kLoadGenSamplesPerQuery) {
+        absl::StrAppend(&name, "/samples_per_query:", serve.samples_per_query);
+      }
+      // Served forwards wait to fill a batch (SingleStream's hold one sample).
+      if (prompt == 0 && serve.scenario != "SingleStream" &&
+          serve.batch_timeout_us != kDefaultBatchTimeoutUs) {
+        absl::StrAppend(&name, "/batch_timeout_us:", serve.batch_timeout_us);
+      }
     } else if (batch > 0) {
       absl::StrAppend(&name, "/batch:", batch);
     }

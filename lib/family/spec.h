@@ -67,18 +67,22 @@ struct EpochSettings {
 
 // The serve phase: another inference phase (serve_phase) run under MLPerf
 // LoadGen's load in one of its scenarios, through a dynamic batcher
-// (measure/serve.h). Only the scenario and Server's QPS are in the name.
+// (measure/serve.h). In the name: the scenario, Server's QPS, the largest
+// batch, and where they are not the defaults MultiStream's samples a query
+// and the batcher's wait (what the batches hold).
+inline constexpr int64_t kLoadGenSamplesPerQuery = 8;
+inline constexpr int64_t kDefaultBatchTimeoutUs = 2000;
 struct ServeSettings {
-  std::string scenario;             // SingleStream, MultiStream, Server, Offline
-  std::string phase;                // the inference phase served; "": each family's
-  double target_qps = 10;           // Server: the arrival rate; Offline: expected
-  double latency_bound_ms = 0;      // Server: p99 bound; 0: LoadGen's (100 ms)
-  int64_t samples_per_query = 0;    // MultiStream; 0: LoadGen's (8)
-  double min_s = 1;                 // LoadGen's min_duration
-  int64_t min_queries = 32;         // LoadGen's min_query_count
-  int64_t max_batch = 8;            // the batcher's largest batch
-  int64_t batch_timeout_us = 2000;  // how long a batch waits to fill
-  std::string log_dir;              // LoadGen's logs, one folder a benchmark
+  std::string scenario;           // SingleStream, MultiStream, Server, Offline
+  std::string phase;              // the inference phase served; "": each family's
+  double target_qps = 10;         // Server: the arrival rate; Offline: expected
+  double latency_bound_ms = 0;    // Server: p99 bound; 0: LoadGen's (100 ms)
+  int64_t samples_per_query = 0;  // MultiStream; 0: LoadGen's (8)
+  double min_s = 1;               // LoadGen's min_duration
+  int64_t min_queries = 32;       // LoadGen's min_query_count
+  int64_t max_batch = 8;          // the batcher's largest batch
+  int64_t batch_timeout_us = kDefaultBatchTimeoutUs;  // how long a batch waits to fill
+  std::string log_dir;  // LoadGen's logs, one folder a benchmark
   // generate: each request's prompt and output lengths, drawn uniformly
   // from [min, max] (seeded); the maxima are spec.prompt and
   // spec.new_tokens, which size every slot's cache. 0: fixed at the maxima.

@@ -85,6 +85,8 @@ std::string FamilyFactsJson(const std::vector<Family>& families) {
   doc["default_new_tokens"] = kDefaultNewTokens;
   doc["default_prompt"] = kDefaultPrompt;
   doc["default_dataset_samples"] = kDefaultDatasetSamples;
+  doc["default_batch_timeout_us"] = kDefaultBatchTimeoutUs;
+  doc["loadgen_samples_per_query"] = kLoadGenSamplesPerQuery;
   doc["default_suite_min_time"] = kDefaultSuiteMinTime;
   // How a run measures, where the Python suite must do the same.
   doc["measurement"] = {{"kept_samples", Measured::kKeptSamples},

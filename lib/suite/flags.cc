@@ -200,7 +200,7 @@ ABSL_FLAG(int64_t, serve_min_queries, 32,
           "serve: LoadGen's minimum query count (MLPerf's: 1024 SingleStream, 270336 "
           "Server, 24576 samples Offline).");
 ABSL_FLAG(int64_t, max_batch, 8, "serve: the dynamic batcher's largest batch.");
-ABSL_FLAG(int64_t, batch_timeout_us, 2000,
+ABSL_FLAG(int64_t, batch_timeout_us, ltb::kDefaultBatchTimeoutUs,
           "serve: how long the batcher's oldest waiting sample waits for a batch to "
           "fill, in microseconds.");
 ABSL_FLAG(std::string, serve_log_dir, "",

@@ -1414,7 +1414,8 @@ class PrecisionTest(unittest.TestCase):
             self.assertGreater(b["peak_rss"], 10 << 20, name)
 
     def test_swept_epochs_keep_their_mfu(self):
-        epoch = self.entries["EncDec/nano/cpu/train_epoch/batch:2/seq:16/fp32/iterations:1"]
+        epoch = self.entries["EncDec/nano/cpu/train_epoch/batch:2/seq:16/fp32/"
+                             "dataset_samples:4/iterations:1"]
         self.assertIn("mfu", epoch)
 
 

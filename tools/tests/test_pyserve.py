@@ -279,6 +279,42 @@ class PybenchServeTest(unittest.TestCase):
         self.assertIn("Server scenario only; valid: --scenario=Server", err)
         self.assertEqual(out, "")
 
+    def test_what_a_query_or_a_batch_holds_is_in_the_name_where_not_the_default(self):
+        """MultiStream's samples a query and the batcher's wait (not
+        SingleStream's, whose batches hold one sample) change what is
+        served: two runs that differ in them have two names, bench's."""
+        from tests.test_pybench import runnable_bench
+        flt = "--benchmark_filter=GPT2/nano/cpu/serve/"
+        base = [flt, "--devices=cpu", "--seq=16", "--max_batch=4",
+                "--scenario=SingleStream,MultiStream,Offline", "--benchmark_list_tests"]
+        prefix = "GPT2/nano/cpu/serve/scenario:"
+        for extra, want in (
+                ([], [f"{prefix}MultiStream/max_batch:4/seq:16/fp32",
+                      f"{prefix}Offline/max_batch:4/seq:16/fp32",
+                      f"{prefix}SingleStream/max_batch:4/seq:16/fp32"]),
+                (["--samples_per_query=8", "--batch_timeout_us=2000"],
+                 [f"{prefix}MultiStream/max_batch:4/seq:16/fp32",
+                  f"{prefix}Offline/max_batch:4/seq:16/fp32",
+                  f"{prefix}SingleStream/max_batch:4/seq:16/fp32"]),
+                (["--samples_per_query=4", "--batch_timeout_us=500"],
+                 [f"{prefix}MultiStream/max_batch:4/samples_per_query:4/batch_timeout_us:500/"
+                  "seq:16/fp32",
+                  f"{prefix}Offline/max_batch:4/batch_timeout_us:500/seq:16/fp32",
+                  f"{prefix}SingleStream/max_batch:4/seq:16/fp32"])):
+            code, out, err = self.pybench(*base, *extra)
+            self.assertEqual(code, 0, err)
+            names = sorted(line.split("/py_")[0] for line in out.split())
+            self.assertEqual(names, want, extra)
+            bench = runnable_bench()
+            if bench is None:
+                continue
+            import subprocess
+            proc = subprocess.run([bench, *base, *extra], capture_output=True, text=True,
+                                  timeout=300)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertEqual(sorted(n.split("/iterations:")[0] for n in proc.stdout.split()),
+                             want, extra)
+
     # Served as bench serves them (batch first).
     FAMILIES = ("Encoder", "EncDec", "Whisper")
     OFFLINE = ["--devices=cpu", "--seq=16", "--max_batch=4", "--scenario=Offline",

@@ -15,6 +15,8 @@ RUNTIMES = {"eager": "py_eager", "compile": "py_compile"}
 DEFAULT_NEW_TOKENS = facts.load()["default_new_tokens"]
 DEFAULT_PROMPT = facts.load()["default_prompt"]
 DEFAULT_DATASET_SAMPLES = facts.load()["default_dataset_samples"]
+DEFAULT_BATCH_TIMEOUT_US = facts.load()["default_batch_timeout_us"]
+LOADGEN_SAMPLES_PER_QUERY = facts.load()["loadgen_samples_per_query"]
 DEFAULT_SUITE_MIN_TIME = facts.load()["default_suite_min_time"]
 GB_MIN_TIME = 0.5  # Google Benchmark's default --benchmark_min_time
 GRAD_MODES = ("inference_mode", "no_grad", "grad")
@@ -198,7 +200,8 @@ def parse_flags(argv):
     add("--serve_min_s", type=float, default=1, help="serve: LoadGen's minimum duration")
     add("--serve_min_queries", type=int, default=32, help="serve: LoadGen's minimum queries")
     add("--max_batch", type=int, default=8, help="serve: the batcher's largest batch")
-    add("--batch_timeout_us", type=int, default=2000, help="serve: the batcher's wait")
+    add("--batch_timeout_us", type=int, default=DEFAULT_BATCH_TIMEOUT_US,
+        help="serve: the batcher's wait")
     add("--serve_log_dir", default="", help="serve: LoadGen's logs (default: beside "
         "--benchmark_out, else ./loadgen_logs)")
     add("--serve_phase", default="", help="serve: the inference phase served (forward, "

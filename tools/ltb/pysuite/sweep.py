@@ -5,7 +5,8 @@ import re
 
 from ltb.pysuite import families, quant, weights
 from ltb.pysuite.family import DEPTH_FAMILIES, FAMILIES, TRAINING_PHASES
-from ltb.pysuite.flags import (DEFAULT_DATASET_SAMPLES, DEFAULT_NEW_TOKENS, DEFAULT_PROMPT,
+from ltb.pysuite.flags import (DEFAULT_BATCH_TIMEOUT_US, DEFAULT_DATASET_SAMPLES,
+                               DEFAULT_NEW_TOKENS, DEFAULT_PROMPT, LOADGEN_SAMPLES_PER_QUERY,
                                RUNTIMES, BadFlag)
 
 
@@ -35,6 +36,14 @@ class Spec:
             if sv["scenario"] == "Server":
                 name += f"/{'find_peak_from' if sv.get('find_peak') else 'qps'}:{sv['qps']:g}"
             name += f"/max_batch:{sv['max_batch']}"
+            if sv["scenario"] == "MultiStream" and sv.get("samples_per_query", 0) not in (
+                    0, LOADGEN_SAMPLES_PER_QUERY):
+                name += f"/samples_per_query:{sv['samples_per_query']}"
+            # Served forwards wait to fill a batch (SingleStream's hold one sample).
+            if (not self.prompt and sv["scenario"] != "SingleStream"
+                    and sv.get("batch_timeout_us", DEFAULT_BATCH_TIMEOUT_US)
+                    != DEFAULT_BATCH_TIMEOUT_US):
+                name += f"/batch_timeout_us:{sv['batch_timeout_us']}"
         else:
             name = f"{self.family}/{self.size}/{self.device}/{self.phase}/batch:{self.batch}"
         if self.seq:
@@ -149,7 +158,9 @@ def specs(args):
                                                "find_peak": args.find_peak and scenario == "Server",
                                                "phase": phase, "prompt": args.prompt_range,
                                                "output": args.output_range,
-                                               "prefill_chunk": args.prefill_chunk}
+                                               "prefill_chunk": args.prefill_chunk,
+                                               "samples_per_query": args.samples_per_query,
+                                               "batch_timeout_us": args.batch_timeout_us}
                                     v.steps = 1  # one LoadGen test
                                     if shape == "generate":
                                         if v.name() in served_names:
