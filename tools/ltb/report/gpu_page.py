@@ -15,26 +15,56 @@ that the page and the files still agree."""
 import argparse
 import os
 import re
+import statistics
 import sys
 
 from ltb.base import SMALL_SIZES, BadInput, run
 from ltb.results.entries import iterations
 from ltb.results.format import human, markdown_table
 from ltb.results.load import load
+from ltb.results.names import base_name, parse_name
 
 SMALL = SMALL_SIZES
 DTYPES = ("fp32", "bf16", "fp16")
 
 
-def short(name):
-    return re.sub(r"/(manual_time|iterations:\d+)", "", name)
+def median_entry(runs):
+    """One entry for a benchmark's repetitions: each number the median of
+    the repetitions that have it (the first repetition alone would be as
+    arbitrary as the last)."""
+    merged = dict(runs[0])
+    for key in {k for e in runs for k in e}:
+        values = [e[key] for e in runs
+                  if isinstance(e.get(key), (int, float)) and not isinstance(e.get(key), bool)]
+        if values:
+            merged[key] = statistics.median(values)
+    return merged
 
 
 def entries(directory, stem):
+    """Benchmark name (without Google Benchmark's suffixes) -> its measured
+    entry, repetitions merged into their medians; failed entries left out."""
     path = os.path.join(directory, stem + ".json")
     if not os.path.exists(path):
         raise BadInput(f"{path}: no such file (a gpu-check results folder holds {stem}.json)")
-    return {short(e["name"]): e for e in iterations(load(path))}
+    runs = {}
+    for e in iterations(load(path)):
+        runs.setdefault(base_name(e), []).append(e)
+    return {name: r[0] if len(r) == 1 else median_entry(r) for name, r in runs.items()}
+
+
+def peak_source(doc, name):
+    """Where the peak an Ops entry's mfu or mbu divides by comes from, as the
+    run's context says (bench takes a GPU's datasheet where it knows one,
+    else measures it, or is given it): 'datasheet', 'measured', the flag
+    that gave it, or 'source unknown'."""
+    fields = parse_name(name)
+    device = fields["device"].split(":")[0]
+    precision = "tf32" if "tf32" in name.split("/") else fields["dtype"]
+    key = (f"peak_flops_{device}_{precision}" if fields["size"] == "matmul"
+           else f"peak_bandwidth_{device}")
+    found = re.search(r"\((datasheet|measured|--peak_\w+)", str(doc.get("context", {}).get(key, "")))
+    return found.group(1) if found else "source unknown"
 
 
 def rate(e):
@@ -95,15 +125,20 @@ def side_by_side(tables, labels):
 
 
 def roofline(d):
-    t = Table(["benchmark", "measured", "datasheet peak", "utilisation"], 1,
-              ratios=["measured"])
+    """The matrix product's and the copy's rates against the peaks their
+    mfu and mbu divide by, each peak with its source: a measured peak is no
+    datasheet's."""
+    t = Table(["benchmark", "measured", "peak", "utilisation"], 1, ratios=["measured"])
+    doc = load(os.path.join(d, "roofline.json"))
     for name, e in entries(d, "roofline").items():
         if "mfu" in e:
             t.add([f"`{name}`", f"{e['FLOP/s'] / 1e12:.1f} TFLOP/s",
-                   f"{e['mfu_peak'] / 1e12:.0f} TFLOP/s", num(e["mfu"])], measured=e["FLOP/s"])
+                   f"{e['mfu_peak'] / 1e12:.0f} TFLOP/s ({peak_source(doc, name)})",
+                   num(e["mfu"])], measured=e["FLOP/s"])
         elif "mbu" in e:
             t.add([f"`{name}`", f"{e['bytes/s'] / 1e12:.2f} TB/s",
-                   f"{num(e['mbu_peak'] / 1e12)} TB/s", num(e["mbu"])], measured=e["bytes/s"])
+                   f"{num(e['mbu_peak'] / 1e12)} TB/s ({peak_source(doc, name)})",
+                   num(e["mbu"])], measured=e["bytes/s"])
     return t
 
 
