@@ -226,20 +226,25 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
   }
   if (prepared.gpu_busy >= 0) c["gpu_busy_%"] = 100 * prepared.gpu_busy;
   if (plan.params > 0) c["params"] = Counter(static_cast<double>(plan.params));
-  int64_t peak = BackendOf(spec.device).PeakMemory(spec.device);
+  // Peaks of the measured steps: the largest rank's in data-parallel runs.
+  int64_t peak = m.peak_mem, peak_rss = m.peak_rss;
   if (peak >= 0 && prepared.workload) peak += prepared.workload->UntrackedBytes();
   if (DataParallel* group = CurrentProcessGroup();
       group != nullptr && spec.data_parallel) {
-    at::Tensor t = at::full({1}, static_cast<double>(peak),
-                            at::TensorOptions(at::kDouble).device(group->device()));
-    group->MaxInPlace(t);  // the largest rank's
-    peak = static_cast<int64_t>(t.item<double>());
+    at::Tensor t = at::zeros({2}, at::TensorOptions(at::kDouble));
+    t[0] = static_cast<double>(peak);
+    t[1] = static_cast<double>(peak_rss);
+    t = t.to(group->device());
+    group->MaxInPlace(t);
+    t = t.cpu();
+    peak = static_cast<int64_t>(t[0].item<double>());
+    peak_rss = static_cast<int64_t>(t[1].item<double>());
   }
   if (peak >= 0) {
     c["peak_mem"] =
         Counter(static_cast<double>(peak), Counter::kDefaults, Counter::kIs1024);
   }
-  if (const int64_t peak_rss = m.rss_reset ? PeakRssBytes() : -1; peak_rss >= 0) {
+  if (peak_rss >= 0) {
     c["peak_rss"] =
         Counter(static_cast<double>(peak_rss), Counter::kDefaults, Counter::kIs1024);
   }

@@ -46,6 +46,15 @@ int64_t EvenLaunches(int64_t launches, int64_t iterations) {
   return (iterations + samples - 1) / samples;
 }
 
+namespace {
+
+void ReadPeaks(const BenchSpec& spec, Measured* out) {
+  out->peak_mem = BackendOf(spec.device).PeakMemory(spec.device);
+  out->peak_rss = out->rss_reset ? PeakRssBytes() : -1;
+}
+
+}  // namespace
+
 std::optional<std::string> RunTimedSteps(benchmark::State& state, Workload& workload,
                                          const BenchSpec& spec, int64_t launches,
                                          Measured* out) {
@@ -74,6 +83,7 @@ std::optional<std::string> RunTimedSteps(benchmark::State& state, Workload& work
     out->Add(seconds / static_cast<double>(launches));
     state.SetIterationTime(seconds);
     if (StopRequested()) {
+      ReadPeaks(spec, out);
       workload.EndMeasurement();
       return absl::StrCat(StopReason(), " after ", out->samples * launches,
                           " measured steps");
@@ -97,6 +107,7 @@ std::optional<std::string> RunTimedSteps(benchmark::State& state, Workload& work
       out->joules = joules - joules_before;
     }
   }
+  ReadPeaks(spec, out);
   workload.EndMeasurement();
   return std::nullopt;
 }

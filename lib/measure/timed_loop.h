@@ -29,6 +29,12 @@ struct Measured {
   uint64_t rng = 0x9E3779B97F4A7C15ull;  // the reservoir's (fixed: runs repeat)
   int64_t launches_per_sample = 1;
   bool rss_reset = false;  // whether the peak resident set was reset
+  // Peaks of tensor memory and of the resident set over the measured steps
+  // (-1: unknown), read as they end: what the workload does after them (a
+  // data-parallel train_step's steps without averaging, for
+  // comm_exposed_ms, which hold a second copy of the gradients) is not theirs.
+  int64_t peak_mem = -1;
+  int64_t peak_rss = -1;
   // Energy the device's counter saw over the measured steps, or -1: no
   // counter (energy_note says why), or a measurement too short or too long
   // for it.

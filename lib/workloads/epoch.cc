@@ -95,17 +95,19 @@ std::unique_ptr<Workload> MakeEpochWorkload(const BenchSpec& spec, TrainFns fns,
                      data.samples, "-v", data.vocab);
     bool wrote = false;
     // One process per machine writes (the data directory may be local); the
-    // others wait for it, then read.
+    // others wait for it, then read. A process alone writes whatever its
+    // LOCAL_RANK says: no other would.
     const char* local = std::getenv("LOCAL_RANK");
-    const bool writer = local == nullptr || std::string(local) == "0";
+    DataParallel* group = CurrentProcessGroup();
+    const bool writer = group == nullptr || local == nullptr || std::string(local) == "0";
     if (writer) {
       absl::StatusOr<std::vector<std::string>> paths =
           PrepareDataset(dir, data, settings.regenerate, &wrote);
       if (!paths.ok()) throw std::runtime_error(std::string(paths.status().message()));
       shards = *paths;
     }
-    if (DataParallel* group = CurrentProcessGroup()) group->Barrier();
-    if (CurrentRank() != 0) {
+    if (group != nullptr) group->Barrier();
+    if (!writer) {
       absl::StatusOr<std::vector<std::string>> paths =
           PrepareDataset(dir, data, false, &wrote);
       if (!paths.ok()) throw std::runtime_error(std::string(paths.status().message()));
