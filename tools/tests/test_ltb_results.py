@@ -95,10 +95,20 @@ class ResultsTest(unittest.TestCase):
 
     def test_hourly_prices(self):
         docs = [doc(world_size="8"), doc()]
+        train = collect(doc(entry("T/s/cuda/train_step/batch:2/seq:8/fp32", 1.0,
+                                  grad_buckets=2)))["T/s/cuda/train_step/batch:2/seq:8/fp32"]
+        fwd = collect(doc(entry("T/s/cuda/forward/batch:2/seq:8/fp32", 1.0)))[
+            "T/s/cuda/forward/batch:2/seq:8/fp32"]
         args = argparse.Namespace(cost=[2.0, 3.0], device_count=None)
-        self.assertEqual(hourly_prices(args, docs), [16.0, 3.0])
+        prices = hourly_prices(args, docs)
+        # A data-parallel benchmark's counters sum 8 ranks' work; a forward
+        # ran on each rank alone, and reports rank 0's device's.
+        self.assertEqual([p.per_hour(train) for p in prices], [16.0, 3.0])
+        self.assertEqual([p.per_hour(fwd) for p in prices], [2.0, 3.0])
         args.device_count = [1, 2]
-        self.assertEqual(hourly_prices(args, docs), [2.0, 6.0])
+        prices = hourly_prices(args, docs)
+        self.assertEqual([p.per_hour(b) for p in prices for b in (train, fwd)],
+                         [2.0, 2.0, 6.0, 6.0])
         args.cost = [1.0]
         with self.assertRaises(BadInput):
             hourly_prices(args, docs)

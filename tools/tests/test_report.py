@@ -162,16 +162,21 @@ class ReportTest(ToolTest):
         # tokens take 1000 s and cost 1.00.
         a = self.write("a.json", doc(entry(FWD, 64.0, tokens_per_s=1000.0),
                                      entry(IMG, 100.0, samples_per_s=320.0)))
-        # Two devices (from the context) at 7.20 each: 0.004 per second; at
-        # 2000 tokens/s, 2.00 per 1M tokens.
+        # Two ranks (from the context) at 7.20 a device: a data-parallel
+        # train_step's tokens/s sums both, 0.004 per second; at 2000 tokens/s,
+        # 2.00 per 1M tokens. The forwards ran on each rank alone and report
+        # rank 0's device's: 0.002 per second.
+        train = FWD.replace("/forward/", "/train_step/")
         b = self.write("b.json", doc(entry(FWD, 32.0, tokens_per_s=2000.0),
+                                     entry(train, 32.0, tokens_per_s=2000.0, grad_buckets=2),
                                      entry(IMG, 50.0, samples_per_s=640.0), world_size="2"))
         rows = self.csv_rows(a, b, "--cost", "3.60", "7.20")
         cost = {(r["benchmark"], r["file"]): r for r in rows}
         self.assertAlmostEqual(float(cost[FWD, "a"]["cost/1M tokens"]), 1.0, places=12)
-        self.assertAlmostEqual(float(cost[FWD, "b"]["cost/1M tokens"]), 2.0, places=12)
+        self.assertAlmostEqual(float(cost[FWD, "b"]["cost/1M tokens"]), 1.0, places=12)
+        self.assertAlmostEqual(float(cost[train, "b"]["cost/1M tokens"]), 2.0, places=12)
         self.assertAlmostEqual(float(cost[IMG, "a"]["cost/1M samples"]), 3.125, places=12)
-        self.assertAlmostEqual(float(cost[IMG, "b"]["cost/1M samples"]), 6.25, places=12)
+        self.assertAlmostEqual(float(cost[IMG, "b"]["cost/1M samples"]), 3.125, places=12)
         self.assertEqual(cost[FWD, "a"]["cost/1M samples"], "")
         # The device count given overrides the context's.
         rows = self.csv_rows(a, b, "--cost", "3.60", "7.20", "--device-count", "1", "1")

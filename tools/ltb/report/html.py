@@ -19,11 +19,11 @@ import statistics
 from ltb.base import REPO
 from ltb.gate.verdicts import IMPROVEMENT, LOST, REGRESSION, compare, differences
 from ltb.results import runtimes
-from ltb.results.cost import device_count
+from ltb.results.cost import data_parallel_ranks
 from ltb.results.entries import collect, errors, seconds
 from ltb.results.format import format_change, format_seconds, human, series_label
 from ltb.results.names import name_without
-from ltb.results.scaling import DATA_PARALLEL_COUNTERS, scaling_table
+from ltb.results.scaling import scaling_table
 from ltb.results.speedup import device_throughputs
 
 CHARTJS = os.path.join(REPO, "third_party", "chartjs", "chart.min.js")
@@ -133,14 +133,6 @@ def peaks(doc):
 INFERENCE_PHASES = ("forward", "encode", "generate", "transcribe")
 WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 QUANTISED = re.compile(r"/(int8|int8dyn|int4(:[^/]*)?)(/|$)")
-
-
-def data_parallel_ranks(bench, doc):
-    """The ranks whose work a data-parallel benchmark's counters sum, else 1."""
-    if not any(bench.has(c) for c in DATA_PARALLEL_COUNTERS):
-        return 1
-    return bench.world_size if "world_size" in bench.entries[0] else \
-        device_count(doc)
 
 
 def per_step(bench, counter):
