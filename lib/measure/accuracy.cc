@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "device/backend.h"
 #include "device/device.h"
 #include "measure/guard.h"
 
@@ -261,6 +262,62 @@ Divergence TeacherForced(Workload& run, const at::Tensor& out, Workload& referen
   return Diverge(logits, ref_logits);
 }
 
+namespace {
+
+// TF32 as a reference's spec says for as long as one lives: the runner turns
+// TF32 on for the whole of a /tf32 benchmark, its accuracy check included,
+// and a plain fp32 reference computed as TF32 would measure TF32 against
+// itself.
+class Tf32As {
+ public:
+  Tf32As(const BenchSpec& ref, const BenchSpec& run)
+      : backend_(BackendOf(run.device)), ref_(ref.tf32), run_(run.tf32) {
+    if (ref_ != run_) backend_.SetTf32(ref_);
+  }
+  ~Tf32As() {
+    if (ref_ != run_) backend_.SetTf32(run_);
+  }
+  Tf32As(const Tf32As&) = delete;
+  Tf32As& operator=(const Tf32As&) = delete;
+
+ private:
+  const DeviceBackend& backend_;
+  bool ref_, run_;
+};
+
+// A reference workload that computes under its own spec's TF32 setting,
+// wherever its calls fall among the benchmark's (ScoreText and
+// TeacherForced interleave them).
+class Tf32Pinned final : public Workload {
+ public:
+  Tf32Pinned(std::unique_ptr<Workload> inner, const BenchSpec& ref, const BenchSpec& run)
+      : inner_(std::move(inner)), ref_(ref), run_(run) {}
+  void Step() override {
+    Tf32As tf32(ref_, run_);
+    inner_->Step();
+  }
+  at::Tensor Evaluate() override {
+    Tf32As tf32(ref_, run_);
+    return inner_->Evaluate();
+  }
+  at::Tensor Prompt() const override { return inner_->Prompt(); }
+  at::Tensor Logits() override {
+    Tf32As tf32(ref_, run_);
+    return inner_->Logits();
+  }
+  at::Tensor Score(const at::Tensor& tokens) override {
+    Tf32As tf32(ref_, run_);
+    return inner_->Score(tokens);
+  }
+  bool EvaluatesLogits() const override { return inner_->EvaluatesLogits(); }
+
+ private:
+  std::unique_ptr<Workload> inner_;
+  BenchSpec ref_, run_;
+};
+
+}  // namespace
+
 std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
                                                      const BenchSpec& spec, uint64_t seed,
                                                      Workload& workload,
@@ -280,7 +337,7 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
     if (!absent->empty()) std::cerr << spec.Name() << ": " << *absent << "\n";
     return result;
   };
-  if (!quantised && spec.dtype == c10::kFloat) {
+  if (!quantised && spec.dtype == c10::kFloat && !spec.tf32) {
     // The model as trained: its perplexity alone, what the others' ratio is to.
     if (!scores_text) return {};
     try {
@@ -323,7 +380,13 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
       }
     }
     at::manual_seed(seed);
-    return family.build(ref);
+    std::unique_ptr<Workload> built;
+    {
+      Tf32As tf32(ref, spec);  // building may compute (a generation's depth)
+      built = family.build(ref);
+    }
+    if (built == nullptr) return nullptr;
+    return std::make_unique<Tf32Pinned>(std::move(built), ref, spec);
   };
   std::vector<std::pair<std::string, double>> result;
   const std::string what = quantised ? "unquantised" : "fp32";
@@ -358,7 +421,9 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
   }
   if (!workload.Prompt().defined() && !workload.EvaluatesLogits()) return done(result);
   try {
-    if (reference.dtype != c10::kFloat) {
+    // A quantised TF32 run's unquantised reference is TF32 too: the KL's is
+    // plain fp32.
+    if (reference.dtype != c10::kFloat || reference.tf32) {
       ref.reset();  // the fp32 one takes its place
       expected = at::Tensor();
       ref = build(fp32, "fp32 unquantised", "KL divergence");

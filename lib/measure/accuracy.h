@@ -93,25 +93,26 @@ Divergence TeacherForced(Workload& run, const at::Tensor& out, Workload& referen
                          const at::Tensor& ref_out);
 
 // Runs the benchmark's model once in fp32, with `seed` (so the same weights
-// and inputs), eagerly and without TF32 (a graphed or TF32 run is checked
-// against the plain fp32 one), and measures how far `workload` drifts from
-// it. Quantised weights (spec.quant) are checked against the same weights
-// unquantised, in the benchmark's dtype: top1_agree_% and rel_err of the
-// logits (the prompt's, for generation), and token_match_% of the greedy
-// tokens. Language models (Workload::Score, Workload::EvaluatesLogits) are
-// also scored teacher-forced against the fp32 model unquantised: for
-// generation, both models read the reference's prompt and greedy tokens in
-// one forward, so that one flipped token does not change every later
+// and inputs), eagerly and without TF32 (a graphed run in bf16 or fp16, or a
+// TF32 one, is checked against the plain fp32 one: the reference computes
+// with TF32 off, though the runner keeps it on for a /tf32 benchmark), and
+// measures how far `workload` drifts from it. Quantised weights
+// (spec.quant) are checked against the same weights unquantised, in the
+// benchmark's dtype: top1_agree_% and rel_err of the logits (the prompt's,
+// for generation), and token_match_% of the greedy tokens. Language models
+// (Workload::Score, Workload::EvaluatesLogits) are also scored teacher-forced against the
+// fp32 model unquantised: for generation, both models read the reference's prompt and
+// greedy tokens in one forward, so that one flipped token does not change every later
 // position; for a forward, both outputs are logits of the same inputs.
 // That gives kld_mean, kld_p99, kld_max and same_top1_% (Diverge). Empty
-// for unquantised fp32 without a text, training, or workloads without a
-// single output.
+// for unquantised fp32 (not TF32) without a text, training, or workloads
+// without a single output.
 // With a held-out text (`text` defined, ReadEvalTokens), inference of the
 // language models that load checkpoints (Family::loads_weights: Transformer,
 // GPT2, Llama) also scores it: ppl for the run, ppl_ratio against the
 // fp32 model unquantised, and the kld_* and same_top1_% counters computed
 // over the text's positions instead of the prompt's and greedy tokens' (an
-// unquantised fp32 run: ppl alone).
+// unquantised fp32 run without TF32: ppl alone).
 // A reference is built beside the benchmark's model only where the memory
 // guard says it fits; where it does not (or fails), `absent` says why there
 // is no check.

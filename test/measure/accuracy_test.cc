@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "device/backend.h"
+#include "device/device.h"
 #include "spec_for.h"
 
 namespace ltb {
@@ -223,6 +225,111 @@ TEST(Accuracy, AQuantisedRunsDivergenceIsAgainstFp32Unquantised) {
   EXPECT_NEAR(counters[0].second, kl.mean().item<double>(), 1e-12);
   EXPECT_NEAR(counters[2].second, kl.max().item<double>(), 1e-12);
   EXPECT_EQ(counters[3].second, 50);  // the second position's top token moved
+}
+
+TEST(Accuracy, AQuantisedTf32RunsDivergenceIsAgainstPlainFp32) {
+  // fp32 with int8 weights, run as TF32: its other counters against the
+  // same weights unquantised as TF32, its KL and ppl_ratio against plain
+  // fp32, a second reference.
+  std::vector<BenchSpec> built;
+  const at::Tensor ref = at::tensor({0.0f, 1.0f, 2.0f, 2.0f, 1.0f, 0.0f}).reshape({2, 3});
+  const Family f = Recording(&built, 1 << 20, ref, /*logits=*/true);
+  BenchSpec spec = Bf16(f);
+  spec.dtype = c10::kFloat;
+  spec.tf32 = true;
+  spec.quant.kind = QuantKind::kInt8;
+  Fixed run(ref + 0.5 * at::eye(2, 3), /*logits=*/true);
+  std::string absent;
+  const auto counters = Accuracy(f, spec, 0, run, at::Tensor(), &absent);
+  EXPECT_TRUE(absent.empty()) << absent;
+  ASSERT_EQ(built.size(), 2u);
+  EXPECT_EQ(built[0].dtype, c10::kFloat);
+  EXPECT_TRUE(built[0].tf32);
+  EXPECT_TRUE(built[0].quant.none());
+  EXPECT_EQ(built[1].dtype, c10::kFloat);
+  EXPECT_FALSE(built[1].tf32);
+  EXPECT_TRUE(built[1].quant.none());
+  std::vector<std::string> names;
+  for (const auto& [name, value] : counters) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"kld_mean", "kld_p99", "kld_max",
+                                             "same_top1_%", "top1_agree_%", "rel_err"}));
+}
+
+TEST(Accuracy, AnUnquantisedTf32RunIsCheckedAgainstPlainFp32) {
+  std::vector<BenchSpec> built;
+  const at::Tensor ref = at::tensor({0.0f, 1.0f, 2.0f, 2.0f, 1.0f, 0.0f}).reshape({2, 3});
+  const Family f = Recording(&built, 1 << 20, ref, /*logits=*/true);
+  BenchSpec spec = Bf16(f);
+  spec.dtype = c10::kFloat;
+  spec.tf32 = true;
+  const at::Tensor mine = ref + 0.5 * at::eye(2, 3);
+  Fixed run(mine, /*logits=*/true);
+  std::string absent;
+  const auto counters = Accuracy(f, spec, 0, run, at::Tensor(), &absent);
+  EXPECT_TRUE(absent.empty()) << absent;
+  ASSERT_EQ(built.size(), 1u);
+  EXPECT_EQ(built[0].dtype, c10::kFloat);
+  EXPECT_FALSE(built[0].tf32);
+  const std::map<std::string, double> c(counters.begin(), counters.end());
+  ASSERT_EQ(c.count("kld_mean"), 1u);
+  EXPECT_NEAR(c.at("kld_mean"), TorchKL(mine, ref).mean().item<double>(), 1e-12);
+  ASSERT_EQ(c.count("rel_err"), 1u);
+  EXPECT_DOUBLE_EQ(c.at("rel_err"), 0.25);  // 0.5 / 2
+}
+
+// A workload that records whether TF32 was on for each of its computations.
+class Tf32Recorder final : public Workload {
+ public:
+  Tf32Recorder(std::vector<bool>* seen, at::Tensor out)
+      : seen_(seen), out_(std::move(out)) {}
+  void Step() override {}
+  at::Tensor Evaluate() override {
+    seen_->push_back(at::globalContext().allowTF32CuBLAS());
+    return out_;
+  }
+  bool EvaluatesLogits() const override { return true; }
+
+ private:
+  std::vector<bool>* seen_;
+  at::Tensor out_;
+};
+
+TEST(Accuracy, ThePlainFp32ReferenceOfATf32RunComputesWithoutTf32) {
+  // The runner keeps TF32 on for the whole of a /tf32 benchmark, its
+  // accuracy check included (Tf32Scope); TF32 is a CUDA setting.
+  const c10::Device cuda(c10::kCUDA);
+  std::string why;
+  if (!DeviceAvailable(cuda, &why)) GTEST_SKIP() << why;
+  std::vector<bool> seen;
+  const at::Tensor ref = at::tensor({0.0f, 1.0f, 2.0f, 2.0f, 1.0f, 0.0f}).reshape({2, 3});
+  std::vector<BenchSpec> built;
+  Family f = Recording(&built, 1 << 20, ref, /*logits=*/true);
+  f.build = [&](const BenchSpec& spec) -> std::unique_ptr<Workload> {
+    built.push_back(spec);
+    return std::make_unique<Tf32Recorder>(&seen, ref.to(spec.device));
+  };
+  BenchSpec spec = Bf16(f);
+  spec.device = cuda;
+  spec.dtype = c10::kFloat;
+  spec.tf32 = true;
+  const DeviceBackend& backend = BackendOf(cuda);
+  for (const bool quantised : {false, true}) {
+    spec.quant.kind = quantised ? QuantKind::kInt8 : QuantKind::kNone;
+    seen.clear();
+    built.clear();
+    backend.SetTf32(true);
+    Fixed run(ref.to(cuda), /*logits=*/true);
+    std::string absent;
+    Accuracy(f, spec, 0, run, at::Tensor(), &absent);
+    EXPECT_TRUE(at::globalContext().allowTF32CuBLAS());  // the benchmark's, back
+    backend.SetTf32(false);
+    ASSERT_EQ(seen.size(), built.size());
+    for (size_t i = 0; i < built.size(); ++i) {
+      EXPECT_EQ(seen[i], built[i].tf32)
+          << "reference " << i << ", quantised " << quantised;
+    }
+    EXPECT_FALSE(built.back().tf32);
+  }
 }
 
 TEST(Accuracy, OutputsThatAreNotLogitsHaveNoDivergence) {
