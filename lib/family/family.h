@@ -153,6 +153,17 @@ inline MemoryEstimate TrainingState(int64_t params, c10::ScalarType dtype,
   return m;
 }
 
+// AdamW's step holds temporaries beside its state: each parameter's
+// denominator, sqrt(v) then its quotient by the bias correction. Stepped
+// parameter by parameter (the CPU) two tensors of the largest parameter's
+// size live at once; stepped with foreach kernels (CUDA), one fp32 tensor a
+// parameter. They come once the backward has freed the activations, so a
+// step needs the larger of the two (GPT2/small's train_step on the CPU held
+// exactly 4 fp32 copies of its weights plus two of its embedding).
+inline int64_t AdamWStepBytes(int64_t params, int64_t largest_param, bool foreach) {
+  return foreach ? params * 4 : 2 * largest_param * 4;
+}
+
 // The overhead of a training step over the tensors it counts: half of them.
 // Encoder/default's forward_backward on the CPU grew the resident set by 1.21
 // to 1.32 times its counted tensors (batch 1 to 4, length 256 to 2048, fp32

@@ -1,6 +1,11 @@
 #include "measure/guard.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -30,18 +35,25 @@ std::string Parts(const MemoryEstimate& need) {
 
 }  // namespace
 
-absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device) {
+absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device,
+                       int host_ranks) {
   const int64_t host_available = DeviceAvailableBytes(HostDevice());
   const bool on_cpu = BackendOf(device).Caps().host;
   // Built on the host first; on the CPU the build and the run share memory.
-  const int64_t host_need =
+  const int64_t rank_need =
       on_cpu ? std::max(need.Total(), need.host_build) : need.host_build;
+  const int64_t host_need = rank_need * std::max(host_ranks, 1);
   if (host_available >= 0 && host_need > host_available) {
     std::string what =
         on_cpu && need.Total() >= need.host_build
             ? absl::StrCat(FormatBytes(need.Total()), " (", Parts(need), ")")
             : absl::StrCat(FormatBytes(need.host_build),
                            " to build the fp32 model on the host");
+    if (host_ranks > 1) {
+      absl::StrAppend(&what, " for each of the ", host_ranks,
+                      " data-parallel ranks on this machine, ", FormatBytes(host_need),
+                      " in all,");
+    }
     return absl::ResourceExhaustedError(absl::StrCat(
         "does not fit: needs about ", what, " but cpu has ", FormatBytes(host_available),
         " available", Parenthesised(BackendOf(HostDevice()).AvailableNote(HostDevice())),
@@ -55,6 +67,22 @@ absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device) {
       ") but ", DeviceName(device), " has ", FormatBytes(available), " available",
       Parenthesised(BackendOf(device).AvailableNote(device)),
       "; try a smaller size, --batch or --seq"));
+}
+
+int RanksOnThisHost(DataParallel* group) {
+  if (group == nullptr) return 1;
+  std::array<char, 256> name{};
+  gethostname(name.data(), name.size() - 1);
+  // Exact in a double: 52 bits of the name's hash.
+  const double id = static_cast<double>(std::hash<std::string>{}(name.data()) &
+                                        ((uint64_t{1} << 52) - 1));
+  at::Tensor ids = at::zeros({group->world_size()}, at::TensorOptions(at::kDouble));
+  ids[group->rank()] = id;
+  ids = ids.to(group->device());
+  group->SumInPlace(ids);
+  ids = ids.cpu().contiguous();
+  const double* p = ids.data_ptr<double>();
+  return static_cast<int>(std::count(p, p + ids.numel(), id));
 }
 
 absl::Status AgreeOnFit(absl::Status fits, DataParallel* group) {

@@ -13,8 +13,15 @@ namespace ltb {
 class DataParallel;
 
 // OK when `need` fits in what `device` has available; otherwise an error
-// that names both numbers and what the estimate is made of.
-absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device);
+// that names both numbers and what the estimate is made of. `host_ranks`
+// ranks of a data-parallel benchmark run on this machine, each building its
+// own model in the host's memory (and on the CPU, running there too).
+absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device,
+                       int host_ranks = 1);
+
+// The ranks of `group` (may be null: 1) that run on this machine, by its
+// host name. A collective on the group's device.
+int RanksOnThisHost(DataParallel* group);
 
 // Data-parallel ranks run a benchmark all or none, or the others would wait
 // for collectives that never come: `fits` unless another rank of `group`

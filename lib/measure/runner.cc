@@ -16,6 +16,7 @@
 #include "measure/counters.h"
 #include "measure/guard.h"
 #include "measure/health.h"
+#include "measure/memory.h"
 #include "measure/timed_loop.h"
 #include "measure/warmup.h"
 #include "serve/serve.h"
@@ -120,10 +121,13 @@ absl::Status Runner::Guard(const BenchSpec& spec, const Plan& plan, bool on) {
   if (cache_.current().name == spec.Name()) return absl::OkStatus();
   BackendOf(spec.device).Initialize(spec.device);
   cache_.Release();
+  // What ran before without a workload to release (the peaks' measurement,
+  // before the first benchmark) leaves its memory in malloc too: the guard's
+  // figure and the peak resident set would count it.
+  ReleaseCachedMemory(spec.device);
   if (!on) return absl::OkStatus();
-  DataParallel* group = CurrentProcessGroup();
-  return AgreeOnFit(CheckFits(plan.memory, spec.device),
-                    spec.data_parallel ? group : nullptr);
+  DataParallel* group = spec.data_parallel ? CurrentProcessGroup() : nullptr;
+  return AgreeOnFit(CheckFits(plan.memory, spec.device, RanksOnThisHost(group)), group);
 }
 
 // Builds and warms up the workload, then runs the timed steps; every failure

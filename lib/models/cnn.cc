@@ -2,6 +2,7 @@
 
 #include <torch/nn/functional/pooling.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -63,7 +64,9 @@ Family CNNFamily() {
         // Conv, ReLU and pool outputs of both stages, then the hidden layer.
         return ClassifierCost{
             CNNParamCount(o), CNNForwardFlops(o),
-            3 * (o.conv1() * 32 * 32 + o.conv2() * 16 * 16) + 2 * o.hidden()};
+            3 * (o.conv1() * 32 * 32 + o.conv2() * 16 * 16) + 2 * o.hidden(),
+            InferenceLiveSet(3 * 32 * 32, std::max({o.conv1() * 32 * 32,
+                                                    o.conv2() * 16 * 16, o.hidden()}))};
       },
       [](const CNNOptions& o) {
         return nlohmann::ordered_json{{"conv1", o.conv1()},

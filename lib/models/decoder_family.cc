@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "device/backend.h"
 #include "family/registry.h"
 #include "layers/prepare.h"
 #include "models/size_table.h"
@@ -180,6 +181,16 @@ MemoryEstimate DecoderMemory(const DecoderOptions& o, const BenchSpec& s, int64_
   // and the MLP's tensors; then the logits (fp32, with their gradient).
   m.activations = layers * (tokens * (8 * d + 4 * q + 4 * k + mlp) + 2 * scores) * e +
                   tokens * v * 4 * 4;
+  if (s.phase != kForwardBackward) {
+    // The embedding or head, the positions' table, an MLP matrix, or a
+    // fused q/k/v projection.
+    const int64_t positions =
+        o.positions() == PositionKind::kLearned ? o.max_positions() : 0;
+    const int64_t largest = d * std::max({v, positions, f, q + 2 * k});
+    m.activations = std::max(
+        m.activations,
+        AdamWStepBytes(params, largest, BackendOf(s.device).Caps().foreach_optimizers));
+  }
   return m;
 }
 

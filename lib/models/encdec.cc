@@ -3,6 +3,7 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adamw.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -10,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "device/backend.h"
 #include "family/registry.h"
 #include "layers/prepare.h"
 #include "models/size_table.h"
@@ -203,6 +205,12 @@ absl::StatusOr<Plan> PlanEncDec(const BenchSpec& s) {
   m.activations =
       (layers * (tokens / 2 * (12 * d + 3 * o->d_ff()) + 3 * scores) + scores) * e +
       s.batch * s.seq * o->vocab() * 4 * 4;
+  // The largest parameter: the embedding or output, an FFN matrix, or an
+  // attention's packed q/k/v projection.
+  const int64_t largest = d * std::max({o->vocab(), o->d_ff(), 3 * d});
+  m.activations = std::max(m.activations,
+                           AdamWStepBytes(plan.params, largest,
+                                          BackendOf(s.device).Caps().foreach_optimizers));
   m.overhead = TrainingOverhead(m);
   if (s.iterations == Iterations::kTimed) {  // train_step
     plan.flops_per_step = 3 * fwd;

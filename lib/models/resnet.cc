@@ -2,6 +2,7 @@
 
 #include <torch/nn/functional/pooling.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -45,13 +46,14 @@ absl::StatusOr<ResNetOptions> ResNetSizeOptions(const std::string& size) {
 
 ClassifierCost ResNetCostFor(const ResNetOptions& o, int64_t image) {
   ClassifierCost cost;
-  int64_t hw = image;
+  int64_t hw = image, largest = 0;
   // A convolution without bias followed by batch norm (2 parameters a channel).
   const auto conv = [&](int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad) {
     hw = OutSize(hw, k, stride, pad);
     cost.params += in * out * k * k + 2 * out;
     cost.flops += 2.0 * in * out * k * k * hw * hw;
     cost.activations += 3 * out * hw * hw;
+    largest = std::max(largest, out * hw * hw);
   };
   conv(3, o.stem(), 7, 2, 3);
   hw = OutSize(hw, 3, 2, 1);  // max pool
@@ -81,6 +83,7 @@ ClassifierCost ResNetCostFor(const ResNetOptions& o, int64_t image) {
   }
   cost.params += in * o.classes() + o.classes();
   cost.flops += 2.0 * in * o.classes();
+  cost.inference_activations = InferenceLiveSet(3 * image * image, largest);
   return cost;
 }
 

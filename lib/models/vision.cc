@@ -43,9 +43,9 @@ std::unique_ptr<Workload> BuildClassifier(
   return MakePhaseWorkload(spec, std::move(fns));
 }
 
-absl::StatusOr<Plan> PlanClassifier(const BenchSpec& spec, int64_t params,
-                                    double forward_flops_per_image,
-                                    int64_t activations_per_image) {
+absl::StatusOr<Plan> PlanClassifier(const BenchSpec& spec, const ClassifierCost& cost) {
+  const int64_t params = cost.params, activations_per_image = cost.activations;
+  const double forward_flops_per_image = cost.flops;
   if (spec.batch <= 0) return absl::InvalidArgumentError("batch must be positive");
   Plan plan;
   plan.params = params;
@@ -57,8 +57,7 @@ absl::StatusOr<Plan> PlanClassifier(const BenchSpec& spec, int64_t params,
     const int64_t e = DtypeBytes(spec.dtype);
     plan.flops_per_step = fwd;
     m.weights = params * e;
-    // Eval mode frees each activation once the next layer has it.
-    m.activations = spec.batch * activations_per_image * e / 4;
+    m.activations = spec.batch * cost.inference_activations * e;
     return plan;
   }
   const int64_t e = spec.dtype == c10::kFloat ? 4 : 2;

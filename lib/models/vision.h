@@ -31,20 +31,29 @@ std::unique_ptr<Workload> BuildClassifier(
     std::function<at::Tensor(const at::Tensor&)> forward, const ClassifierShape& shape,
     double lr);
 
-// The plan of a classifier phase: samples/s, FLOPs (training: 3x forward),
-// memory from `activations_per_image`, the elements one image's forward
-// produces in the layers that keep their outputs for backward.
-absl::StatusOr<Plan> PlanClassifier(const BenchSpec& spec, int64_t params,
-                                    double forward_flops_per_image,
-                                    int64_t activations_per_image);
-
 // What one image costs a classifier: parameters, forward FLOPs (2 per
-// multiply-add), and the elements of the outputs its layers keep.
+// multiply-add), the elements of the outputs its layers keep for backward,
+// and the most elements an inference forward holds at once.
 struct ClassifierCost {
   int64_t params = 0;
   double flops = 0;
   int64_t activations = 0;
+  int64_t inference_activations = 0;
 };
+
+// The live set of an inference forward, in elements an image: the image and
+// five outputs of the largest layer. A C++ expression keeps its temporaries
+// to its end (a convolution's, its norm's and its ReLU's outputs), and a
+// residual block holds its input and output beside its shortcut's
+// convolution and norm: ResNet/resnet18 held its image and three outputs of
+// its stem, resnet50 about 4.3 outputs of its largest layer.
+inline int64_t InferenceLiveSet(int64_t image_elements, int64_t largest_output) {
+  return image_elements + 5 * largest_output;
+}
+
+// The plan of a classifier phase: samples/s, FLOPs (training: 3x forward),
+// memory from `cost`'s activations (training) or its inference live set.
+absl::StatusOr<Plan> PlanClassifier(const BenchSpec& spec, const ClassifierCost& cost);
 
 // A classifier family named `name` over `sizes`: forward and train_step of a
 // `Model` built from each size's options, over random images of `shape`
@@ -70,7 +79,7 @@ Family ClassifierFamily(const std::string& name,
     absl::StatusOr<Options> o = options(s.size);
     if (!o.ok()) return o.status();
     const ClassifierCost c = cost(*o);
-    return PlanClassifier(s, c.params, c.flops, c.activations);
+    return PlanClassifier(s, c);
   };
   f.build = [options, shape, lr](const BenchSpec& s) {
     Model model(options(s.size).value());

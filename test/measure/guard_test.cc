@@ -1,9 +1,18 @@
 #include "measure/guard.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
 
 #include "base/format.h"
 #include "device/cpu_memory.h"
+#include "device/device.h"
+#include "distributed/distributed.h"
+#include "run_ranks.h"
 #include "units.h"
 
 namespace ltb {
@@ -43,6 +52,66 @@ TEST(CheckFits, CountsTheFp32HostBuildOfAModelForAnyDevice) {
     EXPECT_NE(s.message().find("to build the fp32 model on the host"), std::string::npos)
         << s.message();
   }
+}
+
+TEST(CheckFits, DataParallelRanksOnOneMachineEachNeedTheirOwnMemory) {
+  const int64_t available = DeviceAvailableBytes(HostDevice());
+  if (available <= 0) GTEST_SKIP() << "this machine does not say what memory it has";
+  // Three fifths of the host: one rank fits, two on this machine do not.
+  MemoryEstimate need;
+  need.weights = available / 5 * 3;
+  const c10::Device cpu(c10::kCPU);
+  EXPECT_TRUE(CheckFits(need, cpu).ok());
+  EXPECT_TRUE(CheckFits(need, cpu, /*host_ranks=*/1).ok());
+  const absl::Status two = CheckFits(need, cpu, /*host_ranks=*/2);
+  ASSERT_FALSE(two.ok());
+  const std::string msg(two.message());
+  EXPECT_NE(msg.find("for each of the 2 data-parallel ranks on this machine, " +
+                     FormatBytes(2 * need.Total()) + " in all, but cpu has"),
+            std::string::npos)
+      << msg;
+  // On a GPU each rank still builds its fp32 model on the host first.
+  MemoryEstimate build;
+  build.weights = kMiB;
+  build.host_build = available / 5 * 3;
+  const c10::Device gpu(c10::kCUDA, 0);
+  const absl::Status built = CheckFits(build, gpu, 2);
+  ASSERT_FALSE(built.ok());
+  EXPECT_NE(built.message().find("to build the fp32 model on the host for each of the 2"),
+            std::string::npos)
+      << built.message();
+}
+
+TEST(RanksOnThisHost, OneWithoutAGroup) { EXPECT_EQ(RanksOnThisHost(nullptr), 1); }
+
+// The ranks' side of the test below: each writes how many ranks it counts
+// on its machine.
+TEST(GuardRank, CountRanksOnThisHost) {
+  const char* out = std::getenv("LTB_GUARD_RANKS_OUT");
+  if (out == nullptr)
+    GTEST_SKIP() << "run by RanksOnThisHost.CountsEveryRankOfOneMachine";
+  const DistEnv env = ReadDistEnv().value();
+  auto group = JoinProcessGroup(env, c10::Device(c10::kCPU));
+  ASSERT_TRUE(group.ok()) << group.status();
+  SetCurrentProcessGroup(std::move(*group));
+  std::ofstream(out) << RanksOnThisHost(CurrentProcessGroup()) << "\n";
+  CurrentProcessGroup()->Barrier();
+  SetCurrentProcessGroup(nullptr);
+}
+
+TEST(RanksOnThisHost, CountsEveryRankOfOneMachine) {
+  const std::string dir =
+      testing::TempDir() + "/ltb_guard_ranks_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(RunRanks("GuardRank.CountRanksOnThisHost",
+                       {"LTB_GUARD_RANKS_OUT=" + dir + "/rank%r"}, /*world=*/3))
+      << "a rank failed";
+  for (int rank = 0; rank < 3; ++rank) {
+    int counted = 0;
+    std::ifstream(dir + "/rank" + std::to_string(rank)) >> counted;
+    EXPECT_EQ(counted, 3) << "rank " << rank;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
+#include <tuple>
+#include <vector>
 
+#include "device/cpu_memory.h"
 #include "models/cnn.h"
 #include "models/resnet.h"
 #include "profiled_flops.h"
@@ -134,6 +138,31 @@ TEST(CNNFamily, EveryPhaseRuns) {
     ASSERT_TRUE(plan.ok()) << s.Name();
     EXPECT_EQ(plan->samples_per_step, 4);
     f.build(s)->Step();
+  }
+}
+
+TEST(ClassifierFamilies, InferenceEstimateBoundsTheTensorsAForwardHolds) {
+  // Batches where the activations outweigh the weights (ResNet/resnet18's
+  // 44.6 MiB, CNN/default's 8.1 MiB), and resnet50, whose largest block
+  // holds more than its stem.
+  for (const auto& [family, size, batch] :
+       std::vector<std::tuple<Family, std::string, int64_t>>{
+           {ResNetFamily(), "resnet18", 4},
+           {ResNetFamily(), "resnet50", 2},
+           {CNNFamily(), "default", 64}}) {
+    const BenchSpec s = SpecFor(family.name, size, kForward, batch);
+    const int64_t estimate = family.plan(s).value().memory.Total();
+    const int64_t before = CpuAllocatedBytes();
+    int64_t peak = 0;
+    {
+      std::unique_ptr<Workload> w = family.build(s);
+      w->Step();
+      ResetCpuPeak();
+      w->Step();
+      peak = CpuPeakBytes() - before;
+    }
+    EXPECT_LE(peak, estimate) << size;
+    EXPECT_GT(peak, estimate / 2) << size;
   }
 }
 
