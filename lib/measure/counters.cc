@@ -52,14 +52,14 @@ double JoulesOverRanks(const std::vector<double>& meters,
   return total;
 }
 
-double MeterKey(const std::string& source) {
+double MachineKey(const std::string& what) {
   std::string machine;
   if (std::ifstream in("/proc/sys/kernel/random/boot_id"); in) std::getline(in, machine);
   if (machine.empty()) {
     char host[256] = {};
     if (gethostname(host, sizeof(host) - 1) == 0) machine = host;
   }
-  const uint64_t hash = std::hash<std::string>{}(machine + "\n" + source);
+  const uint64_t hash = std::hash<std::string>{}(machine + "\n" + what);
   return static_cast<double>(hash & ((uint64_t{1} << 52) - 1));
 }
 
@@ -205,7 +205,7 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
       group != nullptr && spec.data_parallel) {
     const int ranks = group->world_size(), rank = group->rank();
     at::Tensor t = at::zeros({2, ranks}, at::TensorOptions(at::kDouble));
-    t[0][rank] = m.energy_source.empty() ? 0.0 : MeterKey(m.energy_source);
+    t[0][rank] = m.energy_source.empty() ? 0.0 : MachineKey(m.energy_source);
     t[1][rank] = joules;
     t = t.to(group->device());
     group->SumInPlace(t);

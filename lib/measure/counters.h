@@ -23,16 +23,16 @@ std::vector<std::pair<std::string, double>> StepSpread(std::vector<double> secon
 
 // Energy of data-parallel ranks, each counter once: rank r read `joules[r]`
 // (negative: no reading) from the counter `meters[r]` names (a number per
-// machine and counter, MeterKey). Ranks that share a counter (a machine's
+// machine and counter, MachineKey). Ranks that share a counter (a machine's
 // RAPL packages, one GPU that two ranks use) each saw the same joules, which
 // a plain sum would count once per rank; the lowest of them counts. -1 when
 // a rank has no reading.
 double JoulesOverRanks(const std::vector<double>& meters,
                        const std::vector<double>& joules);
-// A number for `source` (EnergyMeter::Source) on this machine, the same in
-// every process of the machine (its kernel's boot id, else its host name),
-// exact in a double.
-double MeterKey(const std::string& source);
+// A number for `what` on this machine (an EnergyMeter::Source, its memory),
+// the same in every process of the machine (its kernel's boot id, else its
+// host name: containers on one kernel share both), exact in a double.
+double MachineKey(const std::string& what);
 
 // The counters SetCounters gives every benchmark of `plan` on the CPU,
 // whatever its run: its rates, params and the step percentiles

@@ -1,17 +1,14 @@
 #include "measure/guard.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <array>
 #include <cstdint>
-#include <functional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "base/format.h"
 #include "device/device.h"
 #include "distributed/distributed.h"
+#include "measure/counters.h"
 
 namespace ltb {
 namespace {
@@ -71,11 +68,8 @@ absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device,
 
 int RanksOnThisHost(DataParallel* group) {
   if (group == nullptr) return 1;
-  std::array<char, 256> name{};
-  gethostname(name.data(), name.size() - 1);
-  // Exact in a double: 52 bits of the name's hash.
-  const double id = static_cast<double>(std::hash<std::string>{}(name.data()) &
-                                        ((uint64_t{1} << 52) - 1));
+  // One machine's ranks share its memory.
+  const double id = MachineKey("memory");
   at::Tensor ids = at::zeros({group->world_size()}, at::TensorOptions(at::kDouble));
   ids[group->rank()] = id;
   ids = ids.to(group->device());

@@ -19,8 +19,9 @@ class DataParallel;
 absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device,
                        int host_ranks = 1);
 
-// The ranks of `group` (may be null: 1) that run on this machine, by its
-// host name. A collective on the group's device.
+// The ranks of `group` (may be null: 1) that run on this machine (by
+// MachineKey: its kernel's boot id, else its host name). A collective on the
+// group's device.
 int RanksOnThisHost(DataParallel* group);
 
 // Data-parallel ranks run a benchmark all or none, or the others would wait

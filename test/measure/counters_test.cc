@@ -64,7 +64,7 @@ TEST(StepSpread, OneStepHasNoSpreadAndNoStepsNothing) {
 TEST(JoulesOverRanks, EachCounterCountsOnce) {
   // Four ranks on two machines: ranks 0 and 1 share machine A's RAPL
   // packages, 2 and 3 machine B's two GPUs.
-  const double a = MeterKey("rapl");
+  const double a = MachineKey("rapl");
   const std::vector<double> meters = {a, a, a + 1, a + 2};
   EXPECT_DOUBLE_EQ(JoulesOverRanks(meters, {10.0, 10.5, 3.0, 4.0}), 17.0);
   // Every rank its own counter: the plain sum.
@@ -73,11 +73,11 @@ TEST(JoulesOverRanks, EachCounterCountsOnce) {
   EXPECT_LT(JoulesOverRanks({1, 1, 2}, {1.0, -1.0, 4.0}), 0);
 }
 
-TEST(MeterKey, OneMachinesCountersByTheirSource) {
-  EXPECT_EQ(MeterKey("rapl"), MeterKey("rapl"));
-  EXPECT_NE(MeterKey("nvml 0000:01:00.0"), MeterKey("nvml 0000:02:00.0"));
+TEST(MachineKey, OneMachinesCountersByTheirSource) {
+  EXPECT_EQ(MachineKey("rapl"), MachineKey("rapl"));
+  EXPECT_NE(MachineKey("nvml 0000:01:00.0"), MachineKey("nvml 0000:02:00.0"));
   // Exact in a double, so a sum over ranks carries it whole.
-  const double key = MeterKey("rapl");
+  const double key = MachineKey("rapl");
   EXPECT_EQ(key, std::floor(key));
   EXPECT_LT(key, std::ldexp(1.0, 53));
 }
