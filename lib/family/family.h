@@ -133,7 +133,8 @@ struct MemoryEstimate {
   int64_t overhead = 0;
   // Host memory to build the model before it is converted or moved: a
   // LibTorch module starts as fp32 tensors on the CPU (0: params x 4), a
-  // decoder built for a checkpoint as its weights in the dtype they load in.
+  // decoder built for a checkpoint as its weights in the dtype they load in;
+  // a transfer between host and device, its host copy.
   int64_t host_build = 0;
   int64_t Total() const {
     return weights + gradients + optimizer + activations + overhead;

@@ -44,8 +44,10 @@ absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device,
     std::string what =
         on_cpu && need.Total() >= need.host_build
             ? absl::StrCat(FormatBytes(need.Total()), " (", Parts(need), ")")
-            : absl::StrCat(FormatBytes(need.host_build),
-                           " to build the fp32 model on the host");
+            : absl::StrCat(
+                  FormatBytes(need.host_build),
+                  " of host memory (to build the model before it is converted or moved, "
+                  "or a transfer's host copy)");
     if (host_ranks > 1) {
       absl::StrAppend(&what, " for each of the ", host_ranks,
                       " data-parallel ranks on this machine, ", FormatBytes(host_need),

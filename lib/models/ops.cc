@@ -26,6 +26,7 @@ struct OpDef {
   std::function<OpCost(int64_t elt)> cost;
   // What its tensors hold; unset: the bytes its cost counts (each operand once).
   std::function<int64_t(int64_t elt)> memory;
+  int64_t host_memory = 0;  // what it holds on the host beside, on a GPU
   std::function<std::function<void()>(const at::TensorOptions&)> make_step;
 };
 
@@ -128,7 +129,10 @@ OpDef Copy(const std::string& op, int64_t mib) {
   d.crosses_link = op.rfind("h2d", 0) == 0 || op.rfind("d2h", 0) == 0;
   const double passes = d.crosses_link ? 1 : 2;
   d.cost = [=](int64_t) { return OpCost{0, passes * mib * kMiB}; };
-  d.memory = [=](int64_t) { return 2 * mib * kMiB; };
+  // A transfer holds one copy on the device and one on the host.
+  const int64_t device_copies = d.crosses_link ? 1 : 2;
+  d.memory = [=](int64_t) { return device_copies * mib * kMiB; };
+  d.host_memory = d.crosses_link ? mib * kMiB : 0;
   d.make_step = [=](const at::TensorOptions& o) -> std::function<void()> {
     const int64_t n =
         mib * kMiB / static_cast<int64_t>(c10::elementSize(o.dtype().toScalarType()));
@@ -272,6 +276,7 @@ absl::StatusOr<Plan> PlanOps(const BenchSpec& s) {
   plan.counts_direct_convolution = (*d)->op == "conv2d";
   plan.memory.activations =
       (*d)->memory ? (*d)->memory(e) : static_cast<int64_t>(cost.bytes);
+  plan.memory.host_build = (*d)->host_memory;
   return plan;
 }
 

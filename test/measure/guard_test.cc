@@ -49,7 +49,7 @@ TEST(CheckFits, CountsTheFp32HostBuildOfAModelForAnyDevice) {
   for (const c10::Device& d : {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 0)}) {
     const absl::Status s = CheckFits(need, d);
     ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.message().find("to build the fp32 model on the host"), std::string::npos)
+    EXPECT_NE(s.message().find("of host memory (to build the model"), std::string::npos)
         << s.message();
   }
 }
@@ -77,8 +77,10 @@ TEST(CheckFits, DataParallelRanksOnOneMachineEachNeedTheirOwnMemory) {
   const c10::Device gpu(c10::kCUDA, 0);
   const absl::Status built = CheckFits(build, gpu, 2);
   ASSERT_FALSE(built.ok());
-  EXPECT_NE(built.message().find("to build the fp32 model on the host for each of the 2"),
-            std::string::npos)
+  EXPECT_NE(
+      built.message().find("of host memory (to build the model before it is converted or "
+                           "moved, or a transfer's host copy) for each of the 2"),
+      std::string::npos)
       << built.message();
 }
 

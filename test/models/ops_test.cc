@@ -85,12 +85,19 @@ TEST(OpsFamily, TransfersCountTheirBytesOnceAcrossTheHostLink) {
   const Family f = OpsFamily();
   for (const char* op : {"h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable"}) {
     EXPECT_DOUBLE_EQ(OpCostFor(op, "256MiB", c10::kFloat)->bytes, 256 * kMiB) << op;
-    EXPECT_TRUE(f.plan(SpecFor("Ops", op, "256MiB"))->bytes_cross_host_link) << op;
+    const absl::StatusOr<Plan> plan = f.plan(SpecFor("Ops", op, "256MiB"));
+    EXPECT_TRUE(plan->bytes_cross_host_link) << op;
+    // One copy on the device, one on the host.
+    EXPECT_EQ(plan->memory.Total(), 256 * (1 << 20)) << op;
+    EXPECT_EQ(plan->memory.host_build, 256 * (1 << 20)) << op;
   }
   // A copy within one device's memory reads and writes every byte.
   for (const char* op : {"copy", "d2d"}) {
     EXPECT_DOUBLE_EQ(OpCostFor(op, "256MiB", c10::kFloat)->bytes, 512 * kMiB) << op;
-    EXPECT_FALSE(f.plan(SpecFor("Ops", op, "256MiB"))->bytes_cross_host_link) << op;
+    const absl::StatusOr<Plan> plan = f.plan(SpecFor("Ops", op, "256MiB"));
+    EXPECT_FALSE(plan->bytes_cross_host_link) << op;
+    EXPECT_EQ(plan->memory.Total(), 512 * (1 << 20)) << op;
+    EXPECT_EQ(plan->memory.host_build, 0) << op;
   }
 }
 
