@@ -269,10 +269,19 @@ class FakeSweepTest(SweepRunner, ToolTest):
         proc = self.sweep("--benchmark_filter=Fake/ok", "--benchmark_format=json")
         self.assertExit(proc, 2)
         self.assertIn("--benchmark_format is the sweep's own: use --out", proc.stderr)
-        proc = self.sweep("--dtype=fp99")
+        proc = self.sweep("--benchmark_filter=Fake/ok", "--dtype=fp99")
         self.assertExit(proc, 2)
         self.assertIn("bench refused the arguments (exit 2): bench: unknown --dtype 'fp99'",
                       proc.stderr)
+        # Without a filter bench runs its default suite, whose CPU shapes no
+        # filter naming one benchmark selects: every run would measure nothing.
+        for args in ((), ("--benchmark_filter=",),
+                     ("--benchmark_filter=Fake", "--benchmark_filter=")):
+            proc = self.sweep(*args, journal="nofilter.jsonl")
+            self.assertExit(proc, 2)
+            self.assertIn("give --benchmark_filter=REGEX (or --benchmark_filter=all): sweep runs "
+                          "each benchmark in its own bench process", proc.stderr)
+            self.assertFalse(os.path.exists(os.path.join(self.tmp, "nofilter.jsonl")))
         proc = self.sweep("--benchmark_filter=Nothing")
         self.assertExit(proc, 2)
         self.assertIn("the bench arguments select no benchmark", proc.stderr)

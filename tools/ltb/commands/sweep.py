@@ -30,7 +30,9 @@ context has of its own (date, load_avg, a measured peak) is kept in that
 run's entries, under "context". Its path is printed on stdout.
 
 bench is build/bench/bench (in $LTB_BUILD_DIR when set) unless --bench names
-another. Every other argument goes to bench; --benchmark_out,
+another. Every other argument goes to bench, and --benchmark_filter is
+needed: bench's default suite (no filter) has CPU shapes and a minimum time
+that no filter selects; --benchmark_out,
 --benchmark_format and --benchmark_list_tests are the sweep's own.
 Exit 0 when the sweep finished (failed benchmarks are listed, not a
 verdict), 2 on bad input (bench refuses the arguments, nothing selected, a
@@ -46,7 +48,8 @@ import sys
 from ltb.base import EXIT_INTERRUPTED, REPO, BadInput, run, sha256_file, write_json
 from ltb.results.records import in_family, record_entries, split_contexts
 from ltb.bench_process.bench import (Interrupted, check_bench, default_bench, list_benchmarks,
-                               raise_on_sigterm, run_benchmark, split_bench_args)
+                               raise_on_sigterm, require_filter, run_benchmark,
+                               split_bench_args)
 from ltb.bench_process.progress import Progress
 
 OWN_FLAGS = {flag: "use --out for the merged JSON" for flag in (
@@ -233,6 +236,7 @@ def sweep_main():
         if not names:
             raise BadInput(f"{args.journal}: no benchmark recorded")
     else:
+        require_filter(args.bench_args, "sweep")
         check_bench(args.bench, "--bench")
         names = list_benchmarks(args.bench, args.bench_args)
         header = {"sha256": sha256_file(args.bench)}
