@@ -105,6 +105,18 @@ class ReportTest(ToolTest):
         self.assertEqual(float(fwd["step_p99_ms"]), 47.5)
         self.assertEqual(gen["step_sd_ms"], "", "no spread where the run has none")
 
+    def test_the_spread_of_steps_is_the_median_repetitions(self):
+        # Each repetition's standard deviation is its own mean step times its
+        # own cv: 10 ms x 30% = 3 ms, 20 ms x 5% = 1 ms, 40 ms x 10% = 4 ms,
+        # whose median is 3 ms; the median time by the median cv (20 ms x
+        # 10% = 2 ms) is no repetition's.
+        path = self.write("run.json", doc(
+            repeated(FWD, [10.0, 20.0, 40.0], **{"step_cv_%": [30.0, 5.0, 10.0]})))
+        (fwd,) = self.csv_rows(path)
+        self.assertAlmostEqual(float(fwd["step_sd_ms"]), 3.0)
+        self.assertEqual(float(fwd["step_cv_%"]), 10.0)
+        self.assertEqual(float(fwd["median_s"]), 0.02)
+
     def test_accuracy_counters_the_divergence_first(self):
         # A bf16 generation checked against fp32: the teacher-forced KL and
         # same-top-1 before token_match_%, whatever order the file has.
