@@ -307,6 +307,18 @@ class FakeSweepTest(SweepRunner, ToolTest):
         self.assertComparePyReads(out, out, FAKE_OK)
         self.assertExit(self.run_tool("gate", out, out), 0)
 
+    def test_a_benchmark_that_reported_an_error_is_counted(self):
+        # Its process ran to the end, but it measured nothing: the summary
+        # must not say that nothing went wrong.
+        proc = self.sweep("--benchmark_filter=Fake/(ok|error|kill)")
+        self.assertExit(proc, 0)
+        self.assertIn("merged 3 benchmarks (1 failed, 1 errored) into", proc.stderr)
+        doc = self.merged(proc.stdout.strip())
+        self.assertEqual(doc["context"]["sweep"],
+                         "3 benchmarks, each in its own bench process; 1 failed, 1 errored")
+        proc = self.sweep("--benchmark_filter=Fake/ok", journal="ok.jsonl")
+        self.assertIn("merged 1 benchmarks (0 failed) into", proc.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -46,6 +46,7 @@ import os
 import sys
 
 from ltb.base import EXIT_INTERRUPTED, REPO, BadInput, run, sha256_file, write_json
+from ltb.results.entries import failed as failed_entry
 from ltb.results.records import in_family, record_entries, split_contexts
 from ltb.bench_process.bench import (Interrupted, check_bench, default_bench, list_benchmarks,
                                raise_on_sigterm, require_filter, run_benchmark,
@@ -204,11 +205,16 @@ def merge(names, records, sha256):
         entries += [in_family(e, index)
                     for e in record_entries(records[name], own)]
     failed = sum(1 for n in names if records[n]["status"] != "ok")
+    # A run that finished but whose benchmark reported an error (out of
+    # memory, the memory guard) measured nothing either, and says so apart.
+    errored = sum(1 for n in names if records[n]["status"] == "ok"
+                  and any(failed_entry(e) for e in records[n]["benchmarks"]))
     if sha256:
         context["bench_sha256"] = sha256
+    outcome = f"{failed} failed" + (f", {errored} errored" if errored else "")
     context["sweep"] = (f"{len(names)} benchmarks, each in its own bench process; "
-                        f"{failed} failed")
-    return {"context": context, "benchmarks": entries}, failed
+                        f"{outcome}")
+    return {"context": context, "benchmarks": entries}, outcome
 
 
 def run_sweep(args, names, records):
@@ -248,9 +254,9 @@ def sweep_main():
             print(f"sweep: interrupted; {args.journal} keeps what finished: run the same "
                   "command again to resume", file=sys.stderr)
             return EXIT_INTERRUPTED
-    doc, failed = merge(names, records, (header or {}).get("sha256"))
+    doc, outcome = merge(names, records, (header or {}).get("sha256"))
     write_json(args.out, doc)
-    print(f"sweep: merged {len(names)} benchmarks ({failed} failed) into {args.out}",
+    print(f"sweep: merged {len(names)} benchmarks ({outcome}) into {args.out}",
           file=sys.stderr)
     print(args.out)
 
