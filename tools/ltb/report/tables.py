@@ -10,7 +10,8 @@ import sys
 
 from ltb.results import runtimes
 from ltb.results.cost import cost_per_epoch, cost_per_million
-from ltb.results.entries import ACCURACY_COUNTERS, REPORT_COUNTERS, collect, errors, seconds
+from ltb.results.entries import (ACCURACY_COUNTERS, REPORT_COUNTERS, aggregates_only, collect,
+                                 errors, seconds)
 from ltb.results.format import format_seconds, format_value, human, markdown_table
 from ltb.results.names import parse_name, split_ranks
 from ltb.results.scaling import scaling_markdown
@@ -211,6 +212,15 @@ def errored(docs, labels):
             for name, message in errors(doc).items()]
 
 
+AGGREGATES_ONLY = ("Reported by their aggregates alone (mean, median, ...: "
+                   "--benchmark_report_aggregates_only), with no repetition to report:")
+
+
+def aggregated(docs, labels):
+    return [f"`{name}` ({label})" for doc, label in zip(docs, labels)
+            for name in aggregates_only(doc)]
+
+
 def markdown(table, cols, docs, labels):
     out = [markdown_table([MARKDOWN_HEADERS.get(c, c) for c in cols],
                                       [[markdown_cell(c, r.get(c)) for c in cols] for r in table])]
@@ -240,6 +250,9 @@ def markdown(table, cols, docs, labels):
     failures = errored(docs, labels)
     if failures:
         out += ["", "Errored:", *[f"- {line}" for line in failures]]
+    unread = aggregated(docs, labels)
+    if unread:
+        out += ["", AGGREGATES_ONLY, *[f"- {line}" for line in unread]]
     speedup = device_speedup_lines(docs, labels)
     if speedup:
         out += ["", "Device speedup (throughput, and speedup over cpu):", "", "```",
