@@ -265,16 +265,23 @@ class FakeAbtestTest(AbtestRunner, ToolTest):
             (("--benchmark_out=x.json",), "use --out-base and --out-head"),
             (("--rounds", "0"), "--rounds must be >= 1"),
             (("--threshold", "seven"), "--threshold"),
-            (("--dtype=fp99",), f"--base {self.base}: bench refused the arguments (exit 2): "
-                                "bench: unknown --dtype 'fp99'"),
+            (("--benchmark_filter=Fake/ok", "--dtype=fp99"),
+             f"--base {self.base}: bench refused the arguments (exit 2): "
+             "bench: unknown --dtype 'fp99'"),
             (("--benchmark_filter=Nothing",), "the bench arguments select no benchmark"),
-            (("--thresholds", os.path.join(self.tmp, "none")), "cannot read"),
+            (("--benchmark_filter=Fake/ok", "--thresholds", os.path.join(self.tmp, "none")),
+             "cannot read"),
+            # Without a filter bench runs its default suite, whose CPU shapes
+            # no filter naming one benchmark selects.
+            ((), "give --benchmark_filter=REGEX (or --benchmark_filter=all): abtest runs each "
+                 "benchmark in its own bench process"),
+            (("--benchmark_filter=",), "give --benchmark_filter=REGEX"),
         ]
         for args, message in cases:
             proc = self.abtest(*args)
             self.assertExit(proc, 2)
             self.assertIn(message, proc.stderr)
-        proc = self.abtest(head=os.path.join(self.tmp, "nope"))
+        proc = self.abtest("--benchmark_filter=Fake/ok", head=os.path.join(self.tmp, "nope"))
         self.assertExit(proc, 2)
         self.assertIn("nope: no bench binary there", proc.stderr)
         self.assertIn("give --head", proc.stderr)

@@ -66,6 +66,21 @@ class ExportTest(ToolTest):
         self.assertExit(proc, 2)
         self.assertIn("no measured benchmark with throughput counters", proc.stderr)
 
+    def test_a_benchmark_reported_by_its_aggregates_alone_is_named(self):
+        aggregates = [e for e in repeated(GEN, [500.0, 510.0], tokens_per_s=200.0)
+                      if e["run_type"] == "aggregate"]
+        path = self.write("agg.json", doc(repeated(FWD, [10.0, 12.0]), aggregates))
+        proc = self.run_tool("export", "smaller", path)
+        self.assertExit(proc, 0)
+        self.assertEqual([e["name"] for e in json.loads(proc.stdout)], [f"{FWD} - time"])
+        self.assertIn(f"export: {path}: {GEN} has only aggregates (mean, median, ...), no "
+                      "repetition: left out", proc.stderr)
+        only = self.write("only.json", doc(aggregates))
+        proc = self.run_tool("export", "bigger", only)
+        self.assertExit(proc, 2)
+        self.assertIn("no measured benchmark with throughput counters; run bench without "
+                      "--benchmark_report_aggregates_only", proc.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()

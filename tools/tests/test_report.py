@@ -105,6 +105,40 @@ class ReportTest(ToolTest):
         self.assertEqual(float(fwd["step_p99_ms"]), 47.5)
         self.assertEqual(gen["step_sd_ms"], "", "no spread where the run has none")
 
+    def test_a_benchmark_reported_by_its_aggregates_alone_is_named(self):
+        # --benchmark_report_aggregates_only writes no repetition: the
+        # benchmark has no row, and the report says why rather than drop it.
+        aggregates = [e for e in repeated(GEN, [500.0, 510.0], tokens_per_s=200.0)
+                      if e["run_type"] == "aggregate"]
+        path = self.write("run.json", doc(repeated(FWD, [30.0, 10.0]), aggregates))
+        proc = self.run_tool("report", path)
+        self.assertExit(proc, 0)
+        self.assertNotIn(f"| `{GEN}` |", proc.stdout)
+        self.assertIn("Reported by their aggregates alone (mean, median, ...: "
+                      "--benchmark_report_aggregates_only), with no repetition to report:\n"
+                      f"- `{GEN}` (run)", proc.stdout)
+        proc = self.run_tool("report", "--format", "csv", path)
+        self.assertExit(proc, 0)
+        self.assertIn(f"report: aggregates alone, no repetition to report: `{GEN}` (run)",
+                      proc.stderr)
+        only = self.write("only.json", doc(aggregates))
+        proc = self.run_tool("report", only)
+        self.assertExit(proc, 2)
+        self.assertIn(f"no measured benchmark in {only}: 1 reported by their aggregates alone",
+                      proc.stderr)
+
+    def test_the_spread_of_steps_is_the_median_repetitions(self):
+        # Each repetition's standard deviation is its own mean step times its
+        # own cv: 10 ms x 30% = 3 ms, 20 ms x 5% = 1 ms, 40 ms x 10% = 4 ms,
+        # whose median is 3 ms; the median time by the median cv (20 ms x
+        # 10% = 2 ms) is no repetition's.
+        path = self.write("run.json", doc(
+            repeated(FWD, [10.0, 20.0, 40.0], **{"step_cv_%": [30.0, 5.0, 10.0]})))
+        (fwd,) = self.csv_rows(path)
+        self.assertAlmostEqual(float(fwd["step_sd_ms"]), 3.0)
+        self.assertEqual(float(fwd["step_cv_%"]), 10.0)
+        self.assertEqual(float(fwd["median_s"]), 0.02)
+
     def test_accuracy_counters_the_divergence_first(self):
         # A bf16 generation checked against fp32: the teacher-forced KL and
         # same-top-1 before token_match_%, whatever order the file has.

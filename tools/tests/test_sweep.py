@@ -269,10 +269,19 @@ class FakeSweepTest(SweepRunner, ToolTest):
         proc = self.sweep("--benchmark_filter=Fake/ok", "--benchmark_format=json")
         self.assertExit(proc, 2)
         self.assertIn("--benchmark_format is the sweep's own: use --out", proc.stderr)
-        proc = self.sweep("--dtype=fp99")
+        proc = self.sweep("--benchmark_filter=Fake/ok", "--dtype=fp99")
         self.assertExit(proc, 2)
         self.assertIn("bench refused the arguments (exit 2): bench: unknown --dtype 'fp99'",
                       proc.stderr)
+        # Without a filter bench runs its default suite, whose CPU shapes no
+        # filter naming one benchmark selects: every run would measure nothing.
+        for args in ((), ("--benchmark_filter=",),
+                     ("--benchmark_filter=Fake", "--benchmark_filter=")):
+            proc = self.sweep(*args, journal="nofilter.jsonl")
+            self.assertExit(proc, 2)
+            self.assertIn("give --benchmark_filter=REGEX (or --benchmark_filter=all): sweep runs "
+                          "each benchmark in its own bench process", proc.stderr)
+            self.assertFalse(os.path.exists(os.path.join(self.tmp, "nofilter.jsonl")))
         proc = self.sweep("--benchmark_filter=Nothing")
         self.assertExit(proc, 2)
         self.assertIn("the bench arguments select no benchmark", proc.stderr)
@@ -297,6 +306,18 @@ class FakeSweepTest(SweepRunner, ToolTest):
                          [r["context"]["date"] for r in lines])
         self.assertComparePyReads(out, out, FAKE_OK)
         self.assertExit(self.run_tool("gate", out, out), 0)
+
+    def test_a_benchmark_that_reported_an_error_is_counted(self):
+        # Its process ran to the end, but it measured nothing: the summary
+        # must not say that nothing went wrong.
+        proc = self.sweep("--benchmark_filter=Fake/(ok|error|kill)")
+        self.assertExit(proc, 0)
+        self.assertIn("merged 3 benchmarks (1 failed, 1 errored) into", proc.stderr)
+        doc = self.merged(proc.stdout.strip())
+        self.assertEqual(doc["context"]["sweep"],
+                         "3 benchmarks, each in its own bench process; 1 failed, 1 errored")
+        proc = self.sweep("--benchmark_filter=Fake/ok", journal="ok.jsonl")
+        self.assertIn("merged 1 benchmarks (0 failed) into", proc.stderr)
 
 
 if __name__ == "__main__":

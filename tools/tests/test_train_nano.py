@@ -225,6 +225,12 @@ class TrainNanoToolTest(unittest.TestCase):
                               text=True, timeout=60)
         self.assertEqual(proc.returncode, 2)
         self.assertIn("--weights is the train-nano's own", proc.stderr)
+        # One row a precision: repetitions would repeat every row.
+        proc = subprocess.run([TOOL, "table", "--benchmark_repetitions=2"], capture_output=True,
+                              text=True, timeout=60)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("--benchmark_repetitions is the train-nano's own: the table scores each "
+                      "precision once", proc.stderr)
 
     def test_bench_refuses_a_token_file_it_cannot_read(self):
         bad = os.path.join(self.tmp.name, "bad.tokens")

@@ -34,7 +34,9 @@ binary that is not there, arguments bench refuses, nothing selected), 130
 when interrupted, with the files written with the runs done so far.
 
 The binaries default to build/bench/bench (in $LTB_BUILD_DIR when set).
-Every other argument goes to bench; --benchmark_repetitions (use --rounds),
+Every other argument goes to bench, and --benchmark_filter is needed: bench's
+default suite (no filter) has CPU shapes and a minimum time that no filter
+selects; --benchmark_repetitions (use --rounds),
 --benchmark_out, --benchmark_format, --benchmark_list_tests and the
 aggregates-only flags are abtest's own. Use 5 or more rounds: with fewer the
 gate's U test can call nothing significant.
@@ -53,7 +55,8 @@ from ltb.results.entries import TIME_UNITS, failed, failure, seconds
 from ltb.results.format import format_seconds
 from ltb.results.records import in_family, record_entries, split_contexts
 from ltb.bench_process.bench import (Interrupted, check_bench, default_bench, list_benchmarks,
-                               raise_on_sigterm, run_benchmark, split_bench_args)
+                               raise_on_sigterm, require_filter, run_benchmark,
+                               split_bench_args)
 from ltb.bench_process.progress import Progress
 
 SIDES = ("base", "head")
@@ -238,6 +241,7 @@ def run_all(args, plan, records):
 
 def abtest_main():
     args = parse_args(sys.argv[1:])
+    require_filter(args.bench_args, "abtest")
     if not args.no_gate:
         require("scipy")
     if args.thresholds:

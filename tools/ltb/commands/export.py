@@ -47,7 +47,7 @@ import statistics
 import sys
 
 from ltb.base import BadInput, require, run
-from ltb.results.entries import TIME_UNITS, collect
+from ltb.results.entries import TIME_UNITS, aggregates_only, collect
 from ltb.results.load import load
 
 SMALLER_COUNTERS = ("peak_mem", "ttft_ms", "tpot_ms", "tpot_growth_%")
@@ -214,14 +214,23 @@ def export_main():
     parser.add_argument("file", help="bench JSON")
     parser.add_argument("-o", "--output", help="write here instead of stdout")
     args = parser.parse_args()
-    benches = list(collect(load(args.file)).values())
+    doc = load(args.file)
+    benches = list(collect(doc).values())
+    # A benchmark with no repetition (--benchmark_report_aggregates_only)
+    # has nothing to export: say so rather than leave it out unseen.
+    unread = aggregates_only(doc)
+    for name in unread:
+        print(f"export: {args.file}: {name} has only aggregates (mean, median, ...), no "
+              "repetition: left out", file=sys.stderr)
     if args.format == "bencher":
         result = bencher(benches)
     else:
         result = github_entries(benches, args.format == "bigger")
     if not result:
         raise BadInput(f"{args.file}: no measured benchmark with "
-                                   f"{'throughput counters' if args.format == 'bigger' else 'times'}")
+                       f"{'throughput counters' if args.format == 'bigger' else 'times'}"
+                       + ("; run bench without --benchmark_report_aggregates_only"
+                          if unread else ""))
     text = json.dumps(result, indent=2)
     if args.output:
         try:

@@ -30,7 +30,9 @@ context has of its own (date, load_avg, a measured peak) is kept in that
 run's entries, under "context". Its path is printed on stdout.
 
 bench is build/bench/bench (in $LTB_BUILD_DIR when set) unless --bench names
-another. Every other argument goes to bench; --benchmark_out,
+another. Every other argument goes to bench, and --benchmark_filter is
+needed: bench's default suite (no filter) has CPU shapes and a minimum time
+that no filter selects; --benchmark_out,
 --benchmark_format and --benchmark_list_tests are the sweep's own.
 Exit 0 when the sweep finished (failed benchmarks are listed, not a
 verdict), 2 on bad input (bench refuses the arguments, nothing selected, a
@@ -44,9 +46,11 @@ import os
 import sys
 
 from ltb.base import EXIT_INTERRUPTED, REPO, BadInput, run, sha256_file, write_json
+from ltb.results.entries import failed as failed_entry
 from ltb.results.records import in_family, record_entries, split_contexts
 from ltb.bench_process.bench import (Interrupted, check_bench, default_bench, list_benchmarks,
-                               raise_on_sigterm, run_benchmark, split_bench_args)
+                               raise_on_sigterm, require_filter, run_benchmark,
+                               split_bench_args)
 from ltb.bench_process.progress import Progress
 
 OWN_FLAGS = {flag: "use --out for the merged JSON" for flag in (
@@ -201,11 +205,16 @@ def merge(names, records, sha256):
         entries += [in_family(e, index)
                     for e in record_entries(records[name], own)]
     failed = sum(1 for n in names if records[n]["status"] != "ok")
+    # A run that finished but whose benchmark reported an error (out of
+    # memory, the memory guard) measured nothing either, and says so apart.
+    errored = sum(1 for n in names if records[n]["status"] == "ok"
+                  and any(failed_entry(e) for e in records[n]["benchmarks"]))
     if sha256:
         context["bench_sha256"] = sha256
+    outcome = f"{failed} failed" + (f", {errored} errored" if errored else "")
     context["sweep"] = (f"{len(names)} benchmarks, each in its own bench process; "
-                        f"{failed} failed")
-    return {"context": context, "benchmarks": entries}, failed
+                        f"{outcome}")
+    return {"context": context, "benchmarks": entries}, outcome
 
 
 def run_sweep(args, names, records):
@@ -233,6 +242,7 @@ def sweep_main():
         if not names:
             raise BadInput(f"{args.journal}: no benchmark recorded")
     else:
+        require_filter(args.bench_args, "sweep")
         check_bench(args.bench, "--bench")
         names = list_benchmarks(args.bench, args.bench_args)
         header = {"sha256": sha256_file(args.bench)}
@@ -244,9 +254,9 @@ def sweep_main():
             print(f"sweep: interrupted; {args.journal} keeps what finished: run the same "
                   "command again to resume", file=sys.stderr)
             return EXIT_INTERRUPTED
-    doc, failed = merge(names, records, (header or {}).get("sha256"))
+    doc, outcome = merge(names, records, (header or {}).get("sha256"))
     write_json(args.out, doc)
-    print(f"sweep: merged {len(names)} benchmarks ({failed} failed) into {args.out}",
+    print(f"sweep: merged {len(names)} benchmarks ({outcome}) into {args.out}",
           file=sys.stderr)
     print(args.out)
 

@@ -25,7 +25,8 @@ from ltb.gate.options import add_gate_arguments, load_thresholds
 from ltb.history.runs import history_runs
 from ltb.history.series import store_series
 from ltb.report.html import Verdicts, render
-from ltb.report.tables import columns, compiled_rows, errored, markdown, rows, write_csv
+from ltb.report.tables import (aggregated, columns, compiled_rows, errored, markdown, rows,
+                               write_csv)
 from ltb.results.cost import add_cost_arguments, hourly_prices
 from ltb.results.entries import collect
 from ltb.results.load import file_labels, load_all
@@ -81,12 +82,18 @@ def report_main():
     labels = file_labels(args.files)
     table = rows(docs, labels, hourly_prices(args, docs))
     if not table:
-        raise BadInput("no measured benchmark in " + ", ".join(args.files))
+        unread = aggregated(docs, labels)
+        raise BadInput("no measured benchmark in " + ", ".join(args.files) + (
+            f": {len(unread)} reported by their aggregates alone (mean, median, ...), with no "
+            "repetition to report; run bench without --benchmark_report_aggregates_only"
+            if unread else ""))
     cols = columns(table, len(docs) > 1)
     if args.format == "csv":
         write_csv(table, cols)
         for line in errored(docs, labels):
             print(f"report: errored {line}", file=sys.stderr)
+        for line in aggregated(docs, labels):
+            print(f"report: aggregates alone, no repetition to report: {line}", file=sys.stderr)
     else:
         print(markdown(table, cols, docs, labels))
 

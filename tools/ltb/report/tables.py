@@ -3,13 +3,15 @@ median time, throughput, spread, cost and speedup; the compiled models'
 drift and compile times; llama-bench's pp/tg table; C++ beside Python."""
 import collections
 import csv
+import math
 import re
 import statistics
 import sys
 
 from ltb.results import runtimes
 from ltb.results.cost import cost_per_epoch, cost_per_million
-from ltb.results.entries import ACCURACY_COUNTERS, REPORT_COUNTERS, collect, errors
+from ltb.results.entries import (ACCURACY_COUNTERS, REPORT_COUNTERS, aggregates_only, collect,
+                                 errors, seconds)
 from ltb.results.format import format_seconds, format_value, human, markdown_table
 from ltb.results.names import parse_name, split_ranks
 from ltb.results.scaling import scaling_markdown
@@ -34,9 +36,14 @@ def rows(docs, labels, prices):
             for counter in (*ACCURACY_COUNTERS, "rel_err", "compile_s"):
                 row[counter] = bench.median(counter)
             if bench.has("step_cv_%"):
-                # The spread of the steps inside a run: the time is their
-                # mean, step_cv_% their standard deviation over it.
-                row["step_sd_ms"] = bench.median_time * 1e3 * bench.median("step_cv_%") / 100
+                # The spread of the steps inside a run: a repetition's time is
+                # their mean, its step_cv_% their standard deviation over it;
+                # each repetition's own product, then their median (the
+                # median time by the median cv can be no repetition's).
+                row["step_sd_ms"] = statistics.median(
+                    seconds(e) * 1e3 * e["step_cv_%"] / 100 for e in bench.entries
+                    if isinstance(e.get("step_cv_%"), (int, float))
+                    and math.isfinite(e["step_cv_%"]))
                 for counter in SPREAD_COUNTERS:
                     row[counter] = bench.median(counter)
             if len(docs) > 1 and name in first:
@@ -205,6 +212,15 @@ def errored(docs, labels):
             for name, message in errors(doc).items()]
 
 
+AGGREGATES_ONLY = ("Reported by their aggregates alone (mean, median, ...: "
+                   "--benchmark_report_aggregates_only), with no repetition to report:")
+
+
+def aggregated(docs, labels):
+    return [f"`{name}` ({label})" for doc, label in zip(docs, labels)
+            for name in aggregates_only(doc)]
+
+
 def markdown(table, cols, docs, labels):
     out = [markdown_table([MARKDOWN_HEADERS.get(c, c) for c in cols],
                                       [[markdown_cell(c, r.get(c)) for c in cols] for r in table])]
@@ -234,6 +250,9 @@ def markdown(table, cols, docs, labels):
     failures = errored(docs, labels)
     if failures:
         out += ["", "Errored:", *[f"- {line}" for line in failures]]
+    unread = aggregated(docs, labels)
+    if unread:
+        out += ["", AGGREGATES_ONLY, *[f"- {line}" for line in unread]]
     speedup = device_speedup_lines(docs, labels)
     if speedup:
         out += ["", "Device speedup (throughput, and speedup over cpu):", "", "```",

@@ -138,6 +138,17 @@ def errors(doc):
     return found
 
 
+def aggregates_only(doc):
+    """Benchmarks the file reports by their aggregates alone (mean, median,
+    ...: --benchmark_report_aggregates_only), with no repetition to read,
+    in file order."""
+    listed = {base_name(e) for e in doc["benchmarks"]
+              if e.get("run_type", "iteration") == "iteration"}
+    return list(collections.OrderedDict.fromkeys(
+        base_name(e) for e in doc["benchmarks"]
+        if e.get("run_type") == "aggregate" and base_name(e) not in listed))
+
+
 def all_names(doc):
     """Every benchmark the file mentions, measured or errored."""
     return list(collections.OrderedDict.fromkeys(base_name(e) for e in doc["benchmarks"]))
