@@ -9,6 +9,7 @@ noise on a loaded two-core machine cannot break is asserted: counts, names,
 contexts, and a step slowed four times over showing as slower.
 """
 import json
+import math
 import os
 import re
 import subprocess
@@ -889,7 +890,9 @@ class RuntimesTableTest(ToolTest):
         self.assertEqual(row["file"], "cpp1, cpp2")
         self.assertEqual(table["py_eager"]["file"], "py1, py2")
         self.assertAlmostEqual(row["time"], 0.085, places=9)
-        self.assertAlmostEqual(row["ratio"], 85.0 / 92.5, places=9)
+        # The ratio of the rounds' geometric means, the centre of their interval.
+        self.assertAlmostEqual(row["ratio"], math.sqrt(80.0 * 90.0 / (100.0 * 85.0)),
+                               places=9)
         # The interval is the one of the rounds' means, each one observation.
         _, expected = ltb_runtimes.ratio_interval([0.080, 0.090], [0.100, 0.085])
         for got, want in zip(row["interval"], expected):
@@ -909,6 +912,16 @@ class RuntimesTableTest(ToolTest):
         self.assertExit(proc, 0)
         self.assertIn("| `GPT2/small/cpu/forward/batch:1/seq:64/fp32` | C++ eager (LibTorch) "
                       "| cpp1, cpp2 | 85 ms | 6 in 2 rounds |", proc.stdout)
+
+    def test_the_ratio_lies_in_its_interval_when_the_times_are_skewed(self):
+        # One slow repetition in ten: the mean is 10.9 times the reference's,
+        # but the interval of the logarithms is about [0.56, 4.5].
+        times, reference = [1.0] * 9 + [100.0], [1.0, 1.01, 0.99] * 3 + [1.0]
+        ratio, (low, high) = ltb_runtimes.ratio_interval(times, reference)
+        self.assertAlmostEqual(ratio, 100.0 ** 0.1 / math.prod(reference) ** 0.1, places=12)
+        self.assertLess(low, ratio)
+        self.assertLess(ratio, high)
+        self.assertEqual(ltb_runtimes.verdict(ratio, (low, high), []), "noise")
 
     def test_rounds_of_the_reference_with_other_settings_are_named(self):
         _, docs, labels = self.rounds([[80.0, 81.0], [80.0, 81.0]],

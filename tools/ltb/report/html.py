@@ -589,7 +589,7 @@ def runtimes_section(page, docs, labels):
     page.add("runtimes", "C++ and Python", (
         "<p>The same benchmark (model, shapes, work) in each runtime: bench's C++ eager, "
         "AOTInductor and TorchScript results and tools/pybench's Python eager and "
-        "torch.compile ones. The ratio is a runtime's mean step time over Python eager's, "
+        "torch.compile ones. The ratio is a runtime's geometric mean step time over Python eager's, "
         "with its 95% confidence interval (Welch's t on the logarithms) from the "
         "repetitions, or from the rounds' means where each side has two or more files "
         "(rounds, separate processes); <em>noise</em>: the interval holds 1. Where the two runs differ in "

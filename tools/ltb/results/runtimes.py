@@ -13,9 +13,9 @@ label the names are the same benchmark: the same model, shapes and work.
                                several files of a runtime pooled as rounds
     markdown(rows)             the "C++ and Python" table
 
-The ratio is a runtime's mean step time over Python eager's, and its 95%
-confidence interval comes from Welch's t on logarithms (so that the interval
-of a ratio is a ratio's). Several files of one runtime are rounds (separate
+The ratio is a runtime's geometric mean step time over Python eager's, and
+its 95% confidence interval comes from Welch's t on the same logarithms (so
+that the interval of a ratio is a ratio's, and holds the ratio). Several files of one runtime are rounds (separate
 processes) and are pooled: with two or more rounds a side, each round's mean
 is one observation, since a process's luck (where its memory and threads
 land) moves all its repetitions together and an interval of repetitions from
@@ -146,12 +146,14 @@ def t_quantile(df):
 
 
 def ratio_interval(times, reference):
-    """(ratio of means, (low, high) 95% interval or None): Welch's t on the
-    logarithms of the repetitions' times; None with fewer than two a side."""
-    ratio = statistics.fmean(times) / statistics.fmean(reference)
+    """(ratio of geometric means, (low, high) 95% interval or None): Welch's
+    t on the logarithms of the repetitions' times, centred on the ratio;
+    None with fewer than two a side. A ratio of arithmetic means could lie
+    outside its own interval when the times are skewed."""
+    a, b = [math.log(t) for t in times], [math.log(t) for t in reference]
+    ratio = math.exp(statistics.fmean(a) - statistics.fmean(b))
     if len(times) < 2 or len(reference) < 2:
         return ratio, None
-    a, b = [math.log(t) for t in times], [math.log(t) for t in reference]
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
     se = math.sqrt(va + vb)
     if se == 0:
