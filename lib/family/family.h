@@ -260,6 +260,7 @@ struct Case {
   int64_t default_batch = 0;  // without --batch; 0: the family's
   std::optional<c10::ScalarType> dtype;  // the one dtype its model runs in
   std::string backend;                   // a compiled model's: "aoti", "torchscript"
+  std::string inputs;  // --model's --inputs, as given; empty: the file's own
   benchmark::TimeUnit unit = benchmark::kMillisecond;
 };
 

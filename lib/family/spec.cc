@@ -64,6 +64,19 @@ std::string BenchSpec::Name() const {
     } else if (prompt > 0) {
       absl::StrAppend(&name, "/prompt:", prompt, "/new:", new_tokens);
     }
+    // Server's p99 bounds decide its validity, its goodput and the peak its
+    // search finds.
+    if (serving() && serve.scenario == "Server") {
+      const auto bound = [&name](const char* part, double ms) {
+        if (ms > 0 && ms != kLoadGenBoundMs) absl::StrAppend(&name, "/", part, ":", ms);
+      };
+      if (prompt > 0) {
+        bound("ttft_bound_ms", serve.ttft_bound_ms);
+        bound("tpot_bound_ms", serve.tpot_bound_ms);
+      } else {
+        bound("latency_bound_ms", serve.latency_bound_ms);
+      }
+    }
     if (depth > 0) absl::StrAppend(&name, "/depth:", depth);
     absl::StrAppend(&name, "/", DtypeName(dtype));
   }
@@ -78,9 +91,16 @@ std::string BenchSpec::Name() const {
     if (epochs.dataset_samples != kDefaultDatasetSamples) {
       absl::StrAppend(&name, "/dataset_samples:", epochs.dataset_samples);
     }
-    if (epochs.data == "disk") absl::StrAppend(&name, "/data:disk");
+    if (epochs.data == "disk") {
+      absl::StrAppend(&name, "/data:disk");
+      // How the reads from storage are cut: a file of each shard.
+      if (epochs.shard_mb != kDefaultShardMb) {
+        absl::StrAppend(&name, "/shard_mb:", epochs.shard_mb);
+      }
+    }
   }
   if (!weights.empty()) absl::StrAppend(&name, "/weights:", WeightsName(weights));
+  if (!inputs.empty()) absl::StrAppend(&name, "/inputs:", inputs);
   if (!sync) absl::StrAppend(&name, "/nosync");
   return name;
 }

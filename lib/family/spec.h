@@ -51,14 +51,16 @@ inline constexpr int64_t kQuantGroups[] = {32, 64, 128};
 
 // How train_epoch gets its data (--data, --data_dir, --dataset_samples, ...),
 // the same for every benchmark of a run. What an epoch does is in its name
-// where it is not the default: /dataset_samples:N (an epoch's steps), and
-// /data:disk (its batches read from storage).
+// where it is not the default: /dataset_samples:N (an epoch's steps),
+// /data:disk (its batches read from storage) and, from storage,
+// /shard_mb:N (the files they are read from).
 inline constexpr int64_t kDefaultDatasetSamples = 128;
+inline constexpr int64_t kDefaultShardMb = 128;
 struct EpochSettings {
   std::string data = "memory";  // memory or disk
   std::string data_dir;         // disk: where the shards live
   int64_t dataset_samples = kDefaultDatasetSamples;
-  int64_t shard_mb = 128;
+  int64_t shard_mb = kDefaultShardMb;
   bool regenerate = false;
   bool drop_page_cache = true;  // read shards from storage every epoch
   int prefetch_batches = 4;
@@ -68,10 +70,13 @@ struct EpochSettings {
 // The serve phase: another inference phase (serve_phase) run under MLPerf
 // LoadGen's load in one of its scenarios, through a dynamic batcher
 // (measure/serve.h). In the name: the scenario, Server's QPS, the largest
-// batch, and where they are not the defaults MultiStream's samples a query
-// and the batcher's wait (what the batches hold).
+// batch, and where they are not the defaults MultiStream's samples a query,
+// the batcher's wait (what the batches hold) and Server's p99 bounds.
 inline constexpr int64_t kLoadGenSamplesPerQuery = 8;
 inline constexpr int64_t kDefaultBatchTimeoutUs = 2000;
+// LoadGen's p99 bounds in Server, where --latency_bound_ms,
+// --ttft_bound_ms and --tpot_bound_ms are not given.
+inline constexpr double kLoadGenBoundMs = 100;
 struct ServeSettings {
   std::string scenario;           // SingleStream, MultiStream, Server, Offline
   std::string phase;              // the inference phase served; "": each family's
@@ -119,6 +124,9 @@ struct BenchSpec {
   // --compiled; the Model family knows its own files).
   std::string backend;
   std::string model_file;
+  // --model's --inputs (their shapes, dtypes and ranges), as given;
+  // empty: the file's own example inputs.
+  std::string inputs;
   c10::Device device = c10::Device(c10::kCPU);
   c10::ScalarType dtype = c10::kFloat;
   int64_t batch = 0;       // 0: the family has no batch setting
@@ -162,10 +170,14 @@ struct BenchSpec {
   // quantised weights (--quant): .../dtype/int8, .../dtype/int4:g32,
   // .../dtype/int8dyn;
   // packed oneDNN linears (--cpu_linear=onednn): .../dtype[/channels_last]/onednn;
-  // compiled models: .../dtype/aoti or .../dtype/torchscript.
+  // compiled models: .../dtype/aoti or .../dtype/torchscript;
+  // model files run on --inputs: .../aoti/inputs:SPEC, SPEC as given.
   // serve: Family/size/device/serve/scenario:S[/qps:Q]/max_batch:B[/seq:T]/dtype,
   // Q (Server only) the target QPS, B the batcher's largest batch; Server's
   // peak search (--find_peak): .../scenario:Server/find_peak_from:Q/...;
+  // Server's p99 bounds where given and not LoadGen's 100 ms, after the
+  // lengths: .../latency_bound_ms:M/dtype, generate's
+  // .../ttft_bound_ms:M/tpot_bound_ms:M/dtype;
   // serve of generate: .../max_batch:B/prompt:P/output:N/dtype, P and N a
   // length or min:max, B the slots.
   // Families that name the phase first (Ops, whose phase is the shape):

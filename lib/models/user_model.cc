@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "family/registry.h"
 #include "workloads/model_file.h"
 #include "workloads/phases.h"
@@ -121,6 +122,8 @@ absl::StatusOr<Family> ModelFamilyFromOptions(const FamilyOptions& options) {
         m.inputs.empty() || m.inputs[0].shape.empty() ? 1 : m.inputs[0].shape[0];
     c.dtype = CaseDtype(m);
     c.serves = m.inputs.size() == 1;  // serve gathers one batch-first input
+    // Inputs other than the file's are another computation: in the name.
+    c.inputs = absl::StrReplaceAll(options.model_inputs, {{" ", ""}});
     if (std::find(f.sizes.begin(), f.sizes.end(), stem) == f.sizes.end()) {
       f.sizes.push_back(stem);
     }

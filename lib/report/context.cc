@@ -2,13 +2,16 @@
 
 #include <ATen/Context.h>
 #include <ATen/Version.h>
+#include <dlfcn.h>
 #include <loadgen/version.h>
 #include <torch/version.h>
 
 #include <cstdlib>
+#include <regex>
 #include <thread>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -37,7 +40,44 @@ std::string CpuCapability() {
 #endif
 }
 
+// The BLAS library's own version: MKL's from the build summary, OpenBLAS's
+// and BLIS's from the library loaded.
+std::string BlasVersion(const std::string& config) {
+  if (absl::StrContains(config, "BLAS_INFO=mkl")) {
+    const std::string mkl = MklVersionIn(config);
+    return mkl.empty() ? "MKL, version unknown" : absl::StrCat("MKL ", mkl);
+  }
+  using Text = const char* (*)();
+  for (const char* symbol : {"openblas_get_config", "bli_info_get_version_str"}) {
+    if (auto fn = reinterpret_cast<Text>(dlsym(RTLD_DEFAULT, symbol)); fn != nullptr) {
+      return std::string(absl::StripAsciiWhitespace(fn()));
+    }
+  }
+  return "unknown";
+}
+
+std::string OneDnnVersion(const std::string& config) {
+  if (!at::hasMKLDNN()) return "none (LibTorch built without oneDNN)";
+  const std::string version = OneDnnVersionIn(config);
+  return version.empty() ? "unknown" : version;
+}
+
 }  // namespace
+
+std::string MklVersionIn(const std::string& config) {
+  static const std::regex mkl(R"(Math Kernel Library Version ([^\s].*?) for )");
+  std::smatch m;
+  return std::regex_search(config, m, mkl) ? m[1].str() : "";
+}
+
+std::string OneDnnVersionIn(const std::string& config) {
+  // LibTorch names oneDNN by its old name.
+  static const std::regex onednn(
+      R"((?:MKL-DNN|oneDNN) v(\S+)(?: \(Git Hash ([0-9a-f]{12}))?)");
+  std::smatch m;
+  if (!std::regex_search(config, m, onednn)) return "";
+  return m[2].matched ? absl::StrCat(m[1].str(), " (git ", m[2].str(), ")") : m[1].str();
+}
 
 bool BuiltOptimized() {
 #if defined(__OPTIMIZE__)
@@ -54,10 +94,17 @@ Context CollectContext(const Context& extra) {
   // package's VERSION.txt).
   ctx.emplace_back("loadgen_version", mlperf::LoadgenVersion());
   ctx.emplace_back("blas", BlasLibrary());
+  const std::string config = at::show_config();
+  ctx.emplace_back("blas_version", BlasVersion(config));
+  ctx.emplace_back("onednn_version", OneDnnVersion(config));
   ctx.emplace_back("cpu_capability", CpuCapability());
-  // Settings that simulate an older CPU: each changes what runs.
-  for (const char* var :
-       {"ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "LTB_MAX_CPU_ISA"}) {
+  // Settings that simulate an older CPU, round fp32 in oneDNN (DNNL_ is
+  // oneDNN's older prefix, MKL_ENABLE_INSTRUCTIONS MKL's limit) or turn
+  // TF32 on or off behind LibTorch's back on CUDA: each changes what runs.
+  for (const char* var : {"ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "LTB_MAX_CPU_ISA",
+                          "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
+                          "ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE",
+                          "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE"}) {
     if (const char* v = std::getenv(var); v != nullptr && *v != '\0') {
       ctx.emplace_back(absl::AsciiStrToLower(var), v);
     }

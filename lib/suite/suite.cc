@@ -172,75 +172,10 @@ void AddToGoogleBenchmark(const std::vector<Registration>& registrations,
 
 void AddContext(const SuiteOptions& o, const CommandLine& command_line,
                 const std::string& malloc_description, int world_size) {
-  Context extra = {
-      {"malloc", malloc_description},
-      {"sync", o.sweep.sync ? "true" : "false (clock read without device sync)"},
-      {"min_time",
-       DefaultSuiteMinTime(command_line)
-           ? absl::StrCat(kDefaultSuiteMinTime, " s (the default suite's)")
-           : "as given (--benchmark_min_time, else Google Benchmark's 0.5 s)"},
-      {"warmup", absl::StrCat(">= ", o.run.warmup_steps,
-                              " steps and >= ", o.run.warmup_seconds, " s")},
-      {"seed", absl::StrCat(o.run.seed)},
-      // Inference phases run under c10::InferenceMode (workloads/phases.cc,
-      // generation.cc); tools/pybench records its own, and the C++ and
-      // Python comparison names a difference.
-      {"grad_mode", "inference_mode"},
-      {"memory_guard",
-       o.run.memory_guard
-           ? "on: a benchmark whose estimate does not fit is refused before it is built"
-           : "off (--memory_guard=false): a benchmark that does not fit runs into the "
-             "device's out-of-memory error"},
-      {"world_size", absl::StrCat(world_size)},
-      {"process_group",
-       CurrentProcessGroup() == nullptr
-           ? "none"
-           : absl::StrCat(BackendOf(CurrentProcessGroup()->device()).CollectivesName(),
-                          ", ", world_size, world_size == 1 ? " rank" : " ranks")},
-      {"dp_gradients",
-       LTB_HAS_REDUCER
-           ? "c10d::Reducer (Python DDP's engine): 25 MB buckets (1 MB first), "
-             "all-reduced during the backward, gradients as bucket views"
-           : "all-reduce of 25 MB buckets after the backward (this LibTorch's "
-             "c10d::Reducer is not used: it needs " LTB_REDUCER_VERSION ")"},
-      {"dp_buffers",
-       "rank 0's buffers (BatchNorm statistics, ...) broadcast to every rank before "
-       "each forward that averages gradients, in 250 MB buckets (Python DDP's "
-       "broadcast_buffers=True, its default, in a run of averaging steps)"},
-      {"cpu_linear",
-       "aten: LibTorch's default linear path; names ending in /onednn: linear weights "
-       "packed once for oneDNN (CPU inference)"},
-      {"quant",
-       "names ending in /int8, /int4:gN or /int8dyn: linear weights (and the output "
-       "head) quantised once before the timed steps: int8 per output channel "
-       "(_weight_int8pack_mm), int4 in groups of N with a scale and a zero each "
-       "(_weight_int4pack_mm), int8dyn FBGEMM's dynamic int8 linear "
-       "(quantized::linear_dynamic); kld_mean, kld_p99, kld_max and same_top1_% "
-       "teacher-forced against fp32 unquantised, top1_agree_%, rel_err and "
-       "token_match_% against the same weights unquantised; with --eval_tokens, ppl, "
-       "ppl_ratio and the kld over the text"},
-  };
-  // A file a run read, by content: its path and SHA-256 (or why not).
-  const auto add_file = [&extra](const std::string& key, const std::string& path,
-                                 const absl::StatusOr<std::string>& digest) {
-    extra.emplace_back(key, path);
-    extra.emplace_back(
-        key + "_sha256",
-        digest.ok() ? *digest : absl::StrCat("unreadable: ", digest.status().message()));
-  };
-  // What was loaded (a bad checkpoint says why here too, and in each
-  // benchmark that tried it).
-  if (!o.sweep.weights.empty()) {
-    add_file("weights", o.sweep.weights, CheckpointSha256(o.sweep.weights));
-  }
-  // The text ppl and the divergence were computed over: two files of one
-  // name are not one text.
-  if (!o.run.eval_tokens.empty()) {
-    add_file("eval_tokens", o.run.eval_tokens, FileSha256(o.run.eval_tokens));
-  }
   // The peaks are added by the reporters (LateContextReporter): a benchmark
   // may raise a measured one.
-  for (const auto& [key, value] : CollectContext(extra)) {
+  for (const auto& [key, value] :
+       CollectContext(SettingsContext(o, command_line, malloc_description, world_size))) {
     benchmark::AddCustomContext(key, value);
   }
 }
@@ -272,6 +207,122 @@ void ExitWithUsageError(const absl::Status& status) {
   std::exit(kUsageError);
 }
 
+Context SettingsContext(const SuiteOptions& o, const CommandLine& command_line,
+                        const std::string& malloc_description, int world_size) {
+  Context extra = {
+      {"malloc", malloc_description},
+      {"sync", o.sweep.sync ? "true" : "false (clock read without device sync)"},
+      {"min_time",
+       DefaultSuiteMinTime(command_line)
+           ? absl::StrCat(kDefaultSuiteMinTime, " s (the default suite's)")
+       : command_line.min_time_given
+           ? absl::StrCat("as given: --benchmark_min_time=", command_line.min_time)
+           : "Google Benchmark's 0.5 s (no --benchmark_min_time)"},
+      // Data-parallel ranks in a group warm up by count alone, in lockstep
+      // (measure/warmup.cc).
+      {"warmup", absl::StrCat(">= ", o.run.warmup_steps,
+                              " steps and >= ", o.run.warmup_seconds, " s",
+                              CurrentProcessGroup() == nullptr
+                                  ? ""
+                                  : absl::StrCat("; data-parallel training phases: ",
+                                                 o.run.warmup_steps, " steps"))},
+      {"warmup_epochs", absl::StrCat(o.run.warmup_epochs,
+                                     " (train_epoch: whole epochs before the measured "
+                                     "ones)")},
+      {"seed", absl::StrCat(o.run.seed)},
+      // Inference phases run under c10::InferenceMode (workloads/phases.cc,
+      // generation.cc); tools/pybench records its own, and the C++ and
+      // Python comparison names a difference.
+      {"grad_mode", "inference_mode"},
+      {"memory_guard",
+       o.run.memory_guard
+           ? "on: a benchmark whose estimate does not fit is refused before it is built"
+           : "off (--memory_guard=false): a benchmark that does not fit runs into the "
+             "device's out-of-memory error"},
+      {"world_size", absl::StrCat(world_size)},
+      {"process_group",
+       CurrentProcessGroup() == nullptr
+           ? "none"
+           : absl::StrCat(BackendOf(CurrentProcessGroup()->device()).CollectivesName(),
+                          ", ", world_size, world_size == 1 ? " rank" : " ranks")},
+      {"dp_gradients",
+       LTB_HAS_REDUCER
+           ? absl::StrCat("c10d::Reducer (Python DDP's engine): ", o.sweep.bucket_mb,
+                          " MB buckets (1 MB first), all-reduced during the backward, "
+                          "gradients as bucket views")
+           : absl::StrCat("all-reduce of ", o.sweep.bucket_mb,
+                          " MB buckets after the backward (this LibTorch's c10d::Reducer "
+                          "is not used: it needs " LTB_REDUCER_VERSION ")")},
+      {"dp_buffers",
+       "rank 0's buffers (BatchNorm statistics, ...) broadcast to every rank before "
+       "each forward that averages gradients, in 250 MB buckets (Python DDP's "
+       "broadcast_buffers=True, its default, in a run of averaging steps)"},
+      {"cpu_linear",
+       "aten: LibTorch's default linear path; names ending in /onednn: linear weights "
+       "packed once for oneDNN (CPU inference)"},
+      {"quant",
+       "names ending in /int8, /int4:gN or /int8dyn: linear weights (and the output "
+       "head) quantised once before the timed steps: int8 per output channel "
+       "(_weight_int8pack_mm), int4 in groups of N with a scale and a zero each "
+       "(_weight_int4pack_mm), int8dyn FBGEMM's dynamic int8 linear "
+       "(quantized::linear_dynamic); kld_mean, kld_p99, kld_max and same_top1_% "
+       "teacher-forced against fp32 unquantised, top1_agree_%, rel_err and "
+       "token_match_% against the same weights unquantised; with --eval_tokens, ppl, "
+       "ppl_ratio and the kld over the text"},
+  };
+  if (!command_line.min_warmup_time.empty()) {
+    // Google Benchmark's own warm-up, run before bench's.
+    extra.emplace_back("benchmark_min_warmup_time", command_line.min_warmup_time);
+  }
+  // Where train_epoch's batches come from: storage and its files are how
+  // the epoch reads (the name says /data:disk and the shards' size).
+  const EpochSettings& epochs = o.epochs;
+  extra.emplace_back(
+      "train_epoch_data",
+      epochs.data == "disk"
+          ? absl::StrCat(
+                "disk: ", epochs.data_dir, ", shards of ", epochs.shard_mb, " MB",
+                epochs.drop_page_cache ? ", dropped from the page cache before each epoch"
+                                       : "")
+          : "memory: the dataset generated in RAM once, before the epochs");
+  if (!o.run.profile_dir.empty()) {
+    extra.emplace_back(
+        "profile", absl::StrCat(o.run.profile_dir, ": ", o.run.profile_steps,
+                                " steps of each benchmark profiled after its warm-up, "
+                                "before its timed steps"));
+  }
+  if (!o.sweep.serve_scenarios.empty()) {
+    // How long LoadGen measures a served benchmark (MLPerf's: 600 s).
+    extra.emplace_back("serve_min", absl::StrCat(o.sweep.serve.min_s, " s and ",
+                                                 o.sweep.serve.min_queries,
+                                                 " queries a LoadGen test at least"));
+  }
+  const FamilyOptions& model = o.families;
+  if (!model.model_inputs.empty()) extra.emplace_back("model_inputs", model.model_inputs);
+  if (!model.model_flops_per_step.empty()) {
+    extra.emplace_back("model_flops_per_step", model.model_flops_per_step);
+  }
+  // A file a run read, by content: its path and SHA-256 (or why not).
+  const auto add_file = [&extra](const std::string& key, const std::string& path,
+                                 const absl::StatusOr<std::string>& digest) {
+    extra.emplace_back(key, path);
+    extra.emplace_back(
+        key + "_sha256",
+        digest.ok() ? *digest : absl::StrCat("unreadable: ", digest.status().message()));
+  };
+  // What was loaded (a bad checkpoint says why here too, and in each
+  // benchmark that tried it).
+  if (!o.sweep.weights.empty()) {
+    add_file("weights", o.sweep.weights, CheckpointSha256(o.sweep.weights));
+  }
+  // The text ppl and the divergence were computed over: two files of one
+  // name are not one text.
+  if (!o.run.eval_tokens.empty()) {
+    add_file("eval_tokens", o.run.eval_tokens, FileSha256(o.run.eval_tokens));
+  }
+  return extra;
+}
+
 CommandLine ReadCommandLine(int* argc, char** argv) {
   CommandLine c;
   const char* rank = std::getenv("RANK");
@@ -293,6 +344,10 @@ CommandLine ReadCommandLine(int* argc, char** argv) {
     }
     if (absl::ConsumePrefix(&arg, "--benchmark_filter=")) c.filter = std::string(arg);
     if (absl::StartsWith(arg, "--benchmark_min_time")) c.min_time_given = true;
+    if (absl::ConsumePrefix(&arg, "--benchmark_min_time=")) c.min_time = std::string(arg);
+    if (absl::ConsumePrefix(&arg, "--benchmark_min_warmup_time=")) {
+      c.min_warmup_time = std::string(arg);
+    }
     if (absl::ConsumePrefix(&arg, "--benchmark_out=")) c.out = std::string(arg);
     if (absl::ConsumePrefix(&arg, "--benchmark_out_format=")) {
       c.out_format = std::string(arg);

@@ -13,6 +13,7 @@
 #include "family/family.h"
 #include "measure/runner.h"
 #include "peaks/peaks.h"
+#include "report/context.h"
 #include "suite/flags.h"
 #include "suite/sweep.h"
 
@@ -27,6 +28,8 @@ struct CommandLine {
   std::string out;                  // --benchmark_out
   std::string out_format = "json";  // --benchmark_out_format
   bool min_time_given = false;      // --benchmark_min_time
+  std::string min_time;             // its value
+  std::string min_warmup_time;      // --benchmark_min_warmup_time; empty: none
 };
 
 // Whether the default suite's minimum time applies: no filter, none given.
@@ -42,6 +45,12 @@ std::vector<char*> BenchmarkArguments(const CommandLine& command_line, int argc,
 // Directories are created.
 absl::Status CheckWritablePaths(const SuiteOptions& options,
                                 const CommandLine& command_line);
+
+// What the run's JSON context records of its settings, beside what
+// CollectContext adds (versions, hardware, threads): how it measures and
+// what it reads, that no benchmark's name carries.
+Context SettingsContext(const SuiteOptions& options, const CommandLine& command_line,
+                        const std::string& malloc_description, int world_size);
 
 // Reads the above; on ranks other than 0 also drops the output flags
 // (--benchmark_out, --benchmark_format) from argv.

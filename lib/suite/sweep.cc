@@ -219,6 +219,7 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
       base.spec.sync = sweep.sync;
       if (c.phase.data_parallel) base.spec.bucket_mb = sweep.bucket_mb;
       base.spec.backend = c.backend;
+      base.spec.inputs = c.inputs;
       base.spec.weights = sweep.weights;
       base.spec.epochs = sweep.epochs;
       // serve: one benchmark a scenario (and Server's rates) beside each of

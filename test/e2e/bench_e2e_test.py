@@ -384,9 +384,14 @@ class EpochTest(unittest.TestCase):
             first = run_json(*self.ARGS, f"--data_dir={tmp}")
             [entry] = first["benchmarks"]
             self.assertFalse(entry.get("error_occurred", False), entry.get("error_message"))
-            # What an epoch does is in its name: 16 samples (not 128), read from disk.
+            # What an epoch does is in its name: 16 samples (not 128), read from disk,
+            # from shards of 1 MB (not 128).
             self.assertEqual(entry["run_name"], "EncDec/nano/cpu/train_epoch/batch:4/seq:16/"
-                             "fp32/dataset_samples:16/data:disk/iterations:2/manual_time")
+                             "fp32/dataset_samples:16/data:disk/shard_mb:1/iterations:2/"
+                             "manual_time")
+            self.assertEqual(first["context"]["train_epoch_data"],
+                             f"disk: {tmp}, shards of 1 MB, dropped from the page cache "
+                             "before each epoch")
             for counter in ("epoch_s", "epoch_1_s", "epoch_2_s", "samples/s", "tokens/s",
                             "peak_mem"):
                 self.assertIn(counter, entry)
@@ -1261,6 +1266,13 @@ class CompiledTest(unittest.TestCase):
                        "--flops_per_step=2e6", "--peak_flops=1e12")
         by_batch = {b["run_name"].split("/")[4]: b for b in doc["benchmarks"]}
         self.assertEqual(set(by_batch), {"batch:1", "batch:4"})
+        # Inputs other than the file's are another computation: named.
+        self.assertEqual(by_batch["batch:4"]["run_name"],
+                         f"Model/{os.path.splitext(os.path.basename(self.ts))[0]}/cpu/"
+                         "forward/batch:4/fp32/torchscript/"
+                         "inputs:5x3x32x32:fp32/manual_time")
+        self.assertEqual(doc["context"]["model_inputs"], "5x3x32x32:fp32")
+        self.assertEqual(doc["context"]["model_flops_per_step"], "2e6")
         for b in by_batch.values():
             self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
             self.assertNotIn("rel_err", b, "no eager outputs for inputs of the user's")
@@ -1546,7 +1558,7 @@ class ServeTest(unittest.TestCase):
             [b] = doc["benchmarks"]
             self.assertEqual(b["run_name"],
                              "GPT2/nano/cpu/serve/scenario:Server/qps:100/max_batch:4/"
-                             "seq:16/fp32/iterations:1/manual_time")
+                             "seq:16/latency_bound_ms:0.001/fp32/iterations:1/manual_time")
             self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
             self.assertEqual(b["valid"], 0)
             self.assertRegex(b["label"], r"^scenario:Server INVALID: \S")

@@ -381,5 +381,74 @@ TEST(BenchSpecName, WeightsNameTheCheckpointAndOtherFamiliesRefuseThem) {
       "ResNet does not load --weights; the families that do: Transformer, GPT2, Llama");
 }
 
+// Server's p99 bounds decide its validity, goodput and found peak: two runs
+// at other bounds are two benchmarks; LoadGen's own 100 ms keeps the name.
+TEST(BenchSpecName, ServerBoundsOtherThanLoadGensAreInTheName) {
+  BenchSpec s = SpecFor("GPT2", "small", "forward", 8, 64);
+  s.phase = kServe;
+  s.serve.scenario = "Server";
+  s.serve.max_batch = 8;
+  const std::string plain =
+      "GPT2/small/cpu/serve/scenario:Server/qps:10/max_batch:8/seq:64/fp32";
+  EXPECT_EQ(s.Name(), plain);
+  s.serve.latency_bound_ms = kLoadGenBoundMs;
+  EXPECT_EQ(s.Name(), plain);
+  s.serve.latency_bound_ms = 37.5;
+  EXPECT_EQ(s.Name(),
+            "GPT2/small/cpu/serve/scenario:Server/qps:10/max_batch:8/seq:64/"
+            "latency_bound_ms:37.5/fp32");
+  s.serve.find_peak = true;
+  EXPECT_EQ(s.Name(),
+            "GPT2/small/cpu/serve/scenario:Server/find_peak_from:10/max_batch:8/seq:64/"
+            "latency_bound_ms:37.5/fp32");
+  // Other scenarios have no bound to meet.
+  s.serve.scenario = "Offline";
+  EXPECT_EQ(s.Name(), "GPT2/small/cpu/serve/scenario:Offline/max_batch:8/seq:64/fp32");
+
+  BenchSpec g = SpecFor("GPT2", "small", "generate", 8, 0);
+  g.phase = kServe;
+  g.prompt = 32;
+  g.new_tokens = 100;
+  g.serve.scenario = "Server";
+  g.serve.max_batch = 8;
+  g.serve.ttft_bound_ms = 250;
+  g.serve.tpot_bound_ms = kLoadGenBoundMs;
+  EXPECT_EQ(
+      g.Name(),
+      "GPT2/small/cpu/serve/scenario:Server/qps:10/max_batch:8/prompt:32/output:100/"
+      "ttft_bound_ms:250/fp32");
+  g.serve.tpot_bound_ms = 20;
+  EXPECT_EQ(
+      g.Name(),
+      "GPT2/small/cpu/serve/scenario:Server/qps:10/max_batch:8/prompt:32/output:100/"
+      "ttft_bound_ms:250/tpot_bound_ms:20/fp32");
+}
+
+// An epoch read from storage reads a file a shard: their size is how it
+// reads, in the name where it is not the default; from memory it is none.
+TEST(BenchSpecName, ShardSizeNamesAnEpochFromDiskOnly) {
+  BenchSpec s = SpecFor("EncDec", "tiny", "train_epoch", 16, 128);
+  s.iterations = Iterations::kEpochs;
+  s.epochs.shard_mb = 1;
+  EXPECT_EQ(s.Name(), "EncDec/tiny/cpu/train_epoch/batch:16/seq:128/fp32");
+  s.epochs.data = "disk";
+  EXPECT_EQ(s.Name(),
+            "EncDec/tiny/cpu/train_epoch/batch:16/seq:128/fp32/data:disk/shard_mb:1");
+  s.epochs.shard_mb = kDefaultShardMb;
+  EXPECT_EQ(s.Name(), "EncDec/tiny/cpu/train_epoch/batch:16/seq:128/fp32/data:disk");
+}
+
+// A model file run on --inputs of the user's computes on other shapes than
+// its own: the name says which.
+TEST(BenchSpecName, AModelFilesGivenInputsAreInTheName) {
+  BenchSpec s = SpecFor("Model", "usernet", "forward", 4, 0);
+  s.backend = "torchscript";
+  EXPECT_EQ(s.Name(), "Model/usernet/cpu/forward/batch:4/fp32/torchscript");
+  s.inputs = "4x128:int64[0,50257)";
+  EXPECT_EQ(
+      s.Name(),
+      "Model/usernet/cpu/forward/batch:4/fp32/torchscript/inputs:4x128:int64[0,50257)");
+}
+
 }  // namespace
 }  // namespace ltb

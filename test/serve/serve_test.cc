@@ -264,9 +264,10 @@ TEST_F(ServedModelFile, ScenariosRegisterOneServeBenchmarkOfTheFile) {
   for (const Registration& r : ExpandSweep(families, sweep)) {
     if (r.family->name == "Model" && r.spec.serving()) served.push_back(r.spec.Name());
   }
-  EXPECT_EQ(served,
-            std::vector<std::string>{
-                "Model/served/cpu/serve/scenario:Offline/max_batch:8/fp32/torchscript"});
+  // The file runs on --inputs, which its names say.
+  EXPECT_EQ(served, std::vector<std::string>{
+                        "Model/served/cpu/serve/scenario:Offline/max_batch:8/fp32/"
+                        "torchscript/inputs:4x6:fp32"});
   // A file of two inputs cannot be gathered into batches: no serve of it.
   std::vector<std::string> names;
   for (const Registration& r : ExpandSweep(
@@ -275,8 +276,8 @@ TEST_F(ServedModelFile, ScenariosRegisterOneServeBenchmarkOfTheFile) {
            sweep)) {
     if (r.family->name == "Model") names.push_back(r.spec.Name());
   }
-  EXPECT_EQ(names, std::vector<std::string>{
-                       "Model/served/cpu/forward/batch:4/fp32/torchscript"});
+  EXPECT_EQ(names, std::vector<std::string>{"Model/served/cpu/forward/batch:4/fp32/"
+                                            "torchscript/inputs:4x6:fp32;4x6:fp32"});
 }
 
 TEST(BatchRunner, RefusesABatchLargerThanItWasBuiltFor) {

@@ -568,10 +568,11 @@ TEST(TextServeFlags, DrawsAreSeededAndWithinTheirRange) {
 
 TEST(TextServeName, CarriesTheSlotsAndTheLengthsOrTheirRanges) {
   BenchSpec s = TextServeSpec("GPT2", "Server");
+  // Its test's bounds of 5 s, not LoadGen's 100 ms, are the name's too.
   EXPECT_EQ(
       s.Name(),
       "GPT2/nano/cpu/serve/scenario:Server/qps:50/max_batch:4/prompt:3:12/output:2:8/"
-      "fp32");
+      "ttft_bound_ms:5000/tpot_bound_ms:5000/fp32");
   s.serve.prompt_min = 0;
   s.serve.output_min = 8;
   s.serve.scenario = "Offline";

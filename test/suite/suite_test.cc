@@ -252,5 +252,65 @@ TEST(RegistrationsFor, TheSweepsBenchmarksAndNoneFromAnEmptyCompiledFolder) {
   std::filesystem::remove_all(empty);
 }
 
+std::map<std::string, std::string> AsMap(const Context& context) {
+  std::map<std::string, std::string> out;
+  for (const auto& [key, value] : context) out[key] = value;
+  return out;
+}
+
+// How a run measures and what it reads, where no name carries it: the
+// context says what ran, in every corner of the flags.
+TEST(SettingsContext, RecordsTheMeasurementAndTheDataAsTheFlagsSetThem) {
+  SuiteOptions o;
+  CommandLine c = WithFilter("GPT2/");
+  std::map<std::string, std::string> ctx = AsMap(SettingsContext(o, c, "glibc", 1));
+  EXPECT_EQ(ctx["min_time"], "Google Benchmark's 0.5 s (no --benchmark_min_time)");
+  EXPECT_EQ(AsMap(SettingsContext(o, CommandLine{}, "glibc", 1))["min_time"],
+            "6 s (the default suite's)");
+  EXPECT_EQ(ctx["warmup"], ">= 1 steps and >= 0.5 s");
+  EXPECT_EQ(ctx["warmup_epochs"],
+            "1 (train_epoch: whole epochs before the measured ones)");
+  EXPECT_EQ(ctx["train_epoch_data"],
+            "memory: the dataset generated in RAM once, before the epochs");
+  EXPECT_NE(ctx["dp_gradients"].find(" 25 MB buckets"), std::string::npos);
+  for (const char* absent : {"benchmark_min_warmup_time", "profile", "serve_min",
+                             "model_inputs", "model_flops_per_step"}) {
+    EXPECT_EQ(ctx.count(absent), 0u) << absent;
+  }
+
+  c.min_time_given = true;
+  c.min_time = "0.01";
+  c.min_warmup_time = "0.2";
+  o.run.warmup_epochs = 0;
+  o.epochs.data = "disk";
+  o.epochs.data_dir = "/data/shards";
+  o.epochs.shard_mb = 4;
+  o.run.profile_dir = "/tmp/profiles";
+  o.run.profile_steps = 3;
+  o.sweep.serve_scenarios = {"Server"};
+  o.sweep.serve.min_s = 2.5;
+  o.sweep.serve.min_queries = 64;
+  o.sweep.bucket_mb = 5;
+  o.families.model_inputs = "4x128:int64[0,50257)";
+  o.families.model_flops_per_step = "3.6e9";
+  ctx = AsMap(SettingsContext(o, c, "glibc", 1));
+  EXPECT_EQ(ctx["min_time"], "as given: --benchmark_min_time=0.01");
+  EXPECT_EQ(ctx["benchmark_min_warmup_time"], "0.2");
+  EXPECT_EQ(ctx["warmup_epochs"],
+            "0 (train_epoch: whole epochs before the measured ones)");
+  EXPECT_EQ(ctx["train_epoch_data"],
+            "disk: /data/shards, shards of 4 MB, dropped from the page cache before each "
+            "epoch");
+  EXPECT_EQ(ctx["profile"],
+            "/tmp/profiles: 3 steps of each benchmark profiled after its warm-up, before "
+            "its timed steps");
+  EXPECT_EQ(ctx["serve_min"], "2.5 s and 64 queries a LoadGen test at least");
+  // The gradient buckets --bucket_mb chose, not the default's.
+  EXPECT_NE(ctx["dp_gradients"].find(" 5 MB buckets"), std::string::npos)
+      << ctx["dp_gradients"];
+  EXPECT_EQ(ctx["model_inputs"], "4x128:int64[0,50257)");
+  EXPECT_EQ(ctx["model_flops_per_step"], "3.6e9");
+}
+
 }  // namespace
 }  // namespace ltb

@@ -255,8 +255,10 @@ class ServeCommandTest(unittest.TestCase):
         if not os.access(bench, os.X_OK):
             self.skipTest(f"no bench binary at {bench} (set LTB_BENCH)")
         for gpu, size, expected in (
+                # The GPU's bounds (200 and 50 ms, not LoadGen's 100) are named.
                 (True, "small", "GPT2/small/cpu/serve/scenario:Server/qps:8/max_batch:8/"
-                                "prompt:32:128/output:16:64/fp32"),
+                                "prompt:32:128/output:16:64/ttft_bound_ms:200/"
+                                "tpot_bound_ms:50/fp32"),
                 (False, "nano", "GPT2/nano/cpu/serve/scenario:Server/qps:10/max_batch:4/"
                                 "prompt:4:16/output:2:8/fp32")):
             r = types.SimpleNamespace(gpu=gpu, step_devices=["cpu"], step_re="(cpu)",

@@ -1230,6 +1230,63 @@ class CpuTimeTest(unittest.TestCase):
         self.assertLess(workload.cpu_seconds, spin / 2)
 
 
+class ContextTest(unittest.TestCase):
+    """pybench's context records what bench's records, in bench's words
+    (lib/suite/suite.cc SettingsContext, lib/report/context.cc), in the
+    flags' corners: the minimum time given, train_epoch's warm-up and data,
+    LoadGen's minimum test, the libraries' versions, the environment's
+    limits on the CPU."""
+
+    def context_of(self, *argv, env=None):
+        from unittest import mock
+        from ltb.pysuite import context, flags
+        args = flags.parse_flags(list(argv))
+        args.malloc_text = flags.MALLOC[args.malloc]
+        with mock.patch.dict(os.environ, env or {}):
+            return context.context(args, 1, {})
+
+    def test_the_settings_as_the_flags_set_them(self):
+        c = self.context_of("--benchmark_filter=GPT2/")
+        self.assertEqual(c["min_time"], "Google Benchmark's 0.5 s (no --benchmark_min_time)")
+        self.assertEqual(c["warmup_epochs"],
+                         "1 (train_epoch: whole epochs before the measured ones)")
+        self.assertEqual(c["train_epoch_data"],
+                         "memory: the dataset generated in RAM once, before the epochs")
+        self.assertNotIn("serve_min", c)
+        self.assertEqual(self.context_of()["min_time"], "6 s (the default suite's)")
+        c = self.context_of("--benchmark_filter=GPT2/", "--benchmark_min_time=0.01",
+                            "--warmup_epochs=0", "--scenario=Server", "--serve_min_s=2.5",
+                            "--serve_min_queries=64")
+        self.assertEqual(c["min_time"], "as given: --benchmark_min_time=0.01")
+        self.assertEqual(c["warmup_epochs"],
+                         "0 (train_epoch: whole epochs before the measured ones)")
+        self.assertEqual(c["serve_min"], "2.5 s and 64 queries a LoadGen test at least")
+
+    def test_the_libraries_versions_and_the_cpu_limits_of_the_environment(self):
+        import torch
+        config = torch.__config__.show()
+        c = self.context_of("--benchmark_filter=GPT2/", env={
+            "ATEN_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2",
+            "MKL_ENABLE_INSTRUCTIONS": "AVX2", "NVIDIA_TF32_OVERRIDE": "0"})
+        self.assertEqual(c["nvidia_tf32_override"], "0")
+        self.assertEqual(c["aten_cpu_capability"], "avx2")
+        self.assertEqual(c["dnnl_max_cpu_isa"], "AVX2")
+        self.assertEqual(c["mkl_enable_instructions"], "AVX2")
+        # Found here by plain text search in the build summary.
+        at = config.find("MKL-DNN v")
+        if at >= 0:
+            version = config[at + len("MKL-DNN v"):].split(" ")[0]
+            self.assertTrue(c["onednn_version"].startswith(version + " (git "),
+                            c["onednn_version"])
+        at = config.find("Math Kernel Library Version ")
+        if "BLAS_INFO=mkl" in config and at >= 0:
+            rest = config[at + len("Math Kernel Library Version "):]
+            self.assertEqual(c["blas_version"], "MKL " + rest.split(" for ")[0])
+        from ltb.pysuite import context
+        self.assertEqual(context.onednn_version_in("  - oneDNN v3.7.1\n"), "3.7.1")
+        self.assertEqual(context.mkl_version_in("  - OpenMP 201511\n"), "")
+
+
 class SyncFlagTest(unittest.TestCase):
     """bench's --sync=false times unsynchronised steps under /nosync names;
     pybench always synchronises, so it refuses the flag rather than time

@@ -315,6 +315,45 @@ class PybenchServeTest(unittest.TestCase):
             self.assertEqual(sorted(n.split("/iterations:")[0] for n in proc.stdout.split()),
                              want, extra)
 
+    def test_servers_bounds_other_than_loadgens_are_in_the_name(self):
+        """Server's p99 bounds decide its validity, its goodput and the peak
+        its search finds: two runs at other bounds have two names, bench's;
+        LoadGen's own 100 ms keeps the name."""
+        from tests.test_pybench import runnable_bench
+        prefix = "GPT2/nano/cpu/serve/scenario:"
+        forward = ["--benchmark_filter=GPT2/nano/cpu/serve/", "--devices=cpu", "--seq=16",
+                   "--max_batch=4", "--scenario=Server,Offline", "--target_qps=20"]
+        generate = ["--benchmark_filter=GPT2/nano/cpu/serve/", "--devices=cpu",
+                    "--max_batch=4", "--scenario=Server", "--target_qps=20",
+                    "--prompt_len=4:8", "--output_len=3"]
+        for base, extra, want in (
+                (forward, ["--latency_bound_ms=100"],
+                 [f"{prefix}Offline/max_batch:4/seq:16/fp32",
+                  f"{prefix}Server/qps:20/max_batch:4/seq:16/fp32"]),
+                (forward, ["--latency_bound_ms=37.5", "--find_peak=true"],
+                 [f"{prefix}Offline/max_batch:4/seq:16/fp32",
+                  f"{prefix}Server/find_peak_from:20/max_batch:4/seq:16/"
+                  "latency_bound_ms:37.5/fp32"]),
+                (generate, ["--ttft_bound_ms=250", "--tpot_bound_ms=100"],
+                 [f"{prefix}Server/qps:20/max_batch:4/prompt:4:8/output:3/"
+                  "ttft_bound_ms:250/fp32"]),
+                (generate, ["--ttft_bound_ms=250", "--tpot_bound_ms=20"],
+                 [f"{prefix}Server/qps:20/max_batch:4/prompt:4:8/output:3/"
+                  "ttft_bound_ms:250/tpot_bound_ms:20/fp32"])):
+            code, out, err = self.pybench(*base, *extra, "--benchmark_list_tests")
+            self.assertEqual(code, 0, err)
+            self.assertEqual(sorted(line.split("/py_")[0] for line in out.split()), want,
+                             extra)
+            bench = runnable_bench()
+            if bench is None:
+                continue
+            import subprocess
+            proc = subprocess.run([bench, *base, *extra, "--benchmark_list_tests"],
+                                  capture_output=True, text=True, timeout=300)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertEqual(sorted(n.split("/iterations:")[0] for n in proc.stdout.split()),
+                             want, extra)
+
     # Served as bench serves them (batch first).
     FAMILIES = ("Encoder", "EncDec", "Whisper")
     OFFLINE = ["--devices=cpu", "--seq=16", "--max_batch=4", "--scenario=Offline",

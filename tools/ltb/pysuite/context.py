@@ -55,6 +55,43 @@ def blas():
     return (m[1].strip() if m else "unknown") + " (linked into LibTorch)"
 
 
+def blas_threads():
+    """lib/base/threads.cc BlasThreads: MKL's own count, as LibTorch's
+    parallel summary reads it, else the intra-op count (which torch sets
+    the BLAS's to)."""
+    m = re.search(r"mkl_get_max_threads\(\) : (\d+)", torch.__config__.parallel_info())
+    return m[1] if m else str(torch.get_num_threads())
+
+
+def mkl_version_in(config):
+    """lib/report/context.cc MklVersionIn."""
+    m = re.search(r"Math Kernel Library Version (\S.*?) for ", config)
+    return m[1] if m else ""
+
+
+def onednn_version_in(config):
+    """lib/report/context.cc OneDnnVersionIn."""
+    m = re.search(r"(?:MKL-DNN|oneDNN) v(\S+)(?: \(Git Hash ([0-9a-f]{12}))?", config)
+    if not m:
+        return ""
+    return f"{m[1]} (git {m[2]})" if m[2] else m[1]
+
+
+def versions():
+    """The context's blas_version and onednn_version, as bench writes them."""
+    config = torch.__config__.show()
+    if "BLAS_INFO=mkl" in config:
+        mkl = mkl_version_in(config)
+        blas_version = f"MKL {mkl}" if mkl else "MKL, version unknown"
+    else:
+        blas_version = "unknown"
+    if not torch.backends.mkldnn.is_available():
+        onednn = "none (LibTorch built without oneDNN)"
+    else:
+        onednn = onednn_version_in(config) or "unknown"
+    return {"blas_version": blas_version, "onednn_version": onednn}
+
+
 def context(args, threads, peaks):
     grad = {"inference_mode": "inference phases under torch.inference_mode (bench: "
             "c10::InferenceMode)", "no_grad": "inference phases under torch.no_grad",
@@ -68,7 +105,7 @@ def context(args, threads, peaks):
         "runtime": "python", "python_version": platform.python_version(),
         "torch_version": torch.__version__.split("+")[0],
         "libtorch_version": torch.__version__.split("+")[0],
-        "blas": blas(), "blas_threads": str(torch.get_num_threads()),
+        "blas": blas(), "blas_threads": blas_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu_model": cpu_model(), "cpu_logical_cores": str(os.cpu_count()),
         "cpu_tensor_allocator": "PyTorch's default CPU allocator (no statistics: no "
@@ -80,15 +117,31 @@ def context(args, threads, peaks):
                      "momentum 0.9)",
         "min_time": (f"{args.min_time:g} s (the default suite's)" if args.default_suite
                      and not args.min_time_given else
-                     "as given (--benchmark_min_time, else Google Benchmark's 0.5 s)"),
+                     f"as given: --benchmark_min_time={args.benchmark_min_time}"
+                     if args.min_time_given else
+                     "Google Benchmark's 0.5 s (no --benchmark_min_time)"),
         "warmup": f">= {args.warmup_steps} steps and >= {args.warmup_seconds:g} s",
+        "warmup_epochs": f"{args.warmup_epochs} (train_epoch: whole epochs before the "
+                         "measured ones)",
+        "train_epoch_data": "memory: the dataset generated in RAM once, before the epochs",
         "seed": str(args.seed), "suite_commit": git_commit(), "sync": args.sync,
         "cuda_tf32": tf32_text(),
         "world_size": "1", "process_group": "none",
     }
-    for var in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"):  # as bench records
+    c.update(versions())
+    # As bench records them: settings that simulate an older CPU, round fp32
+    # in oneDNN or turn TF32 on or off behind torch's back, and how OpenMP's
+    # threads wait.
+    for var in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "LTB_MAX_CPU_ISA",
+                "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_DEFAULT_FPMATH_MODE",
+                "DNNL_DEFAULT_FPMATH_MODE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
+                "NVIDIA_TF32_OVERRIDE", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
+                "KMP_BLOCKTIME"):
         if os.environ.get(var):
             c[var.lower()] = os.environ[var]
+    if args.scenarios:  # how long LoadGen measures a served benchmark
+        c["serve_min"] = (f"{args.serve_min_s:g} s and {args.serve_min_queries} queries a "
+                          "LoadGen test at least")
     if args.weights:  # lib/suite/suite.cc: what was loaded, by content
         c["weights"] = args.weights
         try:

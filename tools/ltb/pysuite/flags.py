@@ -17,6 +17,7 @@ DEFAULT_PROMPT = facts.load()["default_prompt"]
 DEFAULT_DATASET_SAMPLES = facts.load()["default_dataset_samples"]
 DEFAULT_BATCH_TIMEOUT_US = facts.load()["default_batch_timeout_us"]
 LOADGEN_SAMPLES_PER_QUERY = facts.load()["loadgen_samples_per_query"]
+LOADGEN_BOUND_MS = facts.load()["loadgen_bound_ms"]  # Server's p99 bounds
 DEFAULT_SUITE_MIN_TIME = facts.load()["default_suite_min_time"]
 GB_MIN_TIME = 0.5  # Google Benchmark's default --benchmark_min_time
 GRAD_MODES = ("inference_mode", "no_grad", "grad")

@@ -6,8 +6,8 @@ import re
 from ltb.pysuite import families, quant, weights
 from ltb.pysuite.family import DEPTH_FAMILIES, FAMILIES, TRAINING_PHASES
 from ltb.pysuite.flags import (DEFAULT_BATCH_TIMEOUT_US, DEFAULT_DATASET_SAMPLES,
-                               DEFAULT_NEW_TOKENS, DEFAULT_PROMPT, LOADGEN_SAMPLES_PER_QUERY,
-                               RUNTIMES, BadFlag)
+                               DEFAULT_NEW_TOKENS, DEFAULT_PROMPT, LOADGEN_BOUND_MS,
+                               LOADGEN_SAMPLES_PER_QUERY, RUNTIMES, BadFlag)
 
 
 class Spec:
@@ -57,6 +57,13 @@ class Spec:
                 name += f"/prefill_chunk:{self.serve['prefill_chunk']}"
         elif self.prompt:
             name += f"/prompt:{self.prompt}/new:{self.new_tokens}"
+        # Server's p99 bounds decide its validity, goodput and found peak.
+        if self.serve and self.serve["scenario"] == "Server":
+            for part in (("ttft_bound_ms", "tpot_bound_ms") if self.prompt
+                         else ("latency_bound_ms",)):
+                bound = self.serve.get(part) or 0
+                if bound > 0 and bound != LOADGEN_BOUND_MS:
+                    name += f"/{part}:{bound:g}"
         if self.depth:
             name += f"/depth:{self.depth}"
         name += f"/{self.dtype}"
@@ -160,7 +167,10 @@ def specs(args):
                                                "output": args.output_range,
                                                "prefill_chunk": args.prefill_chunk,
                                                "samples_per_query": args.samples_per_query,
-                                               "batch_timeout_us": args.batch_timeout_us}
+                                               "batch_timeout_us": args.batch_timeout_us,
+                                               "latency_bound_ms": args.latency_bound_ms,
+                                               "ttft_bound_ms": args.ttft_bound_ms,
+                                               "tpot_bound_ms": args.tpot_bound_ms}
                                     v.steps = 1  # one LoadGen test
                                     if shape == "generate":
                                         if v.name() in served_names:
