@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -185,5 +186,23 @@ int64_t DeviceAvailableBytes(const c10::Device& device) {
 }
 
 c10::Device HostDevice() { return c10::Device(c10::kCPU); }
+
+absl::Status CheckTf32Environment(bool tf32_runs) {
+  // As LibTorch's c10::utils::check_env reads a flag: "1" alone is on.
+  const char* cublas = std::getenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE");
+  if (cublas != nullptr && std::string(cublas) == "1") {
+    return absl::InvalidArgumentError(
+        "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 makes every fp32 matmul on CUDA TF32, "
+        "which fp32 names do not say: unset it, and give --tf32=true (or both) for "
+        "TF32 runs named /tf32");
+  }
+  const char* nvidia = std::getenv("NVIDIA_TF32_OVERRIDE");
+  if (tf32_runs && nvidia != nullptr && std::string(nvidia) == "0") {
+    return absl::InvalidArgumentError(
+        "NVIDIA_TF32_OVERRIDE=0 keeps cuBLAS and cuDNN from TF32, so the /tf32 runs "
+        "--tf32 asks for would be plain fp32: unset it, or give --tf32=false");
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace ltb

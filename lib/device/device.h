@@ -48,4 +48,11 @@ int64_t DeviceAvailableBytes(const c10::Device& device);
 // The machine's CPU, where models are built and results are compared.
 c10::Device HostDevice();
 
+// An error when the environment overrides the TF32 setting that a CUDA
+// run's names state: TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 makes LibTorch run
+// every fp32 matmul as TF32 (under names without /tf32), and
+// NVIDIA_TF32_OVERRIDE=0 keeps cuBLAS and cuDNN from TF32 (so /tf32 runs,
+// when `tf32_runs`, would be plain fp32).
+absl::Status CheckTf32Environment(bool tf32_runs);
+
 }  // namespace ltb

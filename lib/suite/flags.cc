@@ -262,15 +262,20 @@ bool ParseList(absl::string_view text, std::vector<T>* out, std::string* error,
 bool ParseTwoNames(absl::string_view text, const std::string& what,
                    const std::string& off, const std::string& on, std::vector<bool>* out,
                    std::string* error) {
-  return ParseList(
-      text, out, error, [&](const std::string& item, bool* value, std::string* e) {
-        if (item == off || item == on) {
-          *value = item == on;
-          return true;
-        }
-        *e = absl::StrCat("unknown ", what, " '", item, "'; valid: ", off, ", ", on);
-        return false;
-      });
+  if (absl::StripAsciiWhitespace(text) == "both") {  // as the help says
+    *out = {false, true};
+    return true;
+  }
+  return ParseList(text, out, error,
+                   [&](const std::string& item, bool* value, std::string* e) {
+                     if (item == off || item == on) {
+                       *value = item == on;
+                       return true;
+                     }
+                     *e = absl::StrCat("unknown ", what, " '", item, "'; valid: ", off,
+                                       ", ", on, ", or both");
+                     return false;
+                   });
 }
 std::string UnparseTwoNames(const std::vector<bool>& values, const std::string& off,
                             const std::string& on) {
@@ -433,6 +438,10 @@ std::string AbslUnparseFlag(const MemoryFormats& v) {
 }
 
 bool AbslParseFlag(absl::string_view text, SwitchList* out, std::string* error) {
+  if (absl::StripAsciiWhitespace(text) == "both") {  // as the help says
+    out->values = {false, true};
+    return true;
+  }
   return ParseList(text, &out->values, error,
                    [](const std::string& item, bool* value, std::string* e) {
                      for (const auto& [name, v] : SwitchChoices()) {
@@ -441,7 +450,8 @@ bool AbslParseFlag(absl::string_view text, SwitchList* out, std::string* error) 
                          return true;
                        }
                      }
-                     *e = absl::StrCat("unknown value '", item, "'; valid: false, true");
+                     *e = absl::StrCat("unknown value '", item,
+                                       "'; valid: false, true, or both");
                      return false;
                    });
 }

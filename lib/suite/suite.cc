@@ -478,6 +478,12 @@ absl::StatusOr<std::unique_ptr<Suite>> Suite::Register(const SuiteOptions& optio
   if (absl::Status s = ConfigureThreads(options.threads); !s.ok()) return s;
 
   Sweep sweep = SweepFor(options, command_line, AvailableDevices());
+  if (std::any_of(sweep.devices.begin(), sweep.devices.end(),
+                  [](const c10::Device& d) { return BackendOf(d).Caps().tf32; })) {
+    const bool tf32_runs =
+        std::find(sweep.tf32.begin(), sweep.tf32.end(), true) != sweep.tf32.end();
+    if (absl::Status s = CheckTf32Environment(tf32_runs); !s.ok()) return s;
+  }
   if (sweep.serve.log_dir.empty()) {
     // LoadGen's logs beside the results they explain.
     sweep.serve.log_dir = command_line.out.empty()

@@ -8,6 +8,7 @@
 
 #include "device/cuda_runtime.h"
 #include "device/telemetry.h"
+#include "scoped_env.h"
 
 namespace ltb {
 namespace {
@@ -131,6 +132,38 @@ TEST(Backends, CudaTurnsTf32OffSoThatFp32IsFp32) {
   (void)BackendOf(c10::Device(c10::kCUDA, 0));
   EXPECT_FALSE(at::globalContext().allowTF32CuBLAS());
   EXPECT_FALSE(at::globalContext().allowTF32CuDNN());
+}
+
+TEST(CheckTf32Environment, RefusesOverridesThatContradictTheNames) {
+  {
+    ScopedEnv env({{"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", nullptr},
+                   {"NVIDIA_TF32_OVERRIDE", nullptr}});
+    EXPECT_TRUE(CheckTf32Environment(true).ok());
+  }
+  {
+    // LibTorch reads "1" alone as on; fp32 runs of every kind are affected.
+    ScopedEnv env({{"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1"}});
+    for (bool tf32_runs : {false, true}) {
+      const absl::Status s = CheckTf32Environment(tf32_runs);
+      ASSERT_FALSE(s.ok());
+      EXPECT_NE(s.message().find("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 makes every fp32 "
+                                 "matmul on CUDA TF32"),
+                std::string::npos)
+          << s.message();
+    }
+  }
+  {
+    ScopedEnv env({{"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "0"}});
+    EXPECT_TRUE(CheckTf32Environment(true).ok());
+  }
+  {
+    // NVIDIA's override turns TF32 off: only runs named /tf32 would be wrong.
+    ScopedEnv env({{"NVIDIA_TF32_OVERRIDE", "0"}});
+    EXPECT_TRUE(CheckTf32Environment(false).ok());
+    const absl::Status s = CheckTf32Environment(true);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("--tf32=false"), std::string::npos) << s.message();
+  }
 }
 
 }  // namespace

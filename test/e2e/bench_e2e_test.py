@@ -239,6 +239,13 @@ class BadInputTest(unittest.TestCase):
         self.assert_usage_error(["--epochs=2,5"], "--epochs", "one value, not a list")
         self.assert_usage_error(["--steps=3,4"], "--steps", "one value, not a list")
         self.assert_usage_error(["--dtype="], "--dtype needs at least one value")
+        # An environment that makes CUDA's fp32 names untrue is refused
+        # before anything runs, on a machine with a GPU or without.
+        env = dict(os.environ, TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="1")
+        proc = subprocess.run([BENCH, "--devices=cuda", "--benchmark_filter=Ops/noop"],
+                              capture_output=True, text=True, timeout=600, env=env)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 makes every fp32 matmul", proc.stderr)
         # A path given empty ("--weights=$UNSET") is refused, not run as if
         # left out (random weights, the default suite in place of --model).
         for flag in ("weights", "eval_tokens", "compiled", "model", "inputs", "data_dir",

@@ -77,6 +77,21 @@ TEST(MemoryFormats, ContiguousAndChannelsLast) {
             std::string::npos);
 }
 
+TEST(TwoValueLists, BothIsEveryValueAsTheHelpSays) {
+  EXPECT_EQ(Parsed<MemoryFormats>("both").channels_last,
+            (std::vector<bool>{false, true}));
+  EXPECT_EQ(Parsed<CpuLinearList>("both").packed, (std::vector<bool>{false, true}));
+  EXPECT_EQ(Parsed<SwitchList>("both").values, (std::vector<bool>{false, true}));
+  EXPECT_EQ(Parsed<SwitchList>("true,false").values, (std::vector<bool>{true, false}));
+  EXPECT_NE(ErrorOf<SwitchList>("maybe").find("valid: false, true, or both"),
+            std::string::npos);
+  EXPECT_NE(
+      ErrorOf<MemoryFormats>("nhwc").find("valid: contiguous, channels_last, or both"),
+      std::string::npos);
+  // "both" is the whole list, not one of its items.
+  ErrorOf<SwitchList>("false,both");
+}
+
 TEST(Switch, AcceptsTheUsualSpellingsOnly) {
   EXPECT_TRUE(Parsed<Switch>("true").value);
   EXPECT_FALSE(Parsed<Switch>("false").value);

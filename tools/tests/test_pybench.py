@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import unittest
+import unittest.mock
 
 from tests import browser
 from tests.helpers import COMPARE_PY, REPO, TOOLS, ToolTest, built_bench, doc, repeated
@@ -1306,6 +1307,24 @@ class SyncFlagTest(unittest.TestCase):
         code, stderr = pybench_in_process("--sync=maybe", "--benchmark_list_tests")
         self.assertEqual(code, 2, stderr)
         self.assertIn("--sync=maybe: valid: true, false", stderr)
+
+
+class Tf32OverrideTest(unittest.TestCase):
+    """TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 makes PyTorch's fp32 matmuls on
+    CUDA TF32 whatever allow_tf32 is set to: a CUDA run is refused, as
+    bench refuses it, rather than timed as fp32; a CPU run is unaffected."""
+
+    def test_a_cuda_run_is_refused_under_the_override(self):
+        with unittest.mock.patch.dict(os.environ, {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}):
+            code, stderr = pybench_in_process("--devices=cuda",
+                                              "--benchmark_filter=^GPT2/nano/cuda/forward/",
+                                              "--batch=1", "--seq=8")
+            self.assertEqual(code, 2, stderr)
+            self.assertIn("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 makes every fp32 matmul", stderr)
+            code, stderr = pybench_in_process("--benchmark_filter=^GPT2/nano/cpu/forward/",
+                                              "--batch=1", "--seq=8",
+                                              "--benchmark_min_time=0.01", "--warmup_s=0")
+            self.assertEqual(code, 0, stderr)
 
 
 class AggregatesOnlyTest(ToolTest):

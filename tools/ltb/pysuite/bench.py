@@ -146,8 +146,8 @@ def pybench_main(argv):
         print("\n".join(s.full_name() for s in selected))
         return 0
     threads = configure_threads(args)
-    configure_fp32()
     try:
+        configure_fp32(cuda=any(s.device.startswith("cuda") for s in selected))
         args.malloc_text = configure_malloc(args.malloc)
         peaks = peak_flops(args)
     except (BadFlag, BadInput) as e:

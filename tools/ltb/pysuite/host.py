@@ -45,14 +45,19 @@ def configure_malloc(mode):
     return MALLOC[mode]
 
 
-def configure_fp32():
+def configure_fp32(cuda=False):
     """lib/device/cuda_backend.cc: fp32 means fp32. PyTorch lets cuDNN run
     fp32 convolutions as TF32 by default (LibTorch too, which bench turns
     off), so that fp32's convolutions on a GPU would be TF32's, faster than
     bench's and with an mfu against the fp32 peak; matmuls are off already
-    unless asked for, and stay so."""
+    unless asked for, and stay so. A run on CUDA is refused where the
+    environment keeps matmuls TF32 (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1), as
+    bench refuses it (lib/device/device.cc, CheckTf32Environment)."""
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
+    if cuda and os.environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1":
+        raise BadFlag("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 makes every fp32 matmul on CUDA "
+                      "TF32, which fp32 names do not say: unset it")
 
 
 def tf32_text():
