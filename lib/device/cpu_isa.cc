@@ -119,7 +119,11 @@ bool OneDnnRunsBf16(std::string* why) {
   const bool avx512 = CpuHardwareHas("avx512bw") && CpuHardwareHas("avx512vl") &&
                       CpuHardwareHas("avx512dq");
   const bool ne_convert = CpuHardwareHas("avx_ne_convert");
-  const char* limit = std::getenv("ONEDNN_MAX_CPU_ISA");
+  // oneDNN reads its older name where the newer is not set.
+  const char* variable = std::getenv("ONEDNN_MAX_CPU_ISA") != nullptr
+                             ? "ONEDNN_MAX_CPU_ISA"
+                             : "DNNL_MAX_CPU_ISA";
+  const char* limit = std::getenv(variable);
   const std::string isa = limit != nullptr ? absl::AsciiStrToUpper(limit) : "";
   // oneDNN's bf16 kernels start at AVX2_VNNI_2 (AVX-NE-CONVERT) and
   // AVX512_CORE; a limit below both leaves it none.
@@ -130,7 +134,7 @@ bool OneDnnRunsBf16(std::string* why) {
         "this CPU has no AVX-512 BW/VL/DQ or AVX-NE-CONVERT instructions, which "
         "oneDNN's bf16 linear needs";
   } else if (limited) {
-    reason = absl::StrCat("ONEDNN_MAX_CPU_ISA=", limit,
+    reason = absl::StrCat(variable, "=", limit,
                           " keeps oneDNN below the AVX-512 or AVX-NE-CONVERT "
                           "instructions its bf16 linear needs");
   }

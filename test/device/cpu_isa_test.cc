@@ -100,7 +100,7 @@ TEST(CpuIsa, AnUnknownLimitIsAnErrorNamingTheValidOnes) {
 }
 
 TEST(OneDnnRunsBf16, AsksTheHardwareAsATenDoesAndHonoursOneDnnsLimit) {
-  ScopedEnv unset({{"ONEDNN_MAX_CPU_ISA", nullptr}});
+  ScopedEnv unset({{"ONEDNN_MAX_CPU_ISA", nullptr}, {"DNNL_MAX_CPU_ISA", nullptr}});
   const bool hardware =
       (ProcHas("avx512bw") && ProcHas("avx512vl") && ProcHas("avx512dq")) ||
       ProcHas("avx_ne_convert");
@@ -111,6 +111,12 @@ TEST(OneDnnRunsBf16, AsksTheHardwareAsATenDoesAndHonoursOneDnnsLimit) {
     ScopedEnv limited({{"ONEDNN_MAX_CPU_ISA", "AVX2"}});
     EXPECT_FALSE(OneDnnRunsBf16(&why));
     EXPECT_NE(why.find("ONEDNN_MAX_CPU_ISA=AVX2"), std::string::npos) << why;
+  }
+  if (hardware) {
+    // oneDNN's older name for the same limit.
+    ScopedEnv older({{"DNNL_MAX_CPU_ISA", "AVX2"}});
+    EXPECT_FALSE(OneDnnRunsBf16(&why));
+    EXPECT_NE(why.find("DNNL_MAX_CPU_ISA=AVX2"), std::string::npos) << why;
   } else {
     EXPECT_NE(why.find("this CPU has no AVX-512 BW/VL/DQ or AVX-NE-CONVERT"),
               std::string::npos)
