@@ -1210,9 +1210,18 @@ class CompiledTest(unittest.TestCase):
         # Token ids in: tokens/s; the saved inputs: drift from eager.
         self.assertAlmostEqual(entries[aoti]["tokens/s"] / entries[aoti]["samples/s"], 16)
         self.assertLess(entries[aoti]["rel_err"], 1e-4)
-        # TorchScript runs LibTorch's operators, whose FLOPs the profiler counts.
-        self.assertGreater(entries[ts]["FLOP/s"], 0)
+        # TorchScript runs LibTorch's operators, whose FLOPs are counted as the
+        # CNN family's (its traced convolutions too): CNN/nano's card, by hand,
+        # 2 x (3*16*9*32*32 + 16*32*9*16*16 + 2048*128 + 128*10) an image.
+        per_image = 2 * (3 * 16 * 9 * 32 * 32 + 16 * 32 * 9 * 16 * 16 + 2048 * 128 + 128 * 10)
+        self.assertAlmostEqual(entries[ts]["FLOP/s"] * entries[ts]["real_time"] * 1e-3,
+                               2 * per_image, delta=1e-6 * per_image)
         self.assertIn("mfu", entries[ts])
+        # A package's own kernels hide its FLOPs: none, and the label says why.
+        self.assertNotIn("FLOP/s", entries[aoti])
+        self.assertNotIn("mfu", entries[aoti])
+        self.assertIn("FLOP/s and mfu left out: ", entries[aoti].get("label", ""))
+        self.assertIn("--flops_per_step", entries[aoti]["label"])
         broken = entries["Model/broken/cpu/forward/batch:1/fp32/aoti"]
         self.assertTrue(broken["error_occurred"])
         self.assertIn(bad + ": not a model file", broken["error_message"])
