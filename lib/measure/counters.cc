@@ -161,7 +161,8 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
         c[name + "_peak"] = u.peak;
       } else if (!u.omitted.empty()) {
         std::string why = absl::StrCat(name, " left out: ", u.omitted);
-        if (name == "mfu" && plan.counts_direct_convolution) {
+        if (name == "mfu" && plan.counts_direct_convolution &&
+            options.peaks->Flops(spec.device, spec.dtype, spec.tf32) != nullptr) {
           absl::StrAppend(&why,
                           "; its FLOPs are counted as a direct convolution does "
                           "them, and a Winograd or FFT convolution algorithm (which "

@@ -1442,6 +1442,9 @@ class PrecisionTest(unittest.TestCase):
         self.assertEqual("mfu" in forward, native_fp16, ctx.get("peak_flops_cpu_fp16"))
         if not native_fp16:
             self.assertIn("no native fp16 arithmetic", ctx["peak_flops_cpu_fp16"])
+            # The result itself says why it has no mfu.
+            self.assertIn("mfu left out: this CPU has no native fp16 arithmetic",
+                          forward.get("label", ""))
 
     def test_step_spread_and_resident_memory(self):
         for name, b in self.entries.items():
