@@ -1267,13 +1267,27 @@ class CompiledTest(unittest.TestCase):
     def test_inputs_and_batches_for_a_model(self):
         doc = run_json(f"--model={self.ts}", "--inputs=5x3x32x32:fp32", "--batch=1,4",
                        "--benchmark_min_time=0.01", "--warmup_s=0", "--devices=cpu",
-                       "--flops_per_step=2e6", "--peak_flops=1e12")
+                       "--peak_flops=1e12")
         by_batch = {b["run_name"].split("/")[4]: b for b in doc["benchmarks"]}
         self.assertEqual(set(by_batch), {"batch:1", "batch:4"})
-        for b in by_batch.values():
+        # Each batch's FLOPs are its own: CNN/nano's an image, by hand, times the batch.
+        per_image = 2 * (3 * 16 * 9 * 32 * 32 + 16 * 32 * 9 * 16 * 16 + 2048 * 128 + 128 * 10)
+        for batch, b in by_batch.items():
             self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
             self.assertNotIn("rel_err", b, "no eager outputs for inputs of the user's")
-            self.assertAlmostEqual(b["FLOP/s"] * b["real_time"] * 1e-3, 2e6, delta=2e3)
+            images = int(batch.split(":")[1])
+            self.assertAlmostEqual(b["FLOP/s"] * b["real_time"] * 1e-3, images * per_image,
+                                   delta=1e-6 * per_image)
+        [given] = run_json(f"--model={self.ts}", "--inputs=5x3x32x32:fp32", "--batch=4",
+                           "--benchmark_min_time=0.01", "--warmup_s=0", "--devices=cpu",
+                           "--flops_per_step=2e6", "--peak_flops=1e12")["benchmarks"]
+        self.assertAlmostEqual(given["FLOP/s"] * given["real_time"] * 1e-3, 2e6, delta=2e3)
+        # One forward's FLOPs, given to a batch sweep, would be wrong at all but one.
+        proc = run_bench(f"--model={self.ts}", "--batch=1,4", "--flops_per_step=2e6",
+                         check=False)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("--flops_per_step gives the FLOPs of one forward at one batch",
+                      proc.stderr)
         # A static AOTInductor package at another batch: an error naming it.
         [entry] = run_json(f"--model={self.aoti}", *FAST, "--batch=3")["benchmarks"]
         self.assertTrue(entry["error_occurred"])
