@@ -101,6 +101,17 @@ TEST(ParseInputSpecs, BadItemsSayWhatIsValid) {
   }
   EXPECT_NE(ParseInputSpecs("8:half").status().message().find("valid: fp32, bf16, fp16"),
             std::string::npos);
+  // A range past the dtype's values would wrap around in it.
+  for (const auto& [bad, why] : std::vector<std::pair<const char*, const char*>>{
+           {"8:uint8[0,300)", "a range of uint8 lies within [0,256)"},
+           {"8:int8[-200,5)", "a range of int8 lies within [-128,128)"},
+           {"8:bool[0,3)", "a range of bool lies within [0,2)"},
+           {"8:int32[0,3000000000)",
+            "a range of int32 lies within [-2147483648,2147483648)"}}) {
+    EXPECT_NE(ParseInputSpecs(bad).status().message().find(why), std::string::npos)
+        << bad << ": " << ParseInputSpecs(bad).status();
+  }
+  EXPECT_TRUE(ParseInputSpecs("8:uint8[0,256);8:int8[-128,128);8:bool[0,2)").ok());
 }
 
 TEST(MakeInputs, ReplacesTheBatchAndKeepsIntegersInRange) {
