@@ -143,6 +143,12 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
   // What is left out is said in the result's label: a utilisation, or the
   // accuracy check where one was due.
   std::vector<std::string> omitted;
+  if (plan.counts_flops_when_built && plan.flops_per_step <= 0) {
+    omitted.push_back(
+        "FLOP/s and mfu left out: no matrix multiplication, convolution or attention "
+        "was counted in a step (an AOTInductor package's FLOPs are not counted: it runs "
+        "its own kernels); --flops_per_step gives them");
+  }
   if (options.peaks != nullptr && steps_per_s > 0) {
     const double fastest = m.fastest;
     // Each utilisation comes with the peak it divides by (mfu_peak,
@@ -155,7 +161,8 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
         c[name + "_peak"] = u.peak;
       } else if (!u.omitted.empty()) {
         std::string why = absl::StrCat(name, " left out: ", u.omitted);
-        if (name == "mfu" && plan.counts_direct_convolution) {
+        if (name == "mfu" && plan.counts_direct_convolution &&
+            options.peaks->Flops(spec.device, spec.dtype, spec.tf32) != nullptr) {
           absl::StrAppend(&why,
                           "; its FLOPs are counted as a direct convolution does "
                           "them, and a Winograd or FFT convolution algorithm (which "

@@ -297,6 +297,10 @@ Peak Peaks::MeasureCpuFlops(c10::ScalarType dtype) {
 Utilisation UtilisationOf(Peak& peak, double mean_rate, double best_rate,
                           const std::string& benchmark, const std::string& what) {
   Utilisation u;
+  // A device without the dtype's arithmetic has no peak, and says why.
+  if (peak.value <= 0 && mean_rate > 0) {
+    u.omitted = std::string(absl::StripPrefix(peak.source, "none: "));
+  }
   if (peak.value <= 0 || mean_rate <= 0) return u;
   best_rate = std::max(best_rate, mean_rate);
   if (peak.measured && best_rate > peak.value) {

@@ -180,8 +180,9 @@ ABSL_FLAG(std::string, inputs, "",
           "--model: the inputs, e.g. 8x3x224x224:fp32 or '4x128:int64[0,50257)', several "
           "separated by ';'. Default: the example inputs saved with the model, if any.");
 ABSL_FLAG(std::string, flops_per_step, "",
-          "--model: FLOPs of one forward, for FLOP/s and mfu. Default: what LibTorch's "
-          "profiler counts in one step, when it can.");
+          "--model: FLOPs of one forward at the one --batch given, for FLOP/s and mfu. "
+          "Default: a TorchScript file's counted in one step (matmuls, convolutions, "
+          "attention); none for an AOTInductor package.");
 
 ABSL_FLAG(std::string, scenario, "",
           "serve: MLPerf LoadGen scenarios to run the forward phase under, e.g. "
@@ -940,6 +941,13 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   families.encoder_layers = absl::GetFlag(FLAGS_num_encoder_layers).value;
   families.decoder_layers = absl::GetFlag(FLAGS_num_decoder_layers).value;
   families.d_ff = absl::GetFlag(FLAGS_dim_feedforward).value;
+  // One forward's FLOPs hold at one batch: given to a sweep, every batch but
+  // one would divide the wrong count by its time.
+  if (!families.model_flops_per_step.empty() && sweep.batches.size() > 1) {
+    return absl::InvalidArgumentError(
+        "--flops_per_step gives the FLOPs of one forward at one batch: give one --batch "
+        "with it, or leave it out to have each batch's FLOPs counted");
+  }
   return o;
 }
 

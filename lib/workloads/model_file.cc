@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <set>
 #include <stdexcept>
 
@@ -77,6 +78,23 @@ absl::StatusOr<c10::ScalarType> ParseInputDtype(absl::string_view text) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown input dtype '", text, "'; valid: ", absl::StrJoin(names, ", ")));
+}
+
+// [lowest, highest + 1) of an integer input dtype.
+std::pair<int64_t, int64_t> IntegerBounds(c10::ScalarType t) {
+  switch (t) {
+    case c10::kBool:
+      return {0, 2};
+    case c10::kByte:
+      return {0, 256};
+    case c10::kChar:
+      return {-128, 128};
+    case c10::kInt:
+      return {std::numeric_limits<int32_t>::min(),
+              int64_t{std::numeric_limits<int32_t>::max()} + 1};
+    default:
+      return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
+  }
 }
 
 std::string InputDtypeName(c10::ScalarType t) {
@@ -238,7 +256,7 @@ class ModelFileWorkload final : public Workload {
     return out.empty() ? at::Tensor() : out.front().narrow(0, 0, b);
   }
   void CountFlops() {
-    flops_ = ProfiledFlops([this] { Step(); });
+    flops_ = StepFlops([this] { Step(); });
   }
   void AddCounter(const std::string& name, double value) {
     counters_.emplace_back(name, value);
@@ -365,6 +383,12 @@ absl::StatusOr<std::vector<InputSpec>> ParseInputSpecs(const std::string& text) 
           !absl::SimpleAtoi(lh.second, &spec.high) || spec.high <= spec.low) {
         return bad("a range needs LOW < HIGH");
       }
+      // Values past the dtype's would wrap around when converted to it.
+      const auto [lowest, above] = IntegerBounds(spec.dtype);
+      if (spec.low < lowest || spec.high > above) {
+        return bad(
+            absl::StrCat("a range of ", type, " lies within [", lowest, ",", above, ")"));
+      }
     }
     out.push_back(spec);
   }
@@ -472,7 +496,10 @@ std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file,
   if (io != nullptr && !io->expected.empty() && out.defined()) {
     workload->AddCounter("rel_err", RelativeError(out, io->expected.front()));
   }
-  if (count_flops) workload->CountFlops();
+  // A package's own kernels would leave part of its FLOPs uncounted (the
+  // convolutions it hands to LibTorch, not its fused matmuls): none is better
+  // than part.
+  if (count_flops && file.format == ModelFormat::kTorchScript) workload->CountFlops();
   return workload;
 }
 

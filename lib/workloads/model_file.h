@@ -65,8 +65,9 @@ absl::StatusOr<std::optional<SavedIO>> LoadSavedIO(const ModelFile& file);
 
 // Runs `file` on `inputs` (on spec.device) each step. Its counters:
 // compile_s and rel_err of its outputs against the eager ones, when `io`
-// gives them; with `count_flops`, its FlopsPerStep() is what LibTorch's
-// profiler counts in one step. Throws, naming the file, when the file cannot
+// gives them; with `count_flops`, a TorchScript file's FlopsPerStep() is one
+// step's FLOPs as StepFlops counts them (an AOTInductor package's, 0: its own
+// kernels hide them). Throws, naming the file, when the file cannot
 // run here (another device, another LibTorch, inputs it does not take).
 std::unique_ptr<Workload> MakeModelFileWorkload(const ModelFile& file,
                                                 const BenchSpec& spec,

@@ -1,5 +1,5 @@
-// Counting a step's FLOPs with LibTorch's profiler, for models whose FLOPs
-// have no formula here (model files) and as a check of the formulas.
+// Counting a step's FLOPs as it runs, for models whose FLOPs have no formula
+// here (model files), and with LibTorch's profiler as a check of the formulas.
 #pragma once
 
 #include <functional>
@@ -13,5 +13,16 @@ namespace ltb {
 // for), or for those named in `ops` only; 0 when it counts none.
 double ProfiledFlops(const std::function<void()>& fn,
                      const std::set<std::string>& ops = {});
+
+// The FLOPs of the operators `fn` runs through LibTorch's dispatcher, as the
+// suite counts a model's: 2 per multiply-add of every matrix multiplication
+// (mm, addmm, bmm, baddbmm, mv, addmv, linear), convolution (whichever of
+// conv1d/2d/3d, convolution or _convolution a traced or scripted model
+// calls, transposed too) and attention (scaled_dot_product_attention over
+// the full query-key rectangle, as the families count it); element-wise ops
+// are not counted. An operator inside a counted one (convolution's
+// mkldnn_convolution, attention's bmm) is not counted again. 0 when `fn`
+// runs none of them (an AOTInductor package's own kernels).
+double StepFlops(const std::function<void()>& fn);
 
 }  // namespace ltb

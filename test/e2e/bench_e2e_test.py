@@ -1222,9 +1222,18 @@ class CompiledTest(unittest.TestCase):
         # Token ids in: tokens/s; the saved inputs: drift from eager.
         self.assertAlmostEqual(entries[aoti]["tokens/s"] / entries[aoti]["samples/s"], 16)
         self.assertLess(entries[aoti]["rel_err"], 1e-4)
-        # TorchScript runs LibTorch's operators, whose FLOPs the profiler counts.
-        self.assertGreater(entries[ts]["FLOP/s"], 0)
+        # TorchScript runs LibTorch's operators, whose FLOPs are counted as the
+        # CNN family's (its traced convolutions too): CNN/nano's card, by hand,
+        # 2 x (3*16*9*32*32 + 16*32*9*16*16 + 2048*128 + 128*10) an image.
+        per_image = 2 * (3 * 16 * 9 * 32 * 32 + 16 * 32 * 9 * 16 * 16 + 2048 * 128 + 128 * 10)
+        self.assertAlmostEqual(entries[ts]["FLOP/s"] * entries[ts]["real_time"] * 1e-3,
+                               2 * per_image, delta=1e-6 * per_image)
         self.assertIn("mfu", entries[ts])
+        # A package's own kernels hide its FLOPs: none, and the label says why.
+        self.assertNotIn("FLOP/s", entries[aoti])
+        self.assertNotIn("mfu", entries[aoti])
+        self.assertIn("FLOP/s and mfu left out: ", entries[aoti].get("label", ""))
+        self.assertIn("--flops_per_step", entries[aoti]["label"])
         broken = entries["Model/broken/cpu/forward/batch:1/fp32/aoti"]
         self.assertTrue(broken["error_occurred"])
         self.assertIn(bad + ": not a model file", broken["error_message"])
@@ -1270,7 +1279,7 @@ class CompiledTest(unittest.TestCase):
     def test_inputs_and_batches_for_a_model(self):
         doc = run_json(f"--model={self.ts}", "--inputs=5x3x32x32:fp32", "--batch=1,4",
                        "--benchmark_min_time=0.01", "--warmup_s=0", "--devices=cpu",
-                       "--flops_per_step=2e6", "--peak_flops=1e12")
+                       "--peak_flops=1e12")
         by_batch = {b["run_name"].split("/")[4]: b for b in doc["benchmarks"]}
         self.assertEqual(set(by_batch), {"batch:1", "batch:4"})
         # Inputs other than the file's are another computation: named.
@@ -1279,11 +1288,26 @@ class CompiledTest(unittest.TestCase):
                          "forward/batch:4/fp32/torchscript/"
                          "inputs:5x3x32x32:fp32/manual_time")
         self.assertEqual(doc["context"]["model_inputs"], "5x3x32x32:fp32")
-        self.assertEqual(doc["context"]["model_flops_per_step"], "2e6")
-        for b in by_batch.values():
+        # Each batch's FLOPs are its own: CNN/nano's an image, by hand, times the batch.
+        per_image = 2 * (3 * 16 * 9 * 32 * 32 + 16 * 32 * 9 * 16 * 16 + 2048 * 128 + 128 * 10)
+        for batch, b in by_batch.items():
             self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
             self.assertNotIn("rel_err", b, "no eager outputs for inputs of the user's")
-            self.assertAlmostEqual(b["FLOP/s"] * b["real_time"] * 1e-3, 2e6, delta=2e3)
+            images = int(batch.split(":")[1])
+            self.assertAlmostEqual(b["FLOP/s"] * b["real_time"] * 1e-3, images * per_image,
+                                   delta=1e-6 * per_image)
+        given_doc = run_json(f"--model={self.ts}", "--inputs=5x3x32x32:fp32", "--batch=4",
+                             "--benchmark_min_time=0.01", "--warmup_s=0", "--devices=cpu",
+                             "--flops_per_step=2e6", "--peak_flops=1e12")
+        self.assertEqual(given_doc["context"]["model_flops_per_step"], "2e6")
+        [given] = given_doc["benchmarks"]
+        self.assertAlmostEqual(given["FLOP/s"] * given["real_time"] * 1e-3, 2e6, delta=2e3)
+        # One forward's FLOPs, given to a batch sweep, would be wrong at all but one.
+        proc = run_bench(f"--model={self.ts}", "--batch=1,4", "--flops_per_step=2e6",
+                         check=False)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("--flops_per_step gives the FLOPs of one forward at one batch",
+                      proc.stderr)
         # A static AOTInductor package at another batch: an error naming it.
         [entry] = run_json(f"--model={self.aoti}", *FAST, "--batch=3")["benchmarks"]
         self.assertTrue(entry["error_occurred"])
@@ -1452,6 +1476,9 @@ class PrecisionTest(unittest.TestCase):
         self.assertEqual("mfu" in forward, native_fp16, ctx.get("peak_flops_cpu_fp16"))
         if not native_fp16:
             self.assertIn("no native fp16 arithmetic", ctx["peak_flops_cpu_fp16"])
+            # The result itself says why it has no mfu.
+            self.assertIn("mfu left out: this CPU has no native fp16 arithmetic",
+                          forward.get("label", ""))
 
     def test_step_spread_and_resident_memory(self):
         for name, b in self.entries.items():

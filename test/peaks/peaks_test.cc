@@ -141,10 +141,13 @@ TEST(UtilisationOf, AGivenPeakBeatenGivesNoValueAndSaysWhy) {
   EXPECT_NE(u.note.find("wrong peak or a wrong count"), std::string::npos);
   EXPECT_EQ(u.omitted, "the rate is 1.2 times the peak 1e+12 (datasheet: H100)");
   EXPECT_DOUBLE_EQ(sheet.value, 1e12);  // never raised
-  // No peak, or nothing achieved: no value and nothing to say.
+  // No peak: no value, no note on stderr, and the peak's reason for the
+  // label; nothing achieved: nothing to say.
   Peak none{0, "none: no native bf16", false};
   EXPECT_LT(UtilisationOf(none, 5, 5, "x", "p").value, 0);
   EXPECT_EQ(UtilisationOf(none, 5, 5, "x", "p").note, "");
+  EXPECT_EQ(UtilisationOf(none, 5, 5, "x", "p").omitted, "no native bf16");
+  EXPECT_EQ(UtilisationOf(none, 0, 0, "x", "p").omitted, "");
 }
 
 TEST(BandwidthUtilisationOf, AStepTheCacheHoldsHasNoMbu) {

@@ -211,6 +211,20 @@ TEST(OptionsFromFlags, FamilySettingsAndWhetherADtypeWasGiven) {
   EXPECT_TRUE(o.dtypes_given);
 }
 
+TEST(OptionsFromFlags, FlopsPerStepHoldAtOneBatch) {
+  absl::FlagSaver saver;
+  ASSERT_TRUE(SetSuiteFlag("model", "a.pt").ok());
+  ASSERT_TRUE(SetSuiteFlag("flops_per_step", "2e6").ok());
+  ASSERT_TRUE(SetSuiteFlag("batch", "4").ok());
+  EXPECT_TRUE(OptionsFromFlags().ok());
+  ASSERT_TRUE(SetSuiteFlag("batch", "1,4").ok());
+  const absl::StatusOr<SuiteOptions> sweep = OptionsFromFlags();
+  ASSERT_FALSE(sweep.ok());
+  EXPECT_EQ(sweep.status().message(),
+            "--flops_per_step gives the FLOPs of one forward at one batch: give one "
+            "--batch with it, or leave it out to have each batch's FLOPs counted");
+}
+
 TEST(ParseSuiteFlags, NeedsNameEqualsValue) {
   absl::FlagSaver saver;
   char prog[] = "bench", batch[] = "--batch", ok[] = "--batch=2,4", stray[] = "stray";

@@ -101,6 +101,17 @@ TEST(ParseInputSpecs, BadItemsSayWhatIsValid) {
   }
   EXPECT_NE(ParseInputSpecs("8:half").status().message().find("valid: fp32, bf16, fp16"),
             std::string::npos);
+  // A range past the dtype's values would wrap around in it.
+  for (const auto& [bad, why] : std::vector<std::pair<const char*, const char*>>{
+           {"8:uint8[0,300)", "a range of uint8 lies within [0,256)"},
+           {"8:int8[-200,5)", "a range of int8 lies within [-128,128)"},
+           {"8:bool[0,3)", "a range of bool lies within [0,2)"},
+           {"8:int32[0,3000000000)",
+            "a range of int32 lies within [-2147483648,2147483648)"}}) {
+    EXPECT_NE(ParseInputSpecs(bad).status().message().find(why), std::string::npos)
+        << bad << ": " << ParseInputSpecs(bad).status();
+  }
+  EXPECT_TRUE(ParseInputSpecs("8:uint8[0,256);8:int8[-128,128);8:bool[0,2)").ok());
 }
 
 TEST(MakeInputs, ReplacesTheBatchAndKeepsIntegersInRange) {
@@ -137,6 +148,37 @@ TEST_F(ModelFileTest, ATorchScriptModuleRunsWithItsSavedInputsAndIsComparedWithT
   for (const auto& [k, v] : w->Counters()) counters[k] = v;
   EXPECT_DOUBLE_EQ(counters.at("compile_s"), 1.5);
   EXPECT_NEAR(counters.at("rel_err"), 0.5 / 8.5, 1e-6);
+}
+
+TEST_F(ModelFileTest, AStepsFlopsAreItsMatmulsConvolutionsAndAttentionOnly) {
+  // A traced convolution (aten::_convolution, padding 1), a scripted one
+  // (stride 2, two groups), a matmul followed by element-wise ops, and
+  // fused attention: the FLOPs counted by hand, each 2 per multiply-add.
+  torch::jit::Module m("Mixed");
+  m.register_parameter("w1", torch::randn({4, 3, 3, 3}), false);
+  m.register_parameter("w2", torch::randn({6, 2, 2, 2}), false);
+  m.register_parameter("fc", torch::randn({96, 5}), false);
+  m.define(R"(
+def forward(self, x, q):
+    y = torch._convolution(x, self.w1, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, False, False, True, True)
+    z = torch.conv2d(y, self.w2, None, [2, 2], [0, 0], [1, 1], 2)
+    h = torch.mm(torch.flatten(z, 1), self.fc) * 2.0 + 1.0
+    a = torch.scaled_dot_product_attention(q, q, q)
+    return h, a
+)");
+  const std::string path = Path("mixed.pt");
+  m.save(path);
+  const std::vector<at::Tensor> inputs = {torch::randn({2, 3, 8, 8}),
+                                          torch::randn({1, 2, 5, 8})};
+  std::unique_ptr<Workload> w =
+      MakeModelFileWorkload(InspectModelFile(path).value(),
+                            SpecFor("Model", "mixed", "forward", 2), inputs, nullptr,
+                            /*count_flops=*/true);
+  const double conv1 = 2.0 * (2 * 4 * 8 * 8) * (3 * 3 * 3);  // outputs x (C_in k k)
+  const double conv2 = 2.0 * (2 * 6 * 4 * 4) * (2 * 2 * 2);  // C_in / groups = 2
+  const double mm = 2.0 * 2 * 96 * 5;
+  const double attention = 2.0 * (1 * 2 * 5) * 5 * (8 + 8);  // Q K^T and A V
+  EXPECT_DOUBLE_EQ(w->FlopsPerStep(), conv1 + conv2 + mm + attention);
 }
 
 TEST_F(ModelFileTest, FilesThatAreNotModelsSayWhatTheyAre) {
