@@ -60,19 +60,6 @@ def gives_filter(bench_args):
     return bool(filters and filters[-1])
 
 
-def require_filter(bench_args, tool):
-    """BadInput unless the bench arguments give a --benchmark_filter. The
-    tool runs each benchmark in its own bench process under a filter naming
-    it alone, and without a filter bench runs its default suite, whose CPU
-    shapes (batch:1/seq:64, ...) a filter does not select: every such run
-    would measure nothing, or other settings than the listing's."""
-    if not gives_filter(bench_args):
-        raise BadInput(f"give --benchmark_filter=REGEX (or --benchmark_filter=all): {tool} runs "
-                       "each benchmark in its own bench process under a filter naming it, and "
-                       "bench's default suite (no filter) has shapes and a minimum time that "
-                       "no filter selects")
-
-
 def exact_filter(name):
     """A --benchmark_filter that selects exactly this benchmark."""
     return "^" + "".join("\\" + c if c in REGEX_SPECIAL else c for c in name) + "$"

@@ -81,7 +81,7 @@ def run_member(bench, bench_args, member, names, spelled, timeout):
     process may take it once for each of its benchmarks."""
     skip = [m for m in spelled if m != member]
     limit = timeout * len(names)
-    with tempfile.TemporaryDirectory(prefix="ltb-sweep-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ltb-suite-") as tmp:
         out = os.path.join(tmp, "out.json")
         cmd = [bench, *without_skip(bench_args),
                *([f"--suite_skip={','.join(skip)}"] if skip else []),

@@ -245,8 +245,8 @@ def run_sweep(args, names, records):
 
 def run_suite(args, grouped, spelled, records):
     """The default suite's sweep: each member (Family/size) in its own bench
-    process, unless the journal has all its benchmarks (or, with
-    --retry-failed, all of them run)."""
+    process, unless the journal has all its benchmarks (with --retry-failed:
+    all of them, none failed)."""
     def wanted(name):
         return name not in records or (args.retry_failed and records[name]["status"] != "ok")
 
