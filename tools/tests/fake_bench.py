@@ -10,9 +10,18 @@ build: it lists and "runs" its benchmarks the way bench does, in a moment.
     Fake/sleep/cpu/step/fp32   sleeps FAKE_BENCH_SLEEP_S (default 60) seconds
                                first (for timeouts and interruptions)
 
-Flags: --benchmark_list_tests, --benchmark_filter=REGEX (default: all),
---benchmark_format=json, --benchmark_repetitions=N, --dtype=fp32 (another
-dtype is refused with exit 2, as bench does); others are ignored. The
+Without a filter it runs its default suite, as bench does, with names no
+filter given to it selects (shapes of its own): for each of ok, fast, error
+and kill (its members, Fake/ok ...), Fake/KIND/cpu/step/batch:1/fp32 and
+Fake/KIND/cpu/train/batch:1/fp32; --suite_skip=Fake/ok,... leaves members
+out (only without a filter; an unknown member or all of them is refused
+with exit 2, as bench does) and --list_families prints the family's suite.
+
+Flags: --benchmark_list_tests, --benchmark_filter=REGEX (empty or none: the
+default suite), --benchmark_format=json, --benchmark_out=FILE (written as
+bench writes it: the context first, each entry as it finishes),
+--benchmark_repetitions=N, --dtype=fp32 (another dtype is refused with exit
+2, as bench does); others are ignored. The
 context reports FAKE_BENCH_LIBTORCH and FAKE_BENCH_COMMIT, and a date and a
 load_avg of its own. Other builds: FAKE_BENCH_ONLY, a regex, hides the
 benchmarks it does not match; FAKE_BENCH_KILL, a regex, makes those it
@@ -45,6 +54,10 @@ import time
 KINDS = ("ok", "fast", "error", "kill", "sleep")
 NAMES = [f"Fake/{kind}/cpu/step/fp32/manual_time" for kind in KINDS
          if re.search(os.environ.get("FAKE_BENCH_ONLY", "."), f"Fake/{kind}/")]
+SUITE_KINDS = ("ok", "fast", "error", "kill")
+SUITE = [f"Fake/{kind}/cpu/{phase}/batch:1/fp32/manual_time" for kind in SUITE_KINDS
+         for phase in ("step", "train")
+         if re.search(os.environ.get("FAKE_BENCH_ONLY", "."), f"Fake/{kind}/")]
 
 
 def flag(argv, name, default=None):
@@ -61,7 +74,7 @@ def entry(name, rep, reps):
         os.environ.get("FAKE_BENCH_SLOWDOWN", "1")) * random.gauss(1, 0.002)
     if "/fast/" in name:
         ms /= 2
-    e = {"name": name, "family_index": NAMES.index(name), "per_family_instance_index": 0,
+    e = {"name": name, "family_index": (NAMES + SUITE).index(name), "per_family_instance_index": 0,
          "run_name": name, "run_type": "iteration", "repetitions": reps,
          "repetition_index": rep, "threads": 1, "iterations": 25, "real_time": ms,
          "cpu_time": ms, "time_unit": "ms", "samples/s": 1000 / ms}
@@ -81,23 +94,60 @@ def main(argv):
     if dtype != "fp32":
         print(f"bench: unknown --dtype '{dtype}' (valid: fp32)", file=sys.stderr)
         return 2
-    selected = [n for n in NAMES if re.search(flag(argv, "--benchmark_filter", "."), n)]
+    members = [f"Fake/{kind}" for kind in SUITE_KINDS]
+    if flag(argv, "--list_families"):
+        print(json.dumps({"default_suite_min_time": 6, "families": [
+            {"name": "Fake", "suite": [f"{kind}/" for kind in SUITE_KINDS]}]}))
+        return 0
+    chosen = flag(argv, "--benchmark_filter", "")
+    skip = [m for m in flag(argv, "--suite_skip", "").split(",") if m]
+    if chosen and skip:
+        print("bench: --suite_skip leaves members out of the default suite: it goes without "
+              "--benchmark_filter", file=sys.stderr)
+        return 2
+    for member in skip:
+        if member not in members:
+            print(f"bench: --suite_skip: {member} is not a member of the default suite; its "
+                  f"members: {', '.join(members)}", file=sys.stderr)
+            return 2
+    if len(set(skip)) == len(members):
+        print(f"bench: --suite_skip={','.join(skip)} leaves nothing of the default suite",
+              file=sys.stderr)
+        return 2
+    selected = ([n for n in NAMES if re.search(chosen, n)] if chosen else
+                [n for n in SUITE if "/".join(n.split("/")[:2]) not in skip])
     if flag(argv, "--benchmark_list_tests"):
         print("\n".join(selected))
         return 0
     reps = int(flag(argv, "--benchmark_repetitions", "1"))
+    context = {"date": datetime.datetime.now().isoformat(), "executable": sys.argv[0],
+               "num_cpus": 2, "load_avg": [random.random()], "library_build_type": "release",
+               "libtorch_version": os.environ.get("FAKE_BENCH_LIBTORCH", "2.9.0"),
+               "suite_commit": os.environ.get("FAKE_BENCH_COMMIT", "fa4e000")}
+    out = flag(argv, "--benchmark_out")
+    if out:
+        # As bench writes it: what a run killed halfway leaves is readable.
+        f = open(out, "w")
+        f.write('{\n  "context_at_start": ' + json.dumps(context) + ',\n  "benchmarks": [')
+        f.flush()
     benchmarks = []
     for name in selected:
         if "/kill/" in name or re.search(os.environ.get("FAKE_BENCH_KILL", "^$"), name):
             os.kill(os.getpid(), signal.SIGKILL)
         if "/sleep/" in name:
             time.sleep(float(os.environ.get("FAKE_BENCH_SLEEP_S", "60")))
-        benchmarks += [entry(name, rep, reps) for rep in range(reps)]
-    context = {"date": datetime.datetime.now().isoformat(), "executable": sys.argv[0],
-               "num_cpus": 2, "load_avg": [random.random()], "library_build_type": "release",
-               "libtorch_version": os.environ.get("FAKE_BENCH_LIBTORCH", "2.9.0"),
-               "suite_commit": os.environ.get("FAKE_BENCH_COMMIT", "fa4e000")}
-    print(json.dumps({"context": context, "benchmarks": benchmarks}, indent=2))
+        runs = [entry(name, rep, reps) for rep in range(reps)]
+        if out:
+            f.write(("," if benchmarks else "") + "\n    "
+                    + ",\n    ".join(json.dumps(e) for e in runs))
+            f.flush()
+        benchmarks += runs
+    if out:
+        f.write('\n  ],\n  "context": ' + json.dumps(context) + "\n}\n")
+        f.close()
+        print("\n".join(e["name"] for e in benchmarks))
+    else:
+        print(json.dumps({"context": context, "benchmarks": benchmarks}, indent=2))
     return 0
 
 

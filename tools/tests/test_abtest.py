@@ -179,6 +179,43 @@ class FakeAbtestTest(AbtestRunner, ToolTest):
         self.assertComparePyReads(self.out["base"], self.out["head"], "Repetitions: 4 vs 4",
                                   f"{OK}_median")
 
+    def test_the_default_suite_takes_turns_a_member_a_process(self):
+        # Without a filter: bench's default suite, whose shapes no filter
+        # selects, a member (Family/size) a run; Fake/error only on the head.
+        base = fake_bench(os.path.join(self.tmp, "A"), FAKE_BENCH_ID="A", FAKE_BENCH_LOG=self.log,
+                          FAKE_BENCH_ONLY="Fake/(ok|fast)/")
+        head = fake_bench(os.path.join(self.tmp, "B"), FAKE_BENCH_ID="B", FAKE_BENCH_LOG=self.log,
+                          FAKE_BENCH_ONLY="Fake/(ok|fast|error)/")
+        proc = self.abtest("--rounds", "2", "--no-gate", base=base, head=head)
+        self.assertExit(proc, 0)
+        runs = []
+        with open(self.log) as f:
+            for call in map(json.loads, f):
+                if "--benchmark_list_tests" in call or "--list_families" in call:
+                    continue
+                self.assertFalse([a for a in call if a.startswith(
+                    ("--benchmark_filter", "--benchmark_min_time"))], call)
+                self.assertIn("--benchmark_repetitions=1", call)
+                runs += [(call[0], a.split("=", 1)[1]) for a in call
+                         if a.startswith("--suite_skip=")]
+        but = {m: ",".join(o for o in ("Fake/ok", "Fake/fast", "Fake/error", "Fake/kill")
+                           if o != m) for m in ("Fake/ok", "Fake/fast", "Fake/error")}
+        self.assertEqual(runs, [("A", but["Fake/ok"]), ("B", but["Fake/ok"]),
+                                ("B", but["Fake/ok"]), ("A", but["Fake/ok"]),
+                                ("B", but["Fake/fast"]), ("A", but["Fake/fast"]),
+                                ("A", but["Fake/fast"]), ("B", but["Fake/fast"]),
+                                ("B", but["Fake/error"]), ("B", but["Fake/error"])])
+        suite = [f"Fake/{kind}/cpu/{phase}/batch:1/fp32/manual_time"
+                 for kind in ("ok", "fast", "error") for phase in ("step", "train")]
+        for side, names in (("base", suite[:4]), ("head", suite)):
+            doc = self.result(side)
+            self.assertIn("each Family/size of bench's default suite in its own bench process",
+                          doc["context"]["abtest"])
+            reps = [e for e in doc["benchmarks"] if e["run_type"] == "iteration"]
+            self.assertEqual([e["name"] for e in reps], [n for n in names for _ in range(2)])
+            self.assertEqual([e["repetition_index"] for e in reps], [0, 1] * len(names))
+        self.assertIn(f"[1/3] Fake/ok round 2/2 base: {suite[0]} ", proc.stderr)
+
     def test_the_gate_decides(self):
         proc = self.abtest("--rounds", "5", "--benchmark_filter=Fake/ok")
         self.assertExit(proc, 0)
@@ -271,11 +308,10 @@ class FakeAbtestTest(AbtestRunner, ToolTest):
             (("--benchmark_filter=Nothing",), "the bench arguments select no benchmark"),
             (("--benchmark_filter=Fake/ok", "--thresholds", os.path.join(self.tmp, "none")),
              "cannot read"),
-            # Without a filter bench runs its default suite, whose CPU shapes
-            # no filter naming one benchmark selects.
-            ((), "give --benchmark_filter=REGEX (or --benchmark_filter=all): abtest runs each "
-                 "benchmark in its own bench process"),
-            (("--benchmark_filter=",), "give --benchmark_filter=REGEX"),
+            (("--suite_skip=Fake/nope",),
+             f"--base {self.base}: bench refused the arguments (exit 2): bench: --suite_skip: "
+             "Fake/nope is not a member of the default suite; its members: Fake/ok, "
+             "Fake/fast, Fake/error, Fake/kill"),
         ]
         for args, message in cases:
             proc = self.abtest(*args)

@@ -16,6 +16,10 @@ FAST = ["--benchmark_min_time=0.01", "--warmup_s=0"]
 OK, SLOW, ABORT, KILL = (selftest(k) for k in ("ok", "slow", "abort", "kill"))
 FAKE_OK, FAKE_KILL, FAKE_ERROR = (f"Fake/{k}/cpu/step/fp32/manual_time"
                                   for k in ("ok", "kill", "error"))
+# The fake bench's default suite, in its order: shapes no filter selects.
+FAKE_MEMBERS = ["Fake/ok", "Fake/fast", "Fake/error", "Fake/kill"]
+FAKE_SUITE = [f"{m}/cpu/{phase}/batch:1/fp32/manual_time"
+              for m in FAKE_MEMBERS for phase in ("step", "train")]
 
 
 class SweepRunner:
@@ -273,15 +277,14 @@ class FakeSweepTest(SweepRunner, ToolTest):
         self.assertExit(proc, 2)
         self.assertIn("bench refused the arguments (exit 2): bench: unknown --dtype 'fp99'",
                       proc.stderr)
-        # Without a filter bench runs its default suite, whose CPU shapes no
-        # filter naming one benchmark selects: every run would measure nothing.
-        for args in ((), ("--benchmark_filter=",),
-                     ("--benchmark_filter=Fake", "--benchmark_filter=")):
-            proc = self.sweep(*args, journal="nofilter.jsonl")
-            self.assertExit(proc, 2)
-            self.assertIn("give --benchmark_filter=REGEX (or --benchmark_filter=all): sweep runs "
-                          "each benchmark in its own bench process", proc.stderr)
-            self.assertFalse(os.path.exists(os.path.join(self.tmp, "nofilter.jsonl")))
+        # The default suite's members are bench's: one it does not have is
+        # refused before anything runs, with the valid ones.
+        proc = self.sweep("--suite_skip=Fake/nope", journal="skip.jsonl")
+        self.assertExit(proc, 2)
+        self.assertIn("bench refused the arguments (exit 2): bench: --suite_skip: Fake/nope is "
+                      "not a member of the default suite; its members: Fake/ok, Fake/fast, "
+                      "Fake/error, Fake/kill", proc.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "skip.jsonl")))
         proc = self.sweep("--benchmark_filter=Nothing")
         self.assertExit(proc, 2)
         self.assertIn("the bench arguments select no benchmark", proc.stderr)
@@ -318,6 +321,132 @@ class FakeSweepTest(SweepRunner, ToolTest):
                          "3 benchmarks, each in its own bench process; 1 failed, 1 errored")
         proc = self.sweep("--benchmark_filter=Fake/ok", journal="ok.jsonl")
         self.assertIn("merged 1 benchmarks (0 failed) into", proc.stderr)
+
+
+class FakeSuiteSweepTest(SweepRunner, ToolTest):
+    """The sweep of bench's default suite (no filter), a member at a time,
+    with fake_bench.py as bench."""
+
+    def setUp(self):
+        super().setUp()
+        self.log = os.path.join(self.tmp, "runs.log")
+        # Fake/ok's train dies after its step has reported: the step is kept.
+        self.bench = fake_bench(os.path.join(self.tmp, "bench"), FAKE_BENCH_LOG=self.log,
+                                FAKE_BENCH_KILL="^Fake/ok/cpu/train/")
+
+    def runs(self):
+        """The --suite_skip of each bench process that ran benchmarks, in
+        order, after checking that it ran them as the default suite does:
+        without a filter or a minimum time of its own."""
+        skips = []
+        with open(self.log) as f:
+            for line in f:
+                argv = json.loads(line)[1:]
+                if "--benchmark_list_tests" in argv or "--list_families" in argv:
+                    continue
+                self.assertFalse([a for a in argv if a.startswith(
+                    ("--benchmark_filter", "--benchmark_min_time"))], argv)
+                skips.append([a.split("=", 1)[1] for a in argv
+                              if a.startswith("--suite_skip=")])
+        os.remove(self.log)
+        return skips
+
+    def test_each_member_runs_in_its_own_process_with_the_suites_names(self):
+        proc = self.sweep()
+        self.assertExit(proc, 0)
+        self.assertEqual(self.runs(), [[",".join(m for m in FAKE_MEMBERS if m != member)]
+                                       for member in FAKE_MEMBERS])
+        doc = self.merged(proc.stdout.strip())
+        self.assertEqual([e["name"] for e in doc["benchmarks"]], FAKE_SUITE)
+        self.assertEqual(doc["context"]["sweep"],
+                         "8 benchmarks of bench's default suite, each Family/size in its own "
+                         "bench process; 3 failed, 2 errored")
+        entries = self.by_name(doc)
+        ok_step, ok_train, _, _, error_step, _, kill_step, kill_train = FAKE_SUITE
+        for name in FAKE_SUITE[2:4] + [ok_step]:
+            self.assertFalse(entries[name].get("error_occurred"), name)
+            self.assertGreater(entries[name]["real_time"], 0)
+        self.assertEqual(entries[error_step]["error_message"], "no such device: fake")
+        # A crash loses what of its member had not reported, each saying why.
+        for name, member in ((ok_train, "Fake/ok"), (kill_step, "Fake/kill"),
+                             (kill_train, "Fake/kill")):
+            self.assertTrue(entries[name]["error_occurred"])
+            self.assertEqual(entries[name]["error_message"],
+                             "bench was killed by SIGKILL (out of memory?), in the bench process "
+                             f"of {member}, before this benchmark reported")
+        self.assertEqual(self.journal_names(), FAKE_SUITE)
+        self.assertIn("[8/8] Fake/kill/cpu/train/batch:1/fp32/manual_time: FAILED", proc.stderr)
+        self.assertComparePyReads(proc.stdout.strip(), proc.stdout.strip(), ok_step)
+
+        # Resuming runs no member whose benchmarks are all in the journal;
+        # --retry-failed runs those with a failed one again, whole.
+        proc = self.sweep()
+        self.assertExit(proc, 0)
+        self.assertEqual(self.runs(), [])
+        self.assertIn("sweep: 4 of 4 Family/size of the default suite (8 of 8 benchmarks) "
+                      "already in",
+                      proc.stderr)
+        proc = self.sweep("--retry-failed")
+        self.assertExit(proc, 0)
+        self.assertEqual(self.runs(), [["Fake/fast,Fake/error,Fake/kill"],
+                                       ["Fake/ok,Fake/fast,Fake/error"]])
+        self.assertEqual(self.journal_names(), FAKE_SUITE + [ok_step, ok_train, kill_step,
+                                                             kill_train])
+        # A member that a killed sweep left half in the journal runs again.
+        lines = self.journal_lines()[:len(FAKE_SUITE)]  # the header, all but the last
+        self.write("j.jsonl", "".join(json.dumps(line) + "\n" for line in lines))
+        proc = self.sweep()
+        self.assertExit(proc, 0)
+        self.assertEqual(self.runs(), [["Fake/ok,Fake/fast,Fake/error"]])
+        self.assertIn("sweep: 3 of 4 Family/size of the default suite (6 of 8 benchmarks) "
+                      "already in",
+                      proc.stderr)
+        proc = self.sweep("--merge-only")
+        self.assertExit(proc, 0)
+        self.assertIn("of bench's default suite", self.merged(proc.stdout.strip())["context"]["sweep"])
+
+    def test_the_users_suite_skip_is_kept(self):
+        for args in (("--suite_skip=Fake/kill,Fake/error",),
+                     ("--benchmark_filter=", "--suite_skip=Fake/kill,Fake/error")):
+            proc = self.sweep(*args, journal=f"j{len(args)}.jsonl")
+            self.assertExit(proc, 0)
+            self.assertEqual(self.runs(), [["Fake/fast,Fake/error,Fake/kill"],
+                                           ["Fake/ok,Fake/error,Fake/kill"]])
+            self.assertEqual([e["name"] for e in self.merged(proc.stdout.strip())["benchmarks"]],
+                             FAKE_SUITE[:4])
+
+    def test_a_member_that_takes_too_long_is_stopped(self):
+        # Its limit is --timeout for each of its benchmarks.
+        slow = fake_bench(os.path.join(self.tmp, "slow"), FAKE_BENCH_ONLY="Fake/ok/")
+        wrapper = self.write("sleepy", f'#!/bin/sh\ncase "$*" in *benchmark_out*) sleep 30;; '
+                                       f'esac\nexec {slow} "$@"\n')
+        os.chmod(wrapper, 0o755)
+        proc = self.sweep("--timeout", "0.5", bench=wrapper)
+        self.assertExit(proc, 0)
+        entries = self.by_name(self.merged(proc.stdout.strip()))
+        self.assertEqual(sorted(entries), FAKE_SUITE[:2])
+        for entry in entries.values():
+            self.assertEqual(entry["error_message"], "timed out after 1 s, in the bench process "
+                             "of Fake/ok, before this benchmark reported")
+
+
+class SuiteGroupsTest(RealBenchTest):
+    """The default suite's members as the real bench spells them: running
+    each with --suite_skip naming every other member lists exactly its
+    benchmarks of the default suite's listing (listing only: nothing runs)."""
+
+    def test_each_member_alone_lists_its_benchmarks(self):
+        from ltb.bench_process.bench import list_benchmarks
+        from ltb.bench_process.suite import groups
+        grouped, spelled = groups(self.bench, [])
+        self.assertIn("Ops/matmul", spelled)
+        self.assertIn("GPT2/small", grouped)
+        self.assertEqual([n for names in grouped.values() for n in names],
+                         list_benchmarks(self.bench, []))
+        for member, names in grouped.items():
+            skip = ",".join(m for m in spelled if m != member)
+            self.assertEqual(list_benchmarks(self.bench, [f"--suite_skip={skip}"]), names,
+                             member)
 
 
 if __name__ == "__main__":

@@ -53,18 +53,11 @@ def split_bench_args(parser, argv, own_flags):
     return args, bench_args
 
 
-def require_filter(bench_args, tool):
-    """BadInput unless the bench arguments give a --benchmark_filter. The
-    tool runs each benchmark in its own bench process under a filter naming
-    it alone, and without a filter bench runs its default suite, whose CPU
-    shapes (batch:1/seq:64, ...) a filter does not select: every such run
-    would measure nothing, or other settings than the listing's."""
+def gives_filter(bench_args):
+    """Whether the bench arguments give a --benchmark_filter: bench takes the
+    last, and without one (or with an empty one) runs its default suite."""
     filters = [a.split("=", 1)[1] for a in bench_args if a.startswith("--benchmark_filter=")]
-    if not filters or not filters[-1]:
-        raise BadInput(f"give --benchmark_filter=REGEX (or --benchmark_filter=all): {tool} runs "
-                       "each benchmark in its own bench process under a filter naming it, and "
-                       "bench's default suite (no filter) has shapes and a minimum time that "
-                       "no filter selects")
+    return bool(filters and filters[-1])
 
 
 def exact_filter(name):
@@ -106,13 +99,9 @@ def describe_exit(code):
     return f"bench exited with code {code}"
 
 
-def run_benchmark(bench, bench_args, name, timeout):
-    """Runs one benchmark in its own bench process: bench_args without their
-    filter, and a filter naming only it. Returns a record: name, seconds, and
-    either status 'ok', the run's context and its benchmarks, or status
-    'failed', error (why, with bench's last words) and stderr."""
-    cmd = [bench, *[a for a in bench_args if not a.startswith("--benchmark_filter=")],
-           f"--benchmark_filter={exact_filter(name)}", "--benchmark_format=json"]
+def run_process(cmd, timeout):
+    """Runs a bench command in its own session, killed with its children
+    after timeout seconds: (why it failed or None, stdout, stderr, seconds)."""
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -127,7 +116,26 @@ def run_benchmark(bench, bench_args, name, timeout):
         kill(proc)
         proc.wait()
         raise
-    record = {"name": name, "seconds": round(time.monotonic() - start, 3)}
+    return error, out, err, round(time.monotonic() - start, 3)
+
+
+def failed_record(name, seconds, error, err):
+    """The record of a benchmark that did not report: why, with bench's last
+    words on stderr."""
+    tail = last_lines(err, 1)
+    return {"name": name, "seconds": seconds, "status": "failed",
+            "error": error + (f": {tail}" if tail else ""), "stderr": last_lines(err, 20)}
+
+
+def run_benchmark(bench, bench_args, name, timeout):
+    """Runs one benchmark in its own bench process: bench_args without their
+    filter, and a filter naming only it. Returns a record: name, seconds, and
+    either status 'ok', the run's context and its benchmarks, or status
+    'failed', error (why, with bench's last words) and stderr."""
+    cmd = [bench, *[a for a in bench_args if not a.startswith("--benchmark_filter=")],
+           f"--benchmark_filter={exact_filter(name)}", "--benchmark_format=json"]
+    error, out, err, seconds = run_process(cmd, timeout)
+    record = {"name": name, "seconds": seconds}
     if error is None:
         try:
             doc = json.loads(out)
@@ -138,9 +146,7 @@ def run_benchmark(bench, bench_args, name, timeout):
         except (json.JSONDecodeError, KeyError, AttributeError, TypeError):
             error = "bench printed no valid JSON"
     if error is not None:
-        tail = last_lines(err, 1)
-        record.update(status="failed", error=error + (f": {tail}" if tail else ""),
-                      stderr=last_lines(err, 20))
+        record.update(failed_record(name, seconds, error, err))
     return record
 
 

@@ -33,10 +33,16 @@ benchmark. With --no-gate the two paths are printed. 2 on bad input (a
 binary that is not there, arguments bench refuses, nothing selected), 130
 when interrupted, with the files written with the runs done so far.
 
+Without --benchmark_filter it compares bench's default suite, whose CPU
+shapes and minimum time (6 s) no filter reproduces: a run is then one member
+of the suite (Family/size, as --suite_skip spells it: GPT2/small,
+Ops/matmul) on one binary, without a filter and with --suite_skip naming
+every other member that binary has; its benchmarks take their turns
+together, and a crash loses what of them had not reported (errored
+repetitions); a run may take --timeout once for each of its benchmarks.
+
 The binaries default to build/bench/bench (in $LTB_BUILD_DIR when set).
-Every other argument goes to bench, and --benchmark_filter is needed: bench's
-default suite (no filter) has CPU shapes and a minimum time that no filter
-selects; --benchmark_repetitions (use --rounds),
+Every other argument goes to bench; --benchmark_repetitions (use --rounds),
 --benchmark_out, --benchmark_format, --benchmark_list_tests and the
 aggregates-only flags are abtest's own. Use 5 or more rounds: with fewer the
 gate's U test can call nothing significant.
@@ -54,10 +60,11 @@ from ltb.gate.options import add_gate_arguments, load_thresholds
 from ltb.results.entries import TIME_UNITS, failed, failure, seconds
 from ltb.results.format import format_seconds
 from ltb.results.records import in_family, record_entries, split_contexts
-from ltb.bench_process.bench import (Interrupted, check_bench, default_bench, list_benchmarks,
-                               raise_on_sigterm, require_filter, run_benchmark,
-                               split_bench_args)
+from ltb.bench_process.bench import (Interrupted, check_bench, default_bench, gives_filter,
+                                     list_benchmarks, raise_on_sigterm, run_benchmark,
+                                     split_bench_args)
 from ltb.bench_process.progress import Progress
+from ltb.bench_process.suite import groups as suite_groups, run_member
 
 SIDES = ("base", "head")
 OWN_FLAGS = dict(
@@ -138,11 +145,33 @@ def benchmarks(args):
     return list(found.items())
 
 
+def suite_members(args):
+    """The default suite on each binary, a member at a time: (the runs'
+    plan, (member, sides that have it), and the benchmarks' plan, (name,
+    sides), both the base's in its order, then the head's own), and
+    args.suite, side -> (member -> that side's names, its members), what a
+    run of a member on a side needs."""
+    args.suite = {}
+    found, names = collections.OrderedDict(), collections.OrderedDict()
+    for side in SIDES:
+        try:
+            check_bench(args.bench[side], f"--{side}")
+            grouped, spelled = suite_groups(args.bench[side], args.bench_args)
+        except BadInput as e:
+            raise BadInput(f"--{side} {args.bench[side]}: {e}")
+        args.suite[side] = (grouped, spelled)
+        for member, its in grouped.items():
+            found.setdefault(member, []).append(side)
+            for name in its:
+                names.setdefault(name, []).append(side)
+    return list(found.items()), list(names.items())
+
+
 def schedule(plan, rounds):
     """(benchmark index, name, round, side) of every run, in order: each
-    benchmark's rounds one after another, every side that has it in each
-    round, the side that goes first alternating from round to round and
-    from one benchmark to the next."""
+    benchmark's (or default suite member's) rounds one after another, every
+    side that has it in each round, the side that goes first alternating
+    from round to round and from one benchmark to the next."""
     for index, (name, sides) in enumerate(plan):
         for r in range(rounds):
             order = sides if (index + r) % 2 == 0 else sides[::-1]
@@ -226,27 +255,42 @@ def describe(record):
     return ", ".join(parts)
 
 
+def run_once(args, unit, side):
+    """The records of one run on one side: of a benchmark, or, in the
+    default suite, of each benchmark of a member."""
+    bench_args = args.bench_args + ["--benchmark_repetitions=1"]
+    if args.suite is None:
+        return [run_benchmark(args.bench[side], bench_args, unit, args.timeout)]
+    grouped, spelled = args.suite[side]
+    return run_member(args.bench[side], bench_args, unit, grouped[unit], spelled, args.timeout)
+
+
 def run_all(args, plan, records):
     """Runs the schedule, collecting each run's record in records (side ->
     benchmark name -> records, in round order) as it finishes."""
     runs = list(schedule(plan, args.rounds))
     progress = Progress(len(runs))
-    for index, name, r, side in runs:
-        record = run_benchmark(args.bench[side], args.bench_args + [
-            "--benchmark_repetitions=1"], name, args.timeout)
-        records[side].setdefault(name, []).append(record)
-        print(f"[{index + 1}/{len(plan)}] {name} round {r + 1}/{args.rounds} {side}: "
-              f"{describe(record)}; {progress.step(record['seconds'])}",
-              file=sys.stderr, flush=True)
+    for index, unit, r, side in runs:
+        found = run_once(args, unit, side)
+        for record in found:
+            records[side].setdefault(record["name"], []).append(record)
+        told = "; ".join(describe(record) if args.suite is None
+                         else f"{record['name']} {describe(record)}" for record in found)
+        print(f"[{index + 1}/{len(plan)}] {unit} round {r + 1}/{args.rounds} {side}: "
+              f"{told}; {progress.step(found[0]['seconds'])}", file=sys.stderr, flush=True)
+
 
 def abtest_main():
     args = parse_args(sys.argv[1:])
-    require_filter(args.bench_args, "abtest")
     if not args.no_gate:
         require("scipy")
     if args.thresholds:
         load_thresholds(args.thresholds)  # a bad file stops before the runs
-    plan = benchmarks(args)
+    args.suite = None
+    if gives_filter(args.bench_args):
+        plan = names = benchmarks(args)
+    else:
+        plan, names = suite_members(args)
     records = {side: {} for side in SIDES}
 
     def write(complete):
@@ -254,8 +298,9 @@ def abtest_main():
             note = (f"{side} {args.bench[side]} against {other} {args.bench[other]}: "
                     f"{args.rounds} interleaved rounds"
                     + ("" if complete else " (interrupted)")
-                    + ", each run in its own bench process")
-            write_json(args.out[side], assemble(plan, records[side], note))
+                    + (", each run in its own bench process" if args.suite is None else
+                       ", each Family/size of bench's default suite in its own bench process"))
+            write_json(args.out[side], assemble(names, records[side], note))
 
     raise_on_sigterm()
     try:

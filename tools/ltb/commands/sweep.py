@@ -11,15 +11,24 @@ loses that benchmark alone. Each result is appended to a journal (JSON
 lines) as it finishes, with progress on stderr: done/total, elapsed time,
 estimated time left.
 
+Without --benchmark_filter it sweeps bench's default suite, whose CPU
+shapes and minimum time (6 s) no filter reproduces: it runs each member of
+the suite (Family/size, as bench's --suite_skip spells it: GPT2/small,
+Ops/matmul) in its own bench process, without a filter and with
+--suite_skip naming every other member. A crash then loses what had not
+reported of that member's benchmarks, each recorded as failed; the process
+may take --timeout once for each of its benchmarks.
+
 Running the same sweep again resumes: benchmarks already in the journal are
-not run again (--retry-failed runs the failed ones again, --fresh starts
-over). The journal is results/sweep-KEY.jsonl, KEY a hash of the bench path
-and arguments, unless --journal names one. Its first line records the sweep:
-the bench path, the arguments and the sha256 of the binary; each result
-carries the context its run reported (libtorch_version, suite_commit, ...).
-Resuming with a binary whose sha256 differs (a rebuild) is refused, naming
-both builds, since its results would be merged with the other's: --fresh
-starts over.
+not run again, nor a member of the default suite whose benchmarks all are
+(--retry-failed runs the failed ones, or the members with a failed one,
+again; --fresh starts over). The journal is results/sweep-KEY.jsonl, KEY a
+hash of the bench path and arguments, unless --journal names one. Its first
+line records the sweep: the bench path, the arguments and the sha256 of the
+binary; each result carries the context its run reported (libtorch_version,
+suite_commit, ...). Resuming with a binary whose sha256 differs (a rebuild)
+is refused, naming both builds, since its results would be merged with the
+other's: --fresh starts over.
 
 At the end, or with --merge-only at any time, the journal is merged into one
 Google Benchmark JSON (--out, default the journal's name with .json) with
@@ -30,9 +39,7 @@ context has of its own (date, load_avg, a measured peak) is kept in that
 run's entries, under "context". Its path is printed on stdout.
 
 bench is build/bench/bench (in $LTB_BUILD_DIR when set) unless --bench names
-another. Every other argument goes to bench, and --benchmark_filter is
-needed: bench's default suite (no filter) has CPU shapes and a minimum time
-that no filter selects; --benchmark_out,
+another. Every other argument goes to bench; --benchmark_out,
 --benchmark_format and --benchmark_list_tests are the sweep's own.
 Exit 0 when the sweep finished (failed benchmarks are listed, not a
 verdict), 2 on bad input (bench refuses the arguments, nothing selected, a
@@ -48,10 +55,11 @@ import sys
 from ltb.base import EXIT_INTERRUPTED, REPO, BadInput, run, sha256_file, write_json
 from ltb.results.entries import failed as failed_entry
 from ltb.results.records import in_family, record_entries, split_contexts
-from ltb.bench_process.bench import (Interrupted, check_bench, default_bench, list_benchmarks,
-                               raise_on_sigterm, require_filter, run_benchmark,
-                               split_bench_args)
+from ltb.bench_process.bench import (Interrupted, check_bench, default_bench, gives_filter,
+                                     list_benchmarks, raise_on_sigterm, run_benchmark,
+                                     split_bench_args)
 from ltb.bench_process.progress import Progress
+from ltb.bench_process.suite import groups as suite_groups, run_member
 
 OWN_FLAGS = {flag: "use --out for the merged JSON" for flag in (
     "--benchmark_out", "--benchmark_out_format", "--benchmark_format", "--benchmark_list_tests")}
@@ -194,11 +202,11 @@ def outcome(record):
     return f"error: {errored[0]}" if errored else "ok"
 
 
-def merge(names, records, sha256):
+def merge(names, records, sha256, suite=False):
     """One Google Benchmark JSON of the records of these benchmarks: the
     context every run shares at the top (with the binary's sha256), what a
     run's context has of its own in its entries, failures as errored
-    entries."""
+    entries. suite: they are the default suite's, run a member at a time."""
     context, own = split_contexts([records[n] for n in names])
     entries = []
     for index, name in enumerate(names):
@@ -212,8 +220,9 @@ def merge(names, records, sha256):
     if sha256:
         context["bench_sha256"] = sha256
     outcome = f"{failed} failed" + (f", {errored} errored" if errored else "")
-    context["sweep"] = (f"{len(names)} benchmarks, each in its own bench process; "
-                        f"{outcome}")
+    how = (" of bench's default suite, each Family/size in its own bench process" if suite
+           else ", each in its own bench process")
+    context["sweep"] = f"{len(names)} benchmarks{how}; {outcome}"
     return {"context": context, "benchmarks": entries}, outcome
 
 
@@ -234,6 +243,33 @@ def run_sweep(args, names, records):
         print(f"[{done}/{len(names)}] {outcome(record)} in {record['seconds']:.1f} s; "
               f"{progress.step(record['seconds'])}", file=sys.stderr, flush=True)
 
+def run_suite(args, grouped, spelled, records):
+    """The default suite's sweep: each member (Family/size) in its own bench
+    process, unless the journal has all its benchmarks (with --retry-failed:
+    all of them, none failed)."""
+    def wanted(name):
+        return name not in records or (args.retry_failed and records[name]["status"] != "ok")
+
+    todo = [(m, names) for m, names in grouped.items() if any(wanted(n) for n in names)]
+    total = sum(len(names) for names in grouped.values())
+    done = total - sum(len(names) for _, names in todo)
+    if done:
+        print(f"sweep: {len(grouped) - len(todo)} of {len(grouped)} Family/size of the default "
+              f"suite ({done} of {total} benchmarks) already in {args.journal}", file=sys.stderr)
+    progress = Progress(len(todo))
+    for member, names in todo:
+        print(f"[{done + 1}-{done + len(names)}/{total}] {member}: {len(names)} benchmarks "
+              "in one bench process ...", file=sys.stderr, flush=True)
+        found = run_member(args.bench, args.bench_args, member, names, spelled, args.timeout)
+        for record in found:
+            append(args.journal, record)
+            records[record["name"]] = record
+            done += 1
+            print(f"[{done}/{total}] {record['name']}: {outcome(record)}", file=sys.stderr)
+        print(f"{member} in {found[0]['seconds']:.1f} s; {progress.step(found[0]['seconds'])}",
+              file=sys.stderr, flush=True)
+
+
 def sweep_main():
     args = parse_args(sys.argv[1:])
     if args.merge_only:
@@ -241,25 +277,32 @@ def sweep_main():
         names = list(records)
         if not names:
             raise BadInput(f"{args.journal}: no benchmark recorded")
+        suite = not gives_filter((header or {}).get("args", args.bench_args))
     else:
-        require_filter(args.bench_args, "sweep")
         check_bench(args.bench, "--bench")
-        names = list_benchmarks(args.bench, args.bench_args)
+        suite = not gives_filter(args.bench_args)
+        if suite:
+            grouped, spelled = suite_groups(args.bench, args.bench_args)
+            names = [n for member in grouped.values() for n in member]
+        else:
+            names = list_benchmarks(args.bench, args.bench_args)
         header = {"sha256": sha256_file(args.bench)}
         records = open_journal(args, header["sha256"])
         raise_on_sigterm()
         try:
-            run_sweep(args, names, records)
+            if suite:
+                run_suite(args, grouped, spelled, records)
+            else:
+                run_sweep(args, names, records)
         except (Interrupted, KeyboardInterrupt):
             print(f"sweep: interrupted; {args.journal} keeps what finished: run the same "
                   "command again to resume", file=sys.stderr)
             return EXIT_INTERRUPTED
-    doc, outcome = merge(names, records, (header or {}).get("sha256"))
+    doc, outcome = merge(names, records, (header or {}).get("sha256"), suite)
     write_json(args.out, doc)
     print(f"sweep: merged {len(names)} benchmarks ({outcome}) into {args.out}",
           file=sys.stderr)
     print(args.out)
-
 
 
 def main():
