@@ -11,9 +11,11 @@ contexts, and a step slowed four times over showing as slower.
 import json
 import math
 import os
+import platform
 import re
 import subprocess
 import sys
+import tempfile
 import unittest
 import unittest.mock
 
@@ -1307,6 +1309,58 @@ class SyncFlagTest(unittest.TestCase):
         code, stderr = pybench_in_process("--sync=maybe", "--benchmark_list_tests")
         self.assertEqual(code, 2, stderr)
         self.assertIn("--sync=maybe: valid: true, false", stderr)
+
+
+class NativeArithmeticTest(unittest.TestCase):
+    """A half dtype the CPU has no arithmetic for has no peak and no mfu,
+    with bench's reason (lib/peaks/peaks.cc), rather than an mfu against
+    LibTorch's own fp32-converting matmul."""
+
+    def test_which_dtypes_have_a_cpu_peak(self):
+        from ltb.pysuite import peaks
+        if platform.machine().lower() not in ("x86_64", "amd64"):
+            self.skipTest("bench's peak loops are x86's")
+        zen4 = {"avx2", "avx512f", "avx512_bf16"}
+        sapphire = {"avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"}
+        with unittest.mock.patch.dict(os.environ, {}, clear=False):
+            os.environ.pop("LTB_MAX_CPU_ISA", None)
+            os.environ.pop("ATEN_CPU_CAPABILITY", None)
+            self.assertTrue(peaks.native_cpu_arithmetic("fp32", {"avx2"}))
+            self.assertFalse(peaks.native_cpu_arithmetic("bf16", {"avx2", "fma"}))
+            self.assertTrue(peaks.native_cpu_arithmetic("bf16", zen4))
+            self.assertFalse(peaks.native_cpu_arithmetic("fp16", zen4))
+            self.assertTrue(peaks.native_cpu_arithmetic("fp16", sapphire))
+            # An older CPU simulated: bench's loops for bf16 and fp16 are off.
+            for var in ("LTB_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY"):
+                with unittest.mock.patch.dict(os.environ, {var: "avx512"}):
+                    self.assertFalse(peaks.native_cpu_arithmetic("bf16", sapphire), var)
+                    self.assertTrue(peaks.native_cpu_arithmetic("fp32", sapphire), var)
+
+    def test_no_peak_leaves_mfu_out_with_the_reason(self):
+        from ltb.pysuite import peaks
+        with unittest.mock.patch.object(peaks, "native_cpu_arithmetic",
+                                        lambda dtype, flags=None: dtype == "fp32"):
+            out = os.path.join(self.tmp.name, "py.json")
+            code, stderr = pybench_in_process(
+                "--benchmark_filter=^GPT2/nano/cpu/forward/", "--batch=1", "--seq=8",
+                "--dtype=fp16", "--benchmark_min_time=0.01", "--warmup_s=0",
+                f"--benchmark_out={out}")
+        self.assertEqual(code, 0, stderr)
+        with open(out) as f:
+            doc = json.load(f)
+        [entry] = doc["benchmarks"]
+        reason = ("this CPU has no native fp16 arithmetic (LibTorch converts it to fp32), "
+                  "so no mfu is reported for it")
+        self.assertNotIn("mfu", entry)
+        self.assertEqual(entry["label"], "mfu left out: " + reason)
+        self.assertEqual(doc["context"]["peak_flops_cpu_fp16"], "none: " + reason)
+        # Read back as bench's peaks (--peaks_from): none, with its reason.
+        args = unittest.mock.Mock(peak_bandwidth=None, peak_flops=None, peaks_from=out)
+        self.assertEqual(peaks.peak_flops(args)[("cpu", "fp16")], (0.0, "none: " + reason))
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
 
 
 class Tf32OverrideTest(unittest.TestCase):

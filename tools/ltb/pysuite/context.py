@@ -164,6 +164,8 @@ def peak_entries(peaks):
     for (kind, dtype), (value, how) in sorted(peaks.items()):
         if dtype == "bandwidth":
             c[f"peak_bandwidth_{kind}"] = f"{value:.4g} bytes/s ({how})"
+        elif value <= 0:  # none, and why, in bench's words
+            c[f"peak_flops_{kind}_{dtype}"] = how
         else:
             c[f"peak_flops_{kind}_{dtype}"] = f"{value:.4g} FLOP/s ({how})"
     return c

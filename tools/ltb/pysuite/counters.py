@@ -118,6 +118,9 @@ def entry(spec, reps, index, iterations, seconds, steps, workload, peaks, rss_re
     if workload.flops_per_step > 0 and spec.quant.kind == "int8dyn":
         omitted.append("mfu left out: FBGEMM's dynamic int8 linear multiplies in int8, whose "
                        "peak the suite does not measure")
+    elif peak and peak[0] <= 0 and workload.flops_per_step > 0:
+        # No peak for the dtype, with bench's reason (a CPU without its arithmetic).
+        omitted.append("mfu left out: " + peak[1].removeprefix("none: "))
     elif peak and workload.flops_per_step > 0:
         utilisation("mfu", c["FLOP/s"], peak, f"{spec.dtype} FLOP/s")
     bandwidth = peaks.get((spec.device.split(":")[0], "bandwidth"))

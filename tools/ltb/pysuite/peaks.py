@@ -4,6 +4,8 @@ a known GPU's datasheet (bench's table, from its facts), or else the best
 of torch.matmul measured at start; each with how it was found, which the
 context records."""
 import math
+import os
+import platform
 import re
 import time
 
@@ -24,6 +26,46 @@ def datasheet(gpu_name):
         if all(w.lower() in words for w in entry["words"]):
             return entry
     return None
+
+
+# lib/device/cpu_isa.cc: LTB_MAX_CPU_ISA's levels, and the level of each
+# flag that gives a half dtype native arithmetic (lib/peaks/cpu_peak.cc's
+# loops: AVX512_BF16's dot products or AMX for bf16, AVX512_FP16 for fp16).
+ISA_LEVELS = {"default": 0, "avx2": 1, "avx512": 2}
+NATIVE_FLAGS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16",)}
+
+
+def cpu_flags(path="/proc/cpuinfo"):
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def native_cpu_arithmetic(dtype, flags=None):
+    """Whether bench measures a CPU peak for `dtype` (lib/peaks/cpu_peak.cc):
+    fp32 on every x86 CPU, bf16 and fp16 only where the CPU computes in them
+    and LTB_MAX_CPU_ISA (which bench sets from ATEN_CPU_CAPABILITY) leaves
+    their instructions on; elsewhere LibTorch converts to fp32 and bench
+    reports no mfu."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    if dtype == "fp32":
+        return True
+    limit = os.environ.get("LTB_MAX_CPU_ISA") or os.environ.get("ATEN_CPU_CAPABILITY") or ""
+    if ISA_LEVELS.get(limit.lower(), 3) < 3:
+        return False
+    flags = cpu_flags() if flags is None else flags
+    return any(f in flags for f in NATIVE_FLAGS.get(dtype, ()))
+
+
+def no_native_arithmetic(dtype):
+    return (0.0, f"none: this CPU has no native {dtype} arithmetic (LibTorch converts it "
+                 "to fp32), so no mfu is reported for it")
 
 
 def peak_flops(args):
@@ -50,7 +92,9 @@ def peak_flops(args):
             m = (re.fullmatch(r"peak_flops_(cpu|cuda)_(fp32|bf16|fp16)", key)
                  or re.fullmatch(r"peak_bandwidth_(cpu|cuda)()", key))
             value = re.match(r"\s*([0-9.]+(?:[eE][+-]?\d+)?)", str(text))
-            if m and value:
+            if m and str(text).startswith("none:"):  # no peak, and bench's reason
+                peaks[(m[1], m[2] or "bandwidth")] = (0.0, str(text))
+            elif m and value:
                 peaks[(m[1], m[2] or "bandwidth")] = (
                     float(value[1]), f"bench's, from {args.peaks_from}: {text}")
         return peaks
@@ -69,6 +113,9 @@ def peak_flops(args):
                 peaks[(kind, dtype)] = (sheet[dtype], source)
                 continue
             if args.peak_flops:  # given for other dtypes: nothing measured
+                continue
+            if kind == "cpu" and not native_cpu_arithmetic(dtype):
+                peaks[(kind, dtype)] = no_native_arithmetic(dtype)
                 continue
             a = torch.randn(2048, 2048, device=device).to(DTYPES[dtype])
             b = torch.randn(2048, 2048, device=device).to(DTYPES[dtype])
