@@ -1331,10 +1331,13 @@ class NativeArithmeticTest(unittest.TestCase):
             self.assertFalse(peaks.native_cpu_arithmetic("fp16", zen4))
             self.assertTrue(peaks.native_cpu_arithmetic("fp16", sapphire))
             # An older CPU simulated: bench's loops for bf16 and fp16 are off.
-            for var in ("LTB_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY"):
-                with unittest.mock.patch.dict(os.environ, {var: "avx512"}):
+            for var, value in (("LTB_MAX_CPU_ISA", "avx512"), ("ATEN_CPU_CAPABILITY", "avx2")):
+                with unittest.mock.patch.dict(os.environ, {var: value}):
                     self.assertFalse(peaks.native_cpu_arithmetic("bf16", sapphire), var)
                     self.assertTrue(peaks.native_cpu_arithmetic("fp32", sapphire), var)
+            # ATEN_CPU_CAPABILITY=avx512 limits ATen alone, as in bench.
+            with unittest.mock.patch.dict(os.environ, {"ATEN_CPU_CAPABILITY": "avx512"}):
+                self.assertTrue(peaks.native_cpu_arithmetic("bf16", sapphire))
 
     def test_no_peak_leaves_mfu_out_with_the_reason(self):
         from ltb.pysuite import peaks

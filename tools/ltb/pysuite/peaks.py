@@ -56,8 +56,11 @@ def native_cpu_arithmetic(dtype, flags=None):
         return False
     if dtype == "fp32":
         return True
-    limit = os.environ.get("LTB_MAX_CPU_ISA") or os.environ.get("ATEN_CPU_CAPABILITY") or ""
-    if ISA_LEVELS.get(limit.lower(), 3) < 3:
+    limit = (os.environ.get("LTB_MAX_CPU_ISA") or "").lower()
+    aten = (os.environ.get("ATEN_CPU_CAPABILITY") or "").lower()
+    if not limit and aten in ("avx2", "default"):  # as bench's MatchCpuSimulation sets it
+        limit = aten
+    if ISA_LEVELS.get(limit, 3) < 3:
         return False
     flags = cpu_flags() if flags is None else flags
     return any(f in flags for f in NATIVE_FLAGS.get(dtype, ()))
