@@ -65,9 +65,10 @@ def exact_filter(name):
     return "^" + "".join("\\" + c if c in REGEX_SPECIAL else c for c in name) + "$"
 
 
-def list_benchmarks(bench, bench_args):
-    """The names the bench arguments select (`bench ARGS --benchmark_list_tests`)."""
-    cmd = [bench, *bench_args, "--benchmark_list_tests"]
+def bench_stdout(bench, bench_args, flag):
+    """What `bench ARGS FLAG` (a listing: --benchmark_list_tests,
+    --list_families) prints; bad input where it cannot run or refuses."""
+    cmd = [bench, *bench_args, flag]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except OSError as e:
@@ -75,7 +76,13 @@ def list_benchmarks(bench, bench_args):
     if proc.returncode != 0:
         raise BadInput(f"bench refused the arguments (exit {proc.returncode}): "
                        + last_lines(proc.stderr, 3))
-    names = [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+    return proc.stdout
+
+
+def list_benchmarks(bench, bench_args):
+    """The names the bench arguments select (`bench ARGS --benchmark_list_tests`)."""
+    stdout = bench_stdout(bench, bench_args, "--benchmark_list_tests")
+    names = [line.strip() for line in stdout.splitlines() if line.strip()]
     if not names:
         raise BadInput("the bench arguments select no benchmark")
     return names

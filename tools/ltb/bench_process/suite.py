@@ -6,11 +6,10 @@ suite's own shapes and minimum time, which no filter reproduces."""
 import collections
 import json
 import os
-import subprocess
 import tempfile
 
 from ltb.base import BadInput
-from ltb.bench_process.bench import failed_record, last_lines, list_benchmarks, run_process
+from ltb.bench_process.bench import bench_stdout, failed_record, list_benchmarks, run_process
 from ltb.results.load import parse
 
 
@@ -19,16 +18,9 @@ def members(bench, bench_args):
     takes them: the family's name and the first part of each of its suite
     entries (Ops/matmul, GPT2/small; lib/suite/sweep.cc's DefaultSuiteFilter),
     from the facts bench prints (`bench ARGS --list_families`)."""
-    cmd = [bench, *bench_args, "--list_families"]
+    stdout = bench_stdout(bench, bench_args, "--list_families")
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    except OSError as e:
-        raise BadInput(f"cannot run {bench}: {e.strerror}")
-    if proc.returncode != 0:
-        raise BadInput(f"bench refused the arguments (exit {proc.returncode}): "
-                       + last_lines(proc.stderr, 3))
-    try:
-        families = json.loads(proc.stdout)["families"]
+        families = json.loads(stdout)["families"]
         found = []
         for family in families:
             for entry in family.get("suite", []):
