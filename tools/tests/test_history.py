@@ -563,6 +563,28 @@ class StoreTest(unittest.TestCase):
         runs, _ = history_runs(self.tmp)
         self.assertEqual([label.split()[-1] for label, _ in runs], ["early.json", "merged.json"])
 
+    def test_a_skipped_benchmark_is_no_time_of_zero(self):
+        # Google Benchmark 1.8 reports SkipWithMessage as "skipped" with
+        # times of 0: stored as a time, it would be a point of 0 s, and a
+        # change to it of -100% (its log is no number).
+        name, skipped = "MLP/nano/cpu/forward/fp32", "Ops/add/1M/cuda/fp32"
+        files = []
+        for i in range(6):
+            doc = result_doc({name: [1.0], skipped: [1.0]}, commit=f"{i + 1:07x}",
+                             date=f"2026-11-25T10:{i:02d}:00+00:00")
+            if i >= 3:
+                doc["benchmarks"][1].update(real_time=0, cpu_time=0, skipped=True,
+                                            skip_message="no CUDA device")
+                del doc["benchmarks"][1]["tokens/s"]
+            files.append(write(os.path.join(self.tmp, f"{i}.json"), doc))
+        history("add", *files, db=self.db)
+        with Store(self.db) as store:
+            series = store.series()
+            last = store.results(store.runs()[-1]["run_id"])
+        self.assertEqual(sorted(len(points) for points in series.values()), [3, 6])
+        self.assertEqual(last[skipped], [(None, "skipped: no CUDA device", {})])
+        self.assertEqual(history("changes", db=self.db).returncode, 0)
+
     def test_a_file_of_aggregates_only_is_refused(self):
         # bench --benchmark_display_aggregates_only --benchmark_format=json
         # prints mean, median, stddev and cv, no repetition: nothing to store.
