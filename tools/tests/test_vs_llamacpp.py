@@ -420,6 +420,21 @@ class VsLlamacppTest(ToolTest):
             self.main(*self.args("--types", "F32"), env={"FAKE_LLAMA_MODE": "text"})
         self.assertEqual(self.measured(), [])  # bench measured nothing
 
+    def test_a_llama_bench_with_a_gpu_backend_is_refused(self):
+        """At -ngl 0 a GPU build still runs a prompt's matrix products on the
+        GPU (ggml's op offload, from a batch of 32 tokens on CUDA): its pp
+        would be the GPU's beside bench's /cpu/ rows."""
+        for backends in ("CUDA", "BLAS,Vulkan"):
+            with self.subTest(backends=backends), self.assertRaisesRegex(
+                    BadInput, f"llama-bench .* was built with {backends.split(',')[-1]}, "
+                    r"which runs a prompt's matrix products on the GPU even at -ngl 0 .*"
+                    r"use a llama-bench built for the CPU alone"):
+                self.main(*self.args("--types", "F32"), env={"FAKE_LLAMA_BACKENDS": backends})
+        self.assertEqual(self.measured(), [])  # bench measured nothing
+        # BLAS (OpenBLAS, Accelerate) computes on the CPU.
+        out, _ = self.main(*self.args("--types", "BF16"), env={"FAKE_LLAMA_BACKENDS": "BLAS"})
+        self.assertEqual(table_rows(out), [TABLE[2]])
+
     def test_a_batch_of_sequences_is_refused(self):
         """llama-bench's pp and tg time one sequence; bench at --batch=4 would
         generate four at once, four times the tokens a decode step, and its

@@ -209,6 +209,20 @@ def write_gguf_files(args, checkpoint, source):
 # ------------------------------------------------------------- llama-bench
 
 RECORD_FIELDS = ("model_filename", "n_prompt", "n_gen", "avg_ts", "stddev_ts")
+# The backends of a build that compute on the CPU; a record's `backends`
+# names every other one the build has (llama-bench.cpp's get_backend).
+CPU_BACKENDS = ("CPU", "BLAS")
+# Older llama-bench records said so in one boolean a backend instead.
+GPU_FIELDS = ("cuda", "vulkan", "kompute", "metal", "sycl", "opencl", "gpu_blas")
+
+
+def accelerators(records):
+    """The backends besides the CPU's that llama-bench's records name."""
+    found = set()
+    for r in records:
+        found.update(b.strip() for b in str(r.get("backends", "")).split(","))
+        found.update(f for f in GPU_FIELDS if r.get(f) is True)
+    return sorted(found - set(CPU_BACKENDS) - {""})
 
 
 def run_printing_json(cmd, name):
@@ -240,6 +254,15 @@ def run_llama_bench(args, files):
             isinstance(r, dict) and all(f in r for f in RECORD_FIELDS) for r in records):
         raise BadInput(f"llama-bench printed no JSON array of its records with "
                        f"{', '.join(RECORD_FIELDS)} (-o json): {printed[:200]!r}")
+    # -ngl 0 keeps the weights in the CPU's memory, but ggml's scheduler
+    # still sends a large batch's matrix products to a GPU backend (op
+    # offload): its pp would not be the CPU's.
+    others = accelerators(records)
+    if others:
+        raise BadInput(f"llama-bench {args.llama_bench} was built with {', '.join(others)}, "
+                       "which runs a prompt's matrix products on the GPU even at -ngl 0 "
+                       "(op offload), so its pp would not be the CPU's beside bench's /cpu/ "
+                       f"rows; use a llama-bench built for the CPU alone: {BUILD_HINT}")
     by_path = {os.path.realpath(p): t for t, p in files.items()}
     found = {}
     for r in records:
