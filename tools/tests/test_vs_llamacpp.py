@@ -384,6 +384,22 @@ class VsLlamacppTest(ToolTest):
         self.assertIn("| **fp32** |", vs_llamacpp.markdown(
             args, vs_llamacpp.table(args, found, measured)))
 
+    def test_a_repetition_that_failed_is_named_beside_the_others_mean(self):
+        name = "Llama/nano/cpu/generate/batch:1/prompt:8/new:5/fp32/manual_time"
+        reps = [{"name": name, "run_name": name, "run_type": "iteration", "repetitions": 3,
+                 "repetition_index": i, "iterations": 1, "real_time": 1.0, "time_unit": "ms",
+                 "pp_tok/s": pp, "tg_tok/s": pp / 10} for i, pp in enumerate((100.0, 110.0))]
+        reps.append({"name": name, "run_name": name, "run_type": "iteration", "repetitions": 3,
+                     "repetition_index": 2, "error_occurred": True,
+                     "error_message": "out of memory", "real_time": 0, "time_unit": "ms"})
+        measured = vs_llamacpp.bench_results([{"context": {}, "benchmarks": reps}], {})
+        args = vs_llamacpp.parse_args(self.args("--types", "F32"))[0]
+        record = {"avg_ts": 50.0, "stddev_ts": 0.0}
+        rows = vs_llamacpp.table(args, {("F32", "pp"): record, ("F32", "tg"): record}, measured)
+        self.assertEqual(rows[0]["bench_pp"][0], 105.0)
+        self.assertEqual(rows[0]["error"], "1 of 3 repetitions failed (out of memory): its "
+                                           "cells are the mean of the other 2")
+
     def test_bench_keys_tell_the_paths_apart(self):
         for name, key in [
                 ("Llama/1B/cpu/generate/batch:1/prompt:32/new:17/fp32/weights:x", ("fp32", "")),

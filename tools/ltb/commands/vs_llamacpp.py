@@ -15,6 +15,7 @@ on bad input. How the weights, the runs and the pairs are made, and how to
 build a llama-bench: docs/models.md (tools/vs-llamacpp).
 """
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -24,7 +25,8 @@ import time
 
 from ltb.base import BadInput, require, run, venv_dir, write_json
 from ltb.pysuite import facts
-from ltb.results.entries import collect, errors
+from ltb.results.entries import collect, errors, failed
+from ltb.results.names import base_name
 from ltb.results.format import format_bytes, markdown_table
 from ltb.bench_process.bench import (check_bench, default_bench, last_lines, list_benchmarks,
                                split_bench_args)
@@ -350,14 +352,25 @@ def run_bench(args, bench_args, checkpoint, dtypes, quants, onednn=False):
 
 
 def bench_results(docs, refused):
-    """{(dtype, quant): (Benchmark or None, name, error or None)}."""
+    """{(dtype, quant): (Benchmark or None, name, error or None)}; a
+    benchmark some of whose repetitions failed has the others' results and
+    an error that says so."""
     out = {key: (None, None, why) for key, why in refused.items()}
     for doc in docs:
-        for name, message in errors(doc).items():
+        messages = errors(doc)
+        lost = collections.Counter(base_name(e) for e in doc["benchmarks"]
+                                   if e.get("run_type", "iteration") == "iteration"
+                                   and failed(e))
+        for name, message in messages.items():
             out[bench_key(name)] = (None, name, message)
         for name, found in collect(doc).items():
             if found.has("pp_tok/s") and found.has("tg_tok/s"):
-                out[bench_key(name)] = (found, name, None)
+                note = None
+                if lost[name]:
+                    note = (f"{lost[name]} of {lost[name] + found.repetitions} repetitions "
+                            f"failed ({messages[name]}): its cells are the mean of the other "
+                            f"{found.repetitions}")
+                out[bench_key(name)] = (found, name, note)
     return out
 
 
