@@ -461,6 +461,17 @@ class VsLlamacppTest(ToolTest):
                       "sequence", proc.stderr)
         self.assertEqual(self.measured(), [])
 
+    def test_aggregates_alone_are_refused(self):
+        """bench's JSON with its aggregates alone has no repetition whose
+        tokens/s to average: every row would be empty, for a wrong reason."""
+        for flag in ("--benchmark_report_aggregates_only=true",
+                     "--benchmark_display_aggregates_only=true"):
+            proc = self.run_tool("vs-llamacpp", *self.args("--types", "F32", flag))
+            self.assertExit(proc, 2)
+            self.assertIn(f"{flag.split('=')[0]} is the vs-llamacpp's own: it averages "
+                          "bench's repetitions", proc.stderr)
+        self.assertEqual(self.measured(), [])
+
     def test_without_llama_bench_it_says_how_to_build_one(self):
         proc = self.run_tool("vs-llamacpp", "--size", "nano", "--bench", self.bench)
         self.assertExit(proc, 2)

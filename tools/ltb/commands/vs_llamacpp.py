@@ -49,7 +49,10 @@ OWN_FLAGS = dict(
      "--cpu_linear": "it runs fp32 both ways (aten and onednn) beside F32"},
     **{flag: "it reads bench's JSON itself" for flag in (
         "--benchmark_format", "--benchmark_out", "--benchmark_out_format",
-        "--benchmark_list_tests")})
+        "--benchmark_list_tests")},
+    # Either leaves the JSON bench prints with the aggregates alone.
+    **{flag: "it averages bench's repetitions, as llama-bench does its own" for flag in (
+        "--benchmark_report_aggregates_only", "--benchmark_display_aggregates_only")})
 
 
 def gguf_writer():
