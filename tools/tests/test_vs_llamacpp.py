@@ -140,6 +140,24 @@ class GgufWriterTest(unittest.TestCase):
                     want = want.numpy().view(np.uint16)
                 np.testing.assert_array_equal(data, want, f"{t} {cpp}")
 
+    def test_an_untied_head_is_its_own_output_tensor(self):
+        # Llama/8B's lm_head is its own matrix: llama.cpp reads it as
+        # output.weight, and token_embd only as the embedding. (nano, 1B and
+        # 3B tie theirs, and their files have no output.weight.)
+        o = families.options("Llama", "8B")
+        shapes = llama_fixtures.checkpoint_shapes(o)
+        plan = {name: (hf, t, shape) for name, hf, t, shape in
+                llama_gguf.plan(o, shapes, Q.Q8_0)}
+        self.assertEqual(plan["output.weight"], ("lm_head.weight", Q.Q8_0, (128256, 4096)))
+        self.assertEqual(plan["token_embd.weight"],
+                         ("model.embed_tokens.weight", Q.Q8_0, (128256, 4096)))
+        # rope_freqs, token_embd, output_norm, output and 9 a layer
+        self.assertEqual(len(plan), 4 + 9 * o.num_layers)
+        for size in ("nano", "1B", "3B"):
+            o = families.options("Llama", size)
+            names = [t[0] for t in llama_gguf.plan(o, llama_fixtures.checkpoint_shapes(o), Q.F32)]
+            self.assertNotIn("output.weight", names, size)
+
     def test_the_permutation_puts_what_rope_rotates_together_side_by_side(self):
         # Hugging Face rotates a head's rows j and j + 16/2 together,
         # llama.cpp's RoPE rows 2j and 2j + 1.
