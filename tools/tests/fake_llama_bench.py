@@ -13,7 +13,8 @@ avg_ts and stddev_ts are their mean and standard deviation, as llama-bench
 computes them. A -d D > 0 puts n_depth D in the records.
 
 FAKE_LLAMA_LOG names a file each start appends its arguments to, as a JSON
-list. FAKE_LLAMA_MODE=fail exits 1 with llama-bench's message for a model
+list. FAKE_LLAMA_BACKENDS is its records' backends (default CPU, as a
+build for the CPU alone names them). FAKE_LLAMA_MODE=fail exits 1 with llama-bench's message for a model
 it cannot load; FAKE_LLAMA_MODE=text prints its Markdown table instead.
 """
 import json
@@ -50,7 +51,7 @@ def record(path, type_name, size, n_prompt, n_gen, opts, rate):
     tokens = n_prompt + n_gen
     ns = [int(tokens / s * 1e9) for s in samples]
     return {"build_commit": "fa4e000", "build_number": 1, "cpu_info": "Fake CPU",
-            "gpu_info": "", "backends": "CPU", "model_filename": path,
+            "gpu_info": "", "backends": os.environ.get("FAKE_LLAMA_BACKENDS", "CPU"), "model_filename": path,
             "model_type": f"llama ?B {type_name}", "model_size": size,
             "model_n_params": 187200, "n_batch": 2048, "n_ubatch": 512,
             "n_threads": int(opts["-t"]), "cpu_mask": "0x0", "cpu_strict": False, "poll": 50,

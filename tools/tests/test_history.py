@@ -5,7 +5,9 @@ detection rates docs/tools.md reports), PyTorch's v3 export, the HTML
 report's store section, the same store on a real PostgreSQL (Debian's
 postgresql, started by the test), and a planted slowdown bisected to its
 commit in a throwaway repository."""
+import datetime
 import glob
+import hashlib
 import json
 import math
 import os
@@ -18,6 +20,7 @@ import sys
 import tempfile
 import textwrap
 import unittest
+from unittest import mock
 
 from tests import browser
 from tests.helpers import REPO, run_in_process
@@ -108,6 +111,178 @@ def throwaway_repo(path, commits):
                             "GIT_AUTHOR_DATE": env_date})
         shas.append(git(path, "rev-parse", "HEAD"))
     return shas
+
+
+# Schema version 2 as tools/history wrote it before the allocator and
+# OpenMP's waiting joined the fingerprint (commit 762c30d), in SQL, so that
+# the migration of a store holding runs is tested without an old checkout.
+SCHEMA_2 = [
+    "CREATE TABLE schema_version (version INTEGER NOT NULL)",
+    """CREATE TABLE runs (
+         run_id TEXT PRIMARY KEY, commit_sha TEXT NOT NULL, parent_sha TEXT NOT NULL,
+         commit_time DOUBLE PRECISION NOT NULL, run_date TEXT NOT NULL,
+         fingerprint TEXT NOT NULL, machine TEXT NOT NULL, context TEXT NOT NULL,
+         source TEXT NOT NULL, added_at DOUBLE PRECISION NOT NULL)""",
+    """CREATE TABLE results (
+         run_id TEXT NOT NULL REFERENCES runs (run_id), name TEXT NOT NULL,
+         repetition INTEGER NOT NULL, real_time_s DOUBLE PRECISION,
+         cpu_time_s DOUBLE PRECISION, iterations BIGINT, error TEXT, counters TEXT NOT NULL,
+         PRIMARY KEY (run_id, name, repetition))""",
+    "CREATE INDEX runs_by_fingerprint ON runs (fingerprint, commit_time)",
+    "INSERT INTO schema_version (version) VALUES (1)",
+    "INSERT INTO schema_version (version) VALUES (2)",
+]
+FINGERPRINT_KEYS_2 = ("cpu_model", "cpu_capability", "num_cpus", "gpus", "libtorch_version",
+                      "cuda_runtime", "blas", "intra_op_threads", "inter_op_threads",
+                      "blas_threads", "cpu_simulation", "aten_cpu_capability",
+                      "onednn_max_cpu_isa", "ltb_max_cpu_isa", "cuda_tf32", "build_type",
+                      "world_size")
+TUNED = "glibc malloc, tuned: M_MMAP_MAX=0, M_TRIM_THRESHOLD=1GiB, M_TOP_PAD=64MiB"
+
+
+def connect(url):
+    """A DB-API connection to either database, taking '?' parameters."""
+    if url.startswith("postgresql://"):
+        import psycopg
+
+        class Pg:
+            def __init__(self):
+                self.conn = psycopg.connect(url, autocommit=True)
+
+            def execute(self, sql, params=()):
+                return self.conn.execute(sql.replace("?", "%s"), params)
+
+            def close(self):
+                self.conn.close()
+        return Pg()
+    return sqlite3.connect(url, isolation_level=None)
+
+
+def schema_2_store(url, files, repo):
+    """A store of schema version 2 holding the files' runs, written in SQL as
+    version 2 wrote them: the fingerprint of version 2's fields."""
+    from ltb.history.store import commit_of, read_run, result_rows
+    from ltb.results.records import run_date
+    c = connect(url)
+    for sql in SCHEMA_2:
+        c.execute(sql)
+    for path in files:
+        run_id, doc = read_run(path)
+        context = doc["context"]
+        sha, parent, when = commit_of(context, None, repo)
+        date = run_date(doc)
+        if when is None:  # a commit that did not resolve: the run's date orders it
+            when = datetime.datetime.fromisoformat(date).timestamp()
+        fields = {k: str(context[k]) for k in FINGERPRINT_KEYS_2 if k in context}
+        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+        c.execute("INSERT INTO runs (run_id, commit_sha, parent_sha, commit_time, run_date, "
+                  "fingerprint, machine, context, source, added_at) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  (run_id, sha, parent, when, date, digest,
+                   json.dumps(fields, sort_keys=True), json.dumps(context, sort_keys=True),
+                   os.path.abspath(path), 0.0))
+        for row in result_rows(doc):
+            c.execute("INSERT INTO results (run_id, name, repetition, real_time_s, cpu_time_s, "
+                      "iterations, error, counters) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                      (run_id, *row))
+    c.close()
+
+
+def store_rows(url):
+    """(runs by id: every column but added_at; results; schema versions)."""
+    c = connect(url)
+    runs = {r[0]: r[1:] for r in c.execute(
+        "SELECT run_id, commit_sha, parent_sha, commit_time, run_date, fingerprint, machine, "
+        "context, source FROM runs").fetchall()}
+    results = sorted(tuple(r) for r in c.execute(
+        "SELECT run_id, name, repetition, real_time_s, cpu_time_s, iterations, error, counters "
+        "FROM results").fetchall())
+    versions = sorted(r[0] for r in c.execute("SELECT version FROM schema_version").fetchall())
+    c.close()
+    return runs, results, versions
+
+
+def migration_files(work):
+    """Runs over 12 commits of a throwaway repository, as a store of schema 2
+    held them: the tuned allocator's (two runs at some commits, a step at
+    the 7th commit, a repetition that failed), glibc's defaults', passive
+    OpenMP's (one of them of a dirty checkout), one of a bench too old to
+    name its allocator and one whose commit does not resolve. Returns (the
+    repository, its commits, the files)."""
+    repo = os.path.join(work, "repo")
+    shas = throwaway_repo(repo, [1] * 12)
+    name, other = "MLP/nano/cpu/forward/fp32", "Ops/add/1M/cpu/fp32"
+    docs = []
+    for i, sha in enumerate(shas):
+        date = f"2026-11-25T10:{i:02d}:00+00:00"
+        level = 1.3 if i >= 6 else 1.0
+        wobble = 1 + 0.01 * (i % 3 - 1)
+        docs.append(result_doc({name: [level * wobble, level, level * 1.01],
+                                other: [0.5 * wobble]}, commit=sha[:9], date=date, malloc=TUNED))
+        if i % 3 == 0:
+            docs.append(result_doc({name: [level * 1.005]}, commit=sha, malloc=TUNED,
+                                   date=f"2026-11-25T11:{i:02d}:00+00:00"))
+        docs.append(result_doc({name: [1.5 * wobble]}, commit=sha, date=date,
+                               malloc="glibc malloc, default settings"))
+        docs.append(result_doc({name: [1.2 * wobble]}, commit=sha + ("-dirty" if i == 2 else ""),
+                               date=date, malloc=TUNED, omp_wait_policy="PASSIVE"))
+    failed = docs[0]["benchmarks"][1]
+    failed.update(error_occurred=True, error_message="out of memory")
+    docs.append(result_doc({name: [1.0]}, date="2026-11-26T10:00:00+00:00"))
+    docs.append(result_doc({name: [1.0]}, commit="v1.0-3-gdeadbee", malloc=TUNED,
+                           date="2026-11-26T11:00:00+00:00"))
+    return repo, shas, [write(os.path.join(work, f"{i:02d}.json"), d)
+                        for i, d in enumerate(docs)]
+
+
+def check_schema_2_migration(case, old_url, fresh_url, work):
+    """A store of schema 2 holding runs, opened by this tool: every run keeps
+    its results and gets the fingerprint a fresh store gives it; the series
+    and their change points are a fresh store's of the same files; a second
+    open migrates nothing."""
+    repo, shas, files = migration_files(work)
+    schema_2_store(old_url, files, repo)
+    with Store(fresh_url) as fresh:
+        for f in files:
+            fresh.add(f, repo=repo)
+    before = store_rows(old_url)
+    case.assertEqual(before[2], [1, 2])
+    case.assertEqual(len({run[4] for run in before[0].values()}), 1)  # one kind, version 2's
+
+    with Store(old_url) as migrated:
+        case.assertEqual(migrated.version(), SCHEMA_VERSION)
+    after, fresh = store_rows(old_url), store_rows(fresh_url)
+    case.assertEqual(after[2], [1, 2, 3])
+    case.assertEqual(after[1], before[1])  # every result kept as it was
+    case.assertEqual(after[1], fresh[1])
+    case.assertEqual(sorted(after[0]), sorted(fresh[0]))
+    for run_id, run in after[0].items():
+        # The commit, its parent and time, the date and the context as they
+        # were; the fingerprint and its fields a fresh store's.
+        case.assertEqual(run[:4] + run[6:], before[0][run_id][:4] + before[0][run_id][6:])
+        case.assertEqual(run[:8], fresh[0][run_id][:8], run_id)
+    # tuned, glibc's defaults, passive OpenMP, and the bench that named none
+    case.assertEqual(len({run[4] for run in after[0].values()}), 4)
+
+    def series(url, dirty):
+        with Store(url) as store:
+            return {key: [(p.commit, p.commit_time, p.date, p.run_values, p.runs) for p in pts]
+                    for key, pts in store.series(dirty=dirty).items()}
+
+    for dirty in (False, True):
+        case.assertEqual(series(old_url, dirty), series(fresh_url, dirty))
+    found = json.loads(history("changes", "--json", db=old_url, check=False).stdout)
+    case.assertEqual(found, json.loads(history("changes", "--json", db=fresh_url,
+                                               check=False).stdout))
+    # The tuned allocator's step at the 7th commit, alone: the other kinds
+    # do not blur it.
+    case.assertEqual([(c["benchmark"], [(s["good"], s["bad"]) for s in c["changes"]])
+                      for c in found], [("MLP/nano/cpu/forward/fp32", [(shas[5], shas[6])])])
+
+    with mock.patch.object(Store, "migrate", side_effect=AssertionError("migrated again")):
+        with Store(old_url) as again:
+            case.assertEqual(again.version(), SCHEMA_VERSION)
+    case.assertEqual(store_rows(old_url), after)
 
 
 class StoreTest(unittest.TestCase):
@@ -284,6 +459,10 @@ class StoreTest(unittest.TestCase):
                          [tuned, "glibc malloc, default settings", tuned])
         self.assertEqual(machines[2]["omp_wait_policy"], "PASSIVE")
 
+    def test_a_store_of_schema_2_holding_runs_is_migrated_as_a_fresh_store_holds_them(self):
+        check_schema_2_migration(self, os.path.join(self.tmp, "old.sqlite"),
+                                 os.path.join(self.tmp, "fresh.sqlite"), self.tmp)
+
     def test_commits_are_resolved_with_their_parents(self):
         repo = os.path.join(self.tmp, "repo")
         shas = throwaway_repo(repo, [1, 1])
@@ -383,6 +562,28 @@ class StoreTest(unittest.TestCase):
         from ltb.history.runs import history_runs
         runs, _ = history_runs(self.tmp)
         self.assertEqual([label.split()[-1] for label, _ in runs], ["early.json", "merged.json"])
+
+    def test_a_skipped_benchmark_is_no_time_of_zero(self):
+        # Google Benchmark 1.8 reports SkipWithMessage as "skipped" with
+        # times of 0: stored as a time, it would be a point of 0 s, and a
+        # change to it of -100% (its log is no number).
+        name, skipped = "MLP/nano/cpu/forward/fp32", "Ops/add/1M/cuda/fp32"
+        files = []
+        for i in range(6):
+            doc = result_doc({name: [1.0], skipped: [1.0]}, commit=f"{i + 1:07x}",
+                             date=f"2026-11-25T10:{i:02d}:00+00:00")
+            if i >= 3:
+                doc["benchmarks"][1].update(real_time=0, cpu_time=0, skipped=True,
+                                            skip_message="no CUDA device")
+                del doc["benchmarks"][1]["tokens/s"]
+            files.append(write(os.path.join(self.tmp, f"{i}.json"), doc))
+        history("add", *files, db=self.db)
+        with Store(self.db) as store:
+            series = store.series()
+            last = store.results(store.runs()[-1]["run_id"])
+        self.assertEqual(sorted(len(points) for points in series.values()), [3, 6])
+        self.assertEqual(last[skipped], [(None, "skipped: no CUDA device", {})])
+        self.assertEqual(history("changes", db=self.db).returncode, 0)
 
     def test_a_file_of_aggregates_only_is_refused(self):
         # bench --benchmark_display_aggregates_only --benchmark_format=json
@@ -620,6 +821,16 @@ class PostgreSQLTest(unittest.TestCase):
         self.assertEqual(len(points[0].run_values), 20)
         exported = json.loads(history("export", db=self.url).stdout)
         self.assertEqual(len(exported), 40)  # 20 runs x (step time, tokens/s)
+
+    def test_a_store_of_schema_2_holding_runs_is_migrated_as_a_fresh_store_holds_them(self):
+        work = tempfile.mkdtemp(prefix="ltb-pg-files-")
+        self.addCleanup(shutil.rmtree, work)
+        admin = connect(self.url)
+        for db in ("schema2", "fresh"):
+            admin.execute(f"CREATE DATABASE {db}")
+        admin.close()
+        base = self.url.rsplit("/", 1)[0]
+        check_schema_2_migration(self, f"{base}/schema2", f"{base}/fresh", work)
 
 
 @unittest.skipUnless(os.environ.get("LTB_BENCH"), "LTB_BENCH is not set (ctest sets it)")

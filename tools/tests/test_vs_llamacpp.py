@@ -140,6 +140,24 @@ class GgufWriterTest(unittest.TestCase):
                     want = want.numpy().view(np.uint16)
                 np.testing.assert_array_equal(data, want, f"{t} {cpp}")
 
+    def test_an_untied_head_is_its_own_output_tensor(self):
+        # Llama/8B's lm_head is its own matrix: llama.cpp reads it as
+        # output.weight, and token_embd only as the embedding. (nano, 1B and
+        # 3B tie theirs, and their files have no output.weight.)
+        o = families.options("Llama", "8B")
+        shapes = llama_fixtures.checkpoint_shapes(o)
+        plan = {name: (hf, t, shape) for name, hf, t, shape in
+                llama_gguf.plan(o, shapes, Q.Q8_0)}
+        self.assertEqual(plan["output.weight"], ("lm_head.weight", Q.Q8_0, (128256, 4096)))
+        self.assertEqual(plan["token_embd.weight"],
+                         ("model.embed_tokens.weight", Q.Q8_0, (128256, 4096)))
+        # rope_freqs, token_embd, output_norm, output and 9 a layer
+        self.assertEqual(len(plan), 4 + 9 * o.num_layers)
+        for size in ("nano", "1B", "3B"):
+            o = families.options("Llama", size)
+            names = [t[0] for t in llama_gguf.plan(o, llama_fixtures.checkpoint_shapes(o), Q.F32)]
+            self.assertNotIn("output.weight", names, size)
+
     def test_the_permutation_puts_what_rope_rotates_together_side_by_side(self):
         # Hugging Face rotates a head's rows j and j + 16/2 together,
         # llama.cpp's RoPE rows 2j and 2j + 1.
@@ -384,6 +402,22 @@ class VsLlamacppTest(ToolTest):
         self.assertIn("| **fp32** |", vs_llamacpp.markdown(
             args, vs_llamacpp.table(args, found, measured)))
 
+    def test_a_repetition_that_failed_is_named_beside_the_others_mean(self):
+        name = "Llama/nano/cpu/generate/batch:1/prompt:8/new:5/fp32/manual_time"
+        reps = [{"name": name, "run_name": name, "run_type": "iteration", "repetitions": 3,
+                 "repetition_index": i, "iterations": 1, "real_time": 1.0, "time_unit": "ms",
+                 "pp_tok/s": pp, "tg_tok/s": pp / 10} for i, pp in enumerate((100.0, 110.0))]
+        reps.append({"name": name, "run_name": name, "run_type": "iteration", "repetitions": 3,
+                     "repetition_index": 2, "error_occurred": True,
+                     "error_message": "out of memory", "real_time": 0, "time_unit": "ms"})
+        measured = vs_llamacpp.bench_results([{"context": {}, "benchmarks": reps}], {})
+        args = vs_llamacpp.parse_args(self.args("--types", "F32"))[0]
+        record = {"avg_ts": 50.0, "stddev_ts": 0.0}
+        rows = vs_llamacpp.table(args, {("F32", "pp"): record, ("F32", "tg"): record}, measured)
+        self.assertEqual(rows[0]["bench_pp"][0], 105.0)
+        self.assertEqual(rows[0]["error"], "1 of 3 repetitions failed (out of memory): its "
+                                           "cells are the mean of the other 2")
+
     def test_bench_keys_tell_the_paths_apart(self):
         for name, key in [
                 ("Llama/1B/cpu/generate/batch:1/prompt:32/new:17/fp32/weights:x", ("fp32", "")),
@@ -420,6 +454,21 @@ class VsLlamacppTest(ToolTest):
             self.main(*self.args("--types", "F32"), env={"FAKE_LLAMA_MODE": "text"})
         self.assertEqual(self.measured(), [])  # bench measured nothing
 
+    def test_a_llama_bench_with_a_gpu_backend_is_refused(self):
+        """At -ngl 0 a GPU build still runs a prompt's matrix products on the
+        GPU (ggml's op offload, from a batch of 32 tokens on CUDA): its pp
+        would be the GPU's beside bench's /cpu/ rows."""
+        for backends in ("CUDA", "BLAS,Vulkan"):
+            with self.subTest(backends=backends), self.assertRaisesRegex(
+                    BadInput, f"llama-bench .* was built with {backends.split(',')[-1]}, "
+                    r"which runs a prompt's matrix products on the GPU even at -ngl 0 .*"
+                    r"use a llama-bench built for the CPU alone"):
+                self.main(*self.args("--types", "F32"), env={"FAKE_LLAMA_BACKENDS": backends})
+        self.assertEqual(self.measured(), [])  # bench measured nothing
+        # BLAS (OpenBLAS, Accelerate) computes on the CPU.
+        out, _ = self.main(*self.args("--types", "BF16"), env={"FAKE_LLAMA_BACKENDS": "BLAS"})
+        self.assertEqual(table_rows(out), [TABLE[2]])
+
     def test_a_batch_of_sequences_is_refused(self):
         """llama-bench's pp and tg time one sequence; bench at --batch=4 would
         generate four at once, four times the tokens a decode step, and its
@@ -428,6 +477,17 @@ class VsLlamacppTest(ToolTest):
         self.assertExit(proc, 2)
         self.assertIn("--batch is the vs-llamacpp's own: llama-bench's pp and tg run one "
                       "sequence", proc.stderr)
+        self.assertEqual(self.measured(), [])
+
+    def test_aggregates_alone_are_refused(self):
+        """bench's JSON with its aggregates alone has no repetition whose
+        tokens/s to average: every row would be empty, for a wrong reason."""
+        for flag in ("--benchmark_report_aggregates_only=true",
+                     "--benchmark_display_aggregates_only=true"):
+            proc = self.run_tool("vs-llamacpp", *self.args("--types", "F32", flag))
+            self.assertExit(proc, 2)
+            self.assertIn(f"{flag.split('=')[0]} is the vs-llamacpp's own: it averages "
+                          "bench's repetitions", proc.stderr)
         self.assertEqual(self.measured(), [])
 
     def test_without_llama_bench_it_says_how_to_build_one(self):

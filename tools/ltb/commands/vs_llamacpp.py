@@ -15,6 +15,7 @@ on bad input. How the weights, the runs and the pairs are made, and how to
 build a llama-bench: docs/models.md (tools/vs-llamacpp).
 """
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -24,7 +25,8 @@ import time
 
 from ltb.base import BadInput, require, run, venv_dir, write_json
 from ltb.pysuite import facts
-from ltb.results.entries import collect, errors
+from ltb.results.entries import collect, errors, failed
+from ltb.results.names import base_name
 from ltb.results.format import format_bytes, markdown_table
 from ltb.bench_process.bench import (check_bench, default_bench, last_lines, list_benchmarks,
                                split_bench_args)
@@ -47,7 +49,10 @@ OWN_FLAGS = dict(
      "--cpu_linear": "it runs fp32 both ways (aten and onednn) beside F32"},
     **{flag: "it reads bench's JSON itself" for flag in (
         "--benchmark_format", "--benchmark_out", "--benchmark_out_format",
-        "--benchmark_list_tests")})
+        "--benchmark_list_tests")},
+    # Either leaves the JSON bench prints with the aggregates alone.
+    **{flag: "it averages bench's repetitions, as llama-bench does its own" for flag in (
+        "--benchmark_report_aggregates_only", "--benchmark_display_aggregates_only")})
 
 
 def gguf_writer():
@@ -209,6 +214,20 @@ def write_gguf_files(args, checkpoint, source):
 # ------------------------------------------------------------- llama-bench
 
 RECORD_FIELDS = ("model_filename", "n_prompt", "n_gen", "avg_ts", "stddev_ts")
+# The backends of a build that compute on the CPU; a record's `backends`
+# names every other one the build has (llama-bench.cpp's get_backend).
+CPU_BACKENDS = ("CPU", "BLAS")
+# Older llama-bench records said so in one boolean a backend instead.
+GPU_FIELDS = ("cuda", "vulkan", "kompute", "metal", "sycl", "opencl", "gpu_blas")
+
+
+def accelerators(records):
+    """The backends besides the CPU's that llama-bench's records name."""
+    found = set()
+    for r in records:
+        found.update(b.strip() for b in str(r.get("backends", "")).split(","))
+        found.update(f for f in GPU_FIELDS if r.get(f) is True)
+    return sorted(found - set(CPU_BACKENDS) - {""})
 
 
 def run_printing_json(cmd, name):
@@ -240,6 +259,15 @@ def run_llama_bench(args, files):
             isinstance(r, dict) and all(f in r for f in RECORD_FIELDS) for r in records):
         raise BadInput(f"llama-bench printed no JSON array of its records with "
                        f"{', '.join(RECORD_FIELDS)} (-o json): {printed[:200]!r}")
+    # -ngl 0 keeps the weights in the CPU's memory, but ggml's scheduler
+    # still sends a large batch's matrix products to a GPU backend (op
+    # offload): its pp would not be the CPU's.
+    others = accelerators(records)
+    if others:
+        raise BadInput(f"llama-bench {args.llama_bench} was built with {', '.join(others)}, "
+                       "which runs a prompt's matrix products on the GPU even at -ngl 0 "
+                       "(op offload), so its pp would not be the CPU's beside bench's /cpu/ "
+                       f"rows; use a llama-bench built for the CPU alone: {BUILD_HINT}")
     by_path = {os.path.realpath(p): t for t, p in files.items()}
     found = {}
     for r in records:
@@ -327,14 +355,25 @@ def run_bench(args, bench_args, checkpoint, dtypes, quants, onednn=False):
 
 
 def bench_results(docs, refused):
-    """{(dtype, quant): (Benchmark or None, name, error or None)}."""
+    """{(dtype, quant): (Benchmark or None, name, error or None)}; a
+    benchmark some of whose repetitions failed has the others' results and
+    an error that says so."""
     out = {key: (None, None, why) for key, why in refused.items()}
     for doc in docs:
-        for name, message in errors(doc).items():
+        messages = errors(doc)
+        lost = collections.Counter(base_name(e) for e in doc["benchmarks"]
+                                   if e.get("run_type", "iteration") == "iteration"
+                                   and failed(e))
+        for name, message in messages.items():
             out[bench_key(name)] = (None, name, message)
         for name, found in collect(doc).items():
             if found.has("pp_tok/s") and found.has("tg_tok/s"):
-                out[bench_key(name)] = (found, name, None)
+                note = None
+                if lost[name]:
+                    note = (f"{lost[name]} of {lost[name] + found.repetitions} repetitions "
+                            f"failed ({messages[name]}): its cells are the mean of the other "
+                            f"{found.repetitions}")
+                out[bench_key(name)] = (found, name, note)
     return out
 
 

@@ -35,7 +35,7 @@ import time
 from ltb.base import REPO, BadInput, read_bytes
 from ltb.history.changes import Point
 from ltb.results.load import parse
-from ltb.results.entries import TIME_UNITS
+from ltb.results.entries import TIME_UNITS, failed, failure
 from ltb.results.names import base_name, parse_name
 from ltb.results.records import run_date
 
@@ -113,7 +113,7 @@ def read_run(path):
                        "context and a non-empty benchmarks list); nothing was added")
     for i, entry in enumerate(doc["benchmarks"]):
         ok = isinstance(entry, dict) and isinstance(entry.get("name"), str)
-        if ok and not entry.get("error_occurred") and entry.get("run_type") != "aggregate":
+        if ok and not failed(entry) and entry.get("run_type") != "aggregate":
             ok = (isinstance(entry.get("real_time"), (int, float))
                   and math.isfinite(entry["real_time"]) and entry["real_time"] >= 0
                   and entry.get("time_unit", "ns") in TIME_UNITS)
@@ -192,7 +192,8 @@ def _date_seconds(text):
 
 def result_rows(doc):
     """(name, repetition, time s, cpu time s, iterations, error, counters
-    JSON) for every measured entry (aggregates are derived: left out)."""
+    JSON) for every measured entry (aggregates are derived: left out); an
+    errored or skipped one has no times, and its error says why."""
     rows, seen = [], {}
     for entry in doc["benchmarks"]:
         if entry.get("run_type") == "aggregate":
@@ -205,9 +206,10 @@ def result_rows(doc):
         counters = {k: v for k, v in entry.items() if k not in _ENTRY_FIELDS
                     and isinstance(v, (int, float)) and not isinstance(v, bool)
                     and math.isfinite(v)}
-        if entry.get("error_occurred"):
-            rows.append((name, rep, None, None, None,
-                         str(entry.get("error_message", "error")), json.dumps(counters)))
+        # A skipped entry's times of 0 are no measurement (Google Benchmark
+        # 1.8's SkipWithMessage): stored as a time, it would be a point of 0 s.
+        if failed(entry):
+            rows.append((name, rep, None, None, None, failure(entry), json.dumps(counters)))
             continue
         unit = TIME_UNITS[entry.get("time_unit", "ns")]
         cpu = entry.get("cpu_time")
