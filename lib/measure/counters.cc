@@ -81,6 +81,12 @@ std::vector<std::pair<std::string, double>> PlannedRates(const Plan& plan) {
   return out;
 }
 
+// The label of a generation of one new token, which has no decode step to
+// time or to bound by bandwidth.
+constexpr char kNoDecodeStep[] =
+    "tpot_ms, tg_tok/s, weight_GB/s, read_GB/s and mbu left out: --new_tokens=1 takes "
+    "its one token from the prefill, and no decode step runs";
+
 // Whether a plan's mbu is reported: decoding's reads (the weights, which
 // its workload counts as read_GB/s or weight_GB/s), or a memory-bound op's
 // bytes from the device's own memory.
@@ -200,6 +206,10 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
                         spec.device, plan.bytes_per_step * steps_per_s,
                         plan.bytes_per_step / fastest, plan.bytes_per_step, spec.Name()));
     }
+  }
+  // Silence would read as a counter lost; a 0 or an infinity as a measurement.
+  if (plan.reports_weight_bandwidth && spec.new_tokens == 1) {
+    omitted.push_back(kNoDecodeStep);
   }
   if (!prepared.accuracy_absent.empty()) {
     omitted.push_back(prepared.accuracy_absent);

@@ -47,10 +47,12 @@ struct GenerateFns {
 //                     up to each step's position (Whisper's cross-attention
 //                     keys and values whole), / decode time / 1e9 (where
 //                     cache_read_bytes is set: GPT2, Llama, Whisper)
-//   kv_cache_bytes    the cache's size (D + prompt + N positions)
+//   kv_cache_bytes    the cache's size (D + prompt + N positions; Whisper's
+//                     cross-attention keys and values too)
 //   weight_bytes      what a decode step reads of the weights
 //   tpot_growth_%     mean of the last 10 decode steps over the first 10, minus 1
-// so that ttft + (N - 1) * tpot is the step time. Evaluate() returns the
+// so that ttft + (N - 1) * tpot is the step time (N = 1: the prefill alone,
+// and none of the decode steps' counters). Evaluate() returns the
 // generated token ids (B, N).
 std::unique_ptr<Workload> MakeGenerateWorkload(const BenchSpec& spec, GenerateFns fns,
                                                double weight_bytes);

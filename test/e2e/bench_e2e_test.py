@@ -339,6 +339,39 @@ class GenerateTest(unittest.TestCase):
             # 600, which a last-level cache holds.
             assert_mbu_or_held_by_the_cache(self, b, (weights + cache) / 7, 1e11)
 
+    def test_one_new_token_has_no_decode_step_and_says_so(self):
+        # The one token comes from the prefill: the step is the prompt's
+        # forward alone, and nothing timed or read by decode steps exists.
+        doc = run_json("--benchmark_filter=^(GPT2|Whisper)/nano/cpu/generate/", "--batch=2",
+                       "--prompt=5", "--new_tokens=1", "--benchmark_min_time=0.01",
+                       "--warmup_s=0", *GIVEN_PEAKS)
+        entries = {b["run_name"].split("/")[0]: b for b in doc["benchmarks"]
+                   if b["run_type"] == "iteration"}
+        self.assertEqual(set(entries), {"GPT2", "Whisper"})
+        # FLOPs of the prefill alone, by hand from the model cards (width 64,
+        # 2 layers, vocabulary 1000, batch 2), logits of the last position:
+        # GPT2: 24 w^2 a token and 4 w T^2 of attention a layer, over 5 tokens;
+        # Whisper: its 4 start tokens, 28 w^2 and cross-attention over 1500
+        # positions a token, and the cross keys and values of 1500 positions.
+        head = 2 * 2 * 64 * 1000
+        gpt2 = 2 * 2 * (24 * 5 * 64 ** 2 + 4 * 5 * 5 * 64) + head
+        whisper = (2 * 4 * 2 * 1500 * 64 ** 2
+                   + 2 * 2 * (28 * 4 * 64 ** 2 + 4 * 4 * 4 * 64 + 4 * 4 * 1500 * 64) + head)
+        for family, flops, prompt in (("GPT2", gpt2, 5), ("Whisper", whisper, 4)):
+            b = entries[family]
+            self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
+            self.assertIn(f"/prompt:{prompt}/new:1/", b["run_name"])
+            step_s = b["real_time"] * {"ms": 1, "us": 1e-3, "ns": 1e-6}[b["time_unit"]] / 1e3
+            self.assertAlmostEqual(b["FLOP/s"] * step_s / flops, 1, places=6)
+            self.assertAlmostEqual(b["tokens/s"] * step_s, 2, places=6)
+            self.assertAlmostEqual(b["pp_tok/s"] * b["ttft_ms"] / 1e3, 2 * prompt, places=6)
+            for counter in ("tpot_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms", "tg_tok/s",
+                            "weight_GB/s", "read_GB/s", "tpot_growth_%", "mbu"):
+                self.assertNotIn(counter, b, family)
+            self.assertIn("tpot_ms, tg_tok/s, weight_GB/s, read_GB/s and mbu left out: "
+                          "--new_tokens=1 takes its one token from the prefill, and no "
+                          "decode step runs", b.get("label", ""), family)
+
     def test_more_positions_than_the_model_has_is_reported(self):
         doc = run_json("--benchmark_filter=GPT2/nano/cpu/generate", "--prompt=1000",
                        "--new_tokens=100", "--benchmark_min_time=0.01")

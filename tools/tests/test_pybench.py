@@ -507,6 +507,45 @@ class PybenchTest(ToolTest):
         self.assertIn("unknown flag --bogus", proc.stderr)
 
 
+class OneNewTokenTest(ToolTest):
+    """--new_tokens=1: the token is the prefill's and no decode step runs;
+    what decode steps would have timed or read is absent, and the label
+    says why, in bench's words."""
+
+    ARGS = ["--benchmark_filter=^(GPT2|Whisper)/nano/cpu/generate/", "--batch=2",
+            "--prompt=5", "--new_tokens=1", "--steps=1", "--warmup_steps=1", "--warmup_s=0",
+            "--peak_flops=1e13", "--peak_bandwidth=1e12"]
+    WHY = ("tpot_ms, tg_tok/s, weight_GB/s, read_GB/s and mbu left out: --new_tokens=1 "
+           "takes its one token from the prefill, and no decode step runs")
+
+    def test_no_decode_counters_and_the_label_says_why_on_both_sides(self):
+        from ltb.pysuite import families as ltb_models
+        out = os.path.join(self.tmp, "py.json")
+        proc = self.run_tool("pybench", *self.ARGS, f"--benchmark_out={out}")
+        self.assertExit(proc, 0)
+        sides = [by_name(out)]
+        bench = runnable_bench()
+        if bench:
+            sides.append(by_name(bench_json(bench, self.tmp, *self.ARGS)))
+        for entries in sides:
+            self.assertEqual(set(entries), {"GPT2/nano/cpu/generate/batch:2/prompt:5/new:1/fp32",
+                                            "Whisper/nano/cpu/generate/batch:2/prompt:4/new:1/fp32"})
+            for name, e in entries.items():
+                family = name.split("/")[0]
+                prompt = 4 if family == "Whisper" else 5
+                flops = (ltb_models.whisper_generate_flops("nano", 2, prompt, 1)
+                         if family == "Whisper"
+                         else ltb_models.generate_flops(family, "nano", 2, prompt, 1))
+                self.assertAlmostEqual(per_step(e, "FLOP/s") / flops, 1.0, places=9, msg=name)
+                self.assertAlmostEqual(per_step(e, "tokens/s"), 2, places=6, msg=name)
+                self.assertAlmostEqual(e["pp_tok/s"] * e["ttft_ms"] / 1e3, 2 * prompt,
+                                       places=6, msg=name)
+                for counter in GENERATION + ("tpot_growth_%", "mbu"):
+                    if counter not in ("ttft_ms", "pp_tok/s", "kv_cache_bytes"):
+                        self.assertNotIn(counter, e, name)
+                self.assertIn(self.WHY, e.get("label", ""), name)
+
+
 DEPTH_FILTER = "--benchmark_filter=^(Llama|GPT2)/nano/cpu/generate/"
 DEPTH_SHAPES = ["--batch=1", "--prompt=8", "--new_tokens=8", "--depth=0,600", "--steps=1",
                 "--warmup_steps=1", "--warmup_s=0", "--threads=1", "--peak_flops=1e13",

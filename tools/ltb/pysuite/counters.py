@@ -14,6 +14,9 @@ from ltb.pysuite.device import cache_bytes
 KEPT_SAMPLES = facts.load()["measurement"]["kept_samples"]
 # Caches a step must work past to read from memory (lib/peaks).
 CACHES_FROM_MEMORY = facts.load()["measurement"]["caches_from_memory"]
+# lib/measure/counters.cc's label of a generation of one new token.
+NO_DECODE_STEP = ("tpot_ms, tg_tok/s, weight_GB/s, read_GB/s and mbu left out: --new_tokens=1 "
+                  "takes its one token from the prefill, and no decode step runs")
 
 
 def format_bytes(b):
@@ -128,6 +131,8 @@ def entry(spec, reps, index, iterations, seconds, steps, workload, peaks, rss_re
         # Decoding's reads: the weights and the cache (read_GB/s), as bench's mbu.
         rate = c.get("read_GB/s", c["weight_GB/s"]) * 1e9
         bandwidth_utilisation(rate, rate * c["tpot_ms"] / 1e3, bandwidth)
+    if spec.phase == "generate" and spec.new_tokens == 1:
+        omitted.append(NO_DECODE_STEP)
     if omitted:
         e["label"] = "; ".join(omitted)
     if getattr(workload, "compile_s", None) is not None:
