@@ -392,8 +392,8 @@ Family WhisperFamily() {
       Case c{s.name, phase};
       // The prompt is the start-of-transcript tokens, not --prompt.
       if (phase.shape == Shape::kGenerate) c.fixed_prompt = kStartTokens;
-      // Transcription stops when every sequence has ended, which the host
-      // must read.
+      // Transcription runs as one workload of its own (encode, then the
+      // cached generation), with no decode steps for graphs to replay.
       c.graphs = phase.name != kTranscribe;
       f.cases.push_back(c);
     }
