@@ -671,6 +671,8 @@ bool SuiteFlagGiven(absl::string_view name) {
 }
 
 absl::Status ParseSuiteFlags(int argc, char** argv) {
+  // What was given is this command line's: a second parse forgets the first's.
+  GivenFlags().clear();
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
     if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) {

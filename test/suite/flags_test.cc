@@ -209,6 +209,11 @@ TEST(OptionsFromFlags, FamilySettingsAndWhetherADtypeWasGiven) {
   EXPECT_EQ(o.families.model_flops_per_step, "3e9");
   EXPECT_TRUE(o.families.model_inputs.empty());
   EXPECT_TRUE(o.dtypes_given);
+  // A parse is a whole command line: the next one forgets what this one gave,
+  // as the flags' values return to their defaults with the saver.
+  ASSERT_TRUE(ParseSuiteFlags(1, argv).ok());
+  EXPECT_FALSE(SuiteFlagGiven("model"));
+  EXPECT_FALSE(SuiteFlagGiven("dtype"));
 }
 
 TEST(OptionsFromFlags, FlopsPerStepHoldAtOneBatch) {
