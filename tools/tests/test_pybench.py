@@ -1099,7 +1099,8 @@ class BandwidthUtilisationTest(unittest.TestCase):
         from ltb.pysuite import counters
         tpot_ms = step_bytes / rate * 1e3
         spec = SimpleNamespace(full_name=lambda: "GPT2/x/cpu/generate", device="cpu",
-                               dtype="fp32", quant=SimpleNamespace(kind="none"))
+                               dtype="fp32", quant=SimpleNamespace(kind="none"),
+                               phase="generate", new_tokens=8)
         workload = SimpleNamespace(
             flops_per_step=0, params=1, tokens_per_step=1, samples_per_step=0,
             audio_per_step=0, cpu_seconds=1.0,
