@@ -97,6 +97,11 @@ class Workload {
   // Bytes the workload holds outside LibTorch's allocators, which peak_mem
   // adds: an AOTInductor package's weights live in the package's own memory.
   virtual int64_t UntrackedBytes() const { return 0; }
+  // What the result's label must say about how the measured steps ran where
+  // it is not what the benchmark's name and the run's context promise (an
+  // epoch's shards read from memory though dropped from the page cache);
+  // "" when nothing.
+  virtual std::string Caveat() const { return {}; }
   // Whether the workload replays graphs itself under spec.graph (generation
   // graphs its decode steps); otherwise the harness captures whole steps.
   virtual bool ReplaysItsOwnGraphs() const { return false; }

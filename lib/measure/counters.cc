@@ -214,6 +214,11 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
   if (!prepared.accuracy_absent.empty()) {
     omitted.push_back(prepared.accuracy_absent);
   }
+  if (prepared.workload) {
+    if (std::string caveat = prepared.workload->Caveat(); !caveat.empty()) {
+      omitted.push_back(std::move(caveat));
+    }
+  }
   if (!omitted.empty()) state.SetLabel(absl::StrJoin(omitted, "; "));
   // Energy per step, token and sample, summed over data-parallel ranks'
   // counters, each once.

@@ -43,6 +43,8 @@ class EpochWorkload final : public Workload {
     return ModuleTensors(trainer_.module());
   }
 
+  std::string Caveat() const override { return loader_->caveat(); }
+
   void ResetStats() override {
     epochs_.clear();
     if (gpu_util_) gpu_util_->Reset();

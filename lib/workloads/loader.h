@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "family/spec.h"
@@ -28,10 +29,16 @@ struct Share {
 };
 Share RankShare(int64_t samples, int64_t batch);
 
+// The share of `path`'s pages in the page cache, 0 to 1, from mincore over a
+// mapping of it; -1 where the kernel will not say (for a file this process
+// neither owns nor may write, mincore reports every page resident) or the
+// file cannot be mapped.
+double CachedFraction(const std::string& path);
+
 // Batches of one epoch, produced by a background thread into a bounded
-// queue: generated in memory, or read from shards (checked, then dropped
-// from the page cache so the next epoch reads storage again). `shards`
-// empty: memory.
+// queue: generated in memory, or read from shards (dropped from the page
+// cache before the first epoch, and again after each read, so that every
+// epoch reads storage). `shards` empty: memory.
 class Loader {
  public:
   Loader(const BenchSpec& spec, DatasetSpec data, std::vector<std::string> shards);
@@ -40,6 +47,10 @@ class Loader {
   Loader& operator=(const Loader&) = delete;
 
   int64_t batches() const { return share_.count / batch_; }
+  // Where shards dropped from the page cache stayed in it (a filesystem that
+  // keeps its files in memory, as tmpfs does), so that the epochs read
+  // memory, not storage: a sentence that says so; else "".
+  const std::string& caveat() const { return caveat_; }
 
   // Starts producing this epoch's batches in the background.
   void StartEpoch();
@@ -51,6 +62,8 @@ class Loader {
   bool Push(at::Tensor batch);
   void Produce();
   void ProduceFromShards();
+  // The shards holding this rank's share: [first, last).
+  std::pair<int64_t, int64_t> ShardRange() const;
 
   DatasetSpec data_;
   std::vector<std::string> shards_;
@@ -61,6 +74,7 @@ class Loader {
   int capacity_;
   bool drop_cache_;
   at::Tensor memory_;
+  std::string caveat_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -144,8 +144,8 @@ absl::Status WriteShard(const std::string& path, const at::Tensor& tokens,
 absl::StatusOr<at::Tensor> ReadShard(const std::string& path, int64_t sample_tokens,
                                      int64_t vocab) {
   const auto bad = [&](const std::string& why) {
-    return absl::DataLossError(absl::StrCat("bad shard ", path, ": ", why,
-                                            "; rewrite the dataset with --regenerate"));
+    return absl::DataLossError(absl::StrCat(
+        "bad shard ", path, ": ", why, "; rewrite the dataset with --regenerate=true"));
   };
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open shard ", path));
@@ -205,7 +205,7 @@ absl::StatusOr<std::vector<std::string>> PrepareDataset(const std::string& dir,
     return absl::FailedPreconditionError(absl::StrCat(
         "the dataset in ", dir, " was written with other parameters:\n", have,
         "this run needs:\n", ManifestText(spec),
-        "add --regenerate to rewrite it there, or choose another --data_dir"));
+        "add --regenerate=true to rewrite it there, or choose another --data_dir"));
   }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

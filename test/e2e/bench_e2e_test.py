@@ -32,6 +32,15 @@ FAST = ["--benchmark_min_time=0.01", "--warmup_s=0", "--seq=32", "--batch=2",
         "--peak_flops=1e12", "--peak_bandwidth=1e10"]
 
 
+def tmpfs_at(path):
+    """Whether a tmpfs is mounted at `path`."""
+    try:
+        with open("/proc/mounts") as f:
+            return any(line.split()[1:3] == [path, "tmpfs"] for line in f)
+    except OSError:
+        return False
+
+
 def simulated(var):
     """ONEDNN_MAX_CPU_ISA or LTB_MAX_CPU_ISA as bench sees it: where unset,
     ATEN_CPU_CAPABILITY=avx2 or default sets both to its level."""
@@ -455,6 +464,16 @@ class EpochTest(unittest.TestCase):
             self.assertIn("--regenerate", bad["error_message"])
             [fixed] = run_json(*self.ARGS, f"--data_dir={tmp}", "--regenerate=true")["benchmarks"]
             self.assertFalse(fixed.get("error_occurred", False), fixed.get("error_message"))
+
+    @unittest.skipUnless(tmpfs_at("/dev/shm"), "no tmpfs at /dev/shm")
+    def test_shards_that_tmpfs_keeps_in_memory_are_said_to_be_read_from_memory(self):
+        # tmpfs ignores the drop from the page cache: what the epochs read is
+        # memory, whatever the name (data:disk) and the context promise.
+        with tempfile.TemporaryDirectory(dir="/dev/shm") as tmp:
+            [entry] = run_json(*self.ARGS, f"--data_dir={tmp}", "--warmup_epochs=0")["benchmarks"]
+            self.assertFalse(entry.get("error_occurred", False), entry.get("error_message"))
+            self.assertIn("the epochs read their shards from memory, not from storage: 1 of 1 "
+                          "stayed in the page cache", entry.get("label", ""))
 
     def test_a_process_alone_reads_its_disk_dataset_whatever_its_local_rank(self):
         # LOCAL_RANK names the machine's writer only among ranks: a process

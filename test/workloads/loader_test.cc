@@ -6,9 +6,14 @@
 #include "workloads/loader.h"
 
 #include <ATen/ATen.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "distributed/distributed.h"
@@ -123,6 +128,116 @@ TEST_P(LoaderTest, EveryRankTrainsWholeBatchesAndThePlanCountsThemAll) {
     AsRank as(0, world);
     EXPECT_EQ(EpochSamples(spec_), rows) << world << " ranks";
   }
+}
+
+// Whether a file dropped from the page cache under `dir` leaves it (most
+// filesystems) or stays (tmpfs keeps its files in memory); the test files
+// are this process's own, so mincore answers.
+bool DroppedPagesLeave(const fs::path& dir) {
+  const std::string probe = (dir / "probe.bin").string();
+  {
+    std::ofstream out(probe, std::ios::binary);
+    out << std::string(1 << 16, 'x');
+  }
+  const int fd = ::open(probe.c_str(), O_RDONLY);
+  ::fsync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  const double cached = CachedFraction(probe);
+  fs::remove(probe);
+  return cached == 0;
+}
+
+// The shards of a dataset just written under `dir`, as a disk epoch's
+// loader takes them.
+std::vector<std::string> Written(const fs::path& dir, const DatasetSpec& data) {
+  bool wrote = false;
+  absl::StatusOr<std::vector<std::string>> paths =
+      PrepareDataset(dir.string(), data, false, &wrote);
+  EXPECT_TRUE(paths.ok()) << paths.status();
+  return paths.ok() ? *paths : std::vector<std::string>{};
+}
+
+TEST(CachedFraction, SeesAFileReadAsCachedAndAnotherProcesssAsUnknown) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("ltb_cached_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "read.bin").string();
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << std::string(3 << 12, 'x');
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(all.size(), 3u << 12);
+  EXPECT_DOUBLE_EQ(CachedFraction(path), 1.0) << "a file just read is in the page cache";
+  EXPECT_EQ(CachedFraction((dir / "absent.bin").string()), -1);
+  fs::remove_all(dir);
+}
+
+// With the page cache dropped (the default), no epoch may read a shard from
+// memory: not even the first, right after the shards were written.
+TEST(LoaderPageCache, NoEpochReadsTheShardsJustWrittenFromMemory) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("ltb_dropped_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  if (!DroppedPagesLeave(dir)) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << dir << " keeps dropped pages in memory (tmpfs?)";
+  }
+  DatasetSpec data;
+  data.samples = 4;
+  data.sample_tokens = 262144;  // 2 samples a 1 MB shard: two shards
+  data.vocab = 1000;
+  data.shard_mb = 1;
+  data.seed = 1;
+  BenchSpec spec;
+  spec.batch = 2;
+  spec.epochs.dataset_samples = data.samples;
+  const std::vector<std::string> shards = Written(dir, data);
+  ASSERT_EQ(shards.size(), 2u);
+  Loader loader(spec, data, shards);
+  for (const std::string& shard : shards) {
+    EXPECT_EQ(CachedFraction(shard), 0) << shard << " is read from the page cache";
+  }
+  EXPECT_EQ(loader.caveat(), "");  // the pages left: nothing to say
+  loader.StartEpoch();
+  int64_t batches = 0;
+  while (loader.Next()) ++batches;
+  EXPECT_EQ(batches, 2);
+  for (const std::string& shard : shards) EXPECT_EQ(CachedFraction(shard), 0) << shard;
+  fs::remove_all(dir);
+}
+
+// tmpfs keeps its files in memory whatever the loader asks: the result must
+// say that its epochs read memory, not storage.
+TEST(LoaderPageCache, ShardsThatStayInMemoryAreSaidToHave) {
+  struct statfs fs_info {};
+  if (::statfs("/dev/shm", &fs_info) != 0 ||
+      static_cast<uint64_t>(fs_info.f_type) != TMPFS_MAGIC) {
+    GTEST_SKIP() << "no tmpfs at /dev/shm";
+  }
+  const fs::path dir = fs::path("/dev/shm") / ("ltb_tmpfs_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  DatasetSpec data;
+  data.samples = 4;
+  data.sample_tokens = 64;
+  data.vocab = 1000;
+  data.shard_mb = 1;
+  BenchSpec spec;
+  spec.batch = 2;
+  spec.epochs.dataset_samples = data.samples;
+  const std::vector<std::string> shards = Written(dir, data);
+  ASSERT_EQ(shards.size(), 1u);
+  Loader loader(spec, data, shards);
+  EXPECT_EQ(loader.caveat(),
+            "the epochs read their shards from memory, not from storage: 1 of 1 stayed "
+            "in the page cache when dropped from it (their filesystem keeps files in "
+            "memory, as tmpfs does)");
+  spec.epochs.drop_page_cache = false;  // nothing dropped, nothing claimed
+  EXPECT_EQ(Loader(spec, data, shards).caveat(), "");
+  fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Workloads, LoaderTest, testing::Bool(),

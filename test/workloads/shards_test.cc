@@ -71,6 +71,10 @@ TEST_F(ShardsTest, AFlippedByteIsACorruptShardNamedByPath) {
   ASSERT_FALSE(read.ok());
   EXPECT_NE(read.status().message().find(path), std::string::npos);
   EXPECT_NE(read.status().message().find("checksum"), std::string::npos);
+  // The advice must be a command line bench accepts: a bare --regenerate
+  // is refused ("needs a value").
+  EXPECT_NE(read.status().message().find("--regenerate=true"), std::string::npos)
+      << read.status();
 }
 
 TEST_F(ShardsTest, ATruncatedShardIsDetected) {
@@ -132,7 +136,8 @@ TEST_F(ShardsTest, OtherParametersAreAnErrorThatSaysHowToFixIt) {
   other.samples = 60;
   const auto mismatch = PrepareDataset(dir_.string(), other, false, &wrote);
   ASSERT_FALSE(mismatch.ok());
-  EXPECT_NE(mismatch.status().message().find("--regenerate"), std::string::npos);
+  EXPECT_NE(mismatch.status().message().find("--regenerate=true"), std::string::npos)
+      << mismatch.status();
   EXPECT_NE(mismatch.status().message().find("samples=50"), std::string::npos);
   EXPECT_FALSE(wrote);
   const auto rewritten =
