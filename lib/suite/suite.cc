@@ -524,6 +524,17 @@ absl::StatusOr<std::unique_ptr<Suite>> Suite::Register(const SuiteOptions& optio
   absl::StatusOr<std::vector<Registration>> registrations =
       RegistrationsFor(suite->families_, sweep, command_line.quiet_rank);
   if (!registrations.ok()) return registrations.status();
+  if (!sweep.serve_scenarios.empty() && !command_line.quiet_rank &&
+      absl::c_none_of(*registrations, [&](const Registration& r) {
+        return r.spec.serving() && FilterSelects(suite->filter_, FullName(r.spec, 1));
+      })) {
+    // As --tf32 and --cuda_graphs say when they add nothing.
+    std::cerr << "bench: --scenario adds no benchmark that the filter selects: a "
+                 "family serves one of its phases (forward; GPT2 and Llama generate "
+                 "too, Whisper encode alone; --serve_phase picks it); list what serves "
+                 "with the same --scenario and --benchmark_filter=/serve/ "
+                 "--benchmark_list_tests\n";
+  }
   if (!command_line.list_only && !command_line.quiet_rank) {
     PreparePeaks(*registrations, suite->filter_, options, dist->world_size,
                  suite->peaks_.get());

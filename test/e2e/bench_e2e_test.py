@@ -1575,6 +1575,19 @@ class ServeTest(unittest.TestCase):
              "--serve_min_queries=16", "--max_batch=4", "--target_qps=100", *GIVEN_PEAKS]
     NAME = "GPT2/nano/cpu/serve/scenario:{}/max_batch:4/seq:16/fp32"
 
+    def test_a_scenario_that_serves_nothing_the_filter_selects_says_so(self):
+        said = "--scenario adds no benchmark that the filter selects"
+        # Whisper serves its encoder alone: served generation adds nothing.
+        proc = run_bench("--benchmark_filter=^Whisper/nano/", "--scenario=Offline",
+                         "--serve_phase=generate", "--benchmark_list_tests")
+        self.assertIn(said, proc.stderr)
+        self.assertNotIn("/serve/", proc.stdout)
+        for args in (["--benchmark_filter=^Whisper/nano/"],
+                     ["--benchmark_filter=^GPT2/nano/", "--serve_phase=generate"]):
+            proc = run_bench(*args, "--scenario=Offline", "--benchmark_list_tests")
+            self.assertNotIn(said, proc.stderr, args)
+            self.assertIn("/serve/scenario:Offline/", proc.stdout, args)
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
