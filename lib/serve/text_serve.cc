@@ -108,7 +108,10 @@ void ContinuousBatcher::PrefillChunks() {
     slot.position += n;
     budget -= n;
     ++stats_.prefill_runs;
-    const int64_t token = slot.position == prompt ? next.item<int64_t>() : -1;  // waits
+    // Read on every chunk (it waits): a chunk's time is the time the device
+    // took, where a launch alone would leave its work to the next decode step.
+    const int64_t read = next.item<int64_t>();
+    const int64_t token = slot.position == prompt ? read : -1;
     stats_.prefill_s += std::chrono::duration<double>(Clock::now() - start).count();
     if (token < 0) continue;
     ++stats_.prefills;

@@ -149,7 +149,10 @@ class ContinuousBatcher:
                                                r.position, rows)
             r.position += n
             budget -= n
-            token = int(logits.argmax(-1)) if r.position == prompt else None
+            # Read on every chunk: its time is the time the device took, not
+            # a launch whose work would land in the next decode step.
+            token = int(logits.argmax(-1))
+            token = token if r.position == prompt else None
             self.prefill_s += time.perf_counter() - start
             self.prefill_runs += 1
             if token is None:
