@@ -271,7 +271,8 @@ class ForeignFileTest(unittest.TestCase):
                                          "entry 1 has no name"),
             "an empty name": ([self.GOOD, dict(self.GOOD, name="")], {},
                               "entry 2 has no name"),
-            "no time": ([{"name": "a/b"}], {}, "a/b: its real_time is not a number"),
+            "no time": ([{"name": "a/b", "cpu_time": 1}], {},
+                        "a/b: its real_time is not a number"),
             "a time that is text": ([dict(self.GOOD, cpu_time="x")], {},
                                     "Ops/noop/cpu: its cpu_time is not a number"),
             "an unknown unit": ([dict(self.GOOD, time_unit="fortnights")], {},
@@ -304,6 +305,15 @@ class ForeignFileTest(unittest.TestCase):
                     self.assertEqual(proc.returncode, 2, proc.stderr)
                     self.assertNotIn("Traceback", proc.stderr)
                     self.assertIn(f"{bad}: not a Google Benchmark JSON", proc.stderr)
+            # Google's compare.py reads the process time too.
+            no_cpu = {k: v for k, v in self.GOOD.items() if k != "cpu_time"}
+            bad = self.write(tmp, {"context": {}, "benchmarks": [no_cpu]})
+            proc = subprocess.run([sys.executable, os.path.join(TOOLS, "compare"), bad, bad],
+                                  capture_output=True, text=True, timeout=300)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertNotIn("Traceback", proc.stderr)
+            self.assertIn(f"{bad}: Ops/noop/cpu has no cpu_time, which compare.py compares",
+                          proc.stderr)
 
 
 class RunningTest(unittest.TestCase):
