@@ -271,8 +271,8 @@ class ForeignFileTest(unittest.TestCase):
                                          "entry 1 has no name"),
             "an empty name": ([self.GOOD, dict(self.GOOD, name="")], {},
                               "entry 2 has no name"),
-            "no time": ([{"name": "a/b", "cpu_time": 1}], {},
-                        "a/b: its real_time is not a number"),
+            "a time that is no number": ([{"name": "a/b", "real_time": None}], {},
+                                         "a/b: its real_time is not a number"),
             "a time that is text": ([dict(self.GOOD, cpu_time="x")], {},
                                     "Ops/noop/cpu: its cpu_time is not a number"),
             "an unknown unit": ([dict(self.GOOD, time_unit="fortnights")], {},
@@ -288,12 +288,16 @@ class ForeignFileTest(unittest.TestCase):
                         load(path)
                     self.assertIn(f"{path}: not a Google Benchmark JSON ({message}",
                                   str(caught.exception))
-            # A failed entry or an aggregate needs no time of its own.
+            # A failed entry or an aggregate needs no time of its own, and a
+            # measured one's absent time is refused by the reader that needs it.
             path = self.write(tmp, {"benchmarks": [
                 self.GOOD, {"name": "x/y", "error_occurred": True, "error_message": "no"},
                 {"name": "x/z", "run_type": "aggregate", "aggregate_name": "BigO",
-                 "big_o": "N", "cpu_coefficient": 1, "real_coefficient": 1}]})
-            self.assertEqual(len(load(path)["benchmarks"]), 3)
+                 "big_o": "N", "cpu_coefficient": 1, "real_coefficient": 1},
+                {"name": "x/w"}]})
+            self.assertEqual(len(load(path)["benchmarks"]), 4)
+            with self.assertRaisesRegex(BadInput, "x/w: no real_time, so no time to read"):
+                seconds(load(path)["benchmarks"][3])
 
     def test_tools_exit_2_without_a_traceback(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -305,6 +309,14 @@ class ForeignFileTest(unittest.TestCase):
                     self.assertEqual(proc.returncode, 2, proc.stderr)
                     self.assertNotIn("Traceback", proc.stderr)
                     self.assertIn(f"{bad}: not a Google Benchmark JSON", proc.stderr)
+            untimed = self.write(tmp, {"context": {}, "benchmarks": [{"name": "a/b"}]})
+            for tool in ("report", "gate"):
+                with self.subTest(tool, untimed=True):
+                    proc = subprocess.run([sys.executable, os.path.join(TOOLS, tool), untimed,
+                                           untimed], capture_output=True, text=True, timeout=300)
+                    self.assertEqual(proc.returncode, 2, proc.stderr)
+                    self.assertNotIn("Traceback", proc.stderr)
+                    self.assertIn("a/b: no real_time", proc.stderr)
             # Google's compare.py reads the process time too.
             no_cpu = {k: v for k, v in self.GOOD.items() if k != "cpu_time"}
             bad = self.write(tmp, {"context": {}, "benchmarks": [no_cpu]})

@@ -122,13 +122,11 @@ def _entry_problem(entry, number):
     unit = entry.get("time_unit", "ns")
     if unit not in _UNITS:
         return f"{name}: unknown time unit {unit!r}; valid: {', '.join(_UNITS)}"
-    # A failed entry's times are 0 or absent, and an aggregate's may be a
-    # complexity's coefficients instead: only a measurement must have its
-    # time, which every tool reads (the process time only compare.py does).
-    measured = (entry.get("run_type", "iteration") == "iteration"
-                and not entry.get("error_occurred") and not entry.get("skipped"))
-    for field, required in (("real_time", measured), ("cpu_time", False)):
-        if (required or field in entry) and not _is_number(entry.get(field)):
+    # A time may be absent (a failed entry's, an aggregate of a complexity's
+    # coefficients, a tool that reads counters alone): the reader that needs
+    # it says so (results/entries.py seconds()).
+    for field in ("real_time", "cpu_time"):
+        if field in entry and not _is_number(entry[field]):
             return f"{name}: its {field} is not a number"
     return None
 
