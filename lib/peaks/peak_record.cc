@@ -11,6 +11,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <system_error>
@@ -114,13 +115,34 @@ RecordedPeak PeakRecord::Merge(const std::string& key, double measured,
   }
   if (!doc.contains("peaks")) doc["peaks"] = nlohmann::json::object();
   nlohmann::json& entry = doc["peaks"][key];
+  // Every field read below, of the type it is read as: a hand-edited or
+  // foreign entry otherwise throws from nlohmann's accessors, which no
+  // caller of a peak expects, and aborts the run.
+  const auto readable = [](const nlohmann::json& e) {
+    if (!e.is_object()) return false;
+    for (const char* text : {"measured_at", "how"}) {
+      if (e.contains(text) && !e[text].is_string()) return false;
+    }
+    if (!e.contains("runs")) return true;
+    const nlohmann::json& r = e["runs"];
+    return r.is_number_integer() && r.get<int64_t>() >= 0 &&
+           r.get<int64_t>() < std::numeric_limits<int>::max();
+  };
+  if (!entry.is_null() && !readable(entry)) {
+    std::string shown =
+        entry.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (shown.size() > 120) shown = shown.substr(0, 117) + "...";
+    warn(absl::StrCat("the peak cache ", path_, " holds an entry for ", key,
+                      " that is not a record of a peak (", shown,
+                      "): it is replaced by this run's"));
+    entry = nlohmann::json::object();
+  }
   double best = 0;
   int runs = 0;
   if (entry.is_object()) {
     const nlohmann::json& v = entry.value("bytes_or_flops_per_s", nlohmann::json());
-    const nlohmann::json& r = entry.value("runs", nlohmann::json());
     if (v.is_number() && std::isfinite(v.get<double>())) best = v.get<double>();
-    if (r.is_number_integer()) runs = r.get<int>();
+    if (entry.contains("runs")) runs = entry["runs"].get<int>();
   }
   out.runs = runs + 1;
   if (best > measured) {

@@ -1,6 +1,7 @@
 #include "suite/suite.h"
 
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,6 +60,17 @@ absl::Status CheckWritableFile(const std::string& flag, const std::string& path)
     reason = "its directory does not exist";
   } else if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     reason = std::strerror(errno);
+  } else {
+    // access() answers for permissions alone (root passes every check), not
+    // for a file system that makes no files (/proc, a read-only mount):
+    // making the file, and removing it, is the only sure test.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      reason = std::strerror(errno);
+    } else {
+      ::close(fd);
+      ::unlink(path.c_str());
+    }
   }
   if (reason == nullptr) return absl::OkStatus();
   return absl::InvalidArgumentError(

@@ -1196,6 +1196,10 @@ class PathsTest(unittest.TestCase):
                     ([f"--benchmark_out={tmp}/no/such/dir/out.json"],
                      "its directory does not exist"),
                     ([f"--benchmark_out={tmp}"], "it is a directory"),
+                    # A directory whose permissions allow root but whose file
+                    # system makes no file: only trying to make one tells.
+                    (["--benchmark_out=/proc/ltb-e2e-out.json"],
+                     "cannot write --benchmark_out=/proc/ltb-e2e-out.json: "),
                     ([f"--profile={blocker}/trace"], f"cannot create --profile={blocker}/trace"),
                     ([f"--data_dir={blocker}/data"], f"cannot create --data_dir={blocker}/data"),
                     (["--data=disk", f"--data_dir={blocker}"], "--data_dir")):

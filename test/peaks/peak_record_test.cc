@@ -120,6 +120,40 @@ TEST_F(PeakRecordTest, ACorruptRecordIsReplacedWithAWarning) {
   EXPECT_TRUE(r.warning.empty()) << r.warning;
 }
 
+TEST_F(PeakRecordTest, AMalformedEntryIsReplacedWithAWarningNotACrash) {
+  fs::create_directories(fs::path(path_).parent_path());
+  // This key's entry is not an object, or names its best with fields of
+  // the wrong type, or counts more runs than a run count can hold: each
+  // was an uncaught exception that aborted bench before its first result.
+  for (const std::string bad : {
+           R"({"peaks": {"k": 5, "other": {"bytes_or_flops_per_s": 1}}})",
+           R"({"peaks": {"k": {"bytes_or_flops_per_s": 1e15, "measured_at": 5},
+                         "other": {"bytes_or_flops_per_s": 1}}})",
+           R"({"peaks": {"k": {"bytes_or_flops_per_s": 1e15, "how": []},
+                         "other": {"bytes_or_flops_per_s": 1}}})",
+           R"({"peaks": {"k": {"bytes_or_flops_per_s": 1e15, "runs": 99999999999},
+                         "other": {"bytes_or_flops_per_s": 1}}})",
+       }) {
+    std::ofstream(path_) << bad;
+    RecordedPeak r;
+    ASSERT_NO_THROW(r = PeakRecord(path_).Merge("k", 7, "measured: x")) << bad;
+    EXPECT_DOUBLE_EQ(r.value, 7) << bad;
+    EXPECT_FALSE(r.from_record) << bad;
+    EXPECT_EQ(r.runs, 1) << bad;
+    EXPECT_NE(r.warning.find("the peak cache " + path_ +
+                             " holds an entry for k that is "
+                             "not a record of a peak"),
+              std::string::npos)
+        << bad << ": " << r.warning;
+    const nlohmann::json doc = Read();
+    EXPECT_DOUBLE_EQ(doc["peaks"]["k"]["bytes_or_flops_per_s"].get<double>(), 7) << bad;
+    EXPECT_EQ(doc["peaks"]["k"]["runs"].get<int>(), 1) << bad;
+    // The other keys' entries are kept as they were.
+    EXPECT_DOUBLE_EQ(doc["peaks"]["other"]["bytes_or_flops_per_s"].get<double>(), 1)
+        << bad;
+  }
+}
+
 TEST_F(PeakRecordTest, AnUnwritablePlaceWarnsAndTheRunKeepsItsOwn) {
   fs::create_directories(dir_);
   std::ofstream(dir_ / "file") << "x";

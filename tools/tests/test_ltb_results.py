@@ -252,6 +252,82 @@ class CutFileTest(unittest.TestCase):
         self.assertIn("recovered 3 complete benchmark entries", err.getvalue())
 
 
+class ForeignFileTest(unittest.TestCase):
+    """A JSON file whose entries are not Google Benchmark's is one sentence
+    naming the file and the entry, in every tool, never a traceback."""
+
+    GOOD = {"name": "Ops/noop/cpu", "run_type": "iteration", "iterations": 1,
+            "real_time": 1.0, "cpu_time": 1.0, "time_unit": "ms"}
+
+    def write(self, tmp, document):
+        path = os.path.join(tmp, "r.json")
+        with open(path, "w") as f:
+            json.dump(document, f)
+        return path
+
+    def test_each_malformed_entry_or_context_is_named(self):
+        cases = {
+            "a name that is no string": ([dict(self.GOOD, name=5)], {},
+                                         "entry 1 has no name"),
+            "an empty name": ([self.GOOD, dict(self.GOOD, name="")], {},
+                              "entry 2 has no name"),
+            "a time that is no number": ([{"name": "a/b", "real_time": None}], {},
+                                         "a/b: its real_time is not a number"),
+            "a time that is text": ([dict(self.GOOD, cpu_time="x")], {},
+                                    "Ops/noop/cpu: its cpu_time is not a number"),
+            "an unknown unit": ([dict(self.GOOD, time_unit="fortnights")], {},
+                                "Ops/noop/cpu: unknown time unit 'fortnights'; valid: ns, us, "
+                                "ms, s"),
+            "a context that is a list": ([self.GOOD], [], "its context is not an object"),
+        }
+        with tempfile.TemporaryDirectory() as tmp:
+            for what, (entries, context, message) in cases.items():
+                with self.subTest(what):
+                    path = self.write(tmp, {"context": context, "benchmarks": entries})
+                    with self.assertRaises(BadInput) as caught:
+                        load(path)
+                    self.assertIn(f"{path}: not a Google Benchmark JSON ({message}",
+                                  str(caught.exception))
+            # A failed entry or an aggregate needs no time of its own, and a
+            # measured one's absent time is refused by the reader that needs it.
+            path = self.write(tmp, {"benchmarks": [
+                self.GOOD, {"name": "x/y", "error_occurred": True, "error_message": "no"},
+                {"name": "x/z", "run_type": "aggregate", "aggregate_name": "BigO",
+                 "big_o": "N", "cpu_coefficient": 1, "real_coefficient": 1},
+                {"name": "x/w"}]})
+            self.assertEqual(len(load(path)["benchmarks"]), 4)
+            with self.assertRaisesRegex(BadInput, "x/w: no real_time, so no time to read"):
+                seconds(load(path)["benchmarks"][3])
+
+    def test_tools_exit_2_without_a_traceback(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            bad = self.write(tmp, {"context": [], "benchmarks": [dict(self.GOOD, name=5)]})
+            for tool in ("report", "compare", "gate", "plot", "scaling"):
+                with self.subTest(tool):
+                    proc = subprocess.run([sys.executable, os.path.join(TOOLS, tool), bad, bad],
+                                          capture_output=True, text=True, timeout=300)
+                    self.assertEqual(proc.returncode, 2, proc.stderr)
+                    self.assertNotIn("Traceback", proc.stderr)
+                    self.assertIn(f"{bad}: not a Google Benchmark JSON", proc.stderr)
+            untimed = self.write(tmp, {"context": {}, "benchmarks": [{"name": "a/b"}]})
+            for tool in ("report", "gate"):
+                with self.subTest(tool, untimed=True):
+                    proc = subprocess.run([sys.executable, os.path.join(TOOLS, tool), untimed,
+                                           untimed], capture_output=True, text=True, timeout=300)
+                    self.assertEqual(proc.returncode, 2, proc.stderr)
+                    self.assertNotIn("Traceback", proc.stderr)
+                    self.assertIn("a/b: no real_time", proc.stderr)
+            # Google's compare.py reads the process time too.
+            no_cpu = {k: v for k, v in self.GOOD.items() if k != "cpu_time"}
+            bad = self.write(tmp, {"context": {}, "benchmarks": [no_cpu]})
+            proc = subprocess.run([sys.executable, os.path.join(TOOLS, "compare"), bad, bad],
+                                  capture_output=True, text=True, timeout=300)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertNotIn("Traceback", proc.stderr)
+            self.assertIn(f"{bad}: Ops/noop/cpu has no cpu_time, which compare.py compares",
+                          proc.stderr)
+
+
 class RunningTest(unittest.TestCase):
     """What sweep and abtest share about bench processes and their output."""
 

@@ -507,6 +507,41 @@ class PybenchTest(ToolTest):
         self.assertIn("unknown flag --bogus", proc.stderr)
 
 
+class InterruptTest(ToolTest):
+    """A signal stops pybench as it stops bench: what was measured is in
+    --benchmark_out, the benchmark in flight is an error saying why, and the
+    exit code names the signal."""
+
+    def test_a_signal_keeps_what_was_measured(self):
+        import signal
+        import time
+        for signo, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+            with self.subTest(signal.Signals(signo).name):
+                out = os.path.join(self.tmp, f"{signo}.json")
+                # The second benchmark measures for 3 s: the signal lands in it.
+                proc = subprocess.Popen(
+                    [sys.executable, os.path.join(TOOLS, "pybench"),
+                     "--benchmark_filter=^(Transformer|GPT2)/nano/cpu/forward/", "--batch=2",
+                     "--seq=16", "--warmup_s=0", "--benchmark_min_time=3", "--peak_flops=1e12",
+                     f"--benchmark_out={out}"],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                first = proc.stdout.readline()
+                self.assertTrue(first.startswith("Transformer/nano/cpu/forward/"), first)
+                time.sleep(1)
+                proc.send_signal(signo)
+                _, err = proc.communicate(timeout=120)
+                self.assertEqual(proc.returncode, code, err)
+                self.assertNotIn("Traceback", err)
+                with open(out) as f:
+                    entries = {e["name"].split("/")[0]: e for e in json.load(f)["benchmarks"]}
+                self.assertEqual(set(entries), {"Transformer", "GPT2"})
+                self.assertFalse(entries["Transformer"].get("error_occurred", False))
+                self.assertIn("tokens/s", entries["Transformer"])
+                self.assertTrue(entries["GPT2"]["error_occurred"])
+                self.assertIn(f"interrupted by {signal.Signals(signo).name}",
+                              entries["GPT2"]["error_message"])
+
+
 class OneNewTokenTest(ToolTest):
     """--new_tokens=1: the token is the prefill's and no decode step runs;
     what decode steps would have timed or read is absent, and the label

@@ -130,6 +130,10 @@ def compare_main():
         doc, dropped = without_errors(load(path))
         for name in dropped:
             print(f"compare: dropped errored {name} ({label} {path})", file=sys.stderr)
+        for e in doc["benchmarks"]:
+            if "cpu_time" not in e:
+                raise BadInput(f"{path}: {e['name']} has no cpu_time, which compare.py "
+                               "compares beside real_time (Google Benchmark writes both)")
         docs.append(doc)
     names = set(collect(docs[0])) & set(collect(docs[1]))
     if args.runtimes or not names:

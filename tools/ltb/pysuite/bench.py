@@ -89,9 +89,10 @@ builds and how its phases step), generation.py and loader.py; counters.py
 (the JSON entries), peaks.py, host.py (threads, malloc) and context.py.
 """
 import json
+import signal
 import sys
 
-from ltb.base import BadInput, require, write_json
+from ltb.base import BadInput, Signalled, raise_on_signals, require, write_json
 from ltb.results.format import human
 from ltb.results.serving import compare_main
 
@@ -156,26 +157,46 @@ def pybench_main(argv):
     doc = {"context": context(args, threads, peaks), "benchmarks": []}
     shown = []  # what the display (console, or JSON on stdout) reports
     failed = False
-    for spec in selected:
-        try:
-            with compile_cache(spec, args):
-                entries = run_one(spec, args, peaks)
-        except Refused as e:
-            entries = [error_entry(spec, str(e))]
-            failed = True
-        except Exception as e:  # noqa: BLE001 - any failure is that benchmark's error
-            entries = [error_entry(spec, f"PyTorch error: {type(e).__name__}: {e}")]
-            failed = True
-        doc["benchmarks"] += reported(entries, args.report_aggregates_only)
-        shown += reported(entries, args.display_aggregates_only)
-        if args.benchmark_format == "console":
-            for e in reported(entries, args.display_aggregates_only):
-                print(console_line(e), flush=True)
+    # As bench does: a signal ends the benchmark in flight as its error and
+    # the run keeps what it measured; a second one, once the handlers are
+    # back, ends the process (the file is written whole or not at all).
+    handlers = raise_on_signals()
+    stopped = None
+    try:
+        for spec in selected:
+            try:
+                with compile_cache(spec, args):
+                    entries = run_one(spec, args, peaks)
+            except Signalled as e:
+                stopped = e.signum
+                entries = [error_entry(spec, f"interrupted by {e}: the run stopped here")]
+            except Refused as e:
+                entries = [error_entry(spec, str(e))]
+                failed = True
+            except Exception as e:  # noqa: BLE001 - any failure is that benchmark's error
+                entries = [error_entry(spec, f"PyTorch error: {type(e).__name__}: {e}")]
+                failed = True
+            doc["benchmarks"] += reported(entries, args.report_aggregates_only)
+            shown += reported(entries, args.display_aggregates_only)
+            if args.benchmark_format == "console":
+                for e in reported(entries, args.display_aggregates_only):
+                    print(console_line(e), flush=True)
+            if stopped:
+                break
+    except Signalled as e:  # between two benchmarks
+        stopped = e.signum
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     if args.benchmark_out:
         write_json(args.benchmark_out, doc)
     if args.benchmark_format == "json":
         json.dump(dict(doc, benchmarks=shown), sys.stdout, indent=2)
         print()
+    if stopped:
+        print(f"pybench: interrupted by {signal.Signals(stopped).name}: what was measured "
+              "before it is kept", file=sys.stderr)
+        return 128 + stopped
     return 1 if failed else 0
 
 

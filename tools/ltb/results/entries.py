@@ -64,6 +64,9 @@ def seconds(entry):
     unit = entry.get("time_unit", "ns")
     if unit not in TIME_UNITS:
         raise BadInput(f"{entry['name']}: unknown time unit {unit!r}")
+    if "real_time" not in entry:
+        raise BadInput(f"{entry['name']}: no real_time, so no time to read (Google Benchmark "
+                       "writes one in every measured entry)")
     return float(entry["real_time"]) * TIME_UNITS[unit]
 
 

@@ -102,14 +102,45 @@ def parse(raw, path):
     return doc
 
 
+# Time units as Google Benchmark writes them (results/entries.py converts them).
+_UNITS = ("ns", "us", "ms", "s")
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _entry_problem(entry, number):
+    """Why an entry is not one Google Benchmark writes, in the words of the
+    first thing wrong with it; None when nothing is. Every reader indexes
+    these fields, so a file lacking them is refused here, once, rather than
+    as a traceback in whichever tool reads it."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) \
+            or not entry["name"]:
+        return f"entry {number} has no name"
+    name = entry["name"]
+    unit = entry.get("time_unit", "ns")
+    if unit not in _UNITS:
+        return f"{name}: unknown time unit {unit!r}; valid: {', '.join(_UNITS)}"
+    # A time may be absent (a failed entry's, an aggregate of a complexity's
+    # coefficients, a tool that reads counters alone): the reader that needs
+    # it says so (results/entries.py seconds()).
+    for field in ("real_time", "cpu_time"):
+        if field in entry and not _is_number(entry[field]):
+            return f"{name}: its {field} is not a number"
+    return None
+
+
 def load(path):
     doc = parse(read_bytes(path), path)
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
         raise BadInput(f"{path}: not a Google Benchmark JSON (no 'benchmarks' list)")
-    for entry in doc["benchmarks"]:
-        if not isinstance(entry, dict) or "name" not in entry:
-            raise BadInput(f"{path}: not a Google Benchmark JSON (an entry without a name)")
-    doc.setdefault("context", {})
+    for number, entry in enumerate(doc["benchmarks"], 1):
+        problem = _entry_problem(entry, number)
+        if problem:
+            raise BadInput(f"{path}: not a Google Benchmark JSON ({problem})")
+    if not isinstance(doc.setdefault("context", {}), dict):
+        raise BadInput(f"{path}: not a Google Benchmark JSON (its context is not an object)")
     return doc
 
 
