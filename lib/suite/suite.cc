@@ -208,6 +208,13 @@ absl::Status CheckWritablePaths(const SuiteOptions& options,
       return s;
     }
   }
+  if (!options.sweep.serve_scenarios.empty() && !options.sweep.serve.log_dir.empty()) {
+    if (absl::Status s =
+            CheckWritableDirectory("serve_log_dir", options.sweep.serve.log_dir);
+        !s.ok()) {
+      return s;
+    }
+  }
   if (options.epochs.data == "disk") {
     return CheckWritableDirectory("data_dir", options.epochs.data_dir);
   }

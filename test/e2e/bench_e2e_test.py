@@ -1202,7 +1202,9 @@ class PathsTest(unittest.TestCase):
                      "cannot write --benchmark_out=/proc/ltb-e2e-out.json: "),
                     ([f"--profile={blocker}/trace"], f"cannot create --profile={blocker}/trace"),
                     ([f"--data_dir={blocker}/data"], f"cannot create --data_dir={blocker}/data"),
-                    (["--data=disk", f"--data_dir={blocker}"], "--data_dir")):
+                    (["--data=disk", f"--data_dir={blocker}"], "--data_dir"),
+                    (["--scenario=Offline", f"--serve_log_dir={blocker}/logs"],
+                     f"cannot create --serve_log_dir={blocker}/logs")):
                 proc = run_bench("--benchmark_filter=Transformer/nano/cpu/forward/", *FAST, *args,
                                  check=False)
                 self.assertEqual(proc.returncode, 2, (args, proc.stderr))
