@@ -243,6 +243,52 @@ class FakeSweepTest(SweepRunner, ToolTest):
         self.assertEqual(record["context"]["suite_commit"], "fa4e000")
         self.assertEqual(self.merged(proc.stdout.strip())["context"]["bench_sha256"], sha256)
 
+    def test_ctrl_c_keeps_the_journal_and_a_rerun_resumes(self):
+        log = os.path.join(self.tmp, "runs.log")
+        sleep = "Fake/sleep/cpu/step/fp32/manual_time"
+        args = [sys.executable, os.path.join(TOOLS, "sweep"), "--bench", self.bench,
+                "--journal", os.path.join(self.tmp, "j.jsonl"),
+                "--benchmark_filter=Fake/(ok|sleep)"]
+        # A shell runs a background job with SIGINT ignored, and Python keeps
+        # an ignored SIGINT ignored: the sweep gets it as a terminal's Ctrl-C
+        # would give it, whatever started these tests.
+        sweep = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ, FAKE_BENCH_LOG=log),
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sleep not in self.started(log):
+            time.sleep(0.02)
+        self.assertEqual(self.started(log), [FAKE_OK, sleep])
+        sweep.send_signal(signal.SIGINT)
+        out, err = sweep.communicate(timeout=30)  # not the 60 s the fake bench sleeps
+        self.assertEqual(sweep.returncode, 130, err)
+        self.assertNotIn("Traceback", err)
+        self.assertIn("run the same command again to resume", err)
+        self.assertEqual(out, "")  # nothing merged from half a sweep
+        self.assertEqual(self.journal_names(), [FAKE_OK])
+
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, FAKE_BENCH_LOG=log, FAKE_BENCH_SLEEP_S="0"))
+        self.assertExit(proc, 0)
+        self.assertIn("1 of 2 benchmarks already in", proc.stderr)
+        self.assertEqual(self.started(log)[2:], [sleep])  # the one interrupted, alone
+        self.assertEqual(self.journal_names(), [FAKE_OK, sleep])
+        entries = self.by_name(self.merged(proc.stdout.strip()))
+        self.assertEqual(sorted(entries), [FAKE_OK, sleep])
+        self.assertFalse(any(e.get("error_occurred") for e in entries.values()))
+
+    def started(self, log):
+        """The benchmarks the fake bench was started to run, in order."""
+        try:
+            with open(log) as f:
+                lines = [json.loads(line) for line in f if line.strip()]
+        except FileNotFoundError:
+            return []
+        return [arg[len("--benchmark_filter=^"):-1].replace("\\", "")
+                for argv in lines for arg in argv
+                if arg.startswith("--benchmark_filter=^")]
+
     def test_resuming_with_another_build_is_refused(self):
         args = ("--benchmark_filter=Fake/(ok|error)",)
         self.assertExit(self.sweep(*args), 0)
