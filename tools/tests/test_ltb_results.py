@@ -279,6 +279,16 @@ class ForeignFileTest(unittest.TestCase):
                                 "Ops/noop/cpu: unknown time unit 'fortnights'; valid: ns, us, "
                                 "ms, s"),
             "a context that is a list": ([self.GOOD], [], "its context is not an object"),
+            "a counter that is text": ([dict(self.GOOD, **{"tokens/s": "fast"})], {},
+                                       "Ops/noop/cpu: its tokens/s is not a number"),
+            "a counter that is a list": ([dict(self.GOOD, peak_mem=[1, 2])], {},
+                                         "Ops/noop/cpu: its peak_mem is not a number"),
+            "a counter that is null": ([dict(self.GOOD, mfu=None)], {},
+                                       "Ops/noop/cpu: its mfu is not a number"),
+            "a counter that is true": ([dict(self.GOOD, mbu=True)], {},
+                                       "Ops/noop/cpu: its mbu is not a number"),
+            "iterations that are text": ([dict(self.GOOD, iterations="3")], {},
+                                         "Ops/noop/cpu: its iterations is not a number"),
         }
         with tempfile.TemporaryDirectory() as tmp:
             for what, (entries, context, message) in cases.items():
@@ -294,8 +304,11 @@ class ForeignFileTest(unittest.TestCase):
                 self.GOOD, {"name": "x/y", "error_occurred": True, "error_message": "no"},
                 {"name": "x/z", "run_type": "aggregate", "aggregate_name": "BigO",
                  "big_o": "N", "cpu_coefficient": 1, "real_coefficient": 1},
-                {"name": "x/w"}]})
-            self.assertEqual(len(load(path)["benchmarks"]), 4)
+                {"name": "x/w"},
+                # Not counters: what bench, pybench and sweep write beside them.
+                dict(self.GOOD, label="cache-resident", context={"date": "today"},
+                     aggregate_unit="percentage", skipped=False, skip_message="")]})
+            self.assertEqual(len(load(path)["benchmarks"]), 5)
             with self.assertRaisesRegex(BadInput, "x/w: no real_time, so no time to read"):
                 seconds(load(path)["benchmarks"][3])
 
@@ -317,6 +330,18 @@ class ForeignFileTest(unittest.TestCase):
                     self.assertEqual(proc.returncode, 2, proc.stderr)
                     self.assertNotIn("Traceback", proc.stderr)
                     self.assertIn("a/b: no real_time", proc.stderr)
+            # A counter every tool reads as a number, given as text.
+            text = self.write(tmp, {"context": {}, "benchmarks": [
+                dict(self.GOOD, **{"tokens/s": "fast"}),
+                dict(self.GOOD, name="Ops/noop/cuda", **{"tokens/s": 2.0})]})
+            for tool in ("report", "compare", "gate", "plot"):
+                with self.subTest(tool, counter="text"):
+                    proc = subprocess.run([sys.executable, os.path.join(TOOLS, tool), text, text],
+                                          capture_output=True, text=True, timeout=300)
+                    self.assertEqual(proc.returncode, 2, proc.stderr)
+                    self.assertNotIn("Traceback", proc.stderr)
+                    self.assertIn(f"{text}: not a Google Benchmark JSON (Ops/noop/cpu: its "
+                                  "tokens/s is not a number)", proc.stderr)
             # Google's compare.py reads the process time too.
             no_cpu = {k: v for k, v in self.GOOD.items() if k != "cpu_time"}
             bad = self.write(tmp, {"context": {}, "benchmarks": [no_cpu]})

@@ -106,6 +106,17 @@ def parse(raw, path):
 _UNITS = ("ns", "us", "ms", "s")
 
 
+# What Google Benchmark writes in an entry beside its counters (numbers or
+# not), and "context", a run's own context that tools/sweep keeps in its
+# entries. Every other field is a counter: the reporter writes each as a
+# number, and the tools add, divide and plot them as numbers.
+_NOT_COUNTERS = frozenset((
+    "name", "family_index", "per_family_instance_index", "run_name", "run_type",
+    "repetitions", "repetition_index", "threads", "iterations", "real_time", "cpu_time",
+    "time_unit", "aggregate_name", "aggregate_unit", "error_occurred", "error_message",
+    "skipped", "skip_message", "label", "big_o", "rms", "context"))
+
+
 def _is_number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -125,8 +136,11 @@ def _entry_problem(entry, number):
     # A time may be absent (a failed entry's, an aggregate of a complexity's
     # coefficients, a tool that reads counters alone): the reader that needs
     # it says so (results/entries.py seconds()).
-    for field in ("real_time", "cpu_time"):
+    for field in ("real_time", "cpu_time", "iterations"):
         if field in entry and not _is_number(entry[field]):
+            return f"{name}: its {field} is not a number"
+    for field, value in entry.items():
+        if field not in _NOT_COUNTERS and not _is_number(value):
             return f"{name}: its {field} is not a number"
     return None
 
