@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -131,6 +132,15 @@ std::vector<std::pair<std::string, double>> DivergenceCounters(const Divergence&
 }
 
 absl::StatusOr<at::Tensor> ReadEvalTokens(const std::string& path) {
+  // A directory opens as a stream and fails only when read, which would be
+  // reported as a failing disk.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path,
+        " is a directory; valid: a text file of token ids, one sequence a line "
+        "(tools/train-nano writes one)"));
+  }
   std::ifstream in(path);
   if (!in) {
     return absl::NotFoundError(absl::StrCat(

@@ -260,6 +260,10 @@ class BadInputTest(unittest.TestCase):
         for flag in ("weights", "eval_tokens", "compiled", "model", "inputs", "data_dir",
                      "profile", "serve_log_dir"):
             self.assert_usage_error([f"--{flag}="], f"--{flag}= is empty: give a path")
+        # A directory opens as a stream; reading it is what fails.
+        self.assert_usage_error([f"--eval_tokens={tempfile.gettempdir()}"],
+                                f"--eval_tokens: {tempfile.gettempdir()} is a directory; "
+                                "valid: a text file of token ids")
 
     def test_unavailable_device_is_an_error_entry_not_an_absence(self):
         doc = run_json("--benchmark_filter=Transformer/nano/cuda:7/forward/", *FAST)

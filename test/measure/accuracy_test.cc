@@ -485,6 +485,18 @@ TEST(EvalTokens, BadFilesSayWhatIsWrongAndWhere) {
       << none.status().message();
 }
 
+TEST(EvalTokens, ADirectoryIsNamedAsOne) {
+  // A directory opens as a stream on Linux and fails only on reading, where
+  // "reading it failed" would send the user looking for a disk error.
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  const absl::StatusOr<at::Tensor> tokens = ReadEvalTokens(dir);
+  ASSERT_FALSE(tokens.ok());
+  EXPECT_TRUE(absl::StartsWith(tokens.status().message(), dir));
+  EXPECT_TRUE(absl::StrContains(tokens.status().message(),
+                                "is a directory; valid: a text file of token ids"))
+      << tokens.status().message();
+}
+
 TEST(Perplexity, UniformLogitsGiveTheVocabularySize) {
   // Every token equally likely among 7: each prediction costs ln 7 nats.
   const at::Tensor tokens = at::tensor({1, 2, 3, 4, 5, 6}, at::kLong).reshape({2, 3});
