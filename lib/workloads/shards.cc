@@ -148,7 +148,13 @@ absl::StatusOr<at::Tensor> ReadShard(const std::string& path, int64_t sample_tok
         "bad shard ", path, ": ", why, "; rewrite the dataset with --regenerate=true"));
   };
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open shard ", path));
+  if (!in) {
+    // The manifest promised this shard: it was deleted or made unreadable
+    // since, and the dataset is rewritten as a corrupt one is.
+    return absl::NotFoundError(
+        absl::StrCat("cannot open shard ", path, ": ", std::strerror(errno),
+                     "; rewrite the dataset with --regenerate=true"));
+  }
   Header h{};
   if (!in.read(reinterpret_cast<char*>(&h), sizeof(h)))
     return bad("shorter than its header");

@@ -469,6 +469,32 @@ class EpochTest(unittest.TestCase):
             [fixed] = run_json(*self.ARGS, f"--data_dir={tmp}", "--regenerate=true")["benchmarks"]
             self.assertFalse(fixed.get("error_occurred", False), fixed.get("error_message"))
 
+    def test_a_shard_cut_short_or_gone_fails_its_epoch_alone(self):
+        # Shards change behind the manifest's back (a full disk, a cleaned
+        # cache): the epoch says which and how to rewrite them; the step
+        # measured beside it in the same process is kept.
+        with tempfile.TemporaryDirectory() as tmp:
+            run_json(*self.ARGS, f"--data_dir={tmp}")
+            [dataset] = os.listdir(tmp)
+            shard = os.path.join(tmp, dataset, "shard_0000.bin")
+            damages = ((lambda: os.truncate(shard, os.path.getsize(shard) // 2), "truncated"),
+                       (lambda: os.remove(shard), "cannot open shard"))
+            for damage, words in damages:
+                with self.subTest(words):
+                    damage()
+                    doc = run_json(*self.ARGS, f"--data_dir={tmp}", "--steps=2", "--warmup_s=0",
+                                   "--benchmark_filter=EncDec/nano/cpu/train_(step|epoch)/")
+                    entries = {b["run_name"].split("/")[3]: b for b in doc["benchmarks"]}
+                    self.assertFalse(entries["train_step"].get("error_occurred", False),
+                                     entries["train_step"].get("error_message"))
+                    self.assertIn("tokens/s", entries["train_step"])
+                    message = entries["train_epoch"]["error_message"]
+                    self.assertTrue(entries["train_epoch"]["error_occurred"])
+                    self.assertIn(shard, message)
+                    self.assertIn(words, message)
+                    self.assertIn("--regenerate=true", message)
+                    run_json(*self.ARGS, f"--data_dir={tmp}", "--regenerate=true")
+
     @unittest.skipUnless(tmpfs_at("/dev/shm"), "no tmpfs at /dev/shm")
     def test_shards_that_tmpfs_keeps_in_memory_are_said_to_be_read_from_memory(self):
         # tmpfs ignores the drop from the page cache: what the epochs read is

@@ -90,6 +90,19 @@ TEST_F(ShardsTest, ATruncatedShardIsDetected) {
             std::string::npos);
 }
 
+TEST_F(ShardsTest, AMissingShardSaysWhyAndHowToRewriteIt) {
+  // The manifest promises every shard: one deleted since (a cleaned cache)
+  // is a dataset to rewrite, and the message must say so as the others do.
+  const std::string path = Path("gone.bin");
+  const auto read = ReadShard(path, 33, 8192);
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find(path), std::string::npos);
+  EXPECT_NE(read.status().message().find("No such file"), std::string::npos)
+      << read.status();
+  EXPECT_NE(read.status().message().find("--regenerate=true"), std::string::npos)
+      << read.status();
+}
+
 TEST_F(ShardsTest, AWrongHeaderIsDetected) {
   const std::string path = OneShard();
   // Another dataset's shard: other sample length or vocabulary.
