@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -208,6 +209,17 @@ absl::StatusOr<std::vector<std::string>> PrepareDataset(const std::string& dir,
     const std::string have((std::istreambuf_iterator<char>(in)),
                            std::istreambuf_iterator<char>());
     if (have == ManifestText(spec)) return paths;
+    // Quoted only when it is text: other bytes in the error entry would make
+    // the whole JSON output unreadable, with every result in it.
+    const bool text = std::all_of(have.begin(), have.end(), [](char c) {
+      return c == '\n' || (c >= 0x20 && c < 0x7f);
+    });
+    if (!text) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          manifest, " is not a manifest bench writes (", have.size(),
+          " bytes, not all text); add --regenerate=true to rewrite the dataset there, or "
+          "choose another --data_dir"));
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "the dataset in ", dir, " was written with other parameters:\n", have,
         "this run needs:\n", ManifestText(spec),

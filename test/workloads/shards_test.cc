@@ -159,6 +159,26 @@ TEST_F(ShardsTest, OtherParametersAreAnErrorThatSaysHowToFixIt) {
   EXPECT_TRUE(wrote);
 }
 
+TEST_F(ShardsTest, AJunkManifestIsDescribedNotQuoted) {
+  // Its bytes would go into the benchmark's error entry, and bytes that are
+  // not UTF-8 there make the whole JSON output unreadable, results and all.
+  bool wrote = false;
+  ASSERT_TRUE(PrepareDataset(dir_.string(), Spec(), false, &wrote).ok());
+  std::ofstream(dir_ / "manifest.txt", std::ios::binary)
+      << std::string("\xee\x01junk\xff", 7);
+  const auto junk = PrepareDataset(dir_.string(), Spec(), false, &wrote);
+  ASSERT_FALSE(junk.ok());
+  const std::string message(junk.status().message());
+  for (const char c : message) {
+    EXPECT_TRUE(c == '\n' || (c >= 0x20 && c < 0x7f))
+        << "byte " << int(c) << " in " << message;
+  }
+  EXPECT_NE(message.find((dir_ / "manifest.txt").string()), std::string::npos) << message;
+  EXPECT_NE(message.find("not a manifest"), std::string::npos) << message;
+  EXPECT_NE(message.find("--regenerate=true"), std::string::npos) << message;
+  EXPECT_FALSE(wrote);
+}
+
 }  // namespace
 }  // namespace ltb
 
