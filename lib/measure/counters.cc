@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/format.h"
 #include "device/device.h"
 #include "distributed/distributed.h"
 #include "measure/memory.h"
@@ -219,7 +220,7 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
       omitted.push_back(std::move(caveat));
     }
   }
-  if (!omitted.empty()) state.SetLabel(absl::StrJoin(omitted, "; "));
+  if (!omitted.empty()) state.SetLabel(ValidUtf8(absl::StrJoin(omitted, "; ")));
   // Energy per step, token and sample, summed over data-parallel ranks'
   // counters, each once.
   double joules = m.joules;

@@ -26,7 +26,7 @@ namespace ltb {
 
 void Runner::Fail(benchmark::State& state, const std::string& message) {
   cache_.Release();
-  state.SkipWithError(message.c_str());
+  state.SkipWithError(ValidUtf8(message).c_str());
 }
 
 // A failure inside a data-parallel benchmark leaves the other ranks waiting
@@ -149,7 +149,7 @@ bool Runner::Measure(benchmark::State& state, const Family& family, const BenchS
       Workload& workload = cache_.Prepare(serving, served, options);
       if (SlotDecoder* slots = workload.Slots()) {  // generation: continuous batching
         if (absl::Status status = RunTextServe(state, *slots, spec); !status.ok()) {
-          state.SkipWithError(std::string(status.message()).c_str());
+          state.SkipWithError(ValidUtf8(std::string(status.message())).c_str());
           cache_.Release();
         }
         return false;

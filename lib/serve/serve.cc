@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/format.h"
 #include "base/interrupt.h"
 #include "device/device.h"
 
@@ -616,7 +617,7 @@ absl::Status RunLoadGenTest(benchmark::State& state, Workload& workload,
 absl::Status RunServe(benchmark::State& state, Workload& workload, const BenchSpec& spec,
                       double tokens_per_sample) {
   absl::Status status = RunLoadGenTest(state, workload, spec, tokens_per_sample);
-  if (!status.ok()) state.SkipWithError(std::string(status.message()).c_str());
+  if (!status.ok()) state.SkipWithError(ValidUtf8(std::string(status.message())).c_str());
   return status;
 }
 
@@ -677,7 +678,7 @@ absl::Status RunLoadGenTest(benchmark::State& state, Workload& workload,
     for (const auto& [name, value] : counters.counters) state.counters[name] = value;
     state.counters["max_batch"] = static_cast<double>(serve.max_batch);
     state.counters["batches"] = static_cast<double>(test->batches());
-    state.SetLabel(counters.label);
+    state.SetLabel(ValidUtf8(counters.label));
   }
   return absl::OkStatus();
 }

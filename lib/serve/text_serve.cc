@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/format.h"
 #include "base/interrupt.h"
 #include "serve/serve.h"
 #include "serve/slot_buckets.h"
@@ -619,7 +620,7 @@ absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
     state.SetIterationTime(counters.seconds_per_sample);
     for (const auto& [name, value] : counters.counters) state.counters[name] = value;
     state.counters["max_batch"] = static_cast<double>(serve.max_batch);
-    state.SetLabel(counters.label);
+    state.SetLabel(ValidUtf8(counters.label));
   }
   return absl::OkStatus();
 }

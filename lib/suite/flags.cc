@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/cache_dir.h"
+#include "base/format.h"
 #include "device/device.h"
 #include "family/spec.h"
 #include "measure/accuracy.h"
@@ -711,6 +712,17 @@ void PrintSuiteHelp() {
 }
 
 absl::StatusOr<SuiteOptions> OptionsFromFlags() {
+  // A value reaches names, the context and messages: the JSON results hold
+  // UTF-8 text alone, and one other byte would make the whole file unreadable.
+  for (const absl::CommandLineFlag* flag : SuiteFlags()) {
+    const std::string value = flag->CurrentValue();
+    if (ValidUtf8(value) != value) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag->Name(), "=", ValidUtf8(value),
+                       " is not UTF-8 text, which the JSON results cannot hold: "
+                       "rename the file or folder"));
+    }
+  }
   // A path given empty ("--weights=$UNSET") would run as if it were left
   // out: random weights, no model files, no profile.
   for (const auto& [name, empty] :

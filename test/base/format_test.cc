@@ -15,4 +15,18 @@ TEST(FormatBytes, UsesBinaryUnits) {
 }
 
 }  // namespace
+TEST(ValidUtf8, KeepsUtf8AndReplacesEveryOtherByte) {
+  EXPECT_EQ(ValidUtf8("plain/path.safetensors"), "plain/path.safetensors");
+  // Two-, three- and four-byte characters pass whole: é, €, 𝄞.
+  EXPECT_EQ(ValidUtf8("\xC3\xA9\xE2\x82\xAC\xF0\x9D\x84\x9E"),
+            "\xC3\xA9\xE2\x82\xAC\xF0\x9D\x84\x9E");
+  const std::string bad = "\xEF\xBF\xBD";  // U+FFFD
+  EXPECT_EQ(ValidUtf8("bad\xff"), "bad" + bad);
+  EXPECT_EQ(ValidUtf8("\xC3"), bad) << "a sequence cut short";
+  EXPECT_EQ(ValidUtf8("\xC0\xAF"), bad + bad) << "an overlong '/'";
+  EXPECT_EQ(ValidUtf8("\xED\xA0\x80"), bad + bad + bad) << "a surrogate";
+  EXPECT_EQ(ValidUtf8("\xF4\x90\x80\x80"), bad + bad + bad + bad) << "past U+10FFFF";
+  EXPECT_EQ(ValidUtf8(std::string("a\0b", 3)), std::string("a\0b", 3));
+}
+
 }  // namespace ltb

@@ -248,6 +248,9 @@ class BadInputTest(unittest.TestCase):
         self.assert_usage_error(["--epochs=2,5"], "--epochs", "one value, not a list")
         self.assert_usage_error(["--steps=3,4"], "--steps", "one value, not a list")
         self.assert_usage_error(["--dtype="], "--dtype needs at least one value")
+        # A path that is not UTF-8 would reach the names and make the JSON
+        # unreadable: refused (the byte 0xff, passed as the file system's).
+        self.assert_usage_error(["--weights=/tmp/bad\udcff"], "is not UTF-8 text")
         # An environment that makes CUDA's fp32 names untrue is refused
         # before anything runs, on a machine with a GPU or without.
         env = dict(os.environ, TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="1")
