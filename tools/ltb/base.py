@@ -61,12 +61,17 @@ def fail(message):
 
 
 def run(main):
-    """Runs a tool's main(), turning BadInput into exit 2 with its message."""
+    """Runs a tool's main(), turning BadInput into exit 2 with its message,
+    and a Ctrl-C that main() does not handle itself (one that comes before
+    anything is measured) into exit 130 with one line, not a traceback."""
     try:
         code = main()
         sys.stdout.flush()
     except BadInput as e:
         fail(str(e))
+    except KeyboardInterrupt:
+        print(f"{os.path.basename(sys.argv[0])}: interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
     except BrokenPipeError:  # the reader (head, less) stopped reading
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = EXIT_OK

@@ -353,6 +353,22 @@ class ForeignFileTest(unittest.TestCase):
                           proc.stderr)
 
 
+class RunTest(unittest.TestCase):
+    """ltb.base.run: how every tool ends."""
+
+    def test_a_ctrl_c_main_does_not_handle_is_one_line_and_exit_130(self):
+        from ltb.base import EXIT_INTERRUPTED, run
+
+        def interrupted():
+            raise KeyboardInterrupt
+
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as done:
+            run(interrupted)
+        self.assertEqual(done.exception.code, EXIT_INTERRUPTED)
+        self.assertEqual(err.getvalue(), f"{os.path.basename(sys.argv[0])}: interrupted\n")
+
+
 class RunningTest(unittest.TestCase):
     """What sweep and abtest share about bench processes and their output."""
 
