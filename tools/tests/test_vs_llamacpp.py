@@ -297,7 +297,7 @@ class VsLlamacppTest(ToolTest):
         self.assertExit(proc, 0)
         self.assertEqual(table_rows(proc.stdout), TABLE)
         self.assertIn("| llama.cpp | pp8 @ d16 t/s | tg4 @ d16 t/s | bench | pp8 @ d16 t/s | "
-                      "tg4 @ d16 t/s | pp bench/llama.cpp | tg bench/llama.cpp |", proc.stdout)
+                      "tg4 @ d24 t/s | pp bench/llama.cpp | tg bench/llama.cpp |", proc.stdout)
         self.assertIn("- Q8_0 beside bench bf16/int8dyn: fake: this case failed", proc.stdout)
 
         # One llama-bench process measured the four files at the settings.

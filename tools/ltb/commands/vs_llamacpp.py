@@ -426,8 +426,10 @@ def ratio(value):
 def markdown(args, rows):
     at = f" @ d{args.depth}" if args.depth else ""
     pp, tg = f"pp{args.prompt}{at}", f"tg{args.new_tokens}{at}"
-    headers = ["llama.cpp", f"{pp} t/s", f"{tg} t/s", "bench", f"{pp} t/s", f"{tg} t/s",
-               "pp bench/llama.cpp", "tg bench/llama.cpp"]
+    # bench decodes after its prompt, P positions deeper than llama-bench's tg.
+    bench_tg = f"tg{args.new_tokens} @ d{args.depth + args.prompt}"
+    headers = ["llama.cpp", f"{pp} t/s", f"{tg} t/s", "bench", f"{pp} t/s",
+               f"{bench_tg} t/s", "pp bench/llama.cpp", "tg bench/llama.cpp"]
     cells = []
     for r in rows:
         size = "" if not r["model_size"] else f" ({format_bytes(r['model_size'])})"
