@@ -29,6 +29,13 @@ namespace {
 // so that an older method's values are not compared with the new one's.
 constexpr int kPeakMethodsVersion = 1;
 
+// A record this many times this run's measurement or more is no peak of
+// this machine: a key fixes the machine, its threads and LibTorch, and load
+// slows a peak's measurement by tens of percent, not tenfold. Such a
+// record (a hand edit, a file from another machine) would make every mfu
+// and mbu that divides by it tiny.
+constexpr double kImplausibleRecord = 10;
+
 std::string UtcNow() {
   const std::time_t now = std::time(nullptr);
   std::tm utc{};
@@ -143,6 +150,14 @@ RecordedPeak PeakRecord::Merge(const std::string& key, double measured,
     const nlohmann::json& v = entry.value("bytes_or_flops_per_s", nlohmann::json());
     if (v.is_number() && std::isfinite(v.get<double>())) best = v.get<double>();
     if (entry.contains("runs")) runs = entry["runs"].get<int>();
+  }
+  if (best >= kImplausibleRecord * measured) {
+    warn(absl::StrFormat(
+        "the peak cache %s holds %.4g for %s, %.0f or more times this run's %.4g: no "
+        "peak of this machine, so it is replaced by this run's",
+        path_, best, key, kImplausibleRecord, measured));
+    best = 0;
+    runs = 0;
   }
   out.runs = runs + 1;
   if (best > measured) {

@@ -1010,36 +1010,54 @@ class PeakCacheTest(unittest.TestCase):
             self.assertAlmostEqual(entry["bytes_or_flops_per_s"],
                                    peak_of(first, "peak_bandwidth_cpu"),
                                    delta=1e-3 * entry["bytes_or_flops_per_s"])
-            # A record above anything this machine reads: the next run divides
-            # by it (its mbu is small, and never above 1), names it and its own
-            # measurement, and the record counts the run but keeps its best.
-            entry["bytes_or_flops_per_s"] = 1e15
+            # A record three times what this machine read: the next run
+            # divides by it (its mbu is smaller, and never above 1), names it
+            # and its own measurement, and the record counts the run but keeps
+            # its best.
+            best = 3 * entry["bytes_or_flops_per_s"]
+            entry["bytes_or_flops_per_s"] = best
             entry["measured_at"] = "2020-01-01T00:00:00Z"
             with open(record, "w") as f:
                 json.dump(doc, f)
             second = run_json(*self.COPY, f"--peak_cache={record}")
             ctx = second["context"]
-            self.assertEqual(peak_of(ctx, "peak_bandwidth_cpu"), 1e15)
-            self.assertIn("the best of 2 runs on this machine, 1e+15 at 2020-01-01T00:00:00Z",
-                          ctx["peak_bandwidth_cpu"])
+            self.assertEqual(peak_of(ctx, "peak_bandwidth_cpu"), float(f"{best:.4g}"))
+            self.assertIn(f"the best of 2 runs on this machine, {best:.4g} at "
+                          "2020-01-01T00:00:00Z", ctx["peak_bandwidth_cpu"])
             own = re.search(r"this run measured ([0-9.e+]+) ", ctx["peak_bandwidth_cpu"])
             self.assertIsNotNone(own, ctx["peak_bandwidth_cpu"])
             copy, = second["benchmarks"]
-            self.assertEqual(copy["mbu_peak"], 1e15)
-            self.assertAlmostEqual(copy["mbu"], copy["bytes/s"] / 1e15, delta=1e-9)
+            self.assertAlmostEqual(copy["mbu_peak"], best, delta=1e-9 * best)
+            self.assertAlmostEqual(copy["mbu"], copy["bytes/s"] / best, delta=1e-9)
             with open(record) as f:
-                after = json.load(f)["peaks"][key]
-            self.assertEqual(after["runs"], 2)
-            self.assertEqual(after["bytes_or_flops_per_s"], 1e15)
-            self.assertAlmostEqual(after["last_run"]["measured"], float(own[1]),
+                after = json.load(f)
+            self.assertEqual(after["peaks"][key]["runs"], 2)
+            self.assertEqual(after["peaks"][key]["bytes_or_flops_per_s"], best)
+            self.assertAlmostEqual(after["peaks"][key]["last_run"]["measured"], float(own[1]),
                                    delta=1e-3 * float(own[1]))
+            # A record no run of this machine could reach (1e300 divided every
+            # mbu down to zero) is replaced by the run's own, with a warning.
+            after["peaks"][key]["bytes_or_flops_per_s"] = 1e300
+            with open(record, "w") as f:
+                json.dump(after, f)
+            proc = run_bench("--benchmark_format=json", *self.COPY, f"--peak_cache={record}")
+            self.assertIn(f"the peak cache {record} holds 1e+300 for {key}, 10 or more times "
+                          "this run's", proc.stderr)
+            third = json.loads(proc.stdout)
+            self.assertLess(third["benchmarks"][0]["mbu_peak"], 1e300)
+            self.assertIn("the first run on this machine to measure it",
+                          third["context"]["peak_bandwidth_cpu"])
+            with open(record) as f:
+                replaced = json.load(f)["peaks"][key]
+            self.assertLess(replaced["bytes_or_flops_per_s"], 1e300)
+            self.assertEqual(replaced["runs"], 1)
             # off: the run's own measurement, and the record untouched.
             off = run_json(*self.COPY, "--peak_cache=off")["context"]
             self.assertTrue(off["peak_cache"].startswith("off"), off["peak_cache"])
-            self.assertLess(peak_of(off, "peak_bandwidth_cpu"), 1e15)
+            self.assertLess(peak_of(off, "peak_bandwidth_cpu"), best)
             self.assertNotIn("this machine", off["peak_bandwidth_cpu"])
             with open(record) as f:
-                self.assertEqual(json.load(f)["peaks"][key]["runs"], 2)
+                self.assertEqual(json.load(f)["peaks"][key], replaced)
 
     def test_a_directory_is_named(self):
         with tempfile.TemporaryDirectory() as tmp:

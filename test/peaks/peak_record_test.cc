@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "device/device.h"
 #include "peaks/peaks.h"
 
@@ -154,6 +155,33 @@ TEST_F(PeakRecordTest, AMalformedEntryIsReplacedWithAWarningNotACrash) {
   }
 }
 
+TEST_F(PeakRecordTest, ARecordTenTimesThisRunsIsReplacedWithAWarning) {
+  fs::create_directories(fs::path(path_).parent_path());
+  // 1e300 FLOP/s divided every mfu down to zero.
+  std::ofstream(path_) << R"({"peaks": {"k": {"bytes_or_flops_per_s": 1e300, "runs": 6},
+                                        "other": {"bytes_or_flops_per_s": 1}}})";
+  const RecordedPeak r = PeakRecord(path_).Merge("k", 2e11, "measured: x");
+  EXPECT_DOUBLE_EQ(r.value, 2e11);
+  EXPECT_FALSE(r.from_record);
+  EXPECT_EQ(r.runs, 1);
+  EXPECT_NE(r.warning.find("the peak cache " + path_ +
+                           " holds 1e+300 for k, 10 or more times this run's 2e+11"),
+            std::string::npos)
+      << r.warning;
+  const nlohmann::json doc = Read();
+  EXPECT_DOUBLE_EQ(doc["peaks"]["k"]["bytes_or_flops_per_s"].get<double>(), 2e11);
+  EXPECT_EQ(doc["peaks"]["k"]["runs"].get<int>(), 1);
+  EXPECT_DOUBLE_EQ(doc["peaks"]["other"]["bytes_or_flops_per_s"].get<double>(), 1);
+
+  // Just under ten times is a record this machine may have reached on a
+  // quieter day: it is kept and divided by.
+  std::ofstream(path_) << R"({"peaks": {"k": {"bytes_or_flops_per_s": 1.9e12}}})";
+  const RecordedPeak kept = PeakRecord(path_).Merge("k", 2e11, "measured: x");
+  EXPECT_DOUBLE_EQ(kept.value, 1.9e12);
+  EXPECT_TRUE(kept.from_record);
+  EXPECT_TRUE(kept.warning.empty()) << kept.warning;
+}
+
 TEST_F(PeakRecordTest, AnUnwritablePlaceWarnsAndTheRunKeepsItsOwn) {
   fs::create_directories(dir_);
   std::ofstream(dir_ / "file") << "x";
@@ -244,14 +272,16 @@ TEST(DefaultPeakCachePath, FollowsTheEnvironment) {
 }
 
 TEST_F(PeakRecordTest, PeaksDivideByTheRecordsBestAndSayWhereItIs) {
-  // A record whose bandwidth beats anything this machine measures: the run's
-  // peak is the record's, its source says so, and the record counts the run.
+  // A record three times what this machine measured (beaten by no run,
+  // and within what a record may be): the run's peak is the record's, its
+  // source says so, and the record counts the run.
   const c10::Device cpu(c10::kCPU);
   const std::string key =
       PeakRecordKey("bandwidth", "cpu", BackendOf(cpu).DisplayName(cpu));
-  fs::create_directories(fs::path(path_).parent_path());
+  Peaks({{c10::kFloat, 1e12}}, 0, {}, path_).Prepare(cpu, c10::kFloat, true);
+  const double best = 3 * Read()["peaks"][key]["bytes_or_flops_per_s"].get<double>();
   nlohmann::json doc;
-  doc["peaks"][key] = {{"bytes_or_flops_per_s", 1e15},
+  doc["peaks"][key] = {{"bytes_or_flops_per_s", best},
                        {"measured_at", "2020-01-01T00:00:00Z"},
                        {"how", "measured: by hand"},
                        {"runs", 1}};
@@ -260,10 +290,11 @@ TEST_F(PeakRecordTest, PeaksDivideByTheRecordsBestAndSayWhereItIs) {
   peaks.Prepare(cpu, c10::kFloat, /*bandwidth=*/true);
   const Peak* p = peaks.Bandwidth(cpu);
   ASSERT_NE(p, nullptr);
-  EXPECT_DOUBLE_EQ(p->value, 1e15);
+  EXPECT_DOUBLE_EQ(p->value, best);
   EXPECT_TRUE(p->measured);
-  EXPECT_EQ(p->source.rfind("measured: the best of 2 runs on this machine, 1e+15 at "
-                            "2020-01-01T00:00:00Z",
+  EXPECT_EQ(p->source.rfind(absl::StrFormat("measured: the best of 2 runs on this "
+                                            "machine, %.4g at 2020-01-01T00:00:00Z",
+                                            best),
                             0),
             0u)
       << p->source;
@@ -272,8 +303,8 @@ TEST_F(PeakRecordTest, PeaksDivideByTheRecordsBestAndSayWhereItIs) {
   const nlohmann::json after = Read();
   ASSERT_EQ(after["peaks"].size(), 1u) << after.dump();  // --peak_flops given
   EXPECT_EQ(after["peaks"][key]["runs"].get<int>(), 2);
-  EXPECT_DOUBLE_EQ(after["peaks"][key]["bytes_or_flops_per_s"].get<double>(), 1e15);
-  EXPECT_LT(after["peaks"][key]["last_run"]["measured"].get<double>(), 1e15);
+  EXPECT_DOUBLE_EQ(after["peaks"][key]["bytes_or_flops_per_s"].get<double>(), best);
+  EXPECT_LT(after["peaks"][key]["last_run"]["measured"].get<double>(), best);
   bool named = false;
   for (const auto& [k, v] : peaks.Context()) {
     if (k == "peak_cache") named = v.rfind(path_, 0) == 0;
