@@ -792,7 +792,8 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   ServeSettings& serve = sweep.serve;
   serve.phase = absl::GetFlag(FLAGS_serve_phase);
   serve.latency_bound_ms = absl::GetFlag(FLAGS_latency_bound_ms);
-  if (SuiteFlagGiven("latency_bound_ms") && !(serve.latency_bound_ms > 0)) {
+  if (SuiteFlagGiven("latency_bound_ms") &&
+      !(serve.latency_bound_ms > 0 && std::isfinite(serve.latency_bound_ms))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--latency_bound_ms=", absl::GetFlag(FLAGS_latency_bound_ms),
         ": the bound must be a number of milliseconds > 0 (or left out for LoadGen's "
@@ -818,6 +819,17 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   }
   serve.ttft_bound_ms = absl::GetFlag(FLAGS_ttft_bound_ms);
   serve.tpot_bound_ms = absl::GetFlag(FLAGS_tpot_bound_ms);
+  // 0 is the flags' "not given": given, it would quietly be LoadGen's 100 ms.
+  for (const auto& [flag, bound] :
+       {std::pair<const char*, double>{"ttft_bound_ms", serve.ttft_bound_ms},
+        {"tpot_bound_ms", serve.tpot_bound_ms}}) {
+    if (SuiteFlagGiven(flag) && !(bound > 0 && std::isfinite(bound))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, "=", bound,
+          ": the bound must be a number of milliseconds > 0 (or left out for LoadGen's "
+          "100 ms)"));
+    }
+  }
   serve.find_peak = absl::GetFlag(FLAGS_find_peak);
   serve.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   if (SuiteFlagGiven("prefill_chunk") && serve.phase != "generate") {

@@ -1785,6 +1785,12 @@ class ServeTest(unittest.TestCase):
                 (["--scenario=Burst"], "valid: SingleStream, MultiStream, Server, Offline"),
                 (["--scenario=Server", "--latency_bound_ms=0"], "must be a number of"),
                 (["--scenario=Server", "--latency_bound_ms=-3"], "must be a number of"),
+                (["--scenario=Server", "--latency_bound_ms=inf"], "must be a number of"),
+                # 0 was LoadGen's 100 ms without a word.
+                (["--scenario=Server", "--serve_phase=generate", "--ttft_bound_ms=0"],
+                 "--ttft_bound_ms=0: the bound must be a number of milliseconds > 0"),
+                (["--scenario=Server", "--serve_phase=generate", "--tpot_bound_ms=0"],
+                 "--tpot_bound_ms=0: the bound must be a number of milliseconds > 0"),
                 (["--scenario=Server", "--serve_phase=train_step"], "valid: forward, encode"),
                 (["--scenario=Offline", "--find_peak=true"],
                  "Server scenario only; valid: --scenario=Server"),

@@ -260,6 +260,12 @@ class PybenchServeTest(unittest.TestCase):
     def test_refusals_name_the_valid_choices(self):
         for args, expected in ((["--scenario=Burst"], "SingleStream, MultiStream, Server"),
                                (["--scenario=Server", "--latency_bound_ms=0"], "> 0"),
+                               (["--scenario=Server", "--latency_bound_ms=inf"], "> 0"),
+                               # 0 was LoadGen's 100 ms without a word.
+                               (["--scenario=Server", "--serve_phase=generate",
+                                 "--ttft_bound_ms=0"], "--ttft_bound_ms=0: the bound must be"),
+                               (["--scenario=Server", "--serve_phase=generate",
+                                 "--tpot_bound_ms=0"], "--tpot_bound_ms=0: the bound must be"),
                                (["--scenario=Server", "--target_qps=x"], "not a rate")):
             code, _, err = self.pybench("--benchmark_filter=GPT2/nano/cpu/serve/", *args)
             self.assertEqual(code, 2, (args, err))

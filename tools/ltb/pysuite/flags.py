@@ -325,6 +325,12 @@ def serve_flags(a):
     if a.latency_bound_ms is not None and a.serve_phase == "generate":
         raise BadFlag("--latency_bound_ms bounds a served batch's latency, which served "
                       "generation does not have; valid: --ttft_bound_ms and --tpot_bound_ms")
+    # lib/suite/flags.cc: 0 is "not given"; given, it would quietly be LoadGen's 100 ms.
+    for flag in ("ttft_bound_ms", "tpot_bound_ms"):
+        bound = getattr(a, flag)
+        if bound is not None and not (bound > 0 and math.isfinite(bound)):
+            raise BadFlag(f"--{flag}={bound:g}: the bound must be a number of milliseconds > 0 "
+                          "(or left out for LoadGen's 100 ms)")
     a.ttft_bound_ms = a.ttft_bound_ms or 0
     a.tpot_bound_ms = a.tpot_bound_ms or 0
     if a.serve_phase == "generate" and a.scenario.strip(", "):
@@ -359,7 +365,8 @@ def serve_flags(a):
                       "a second), comma-separated")
         if qps not in a.serve_qps:
             a.serve_qps.append(qps)
-    if a.latency_bound_ms is not None and not a.latency_bound_ms > 0:
+    if a.latency_bound_ms is not None and not (a.latency_bound_ms > 0
+                                               and math.isfinite(a.latency_bound_ms)):
         raise BadFlag(f"--latency_bound_ms={a.latency_bound_ms:g}: the bound must be a number of "
                   "milliseconds > 0 (or left out for LoadGen's 100 ms)")
     if a.max_batch < 1 or a.batch_timeout_us < 0 or a.serve_min_s < 0 or \
