@@ -1,11 +1,15 @@
 """tools/compare: compare.py without the errored entries."""
+import json
 import os
+import subprocess
+import sys
 import unittest
 
-from tests.helpers import COMPARE_PY, ToolTest, doc, entry, repeated
+from tests.helpers import COMPARE_PY, TOOLS, ToolTest, doc, entry, repeated
 
 FWD = "Transformer/nano/cpu/forward/batch:2/seq:32/fp32"
 BROKEN = "Transformer/nano/cuda/forward/batch:2/seq:32/fp32"
+OTHER = "GPT2/nano/cpu/forward/batch:2/seq:32/fp32"
 
 
 @unittest.skipUnless(os.path.exists(COMPARE_PY), "compare.py (libbenchmark-tools) is missing")
@@ -48,6 +52,57 @@ class CompareTest(ToolTest):
         cv = next(line.split() for line in proc.stdout.splitlines()
                   if line.startswith(FWD + "/manual_time_cv "))
         self.assertEqual(cv[1:3], ["+0.0000", "+0.0000"])
+
+    def geomean(self, stdout):
+        return next(line.split()[1:3] for line in stdout.splitlines()
+                    if line.startswith("OVERALL_GEOMEAN"))
+
+    def test_the_geomean_is_over_the_benchmarks_both_files_measured(self):
+        # compare.py's OVERALL_GEOMEAN is over every repetition of each file:
+        # with OTHER (100 ms) in the baseline alone, or errored in the
+        # contender, it read -90% where FWD, the one benchmark compared,
+        # did not change.
+        base = self.write("base.json", doc(entry(FWD, 1.0), entry(OTHER, 100.0)))
+        for contender in (doc(entry(FWD, 1.0)),
+                          doc(entry(FWD, 1.0), entry(OTHER, 0.0, error="out of memory"))):
+            new = self.write("new.json", contender)
+            proc = self.run_tool("compare", base, new, "--no-color")
+            self.assertExit(proc, 0)
+            self.assertEqual(self.geomean(proc.stdout), ["+0.0000", "+0.0000"])
+            self.assertIn(f"compare: only in the baseline {base}, left out: {OTHER}",
+                          proc.stderr)
+            self.assertNotIn(OTHER, proc.stdout)
+
+    def test_no_geomean_when_the_files_repeat_a_benchmark_unlike(self):
+        # FWD twice as slow, OTHER unchanged: 5 repetitions against 1 weigh
+        # FWD 5/6 in the baseline's mean and 1/2 in the contender's, and
+        # compare.py's OVERALL_GEOMEAN read +556%. It is left out, here and
+        # in --dump_to_json, which a relative path writes where compare runs.
+        base = self.write("base.json", doc(repeated(FWD, [1.0] * 5), entry(OTHER, 100.0)))
+        new = self.write("new.json", doc(entry(FWD, 2.0), entry(OTHER, 100.0)))
+        proc = subprocess.run([sys.executable, os.path.join(TOOLS, "compare"), base, new,
+                               "--no-color", "-d", "report.json"],
+                              cwd=self.tmp, capture_output=True, text=True, timeout=300)
+        self.assertExit(proc, 0)
+        self.assertNotIn("OVERALL_GEOMEAN", proc.stdout)
+        self.assertIn(f"compare: no OVERALL_GEOMEAN: the files repeat {FWD} a different "
+                      "number of times", proc.stderr)
+        row = next(line.split() for line in proc.stdout.splitlines()
+                   if line.startswith(FWD + "/manual_time "))
+        self.assertEqual(row[1:5], ["+1.0000", "+1.0000", "1", "2"])
+        with open(os.path.join(self.tmp, "report.json")) as f:
+            report = json.load(f)
+        self.assertEqual([r["name"] for r in report],
+                         [f"{FWD}/manual_time", f"{OTHER}/manual_time"])
+        # Alike, the geomean stays, and --dump_to_json has it.
+        new = self.write("new.json", doc(repeated(FWD, [2.0] * 5), entry(OTHER, 100.0)))
+        dump = os.path.join(self.tmp, "alike.json")
+        proc = self.run_tool("compare", base, new, "--no-color", "--dump_to_json", dump)
+        self.assertExit(proc, 0)
+        # Every repetition of FWD doubled: the geomean of all six, 2^(5/6) - 1.
+        self.assertEqual(self.geomean(proc.stdout), [f"+{2 ** (5 / 6) - 1:.4f}"] * 2)
+        with open(dump) as f:
+            self.assertIn("OVERALL_GEOMEAN", [r["name"] for r in json.load(f)])
 
     def test_nothing_in_common_and_bad_input_exit_2(self):
         base = self.write("base.json", doc(entry(FWD, 10.0)))

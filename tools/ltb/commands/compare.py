@@ -8,7 +8,14 @@ model that does not fit) still carries times, which compare.py would compare
 as if they were measurements. This drops them (and their aggregates), says
 on stderr which were dropped, and runs `compare.py [options] benchmarks` on
 what is left, each benchmark's times in both files in the baseline's unit
-(compare.py leaves out, without a word, a benchmark whose unit differs). Options such as --display_aggregates_only or --no-utest are
+(compare.py leaves out, without a word, a benchmark whose unit differs). A
+benchmark in one file only is named on stderr and left out of both, so that
+compare.py's OVERALL_GEOMEAN (the geometric mean of every repetition of each
+file) is over the same benchmarks; where the files repeat a benchmark a
+different number of times, that mean would weigh the benchmarks differently
+in each, and OVERALL_GEOMEAN is left out (of --dump_to_json's report too),
+with the reason on stderr. Options such as --display_aggregates_only,
+--no-utest or --dump_to_json FILE (relative to where compare runs) are
 passed to compare.py.
 
 C++ against Python: when the two files have no name in common but do once
@@ -23,6 +30,7 @@ mode, warm-up) are named on stderr: such a difference is not the runtimes'. comp
 Exit 0 on success, 2 on bad input or when no benchmark is in both files.
 """
 import argparse
+import collections
 import json
 import os
 import subprocess
@@ -109,6 +117,49 @@ def one_time_unit(docs):
     return out
 
 
+def in_both(docs, paths):
+    """The documents with only the entries whose name (a repetition's or an
+    aggregate's) both hold, the only ones compare.py pairs; each benchmark
+    that has none is named on stderr. compare.py's OVERALL_GEOMEAN is the
+    geometric mean of every repetition of each file: over benchmarks of one
+    file alone it compares different sets."""
+    shared = set.intersection(*({e["name"] for e in d["benchmarks"]} for d in docs))
+    out = []
+    for doc, label, path in zip(docs, ("baseline", "contender"), paths):
+        kept = [e for e in doc["benchmarks"] if e["name"] in shared]
+        paired = {base_name(e) for e in kept}
+        for name in dict.fromkeys(base_name(e) for e in doc["benchmarks"]):
+            if name not in paired:
+                print(f"compare: only in the {label} {path}, left out: {name}",
+                      file=sys.stderr)
+        out.append(dict(doc, benchmarks=kept))
+    return out
+
+
+def uneven_repetitions(docs):
+    """Names whose repetitions the two files count differently: compare.py's
+    OVERALL_GEOMEAN, a geometric mean over every repetition of a file,
+    then weighs the benchmarks differently in each, and its change is no
+    benchmark's."""
+    counts = [collections.Counter(e["name"] for e in d["benchmarks"]
+                                  if e.get("run_type", "iteration") == "iteration")
+              for d in docs]
+    return sorted({base_name({"name": n}) for n in set(counts[0]) | set(counts[1])
+                   if counts[0][n] != counts[1][n]})
+
+
+def without_geomean(output, dump):
+    """compare.py's output, and its --dump_to_json file, without
+    OVERALL_GEOMEAN."""
+    if dump and os.path.exists(dump):
+        with open(dump) as f:
+            report = json.load(f)
+        with open(dump, "w") as f:
+            json.dump([r for r in report if r.get("name") != "OVERALL_GEOMEAN"], f)
+    return "".join(line for line in output.splitlines(keepends=True)
+                   if "OVERALL_GEOMEAN" not in line)
+
+
 def write_temp(doc, directory, name):
     with open(os.path.join(directory, name), "w") as f:
         json.dump(doc, f)
@@ -123,6 +174,8 @@ def compare_main():
                         help="pair these runtimes of the two files by name without the "
                              "runtime label (default: each file's eager one, where the "
                              "files share no name)")
+    parser.add_argument("-d", "--dump_to_json", metavar="FILE",
+                        help="compare.py's report as JSON, to FILE")
     args, options = parser.parse_known_args()
     script = compare_py()
     docs = []
@@ -141,12 +194,26 @@ def compare_main():
     if not names:
         raise BadInput(f"no measured benchmark in common between "
                                    f"{args.baseline} and {args.contender}")
-    docs = one_time_unit(docs)
+    docs = one_time_unit(in_both(docs, (args.baseline, args.contender)))
+    uneven = uneven_repetitions(docs)
+    dump = os.path.abspath(args.dump_to_json) if args.dump_to_json else None
+    if dump:
+        options += ["--dump_to_json", dump]
     with tempfile.TemporaryDirectory() as tmp:
         files = [write_temp(doc, tmp, f"{label}.json")
                  for doc, label in zip(docs, ("baseline", "contender"))]
-        return subprocess.run([sys.executable, script, *options, "benchmarks", *files],
-                              cwd=tmp).returncode
+        ran = subprocess.run([sys.executable, script, *options, "benchmarks", *files],
+                             cwd=tmp, stdout=subprocess.PIPE, text=True)
+    output = ran.stdout
+    if uneven and ran.returncode == 0:
+        output = without_geomean(output, dump)
+    sys.stdout.write(output)
+    sys.stdout.flush()
+    if uneven and ran.returncode == 0:
+        print(f"compare: no OVERALL_GEOMEAN: the files repeat {', '.join(uneven)} a different "
+              "number of times, so compare.py's mean over every repetition of each file would "
+              "weigh the benchmarks differently in each", file=sys.stderr)
+    return ran.returncode
 
 
 
