@@ -104,6 +104,30 @@ class CompareTest(ToolTest):
         with open(dump) as f:
             self.assertIn("OVERALL_GEOMEAN", [r["name"] for r in json.load(f)])
 
+    def test_files_of_aggregates_alone_are_compared(self):
+        # --benchmark_report_aggregates_only writes no repetition; compare.py
+        # compares the aggregates, which the tool refused as "no measured
+        # benchmark in common".
+        def aggregates(times):
+            return [e for e in repeated(FWD, times) if e["run_type"] == "aggregate"]
+        base = aggregates([10.0, 11.0, 12.0])
+        for e in base:
+            e["real_time"] = e["cpu_time"] = {"mean": 11.0, "median": 11.0, "stddev": 1.0,
+                                              "cv": 1 / 11}[e["aggregate_name"]]
+        # Twice as slow: times double, the cv (a fraction) stays.
+        scale = {"mean": 2, "median": 2, "stddev": 2, "cv": 1}
+        new = [dict(e, real_time=e["real_time"] * scale[e["aggregate_name"]],
+                    cpu_time=e["cpu_time"] * scale[e["aggregate_name"]]) for e in base]
+        proc = self.run_tool("compare", self.write("base.json", doc(base)),
+                             self.write("new.json", doc(new)), "--no-color")
+        self.assertExit(proc, 0)
+        rows = {line.split()[0].rsplit("_", 1)[1]: line.split()[1:5]
+                for line in proc.stdout.splitlines() if line.startswith(FWD)}
+        self.assertEqual(rows, {"mean": ["+1.0000", "+1.0000", "11", "22"],
+                                "median": ["+1.0000", "+1.0000", "11", "22"],
+                                "stddev": ["+1.0000", "+1.0000", "1", "2"],
+                                "cv": ["+0.0000", "+0.0000", "0", "0"]})
+
     def test_nothing_in_common_and_bad_input_exit_2(self):
         base = self.write("base.json", doc(entry(FWD, 10.0)))
         new = self.write("new.json", doc(entry(BROKEN, 0.0, error="no CUDA device")))

@@ -18,6 +18,9 @@ with the reason on stderr. Options such as --display_aggregates_only,
 --no-utest or --dump_to_json FILE (relative to where compare runs) are
 passed to compare.py.
 
+A file of aggregates alone (--benchmark_report_aggregates_only) is compared
+by its aggregates.
+
 C++ against Python: when the two files have no name in common but do once
 the runtime label is taken off (a bench file and a tools/pybench file: the
 same benchmark is .../fp32 in one and .../fp32/py_eager in the other), each
@@ -39,7 +42,7 @@ import tempfile
 
 from ltb.base import BadInput, require, run
 from ltb.results import runtimes
-from ltb.results.entries import TIME_UNITS, collect, errors
+from ltb.results.entries import TIME_UNITS, errors
 from ltb.results.load import load
 from ltb.results.names import base_name, parse_name
 
@@ -62,6 +65,13 @@ def without_errors(doc):
     return dict(doc, benchmarks=kept), list(dropped)
 
 
+def measured(doc):
+    """The benchmarks a document (without its errored entries) measured, by
+    their repetitions or by their aggregates alone
+    (--benchmark_report_aggregates_only), which compare.py compares too."""
+    return {base_name(e) for e in doc["benchmarks"]}
+
+
 def by_runtime(docs, chosen):
     """The two documents with one runtime each, named without it, and the
     names they share; the settings they differ in, on stderr."""
@@ -73,7 +83,7 @@ def by_runtime(docs, chosen):
                            + ", ".join(runtimes.RUNTIMES))
     keep = [k or runtimes.runtime_of(d) for k, d in zip(keep, docs)]
     stripped = [runtimes.strip_runtimes(d, k) for d, k in zip(docs, keep)]
-    names = set(collect(stripped[0])) & set(collect(stripped[1]))
+    names = measured(stripped[0]) & measured(stripped[1])
     if names:
         print(f"compare: paired by name without the runtime label: "
               f"{runtimes.RUNTIMES[keep[0]]} against {runtimes.RUNTIMES[keep[1]]}",
@@ -188,7 +198,7 @@ def compare_main():
                 raise BadInput(f"{path}: {e['name']} has no cpu_time, which compare.py "
                                "compares beside real_time (Google Benchmark writes both)")
         docs.append(doc)
-    names = set(collect(docs[0])) & set(collect(docs[1]))
+    names = measured(docs[0]) & measured(docs[1])
     if args.runtimes or not names:
         docs, names = by_runtime(docs, args.runtimes)
     if not names:
