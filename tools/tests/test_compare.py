@@ -128,6 +128,19 @@ class CompareTest(ToolTest):
                                 "stddev": ["+1.0000", "+1.0000", "1", "2"],
                                 "cv": ["+0.0000", "+0.0000", "0", "0"]})
 
+    def test_settings_the_runs_differ_in_are_named(self):
+        # Same names, but 2 threads against 4: a change in time is not the
+        # code's alone, and compare said nothing.
+        base = self.write("base.json", doc(entry(FWD, 10.0), intra_op_threads="2"))
+        new = self.write("new.json", doc(entry(FWD, 6.0), intra_op_threads="4"))
+        proc = self.run_tool("compare", base, new, "--no-color")
+        self.assertExit(proc, 0)
+        self.assertIn("compare: forward: the runs' settings differ, so a difference is not "
+                      "the code's alone: threads 2 vs 4", proc.stderr)
+        proc = self.run_tool("compare", base, base, "--no-color")
+        self.assertExit(proc, 0)
+        self.assertNotIn("settings differ", proc.stderr)
+
     def test_nothing_in_common_and_bad_input_exit_2(self):
         base = self.write("base.json", doc(entry(FWD, 10.0)))
         new = self.write("new.json", doc(entry(BROKEN, 0.0, error="no CUDA device")))

@@ -18,6 +18,8 @@ with the reason on stderr. Options such as --display_aggregates_only,
 --no-utest or --dump_to_json FILE (relative to where compare runs) are
 passed to compare.py.
 
+Settings the two runs' contexts differ in (machine, threads, grad mode,
+malloc, warm-up) are named on stderr: such a difference is not the code's.
 A file of aggregates alone (--benchmark_report_aggregates_only) is compared
 by its aggregates.
 
@@ -88,13 +90,20 @@ def by_runtime(docs, chosen):
         print(f"compare: paired by name without the runtime label: "
               f"{runtimes.RUNTIMES[keep[0]]} against {runtimes.RUNTIMES[keep[1]]}",
               file=sys.stderr)
-        for phase in sorted({parse_name(n)["phase"] for n in names}):
-            notes = runtimes.setting_notes(runtimes.settings(docs[0], phase),
-                                           runtimes.settings(docs[1], phase), keep[0])
-            if notes:
-                print(f"compare: {phase}: the runs' settings differ, so a difference is "
-                      f"not the runtimes' alone: {'; '.join(notes)}", file=sys.stderr)
+        settings_differ(docs, names, keep[0], "the runtimes'")
     return stripped, names
+
+
+def settings_differ(docs, names, runtime, whose):
+    """Names on stderr, per phase, the settings the two runs differ in
+    (machine, threads, grad mode, malloc, warm-up): a difference in time is
+    then not `whose` alone."""
+    for phase in sorted({parse_name(n)["phase"] for n in names}):
+        notes = runtimes.setting_notes(runtimes.settings(docs[0], phase),
+                                       runtimes.settings(docs[1], phase), runtime)
+        if notes:
+            print(f"compare: {phase}: the runs' settings differ, so a difference is "
+                  f"not {whose} alone: {'; '.join(notes)}", file=sys.stderr)
 
 
 def one_time_unit(docs):
@@ -201,6 +210,8 @@ def compare_main():
     names = measured(docs[0]) & measured(docs[1])
     if args.runtimes or not names:
         docs, names = by_runtime(docs, args.runtimes)
+    else:
+        settings_differ(docs, names, None, "the code's")
     if not names:
         raise BadInput(f"no measured benchmark in common between "
                                    f"{args.baseline} and {args.contender}")
