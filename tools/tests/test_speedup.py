@@ -69,6 +69,47 @@ class SpeedupTest(unittest.TestCase):
             ["cuda", "(h100)", "1k", "tokens/s", "Speedup:", "20.00x", "(cuda", "vs", "cpu)"]])
         self.assertNotIn("9.33x", proc.stdout)
 
+    def test_speedup_is_of_one_counter_and_finite_values(self):
+        # The CPU reports samples/s alone, the GPU tokens/s too: the GPU's
+        # 500 tokens/s over the CPU's 10 samples/s read 50x, where by
+        # samples/s, which both report, the GPU is at half the CPU's speed.
+        gen = "Whisper/tiny/cpu/transcribe/batch:1/prompt:4/new:32/fp32"
+        cuda = gen.replace("/cpu/", "/cuda/")
+        path = self.write("mixed.json", {"context": {}, "benchmarks": [
+            entry(gen, "samples/s", 10), dict(entry(cuda, "samples/s", 5), **{"tokens/s": 500})]})
+        proc = self.run_tool(path)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual([line.split() for line in proc.stdout.splitlines()[2:]], [
+            ["cpu", "10", "samples/s"],
+            ["cuda", "5", "samples/s", "Speedup:", "0.50x", "(cuda", "vs", "cpu)"]])
+        # A repetition with no finite throughput (NaN, as the JSON writes
+        # it) is not averaged in: the speedup read "nanx".
+        path = self.write("nan.json", {"context": {}, "benchmarks": [
+            entry(gen, "samples/s", 10), entry(gen, "samples/s", float("nan")),
+            entry(gen, "samples/s", 30), entry(cuda, "samples/s", 60),
+            entry(cuda, "samples/s", float("inf"))]})
+        proc = self.run_tool(path)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual([line.split() for line in proc.stdout.splitlines()[2:]], [
+            ["cpu", "20", "samples/s"],
+            ["cuda", "60", "samples/s", "Speedup:", "3.00x", "(cuda", "vs", "cpu)"]])
+
+    def test_a_missing_speedup_says_why(self):
+        gen = "GPT2/small/cpu/generate/batch:1/prompt:32/new:100/fp32"
+        a = self.write("a.json", {"context": {}, "benchmarks": [entry(gen, "tokens/s", 10)]})
+        b = self.write("b.json", {"context": {}, "benchmarks": [entry(gen, "tokens/s", 20)]})
+        gpu = self.write("gpu.json", {"context": {}, "benchmarks": [
+            entry(gen.replace("/cpu/", "/cuda/"), "tokens/s", 100)]})
+        proc = self.run_tool(a, b, gpu)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("100 tokens/s   no speedup: no cpu in its file, and several "
+                      "files measured one", proc.stdout)
+        samples = self.write("samples.json", {"context": {}, "benchmarks": [
+            entry(gen, "samples/s", 10), entry(gen.replace("/cpu/", "/cuda/"), "tokens/s", 100)]})
+        proc = self.run_tool(samples)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("no speedup: the cpu reports no tokens/s", proc.stdout)
+
     def test_single_device_is_an_error(self):
         path = self.write("one.json", {"benchmarks": [
             entry("Transformer/nano/cpu/forward/batch:4/seq:512/fp32", "tokens/s", 1)]})

@@ -19,7 +19,8 @@ path printed):
 Bars stand only on a linear axis from zero; values over a decade apart are
 points (or lines) on a logarithmic axis; a chart is drawn only where it
 compares something (two sizes, series, lengths or devices).
-Repetitions are reduced to their median; errored entries are left out.
+Repetitions are reduced to their median (the speedup, as tools/speedup
+computes it, to their mean); errored entries are left out.
 With several files each series is labelled with its file name.
 Exit 0 on success, 2 on bad input or when there is nothing to plot.
 """
@@ -169,7 +170,7 @@ def horizontal_bars(groups, bar_labels, xlabel, title):
 def speedup_by_device(docs, labels, out):
     groups, devices = [], []
     for key, found in device_throughputs(docs, labels).items():
-        speedups = {d: v / cpu for d, (v, _, cpu) in found.items() if cpu}
+        speedups = {d: row.value / row.cpu for d, row in found.items() if row.cpu}
         if not speedups:
             continue
         devices += [d for d in speedups if d not in devices]

@@ -4,8 +4,11 @@ of a run that measured the same benchmark on several devices.
     tools/speedup results/run.json [more.json ...]
 
 Each benchmark measured on two or more devices is listed with every device's
-throughput (tokens/s, else samples/s, FLOP/s, bytes/s) and its speedup over
-the CPU. Repetitions are averaged; errored entries are left out. Files are
+throughput and its speedup over the CPU, all its devices by one counter: the
+first of tokens/s, samples/s, FLOP/s, bytes/s that every one of them
+reports (else each its own, and no speedup where the CPU lacks it). A
+device with no speedup says why. Repetitions are averaged, over those with
+a finite value; errored entries are left out. Files are
 never averaged together: a device several files measured is one row a file,
 "cuda (FILE)", against its own file's CPU, else the one file's CPU.
 Exit 0 on success, 2 on bad input or when no benchmark ran on two devices.

@@ -403,7 +403,7 @@ def scaling_section(page, docs, labels):
                                logy=False, ref_y=1)]
     speedups = []
     for key, found in device_throughputs(docs, labels).items():
-        for device, (value, counter, cpu) in found.items():
+        for device, (value, counter, cpu, _) in found.items():
             if cpu:
                 speedups.append((f"{key} ({device})", value / cpu, counter))
     if speedups:
