@@ -110,6 +110,28 @@ class SpeedupTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertIn("no speedup: the cpu reports no tokens/s", proc.stdout)
 
+    def test_aggregates_alone_are_named(self):
+        # --benchmark_report_aggregates_only: no repetition to average. The
+        # tool said no benchmark ran on two devices, where two did.
+        gen = "GPT2/small/cpu/generate/batch:1/prompt:32/new:100/fp32"
+        cuda = gen.replace("/cpu/", "/cuda/")
+        aggregates = [dict(entry(name, "tokens/s", v, run_type="aggregate"),
+                           name=f"{name}/manual_time_{agg}", aggregate_name=agg)
+                      for name, v in ((gen, 10), (cuda, 50)) for agg in ("mean", "median")]
+        path = self.write("agg.json", {"context": {}, "benchmarks": aggregates})
+        proc = self.run_tool(path)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("2 reported by their aggregates alone (--benchmark_report_aggregates_only)"
+                      f", with no repetition to average: {gen} (agg), {cuda} (agg)", proc.stderr)
+        ops = "Ops/matmul/2048x2048/cpu/fp32"
+        path = self.write("some.json", {"context": {}, "benchmarks": aggregates + [
+            entry(ops, "FLOP/s", 1e11), entry(ops.replace("/cpu/", "/cuda/"), "FLOP/s", 1e12)]})
+        proc = self.run_tool(path)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("Speedup: 10.00x", proc.stdout)
+        self.assertIn(f"speedup: aggregates alone, no repetition to average, left out: {gen} "
+                      "(some)", proc.stderr)
+
     def test_single_device_is_an_error(self):
         path = self.write("one.json", {"benchmarks": [
             entry("Transformer/nano/cpu/forward/batch:4/seq:512/fp32", "tokens/s", 1)]})
