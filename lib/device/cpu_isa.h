@@ -35,10 +35,11 @@ bool CpuHardwareHas(std::string_view flag);
 // kernels only: oneDNN, and the suite's peak loops, would still use the
 // newer instructions, and LibTorch mixes the two (its bf16 attention packs
 // operands for AMX inside an AVX2 kernel and throws "pack_vnni2 is only
-// supported when avx512 is supported"). Completes the simulation by setting
-// ONEDNN_MAX_CPU_ISA and LTB_MAX_CPU_ISA to the same level where they are
-// unset; call before oneDNN first reads its limit. Returns what it set, for
-// the run context ("" when nothing).
+// supported when avx512 is supported"), and MKL's GEMMs would run AVX-512
+// on Intel CPUs. Completes the simulation by setting ONEDNN_MAX_CPU_ISA,
+// MKL_ENABLE_INSTRUCTIONS and LTB_MAX_CPU_ISA to the same level where they
+// are unset; call before oneDNN or MKL first reads its limit. Returns what
+// it set, for the run context ("" when nothing).
 std::string MatchCpuSimulation();
 
 // What MatchCpuSimulation() set, or "".

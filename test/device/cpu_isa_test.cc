@@ -25,11 +25,14 @@ TEST(MatchCpuSimulation, AtenAloneLimitsOneDnnAndThePeaksToItsLevel) {
   {
     ScopedEnv aten({{"ATEN_CPU_CAPABILITY", "avx2"},
                     {"ONEDNN_MAX_CPU_ISA", nullptr},
+                    {"MKL_ENABLE_INSTRUCTIONS", nullptr},
                     {"LTB_MAX_CPU_ISA", nullptr}});
     const std::string note = MatchCpuSimulation();
     EXPECT_EQ(std::string(std::getenv("ONEDNN_MAX_CPU_ISA")), "AVX2");
+    EXPECT_EQ(std::string(std::getenv("MKL_ENABLE_INSTRUCTIONS")), "AVX2");
     EXPECT_EQ(std::string(std::getenv("LTB_MAX_CPU_ISA")), "avx2");
-    EXPECT_NE(note.find("ONEDNN_MAX_CPU_ISA=AVX2 and LTB_MAX_CPU_ISA=avx2"),
+    EXPECT_NE(note.find("ONEDNN_MAX_CPU_ISA=AVX2 and MKL_ENABLE_INSTRUCTIONS=AVX2 and "
+                        "LTB_MAX_CPU_ISA=avx2"),
               std::string::npos)
         << note;
     EXPECT_EQ(CpuIsaLimit(), "avx2");
@@ -39,17 +42,23 @@ TEST(MatchCpuSimulation, AtenAloneLimitsOneDnnAndThePeaksToItsLevel) {
     // What the user set stays; only what is missing follows.
     ScopedEnv aten({{"ATEN_CPU_CAPABILITY", "DEFAULT"},
                     {"ONEDNN_MAX_CPU_ISA", "AVX512_CORE"},
+                    {"MKL_ENABLE_INSTRUCTIONS", nullptr},
                     {"LTB_MAX_CPU_ISA", nullptr}});
-    EXPECT_NE(MatchCpuSimulation().find("LTB_MAX_CPU_ISA=default"), std::string::npos);
+    const std::string note = MatchCpuSimulation();
+    EXPECT_NE(note.find("MKL_ENABLE_INSTRUCTIONS=SSE4_2 and LTB_MAX_CPU_ISA=default"),
+              std::string::npos)
+        << note;
     EXPECT_EQ(std::string(std::getenv("ONEDNN_MAX_CPU_ISA")), "AVX512_CORE");
   }
   for (const char* level : {"avx512", "AVX512"}) {
     // AVX-512 kernels pack for AMX themselves: nothing to match.
     ScopedEnv aten({{"ATEN_CPU_CAPABILITY", level},
                     {"ONEDNN_MAX_CPU_ISA", nullptr},
+                    {"MKL_ENABLE_INSTRUCTIONS", nullptr},
                     {"LTB_MAX_CPU_ISA", nullptr}});
     EXPECT_EQ(MatchCpuSimulation(), "");
     EXPECT_EQ(std::getenv("ONEDNN_MAX_CPU_ISA"), nullptr);
+    EXPECT_EQ(std::getenv("MKL_ENABLE_INSTRUCTIONS"), nullptr);
   }
 }
 

@@ -42,13 +42,16 @@ def tmpfs_at(path):
 
 
 def simulated(var):
-    """ONEDNN_MAX_CPU_ISA or LTB_MAX_CPU_ISA as bench sees it: where unset,
-    ATEN_CPU_CAPABILITY=avx2 or default sets both to its level."""
+    """ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS or LTB_MAX_CPU_ISA as
+    bench sees it: where unset, ATEN_CPU_CAPABILITY=avx2 or default sets
+    each to its level."""
     value = os.environ.get(var, "")
     aten = os.environ.get("ATEN_CPU_CAPABILITY", "").lower()
     if not value and aten in ("avx2", "default"):
         if var == "ONEDNN_MAX_CPU_ISA":
             return "AVX2" if aten == "avx2" else "SSE41"
+        if var == "MKL_ENABLE_INSTRUCTIONS":
+            return "AVX2" if aten == "avx2" else "SSE4_2"
         return aten
     return value
 
@@ -1523,12 +1526,12 @@ class PrecisionTest(unittest.TestCase):
         ctx = self.doc["context"]
         self.assertEqual(ctx.get("aten_cpu_capability"),
                          os.environ.get("ATEN_CPU_CAPABILITY") or None)
-        for var in ("ONEDNN_MAX_CPU_ISA", "LTB_MAX_CPU_ISA"):
+        limits = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "LTB_MAX_CPU_ISA")
+        for var in limits:
             self.assertEqual(ctx.get(var.lower()), simulated(var) or None, var)
-        # ATEN_CPU_CAPABILITY alone: bench limits oneDNN and its peaks to match.
+        # ATEN_CPU_CAPABILITY alone: bench limits oneDNN, MKL and its peaks to match.
         self.assertEqual("cpu_simulation" in ctx,
-                         any(simulated(v) != os.environ.get(v, "")
-                             for v in ("ONEDNN_MAX_CPU_ISA", "LTB_MAX_CPU_ISA")))
+                         any(simulated(v) != os.environ.get(v, "") for v in limits))
         limit = os.environ.get("ATEN_CPU_CAPABILITY", "").lower()
         if limit in ("avx2", "default"):
             # LibTorch dispatches no wider than asked (never wider than the CPU).

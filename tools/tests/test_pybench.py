@@ -1365,6 +1365,50 @@ class ContextTest(unittest.TestCase):
         self.assertEqual(context.mkl_version_in("  - OpenMP 201511\n"), "")
 
 
+class CpuSimulationTest(unittest.TestCase):
+    """ATEN_CPU_CAPABILITY=avx2 alone limits ATen; pybench, as bench, limits
+    oneDNN and MKL to the same level where they are unset (MKL's GEMMs on an
+    Intel CPU otherwise run AVX-512, twice an AVX2 CPU's rate, while bench
+    beside it runs AVX2's)."""
+
+    def test_the_older_cpus_limits_follow_aten_where_unset(self):
+        from ltb.pysuite.peaks import match_cpu_simulation
+        env = {"ATEN_CPU_CAPABILITY": "avx2"}
+        note = match_cpu_simulation(env)
+        self.assertEqual(env, {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                               "MKL_ENABLE_INSTRUCTIONS": "AVX2", "LTB_MAX_CPU_ISA": "avx2"})
+        self.assertEqual(note, "ONEDNN_MAX_CPU_ISA=AVX2 and MKL_ENABLE_INSTRUCTIONS=AVX2 and "
+                               "LTB_MAX_CPU_ISA=avx2, set to match ATEN_CPU_CAPABILITY=avx2 (an "
+                               "older CPU for oneDNN, MKL and the peaks too)")
+        env = {"ATEN_CPU_CAPABILITY": "DEFAULT", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}
+        self.assertTrue(match_cpu_simulation(env).startswith(
+            "MKL_ENABLE_INSTRUCTIONS=SSE4_2 and LTB_MAX_CPU_ISA=default, set to match"))
+        self.assertEqual(env["ONEDNN_MAX_CPU_ISA"], "AVX512_CORE")  # what was set stays
+        for level in ("avx512", "AVX512", ""):
+            env = {"ATEN_CPU_CAPABILITY": level}
+            self.assertEqual(match_cpu_simulation(env), "")
+            self.assertEqual(env, {"ATEN_CPU_CAPABILITY": level})
+        env = {}
+        self.assertEqual(match_cpu_simulation(env), "")
+        self.assertEqual(env, {})
+
+    def test_a_run_records_what_it_set(self):
+        env = {k: v for k, v in os.environ.items() if k not in (
+            "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
+            "LTB_MAX_CPU_ISA")}
+        env["ATEN_CPU_CAPABILITY"] = "avx2"
+        proc = subprocess.run([sys.executable, os.path.join(TOOLS, "pybench"),
+                               "--benchmark_filter=^GPT2/nano/cpu/forward/", *SHAPES,
+                               "--benchmark_format=json"],
+                              capture_output=True, text=True, timeout=600, env=env)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        c = json.loads(proc.stdout)["context"]
+        self.assertEqual((c["onednn_max_cpu_isa"], c["mkl_enable_instructions"],
+                          c["ltb_max_cpu_isa"]), ("AVX2", "AVX2", "avx2"))
+        self.assertTrue(c["cpu_simulation"].startswith(
+            "ONEDNN_MAX_CPU_ISA=AVX2 and MKL_ENABLE_INSTRUCTIONS=AVX2"), c["cpu_simulation"])
+
+
 class SyncFlagTest(unittest.TestCase):
     """bench's --sync=false times unsynchronised steps under /nosync names;
     pybench always synchronises, so it refuses the flag rather than time

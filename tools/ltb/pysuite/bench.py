@@ -103,7 +103,7 @@ from ltb.pysuite.counters import error_entry  # noqa: E402
 from ltb.pysuite.family import FAMILIES, Refused  # noqa: E402
 from ltb.pysuite.flags import BadFlag, parse_flags  # noqa: E402
 from ltb.pysuite.host import configure_fp32, configure_malloc, configure_threads  # noqa: E402
-from ltb.pysuite.peaks import peak_flops  # noqa: E402
+from ltb.pysuite.peaks import match_cpu_simulation, peak_flops  # noqa: E402
 from ltb.pysuite.runner import compile_cache, run_one  # noqa: E402
 from ltb.pysuite.sweep import specs  # noqa: E402
 
@@ -132,8 +132,10 @@ def reported(entries, aggregates_only):
 def pybench_main(argv):
     if argv[:1] == ["--compare"]:  # C++ beside Python under load, nothing run
         return compare_main(argv[1:])
+    simulation = match_cpu_simulation()  # before oneDNN or MKL runs anything
     try:
         args = parse_flags(argv)
+        args.cpu_simulation = simulation
         selected = specs(args)
     except BadFlag as e:
         print(f"pybench: {e}", file=sys.stderr)

@@ -139,6 +139,8 @@ def context(args, threads, peaks):
                 "KMP_BLOCKTIME"):
         if os.environ.get(var):
             c[var.lower()] = os.environ[var]
+    if getattr(args, "cpu_simulation", ""):
+        c["cpu_simulation"] = args.cpu_simulation
     if args.scenarios:  # how long LoadGen measures a served benchmark
         c["serve_min"] = (f"{args.serve_min_s:g} s and {args.serve_min_queries} queries a "
                           "LoadGen test at least")

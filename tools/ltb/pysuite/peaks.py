@@ -35,6 +35,30 @@ ISA_LEVELS = {"default": 0, "avx2": 1, "avx512": 2}
 NATIVE_FLAGS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16",)}
 
 
+def match_cpu_simulation(environ=os.environ):
+    """lib/device/cpu_isa.cc's MatchCpuSimulation: ATEN_CPU_CAPABILITY=avx2
+    or default simulates an older CPU for ATen alone, so oneDNN's and MKL's
+    limits and LTB_MAX_CPU_ISA are set to its level where unset, before
+    either library first reads its own (oneDNN at its first primitive, MKL
+    at its first call). Returns what it set, as bench's cpu_simulation
+    says it, or ""."""
+    level = (environ.get("ATEN_CPU_CAPABILITY") or "").lower()
+    if level not in ("avx2", "default"):
+        return ""
+    wanted = (("ONEDNN_MAX_CPU_ISA", "AVX2" if level == "avx2" else "SSE41"),
+              ("MKL_ENABLE_INSTRUCTIONS", "AVX2" if level == "avx2" else "SSE4_2"),
+              ("LTB_MAX_CPU_ISA", level))
+    done = []
+    for var, value in wanted:
+        if not environ.get(var):
+            environ[var] = value
+            done.append(f"{var}={value}")
+    if not done:
+        return ""
+    return (f"{' and '.join(done)}, set to match ATEN_CPU_CAPABILITY="
+            f"{environ['ATEN_CPU_CAPABILITY']} (an older CPU for oneDNN, MKL and the peaks too)")
+
+
 def cpu_flags(path="/proc/cpuinfo"):
     try:
         with open(path) as f:
