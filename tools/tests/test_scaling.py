@@ -156,6 +156,27 @@ class ScalingToolTest(ToolTest):
         self.assertAlmostEqual(effs[("small", 2)], 0.9, places=12)
         self.assertNotIn(f"`{STEP}`", proc.stdout)
 
+    def test_every_world_size_is_read_by_one_counter(self):
+        # One rank reported samples/s alone, two ranks tokens/s too: 12.8k
+        # tokens/s over 100 samples/s read as 12.8k samples/s at 6400%. By
+        # samples/s, which both report, two ranks scale at 190 / (2 x 100).
+        one = doc(entry(STEP, 10.0, samples_per_s=100.0), world_size="1")
+        two = doc(entry(STEP, 10.0, tokens_per_s=12800.0, samples_per_s=190.0, grad_buckets=3),
+                  world_size="2")
+        merged, proc = self.merge(one, two)
+        effs = {e["world_size"]: e["scaling_efficiency"] for e in merged["benchmarks"]}
+        self.assertEqual(effs[1], 1.0)
+        self.assertAlmostEqual(effs[2], 190 / (2 * 100), places=12)
+        self.assertIn(f"| `{STEP}` | 100 samples/s (100%) | 190 samples/s (95%) |", proc.stdout)
+        # A world size without the fewest ranks' counter has no efficiency.
+        two = doc(entry(STEP, 10.0, tokens_per_s=12800.0, grad_buckets=3), world_size="2")
+        four = doc(entry(STEP, 10.0, samples_per_s=360.0, grad_buckets=3), world_size="4")
+        merged, proc = self.merge(one, two, four)
+        effs = {e["world_size"]: e.get("scaling_efficiency") for e in merged["benchmarks"]}
+        self.assertEqual(effs, {1: 1.0, 2: None, 4: 360 / (4 * 100)})
+        self.assertIn(f"| `{STEP}` | 100 samples/s (100%) | — | 360 samples/s (90%) |",
+                      proc.stdout)
+
     def test_compiled_benchmarks_keep_their_eager_twin(self):
         docs = []
         for ranks in (1, 2):

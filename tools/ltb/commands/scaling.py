@@ -7,7 +7,9 @@ Each file is one bench run (rank 0's --benchmark_out), its context's
 world_size saying how many ranks it had: tools/launch --nproc_per_node=1,2,...
 writes them and calls this; with torchrun, run once per world size and give
 the files here. Prints, per benchmark that ran data-parallel, its throughput
-(tokens/s or samples/s, summed over ranks) at each world size with the
+(summed over ranks; one counter at every world size: tokens/s where all
+report it, else samples/s, and no efficiency at a world size without the
+fewest ranks' counter) at each world size with the
 weak-scaling efficiency, T(N) / (N x T(1)) (--batch is per rank, so N ranks
 do N times the work of one; with no one-rank run, the fewest ranks measured
 stand for 1), and the exposed communication of a step (comm_exposed_ms) at

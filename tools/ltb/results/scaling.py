@@ -14,6 +14,10 @@ from ltb.results.records import in_family, split_contexts
 DATA_PARALLEL_COUNTERS = ("grad_buckets", "comm_exposed_ms")
 
 
+# The throughputs an efficiency is read from, in order of preference.
+RATE_COUNTERS = ("tokens/s", "samples/s")
+
+
 def world_size(doc, path="results"):
     """The number of ranks a run used, from its context (1 when absent)."""
     value = doc.get("context", {}).get("world_size", 1)
@@ -33,7 +37,8 @@ def scaling_table(doc):
     grad_buckets or comm_exposed_ms at some world size above 1) and was
     measured at the file's fewest ranks. Efficiency at N ranks is the
     throughput per rank over that at the fewest ranks: T(N) / (N x T(1))
-    when one rank was measured."""
+    when one rank was measured, of the same counter at every world size
+    (tokens/s where all report it, else samples/s)."""
     series = collections.OrderedDict()  # name -> ranks -> Benchmark
     for name, bench in collect(doc).items():
         key, ranks = split_ranks(name)
@@ -45,16 +50,21 @@ def scaling_table(doc):
     for key, by_ranks in series.items():
         parallel = any(n > 1 and any(b.has(c) for c in DATA_PARALLEL_COUNTERS)
                        for n, b in by_ranks.items())
-        rates = {n: b.rate() for n, b in by_ranks.items()}
-        rates = {n: (rate, unit) for n, (rate, unit) in rates.items() if rate}
         # Every benchmark against the same base: one without a measurement at
         # the fewest ranks has no efficiency.
-        if not parallel or fewest not in rates or len(rates) < 2:
+        if not parallel or fewest not in by_ranks:
             continue
-        base = fewest
-        per_rank = rates[base][0] / base
-        table[key] = (rates[base][1] + "/s", collections.OrderedDict(
-            (n, (rates[n][0], rates[n][0] / n / per_rank)) for n in sorted(rates)))
+        # One counter at every world size: the first that all report, else
+        # the fewest ranks' (a world size without it has no efficiency).
+        counter = next((c for c in RATE_COUNTERS if all(b.has(c) for b in by_ranks.values())),
+                       None) or next((c for c in RATE_COUNTERS if by_ranks[fewest].has(c)), None)
+        rates = {n: b.median(counter) for n, b in by_ranks.items() if counter and b.has(counter)}
+        rates = {n: rate for n, rate in rates.items() if rate}
+        if fewest not in rates or len(rates) < 2:
+            continue
+        per_rank = rates[fewest] / fewest
+        table[key] = (counter, collections.OrderedDict(
+            (n, (rates[n], rates[n] / n / per_rank)) for n in sorted(rates)))
     return table
 
 
@@ -65,7 +75,11 @@ def scaling_markdown(doc):
     table = scaling_table(doc)
     if not table:
         return ""
-    sizes = sorted({n for _, points in table.values() for n in points})
+    # Every world size of the file, so that one no benchmark has an
+    # efficiency at shows as such.
+    sizes = sorted({n for _, points in table.values() for n in points}
+                   | {int(n) for n in str(doc["context"].get("world_sizes", "")).split(",")
+                      if n.isdigit()})
     exposed = {}
     for name, bench in collect(doc).items():
         key, ranks = split_ranks(name)
