@@ -177,6 +177,18 @@ class ScalingToolTest(ToolTest):
         self.assertIn(f"| `{STEP}` | 100 samples/s (100%) | — | 360 samples/s (90%) |",
                       proc.stdout)
 
+    def test_runs_that_differ_in_threads_are_named(self):
+        # torchrun runs one world size at a time: one rank with 2 threads
+        # and two ranks with 1 each measure threads as much as ranks, and
+        # scaling said nothing.
+        _, proc = self.merge(run_at(1, 1000.0, intra_op_threads="2"),
+                             run_at(2, 1800.0, intra_op_threads="1"))
+        self.assertIn("scaling: the runs differ in intra_op_threads: 2 at 1 rank, 1 at 2 ranks: "
+                      "the efficiency is not the ranks' alone", proc.stderr)
+        _, proc = self.merge(run_at(1, 1000.0, intra_op_threads="1"),
+                             run_at(2, 1800.0, intra_op_threads="1"))
+        self.assertNotIn("differ", proc.stderr)
+
     def test_compiled_benchmarks_keep_their_eager_twin(self):
         docs = []
         for ranks in (1, 2):

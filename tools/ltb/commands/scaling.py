@@ -15,6 +15,10 @@ do N times the work of one; with no one-rank run, the fewest ranks measured
 stand for 1), and the exposed communication of a step (comm_exposed_ms) at
 the most ranks.
 
+Settings of the runs' contexts that decide a rank's speed besides the
+number of ranks (machine, threads, LibTorch, malloc, grad mode, warm-up)
+and differ between world sizes are named on stderr.
+
 --out writes the runs as one Google Benchmark JSON that compare.py, gate,
 report and plot read: each entry named with /ranks:N and carrying
 world_size, each data-parallel benchmark's entries their
@@ -30,7 +34,7 @@ import sys
 from ltb.base import BadInput, run, write_json
 from ltb.results.entries import errors
 from ltb.results.load import load_all
-from ltb.results.scaling import merge_world_sizes, scaling_markdown
+from ltb.results.scaling import merge_world_sizes, scaling_markdown, setting_differences
 
 
 def scaling_main():
@@ -40,6 +44,9 @@ def scaling_main():
     args = parser.parse_args()
     docs = load_all(args.files)
     merged = merge_world_sizes(docs, args.files)
+    for line in setting_differences(docs):
+        print(f"scaling: the runs differ in {line}: the efficiency is not the ranks' alone",
+              file=sys.stderr)
     if args.out:
         write_json(args.out, merged)
         print(f"scaling: wrote {args.out}", file=sys.stderr)

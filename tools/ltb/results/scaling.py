@@ -18,6 +18,26 @@ DATA_PARALLEL_COUNTERS = ("grad_buckets", "comm_exposed_ms")
 RATE_COUNTERS = ("tokens/s", "samples/s")
 
 
+# Context settings that decide a rank's speed besides the number of ranks:
+# runs at several world sizes that differ in one do not measure scaling alone.
+RANK_SETTINGS = ("host_name", "cpu_model", "intra_op_threads", "inter_op_threads",
+                 "libtorch_version", "malloc", "grad_mode", "warmup")
+
+
+def setting_differences(docs):
+    """Sentences naming each RANK_SETTINGS key the runs (one per world size)
+    do not report alike: 'intra_op_threads: 2 at 1 rank, 1 at 2 ranks'."""
+    sizes = [world_size(doc) for doc in docs]
+    out = []
+    for key in RANK_SETTINGS:
+        values = [(n, doc["context"].get(key)) for n, doc in sorted(
+            zip(sizes, docs), key=lambda pair: pair[0])]
+        if len({str(v) for _, v in values if v is not None}) > 1:
+            out.append(f"{key}: " + ", ".join(
+                f"{v} at {n} rank{'s' if n > 1 else ''}" for n, v in values if v is not None))
+    return out
+
+
 def world_size(doc, path="results"):
     """The number of ranks a run used, from its context (1 when absent)."""
     value = doc.get("context", {}).get("world_size", 1)
