@@ -189,6 +189,20 @@ class ScalingToolTest(ToolTest):
                              run_at(2, 1800.0, intra_op_threads="1"))
         self.assertNotIn("differ", proc.stderr)
 
+    def test_aggregates_alone_are_named(self):
+        # --benchmark_report_aggregates_only: nothing to read a throughput
+        # from, and scaling said no data-parallel benchmark was measured.
+        def aggregates(d):
+            d["benchmarks"] = [dict(e, run_type="aggregate", aggregate_name="mean",
+                                    name=e["name"] + "_mean") for e in d["benchmarks"]]
+            return d
+        _, proc = self.merge(aggregates(run_at(1, 1000.0)), aggregates(run_at(2, 1800.0)),
+                             expect=2)
+        self.assertIn("4 reported by their aggregates alone (--benchmark_report_aggregates_only)"
+                      ", with no repetition to read", proc.stderr)
+        self.assertIn(f"scaling: aggregates alone, no repetition to read, left out: "
+                      f"{STEP}/ranks:2", proc.stderr)
+
     def test_compiled_benchmarks_keep_their_eager_twin(self):
         docs = []
         for ranks in (1, 2):

@@ -26,13 +26,14 @@ scaling_efficiency (measured entries only, not aggregates), errored
 entries kept. A benchmark not measured at the fewest ranks gets no
 efficiency. Exit 0 on success, 2 on bad input
 (an unreadable file, two files at one world size, no data-parallel
-benchmark measured at two world sizes).
+benchmark measured at two world sizes; benchmarks reported by their
+aggregates alone, --benchmark_report_aggregates_only, are named).
 """
 import argparse
 import sys
 
 from ltb.base import BadInput, run, write_json
-from ltb.results.entries import errors
+from ltb.results.entries import aggregates_only, errors
 from ltb.results.load import load_all
 from ltb.results.scaling import merge_world_sizes, scaling_markdown, setting_differences
 
@@ -60,11 +61,18 @@ def scaling_main():
         print(table)
     for name, message in failures.items():
         print(f"scaling: errored {name}: {message}", file=sys.stderr)
+    unread = aggregates_only(merged)
+    for name in unread:
+        print(f"scaling: aggregates alone, no repetition to read, left out: {name}",
+              file=sys.stderr)
     if not table:
         raise BadInput(
             "no data-parallel benchmark (one reporting grad_buckets or comm_exposed_ms) "
             f"measured at the fewest ranks and at more in {', '.join(args.files)} "
-            f"(world sizes {merged['context']['world_sizes']})")
+            f"(world sizes {merged['context']['world_sizes']})" + (
+                f"; {len(unread)} reported by their aggregates alone "
+                "(--benchmark_report_aggregates_only), with no repetition to read: run bench "
+                "without that flag" if unread else ""))
 
 
 
