@@ -91,7 +91,9 @@ class PlotTest(ToolTest):
                           "bars": len(bars), "points": sum(len(l.get_xdata()) for l in ax.lines
                                                            if l.get_marker() not in (None, "None", "")),
                           "lines": [(list(l.get_xdata()), list(l.get_ydata())) for l in ax.lines
-                                    if l.get_marker() not in (None, "None", "")]}
+                                    if l.get_marker() not in (None, "None", "")],
+                          "legend": [t.get_text() for t in ax.get_legend().get_texts()]
+                          if ax.get_legend() else []}
             return original(fig, out, name)
 
         plot.save = save
@@ -123,6 +125,25 @@ class PlotTest(ToolTest):
                 self.assertEqual((scale, low), ("linear", 0), name)
             if "log" in (chart["xscale"], chart["yscale"]):
                 self.assertEqual(chart["bars"], 0, name)
+
+    def test_a_chart_of_two_counters_names_each_series_counter(self):
+        # Whisper's encode reports samples/s, its generate tokens/s: on one
+        # axis labelled "samples/s or tokens/s" nothing said which was which.
+        enc, gen = "Whisper/{}/cpu/encode/batch:1/fp32", "Whisper/{}/cpu/generate/batch:1/fp32"
+        path = self.write("whisper.json", doc([
+            entry(enc.format("tiny"), 160, samples_per_s=6.2),
+            entry(enc.format("base"), 320, samples_per_s=3.1),
+            entry(gen.format("tiny"), 150, tokens_per_s=210),
+            entry(gen.format("base"), 300, tokens_per_s=105)]))
+        chart = self.charts(path)["throughput_by_size-Whisper.png"]
+        self.assertEqual(chart["legend"], ["Whisper/*/cpu/encode/batch:1/fp32 (samples/s)",
+                                           "Whisper/*/cpu/generate/batch:1/fp32 (tokens/s)"])
+        self.assertEqual(chart["lines"], [([0, 1], [6.2, 3.1]), ([0, 1], [210, 105])])
+        # One counter: the series need not say it.
+        path = self.write("gen.json", doc([entry(gen.format("tiny"), 150, tokens_per_s=210),
+                                           entry(gen.format("base"), 300, tokens_per_s=105)]))
+        chart = self.charts(path)["throughput_by_size-Whisper.png"]
+        self.assertEqual(chart["legend"], ["Whisper/*/cpu/generate/batch:1/fp32"])
 
     def test_scaling_efficiency_against_ranks(self):
         step = "EncDec/tiny/cpu/train_step/batch:8/seq:64/fp32"

@@ -5,7 +5,8 @@
 
 Writes, where the results have what a chart needs (one PNG per chart, each
 path printed):
-  throughput_by_size-FAMILY.png   tokens/s (or samples/s) of each size
+  throughput_by_size-FAMILY.png   tokens/s (or samples/s) of each size; a
+                                  chart of both names each series' counter
   time_per_token-FAMILY.png       time per token against sequence length,
                                   for series measured at two or more lengths
   speedup_by_device.png           throughput over the CPU's, per device
@@ -86,6 +87,11 @@ def throughput_by_size(benches, out, several):
                                       size_rank(s)))
         if len(sizes) < 2 and len(series) < 2:
             continue  # one bar compares with nothing
+        units = sorted({unit for _, unit in series})
+        if len(units) > 1:
+            # One axis of two counters: each series says which it is.
+            series = collections.OrderedDict(
+                ((f"{key} ({unit}/s)", unit), points) for (key, unit), points in series.items())
         fig, ax = plt.subplots(figsize=(12, 5.5))
         values = [v for points in series.values() for v in points.values()]
         if max(values) > 10 * min(values):
@@ -103,7 +109,6 @@ def throughput_by_size(benches, out, several):
                 xs = [sizes.index(s) + (i - (len(series) - 1) / 2) * width for s in points]
                 ax.bar(xs, list(points.values()), width, label=key)
             ax.set_ylim(bottom=0)
-        units = sorted({unit for _, unit in series})
         ax.set_xticks(range(len(sizes)), sizes)
         ax.set_xlabel("model size")
         ax.set_ylabel(f"throughput ({' or '.join(u + '/s' for u in units)})")
