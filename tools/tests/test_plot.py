@@ -170,6 +170,14 @@ class PlotTest(ToolTest):
         for bad in self.bad_inputs():
             self.assertExit(self.plot(bad, "--out", self.tmp), 2)
         self.assertExit(self.plot(ops, "--cost", "1", "2"), 2)
+        # A price of nan or inf drew an empty cost chart, or cost inf.
+        gen = self.write("gen.json", doc(entry("GPT2/nano/cpu/forward/batch:1/seq:64/fp32", 10,
+                                               tokens_per_s=6400)))
+        for price in ("nan", "inf", "-1"):
+            proc = self.plot(gen, "--out", self.tmp, "--cost", price)
+            self.assertExit(proc, 2)
+            self.assertIn(f"prices must be finite numbers >= 0 and device counts >= 1 (--cost "
+                          f"{price})", proc.stderr)
 
 
 if __name__ == "__main__":

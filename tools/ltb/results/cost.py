@@ -1,6 +1,8 @@
 """What a result costs: the price of a million tokens or samples, or of an
 epoch, from a price per device-hour."""
 
+import math
+
 from ltb.base import BadInput
 from ltb.results.scaling import DATA_PARALLEL_COUNTERS
 
@@ -58,8 +60,10 @@ def hourly_prices(args, docs):
     if args.device_count is not None and len(args.device_count) != len(docs):
         raise BadInput(f"--device-count gives {len(args.device_count)} counts for "
                        f"{len(docs)} files")
-    if any(p < 0 for p in args.cost) or any(n < 1 for n in args.device_count or []):
-        raise BadInput("prices must be >= 0 and device counts >= 1")
+    if not all(0 <= p < math.inf for p in args.cost) or \
+            any(n < 1 for n in args.device_count or []):
+        raise BadInput("prices must be finite numbers >= 0 and device counts >= 1 (--cost "
+                       f"{' '.join(f'{p:g}' for p in args.cost)})")
     if args.device_count is not None and any("world_sizes" in d["context"] for d in docs):
         raise BadInput("--device-count does not apply to a file of several world sizes "
                        "(from tools/scaling): each benchmark's entries give its ranks")
