@@ -37,7 +37,7 @@ from ltb.base import EXIT_OK, EXIT_REGRESSION, REPO, BadInput, run
 from ltb.gate.options import alpha_value, percent
 from ltb.gate.verdicts import REGRESSION, compare
 from ltb.results.entries import SPEED_COUNTERS, collect
-from ltb.results.format import format_seconds, human
+from ltb.results.format import format_seconds, format_value
 from ltb.results.load import load
 from ltb.bench_process.bench import last_lines
 
@@ -107,8 +107,8 @@ def verdict(state, path):
             if r.metric == "time" or r.metric in SPEED_COUNTERS]
     worse = [r for r in rows if r.verdict == REGRESSION]
     for r in rows:
-        log(f"  {r.name} {r.metric}: {human(r.baseline)} -> {human(r.contender)} "
-            f"({r.verdict})")
+        log(f"  {r.name} {r.metric}: {format_value(r.metric, r.baseline)} -> "
+            f"{format_value(r.metric, r.contender)} ({r.verdict})")
     if not rows:
         log("  nothing in common with the good run to compare")
         return SKIP
