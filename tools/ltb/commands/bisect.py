@@ -36,7 +36,7 @@ import sys
 from ltb.base import EXIT_OK, EXIT_REGRESSION, REPO, BadInput, run
 from ltb.gate.options import alpha_value, percent
 from ltb.gate.verdicts import REGRESSION, compare
-from ltb.results.entries import SPEED_COUNTERS, collect
+from ltb.results.entries import SPEED_COUNTERS, aggregates_only, collect
 from ltb.results.format import format_seconds, format_value
 from ltb.results.load import load
 from ltb.bench_process.bench import last_lines
@@ -93,7 +93,11 @@ def measure(state, label):
         log(f"{sha[:12]}: {e}")
         return None
     if not collect(doc):
-        log(f"{sha[:12]}: no benchmark matched --benchmark_filter={state['filter']}")
+        if aggregates_only(doc):
+            log(f"{sha[:12]}: the run reported aggregates alone, no repetition to judge: "
+                "drop --benchmark_report_aggregates_only from the arguments after --")
+        else:
+            log(f"{sha[:12]}: no benchmark matched --benchmark_filter={state['filter']}")
         return None
     return out
 
