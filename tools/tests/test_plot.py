@@ -145,6 +145,21 @@ class PlotTest(ToolTest):
         chart = self.charts(path)["throughput_by_size-Whisper.png"]
         self.assertEqual(chart["legend"], ["Whisper/*/cpu/generate/batch:1/fp32"])
 
+    def test_a_throughput_of_zero(self):
+        # Time per token divided by it (a ZeroDivisionError), and on a
+        # logarithmic axis its point vanished without a word: bars from zero.
+        fwd = "GPT2/{}/cpu/forward/batch:1/seq:{}/fp32"
+        path = self.write("zero.json", doc([
+            entry(fwd.format("nano", 64), 10, tokens_per_s=0.0),
+            entry(fwd.format("nano", 128), 10, tokens_per_s=12800.0),
+            entry(fwd.format("nano", 256), 10, tokens_per_s=25600.0),
+            entry(fwd.format("small", 128), 10, tokens_per_s=6400.0)]))
+        charts = self.charts(path)
+        self.assertEqual(charts["time_per_token-GPT2.png"]["lines"],
+                         [([128, 256], [1e6 / 12800, 1e6 / 25600])])
+        size = charts["throughput_by_size-GPT2.png"]
+        self.assertEqual((size["yscale"], size["ylim"][0], size["bars"]), ("linear", 0, 3))
+
     def test_scaling_efficiency_against_ranks(self):
         step = "EncDec/tiny/cpu/train_step/batch:8/seq:64/fp32"
         runs = []

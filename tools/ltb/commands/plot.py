@@ -94,9 +94,10 @@ def throughput_by_size(benches, out, several):
                 ((f"{key} ({unit}/s)", unit), points) for (key, unit), points in series.items())
         fig, ax = plt.subplots(figsize=(12, 5.5))
         values = [v for points in series.values() for v in points.values()]
-        if max(values) > 10 * min(values):
+        if min(values) > 0 and max(values) > 10 * min(values):
             # Over a decade: points on a logarithmic axis (a bar's length on
             # one would mean nothing), joined across the sizes of a series.
+            # A throughput of 0 has no place on one: bars then.
             for (key, unit), points in series.items():
                 xs = sorted(points, key=sizes.index)
                 ax.plot([sizes.index(s) for s in xs], [points[s] for s in xs], marker="o",
@@ -123,7 +124,8 @@ def time_per_token(benches, out, several):
     families = collections.OrderedDict()
     for label, bench in benches:
         seq = bench.fields["settings"].get("seq")
-        if not isinstance(seq, int) or not bench.has("tokens/s"):
+        # A throughput of 0 has no time per token.
+        if not isinstance(seq, int) or not (bench.median("tokens/s") or 0) > 0:
             continue
         key = series_label(
             label, name_without(bench.name, "seq"), several)
