@@ -184,6 +184,15 @@ class PlotTest(ToolTest):
         self.assertIn("nothing to plot", proc.stderr)
         for bad in self.bad_inputs():
             self.assertExit(self.plot(bad, "--out", self.tmp), 2)
+        # --benchmark_report_aggregates_only: said "no measured benchmark".
+        gpt2 = "GPT2/nano/cpu/forward/batch:1/seq:64/fp32"
+        aggregates = self.write("agg.json", doc([
+            dict(entry(gpt2, 10, tokens_per_s=6400), name=f"{gpt2}/manual_time_{agg}",
+                 run_type="aggregate", aggregate_name=agg) for agg in ("mean", "median")]))
+        proc = self.plot(aggregates, "--out", self.tmp)
+        self.assertExit(proc, 2)
+        self.assertIn("1 reported by their aggregates alone (--benchmark_report_aggregates_only),"
+                      " with no repetition to plot", proc.stderr)
         self.assertExit(self.plot(ops, "--cost", "1", "2"), 2)
         # A price of nan or inf drew an empty cost chart, or cost inf.
         gen = self.write("gen.json", doc(entry("GPT2/nano/cpu/forward/batch:1/seq:64/fp32", 10,

@@ -21,17 +21,20 @@ Bars stand only on a linear axis from zero; values over a decade apart are
 points (or lines) on a logarithmic axis; a chart is drawn only where it
 compares something (two sizes, series, lengths or devices).
 Repetitions are reduced to their median (the speedup, as tools/speedup
-computes it, to their mean); errored entries are left out.
+computes it, to their mean); errored entries are left out, and benchmarks
+reported by their aggregates alone (--benchmark_report_aggregates_only) are
+named on stderr and left out.
 With several files each series is labelled with its file name.
 Exit 0 on success, 2 on bad input or when there is nothing to plot.
 """
 import argparse
 import collections
 import os
+import sys
 
 from ltb.base import BadInput, require, run
 from ltb.results.cost import add_cost_arguments, cost_per_million, hourly_prices
-from ltb.results.entries import collect
+from ltb.results.entries import aggregates_only, collect
 from ltb.results.format import series_label
 from ltb.results.load import file_labels, load_all
 from ltb.results.names import name_without, size_rank
@@ -248,8 +251,16 @@ def plot_main():
     labels = file_labels(args.files)
     prices = hourly_prices(args, docs)
     benches = measured(docs, labels)
+    unread = [f"{name} ({label})" for doc, label in zip(docs, labels)
+              for name in aggregates_only(doc)]
     if not benches:
-        raise BadInput("no measured benchmark in " + ", ".join(args.files))
+        raise BadInput("no measured benchmark in " + ", ".join(args.files) + (
+            f": {len(unread)} reported by their aggregates alone "
+            "(--benchmark_report_aggregates_only), with no repetition to plot; run bench "
+            "without that flag" if unread else ""))
+    for line in unread:
+        print(f"plot: aggregates alone, no repetition to plot, left out: {line}",
+              file=sys.stderr)
     try:
         os.makedirs(args.out, exist_ok=True)
     except OSError as e:
