@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -94,11 +96,34 @@ int CountPhysicalCores(const std::string& sys_cpu_dir, const std::vector<int>& c
   return static_cast<int>(cores.size()) + unknown;
 }
 
-int DefaultIntraOpThreads() {
-  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
-    int n = 0;
-    if (absl::SimpleAtoi(env, &n) && n > 0) return n;
+std::vector<int> PhysicalCoreIds(const std::string& sys_cpu_dir,
+                                 const std::vector<int>& cpus) {
+  // (package, core id) -> the lowest CPU of that core on the machine.
+  std::map<std::pair<int, int>, int> lowest;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(sys_cpu_dir, error)) {
+    int cpu = 0;
+    const std::string name = entry.path().filename().string();
+    if (!absl::StartsWith(name, "cpu") || !absl::SimpleAtoi(name.substr(3), &cpu))
+      continue;
+    const std::string topo = entry.path().string() + "/topology/";
+    const int package = ReadInt(topo + "physical_package_id", -1);
+    const int core = ReadInt(topo + "core_id", -1);
+    if (package < 0 || core < 0) continue;
+    auto [it, added] = lowest.emplace(std::make_pair(package, core), cpu);
+    if (!added) it->second = std::min(it->second, cpu);
   }
+  std::set<int> ids;
+  for (int cpu : cpus) {
+    const std::string topo = absl::StrCat(sys_cpu_dir, "/cpu", cpu, "/topology/");
+    const auto it = lowest.find(
+        {ReadInt(topo + "physical_package_id", -1), ReadInt(topo + "core_id", -1)});
+    ids.insert(it == lowest.end() ? cpu : it->second);
+  }
+  return {ids.begin(), ids.end()};
+}
+
+std::vector<int> AllowedCpus() {
   std::vector<int> cpus;
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -107,9 +132,19 @@ int DefaultIntraOpThreads() {
       if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
     }
   }
-  if (cpus.empty())
-    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  return std::max(1, CountPhysicalCores("/sys/devices/system/cpu", cpus));
+  if (cpus.empty()) {
+    for (unsigned cpu = 0; cpu < std::max(1u, std::thread::hardware_concurrency()); ++cpu)
+      cpus.push_back(static_cast<int>(cpu));
+  }
+  return cpus;
+}
+
+int DefaultIntraOpThreads() {
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+    int n = 0;
+    if (absl::SimpleAtoi(env, &n) && n > 0) return n;
+  }
+  return std::max(1, CountPhysicalCores("/sys/devices/system/cpu", AllowedCpus()));
 }
 
 absl::Status ConfigureThreads(const ThreadSettings& settings) {

@@ -30,6 +30,17 @@ int DefaultIntraOpThreads();
 // core id. A CPU without topology files counts as a core of its own.
 int CountPhysicalCores(const std::string& sys_cpu_dir, const std::vector<int>& cpus);
 
+// The physical cores among `cpus`, each named by the lowest-numbered CPU
+// under `sys_cpu_dir` with its package and core id (so that every process of
+// the machine names a core alike), sorted; a CPU without topology files
+// names a core of its own.
+std::vector<int> PhysicalCoreIds(const std::string& sys_cpu_dir,
+                                 const std::vector<int>& cpus);
+
+// The logical CPUs this process may run on (its affinity), or every CPU the
+// machine has when the affinity cannot be read.
+std::vector<int> AllowedCpus();
+
 int IntraOpThreads();
 int InterOpThreads();
 

@@ -1,5 +1,6 @@
 #include "measure/counters.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,10 +9,12 @@
 #include <functional>
 #include <iostream>
 #include <numeric>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/format.h"
+#include "base/threads.h"
 #include "device/device.h"
 #include "distributed/distributed.h"
 #include "measure/memory.h"
@@ -64,7 +67,60 @@ double MachineKey(const std::string& what) {
   return static_cast<double>(hash & ((uint64_t{1} << 52) - 1));
 }
 
+std::string SharedCores(const std::vector<RankCores>& ranks) {
+  std::vector<bool> seen(ranks.size(), false);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (seen[r]) continue;
+    int on_machine = 0, threads = 0;
+    std::set<int> cores;
+    for (size_t o = r; o < ranks.size(); ++o) {
+      if (ranks[o].machine != ranks[r].machine) continue;
+      seen[o] = true;
+      ++on_machine;
+      threads += std::min<int>(ranks[o].threads, ranks[o].cores.size());
+      cores.insert(ranks[o].cores.begin(), ranks[o].cores.end());
+    }
+    if (on_machine > 1 && threads > static_cast<int>(cores.size())) {
+      return absl::StrCat(
+          on_machine, " data-parallel ranks on one machine run ", threads,
+          " threads together on ", cores.size(),
+          cores.size() == 1 ? " physical core" : " physical cores",
+          ": they share cores, and one rank's peak times the ranks would count a shared "
+          "core once per rank; give each rank cores of its own (OMP_NUM_THREADS, as "
+          "tools/launch sets it, or --threads)");
+    }
+  }
+  return "";
+}
+
 namespace {
+
+// Every data-parallel rank's RankCores: a row each of its machine, threads
+// and a flag for each physical core it may run on, summed over the ranks.
+std::vector<RankCores> GatherRankCores(DataParallel& group) {
+  constexpr int kCores = CPU_SETSIZE;  // ids are CPU numbers, below it
+  const int ranks = group.world_size();
+  at::Tensor t = at::zeros({ranks, 2 + kCores}, at::TensorOptions(at::kDouble));
+  double* row = t.data_ptr<double>() + group.rank() * (2 + kCores);
+  row[0] = MachineKey("cores");
+  row[1] = IntraOpThreads();
+  for (int core : PhysicalCoreIds("/sys/devices/system/cpu", AllowedCpus())) {
+    if (core >= 0 && core < kCores) row[2 + core] = 1;
+  }
+  t = t.to(group.device());
+  group.SumInPlace(t);
+  t = t.cpu().contiguous();
+  std::vector<RankCores> out(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    const double* p = t.data_ptr<double>() + r * (2 + kCores);
+    out[r].machine = p[0];
+    out[r].threads = static_cast<int>(p[1]);
+    for (int core = 0; core < kCores; ++core) {
+      if (p[2 + core] > 0) out[r].cores.push_back(core);
+    }
+  }
+  return out;
+}
 
 // The rates a plan reports, each with its amount per step (Google
 // Benchmark divides by the time per step): the one rule SetCounters sets
@@ -150,6 +206,13 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
   // What is left out is said in the result's label: a utilisation, or the
   // accuracy check where one was due.
   std::vector<std::string> omitted;
+  // Data-parallel ranks on the host's cores: whether they share them (a
+  // collective, so every rank asks whatever its peaks).
+  std::string shared_cores;
+  if (DataParallel* group = CurrentProcessGroup();
+      group != nullptr && spec.data_parallel && BackendOf(spec.device).Caps().host) {
+    shared_cores = SharedCores(GatherRankCores(*group));
+  }
   if (plan.counts_flops_when_built && plan.flops_per_step <= 0) {
     omitted.push_back(
         "FLOP/s and mfu left out: no matrix multiplication, convolution or attention "
@@ -180,6 +243,9 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
     };
     if (plan.flops_per_step > 0 && !plan.mfu_left_out.empty()) {
       omitted.push_back(absl::StrCat("mfu left out: ", plan.mfu_left_out));
+    } else if (plan.flops_per_step > 0 && !shared_cores.empty() &&
+               options.peaks->Flops(spec.device, spec.dtype, spec.tf32) != nullptr) {
+      omitted.push_back(absl::StrCat("mfu left out: ", shared_cores));
     } else if (plan.flops_per_step > 0) {
       // Throughput counts every rank; the peak is one device's.
       const int devices = CurrentProcessGroup() && spec.data_parallel

@@ -34,6 +34,20 @@ double JoulesOverRanks(const std::vector<double>& meters,
 // host name: containers on one kernel share both), exact in a double.
 double MachineKey(const std::string& what);
 
+// A data-parallel rank's threads and the physical cores it may run on
+// (PhysicalCoreIds), on the machine `machine` names (MachineKey).
+struct RankCores {
+  double machine = 0;
+  int threads = 0;
+  std::vector<int> cores;
+};
+// Where the ranks of one machine run more threads together than the physical
+// cores they may run on (each rank's threads counted up to its own cores):
+// why their mfu is left out, for the first such machine; else empty. Such
+// ranks share cores, and one rank's peak times the ranks would count a
+// shared core once per rank.
+std::string SharedCores(const std::vector<RankCores>& ranks);
+
 // The counters SetCounters gives every benchmark of `plan` on the CPU,
 // whatever its run: its rates, params and the step percentiles
 // (`counters`), and the utilisations it reports where its device and dtype

@@ -1,8 +1,10 @@
 #include "base/threads.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -63,6 +65,30 @@ TEST_F(FakeTopology, CountsHyperThreadSiblingsOnce) {
   EXPECT_EQ(CountPhysicalCores(root_, {0, 2}), 2);         // two cores
   EXPECT_EQ(CountPhysicalCores(root_, {1, 5}), 2);         // same core id, two packages
   EXPECT_EQ(CountPhysicalCores(root_, {0, 1, 9, 10}), 3);  // no topology: a core each
+}
+
+TEST_F(FakeTopology, NamesACoreByItsLowestCpuOnTheMachine) {
+  // Two packages of two cores, hyper-threads numbered as Linux numbers them:
+  // cpu N and N + 4 are one core's.
+  for (int cpu = 0; cpu < 8; ++cpu) AddCpu(cpu, (cpu % 4) / 2, cpu % 2);
+  EXPECT_EQ(PhysicalCoreIds(root_, {0, 1, 2, 3, 4, 5, 6, 7}),
+            (std::vector<int>{0, 1, 2, 3}));
+  // A process allowed only the second threads names their cores as one
+  // allowed the first does.
+  EXPECT_EQ(PhysicalCoreIds(root_, {5, 6}), (std::vector<int>{1, 2}));
+  EXPECT_EQ(PhysicalCoreIds(root_, {4, 0}), (std::vector<int>{0}));
+  // No topology: a core of its own.
+  EXPECT_EQ(PhysicalCoreIds(root_, {9, 4}), (std::vector<int>{0, 9}));
+}
+
+TEST(AllowedCpus, TheCpusThisProcessMayRunOn) {
+  const std::vector<int> cpus = AllowedCpus();
+  ASSERT_FALSE(cpus.empty());
+  EXPECT_TRUE(std::is_sorted(cpus.begin(), cpus.end()));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  EXPECT_EQ(static_cast<int>(cpus.size()), CPU_COUNT(&set));
 }
 
 TEST(DefaultIntraOpThreads, HonoursOmpNumThreadsElseCountsCores) {

@@ -703,6 +703,41 @@ class TwoMachinesTest(unittest.TestCase):
         self.assertEqual(buckets[25], 2)
         self.assertGreater(buckets[1], buckets[25])
 
+    def test_ranks_that_share_cores_have_no_mfu(self):
+        # mfu is a rank's FLOP/s over one rank's peak. Two ranks of as many
+        # threads as this machine has cores share every core: the peak times
+        # the ranks would count each core twice, and mfu is left out saying
+        # why. A thread a rank on two cores or more: a core each, and an mfu.
+        cores = set()
+        for cpu in os.sched_getaffinity(0):
+            topology = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+            try:
+                with open(topology + "physical_package_id") as p, \
+                        open(topology + "core_id") as c:
+                    cores.add((int(p.read()), int(c.read())))
+            except (OSError, ValueError):
+                cores.add(("cpu", cpu))
+        args = [a for a in self.ARGS if not a.startswith("--threads=")]
+        for threads in sorted({len(cores), 1}, reverse=True):
+            proc = subprocess.run(
+                [self.LAUNCH, "--nproc_per_node=2", BENCH, *args, "--steps=2",
+                 f"--threads={threads}", "--benchmark_format=json"],
+                capture_output=True, text=True, timeout=600)
+            self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+            [entry] = json.loads(proc.stdout)["benchmarks"]
+            self.assertGreater(entry["FLOP/s"], 0)
+            if 2 * threads > len(cores):
+                self.assertNotIn("mfu", entry)
+                self.assertNotIn("mfu_peak", entry)
+                self.assertIn(f"mfu left out: 2 data-parallel ranks on one machine run "
+                              f"{2 * threads} threads together on {len(cores)} physical "
+                              f"core", entry.get("label", ""))
+            else:  # per device: both ranks' FLOP/s over two peaks
+                self.assertEqual(entry["mfu_peak"], 1e12)
+                self.assertAlmostEqual(entry["mfu"], entry["FLOP/s"] / 2e12,
+                                       delta=1e-9 * entry["mfu"])
+                self.assertNotIn("mfu left out", entry.get("label", ""))
+
     def test_two_nodes_train_together(self):
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "out.json")

@@ -73,6 +73,34 @@ TEST(JoulesOverRanks, EachCounterCountsOnce) {
   EXPECT_LT(JoulesOverRanks({1, 1, 2}, {1.0, -1.0, 4.0}), 0);
 }
 
+TEST(SharedCores, RanksOfOneMachineWithMoreThreadsThanItsCores) {
+  // Two ranks of two threads each on one machine's two cores share them.
+  EXPECT_EQ(SharedCores({{1, 2, {0, 1}}, {1, 2, {0, 1}}}),
+            "2 data-parallel ranks on one machine run 4 threads together on 2 physical "
+            "cores: they share cores, and one rank's peak times the ranks would count a "
+            "shared core once per rank; give each rank cores of its own "
+            "(OMP_NUM_THREADS, as tools/launch sets it, or --threads)");
+  // A thread each: a core each.
+  EXPECT_EQ(SharedCores({{1, 1, {0, 1}}, {1, 1, {0, 1}}}), "");
+  // Pinned to cores of their own, every rank's threads have cores.
+  EXPECT_EQ(SharedCores({{1, 2, {0, 1}}, {1, 2, {2, 3}}}), "");
+  // Pinned to the same core: shared, though each has one thread.
+  EXPECT_NE(SharedCores({{1, 1, {3}}, {1, 1, {3}}}), "");
+  // Threads beyond a rank's own cores share only its own: counted up to them.
+  EXPECT_EQ(SharedCores({{1, 4, {0}}, {1, 4, {1}}}), "");
+  // Two machines of two cores, a rank of two threads on each: nothing shared;
+  // two ranks of one on machine A and one of two on B: A's share.
+  EXPECT_EQ(SharedCores({{1, 2, {0, 1}}, {2, 2, {0, 1}}}), "");
+  EXPECT_EQ(SharedCores({{2, 2, {0, 1}}, {1, 1, {0}}, {1, 1, {0}}}),
+            SharedCores({{1, 1, {0}}, {1, 1, {0}}}));
+  EXPECT_NE(SharedCores({{1, 1, {0}}, {1, 1, {0}}})
+                .find("2 threads together on 1 "
+                      "physical core:"),
+            std::string::npos);
+  // One rank alone has nothing to share.
+  EXPECT_EQ(SharedCores({{1, 8, {0, 1}}}), "");
+}
+
 TEST(MachineKey, OneMachinesCountersByTheirSource) {
   EXPECT_EQ(MachineKey("rapl"), MachineKey("rapl"));
   EXPECT_NE(MachineKey("nvml 0000:01:00.0"), MachineKey("nvml 0000:02:00.0"));
