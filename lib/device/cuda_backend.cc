@@ -121,7 +121,7 @@ class CudaBackend final : public DeviceBackend {
     std::string energy = "none (no GPU)";
     if (count > 0) {
       absl::StatusOr<std::unique_ptr<EnergyMeter>> meter =
-          GpuEnergyMeter::Create(cuda::PciBusId(0));
+          MakeEnergyMeter(c10::Device(c10::kCUDA, 0));
       energy = meter.ok() ? (*meter)->Covers()
                           : absl::StrCat("none (", meter.status().message(), ")");
     }
@@ -248,12 +248,21 @@ class CudaBackend final : public DeviceBackend {
   }
   std::string CollectivesName() const override { return "nccl"; }
 
+  // A MIG instance shares its board's NVML counters with the other
+  // instances: their work would count as its own.
   absl::StatusOr<std::unique_ptr<EnergyMeter>> MakeEnergyMeter(
       const c10::Device& device) const override {
+    if (const std::string name = DisplayName(device); IsMigInstance(name)) {
+      return absl::UnavailableError(absl::StrCat(
+          name,
+          " is a MIG instance: NVML's energy counter is the whole board's, every "
+          "instance's work included"));
+    }
     return GpuEnergyMeter::Create(cuda::PciBusId(Index(device)));
   }
 
   std::unique_ptr<UtilSampler> MakeUtilSampler(const c10::Device& device) const override {
+    if (IsMigInstance(DisplayName(device))) return nullptr;
     return GpuUtilSampler::Create(cuda::PciBusId(Index(device)));
   }
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 
@@ -47,19 +48,52 @@ const std::vector<KnownGpu>& KnownGpus() {
   return *table;
 }
 
+const std::vector<std::string>& NeutralNameWords() {
+  static const auto* words =
+      new std::vector<std::string>{"NVIDIA", "Tesla", "GeForce", "HBM2", "HBM2e", "HBM3",
+                                   "HBM3e",  "PCIe",  "SXM",     "SXM2", "SXM4",  "SXM5"};
+  return *words;
+}
+
+namespace {
+
+// A name's words: split at spaces, hyphens and underscores.
+std::vector<std::string> NameWords(const std::string& gpu_name) {
+  return absl::StrSplit(gpu_name, absl::ByAnyChar(" -_"), absl::SkipEmpty());
+}
+
+bool HasWord(const std::vector<std::string>& words, const std::string& word) {
+  return std::any_of(words.begin(), words.end(), [&](const std::string& w) {
+    return absl::EqualsIgnoreCase(w, word);
+  });
+}
+
+// "80GB", "141GB": a memory size, which tells no part from another here.
+bool IsMemorySize(const std::string& word) {
+  if (word.size() < 3 || !absl::EndsWithIgnoreCase(word, "GB")) return false;
+  return std::all_of(word.begin(), word.end() - 2,
+                     [](char c) { return absl::ascii_isdigit(c); });
+}
+
+}  // namespace
+
 const DatasheetPeaks* LookupDatasheet(const std::string& gpu_name) {
   // Whole words only: "L4" must not match "RTX A4000", nor "T4" "RTX 4090".
-  std::vector<std::string> words = absl::StrSplit(gpu_name, absl::ByAnyChar(" -_"));
+  const std::vector<std::string> words = NameWords(gpu_name);
   for (const KnownGpu& e : KnownGpus()) {
-    const bool all =
-        std::all_of(e.words.begin(), e.words.end(), [&](const std::string& w) {
-          return std::any_of(words.begin(), words.end(), [&](const std::string& have) {
-            return absl::EqualsIgnoreCase(have, w);
-          });
+    const bool all = std::all_of(e.words.begin(), e.words.end(),
+                                 [&](const std::string& w) { return HasWord(words, w); });
+    const bool rest_neutral =
+        std::all_of(words.begin(), words.end(), [&](const std::string& w) {
+          return HasWord(e.words, w) || HasWord(NeutralNameWords(), w) || IsMemorySize(w);
         });
-    if (all) return &e.peaks;
+    if (all && rest_neutral) return &e.peaks;
   }
   return nullptr;
+}
+
+bool IsMigInstance(const std::string& gpu_name) {
+  return HasWord(NameWords(gpu_name), "MIG");
 }
 
 }  // namespace ltb

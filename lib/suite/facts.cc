@@ -125,6 +125,8 @@ std::string FamilyFactsJson(const std::vector<Family>& families) {
                     {"source", p.source}});
   }
   doc["datasheets"] = gpus;
+  // The words a name may hold beside an entry's own (and any memory size).
+  doc["datasheet_neutral_words"] = NeutralNameWords();
   doc["dtypes"] = {"fp32", "bf16", "fp16"};
   doc["quants"] = kQuantNames;
   doc["quant_groups"] = kQuantGroups;

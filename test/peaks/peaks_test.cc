@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "device/datasheets.h"
+
 namespace ltb {
 namespace {
 
@@ -26,6 +28,24 @@ TEST(LookupDatasheet, MatchesNvidiaDeviceNames) {
   EXPECT_EQ(model("NVIDIA GeForce RTX 4090"), "NVIDIA GeForce RTX 4090");
   EXPECT_EQ(model("NVIDIA RTX A4000"), "none");
   EXPECT_EQ(model("NVIDIA GeForce RTX 3090"), "none");
+  // Memory sizes and kinds and form factors name no other part.
+  EXPECT_EQ(model("NVIDIA H200 141GB HBM3e"), "NVIDIA H200 SXM");
+  EXPECT_EQ(model("NVIDIA A100-SXM-80GB"), "NVIDIA A100 80GB SXM");
+  EXPECT_EQ(model("NVIDIA A100 80GB PCIe"), "NVIDIA A100 80GB PCIe");
+  // A MIG slice has a share of the SMs and of the bandwidth, and the laptop
+  // and D chips fewer SMs than the card: the card's peaks would put mfu and
+  // mbu several times too low, so theirs are measured.
+  EXPECT_EQ(model("NVIDIA H100 80GB HBM3 MIG 1g.10gb"), "none");
+  EXPECT_EQ(model("NVIDIA A100-SXM4-40GB MIG 3g.20gb"), "none");
+  EXPECT_EQ(model("NVIDIA GeForce RTX 4090 Laptop GPU"), "none");
+  EXPECT_EQ(model("NVIDIA GeForce RTX 4090 D"), "none");
+}
+
+TEST(IsMigInstance, NamesASliceOfAGpu) {
+  EXPECT_TRUE(IsMigInstance("NVIDIA H100 80GB HBM3 MIG 1g.10gb"));
+  EXPECT_TRUE(IsMigInstance("NVIDIA A100-SXM4-40GB MIG 7g.40gb"));
+  EXPECT_FALSE(IsMigInstance("NVIDIA H100 80GB HBM3"));
+  EXPECT_FALSE(IsMigInstance("NVIDIA MIGHTY 1"));  // a whole word only
 }
 
 TEST(LookupDatasheet, GivesDensePeaksWithTheirSource) {

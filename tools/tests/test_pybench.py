@@ -1240,7 +1240,14 @@ class DatasheetPeaksTest(unittest.TestCase):
                  "NVIDIA GH200 480GB": None, "NVIDIA A100-SXM4-80GB": "NVIDIA A100 80GB SXM",
                  "NVIDIA A100-PCIE-40GB": "NVIDIA A100 40GB", "NVIDIA L4": "NVIDIA L4",
                  "Tesla T4": "NVIDIA T4", "NVIDIA GeForce RTX 4090": "NVIDIA GeForce RTX 4090",
-                 "NVIDIA RTX A4000": None, "NVIDIA GeForce RTX 3090": None}
+                 "NVIDIA RTX A4000": None, "NVIDIA GeForce RTX 3090": None,
+                 "NVIDIA H200 141GB HBM3e": "NVIDIA H200 SXM",
+                 "NVIDIA A100-SXM-80GB": "NVIDIA A100 80GB SXM",
+                 "NVIDIA A100 80GB PCIe": "NVIDIA A100 80GB PCIe",
+                 "NVIDIA H100 80GB HBM3 MIG 1g.10gb": None,
+                 "NVIDIA A100-SXM4-40GB MIG 3g.20gb": None,
+                 "NVIDIA GeForce RTX 4090 Laptop GPU": None,
+                 "NVIDIA GeForce RTX 4090 D": None}
         self.assertEqual({n: (datasheet(n) or {}).get("model") for n in cases}, cases)
 
     def test_the_context_names_the_peaks_bench_named_on_the_same_gpu(self):

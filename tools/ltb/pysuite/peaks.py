@@ -20,10 +20,16 @@ from ltb.results.load import load
 def datasheet(gpu_name):
     """bench's datasheet peaks for a CUDA device name (lib/device/datasheets.cc,
     as `bench --list_families` prints them): the first entry whose every
-    word is a whole word of the name, in any case; None for another GPU."""
+    word is a whole word of the name, in any case, and whose name holds no
+    other word than bench's neutral ones and memory sizes ("80GB"): a MIG
+    slice or a laptop's chip is not the GPU of the entry. None for another
+    GPU."""
     words = {w.lower() for w in re.split(r"[ \-_]", gpu_name) if w}
+    neutral = {w.lower() for w in facts.load()["datasheet_neutral_words"]}
     for entry in facts.load()["datasheets"]:
-        if all(w.lower() in words for w in entry["words"]):
+        own = {w.lower() for w in entry["words"]}
+        if own <= words and all(w in own or w in neutral or re.fullmatch(r"[0-9]+gb", w)
+                                for w in words):
             return entry
     return None
 
