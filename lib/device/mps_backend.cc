@@ -59,6 +59,17 @@ class MpsBackend final : public DeviceBackend {
     if (Available(c10::Device(c10::kMPS), &why)) return "mps: available\n";
     return absl::StrCat("mps: ", why, "\n");
   }
+  // Where MPS runs, its results lack peak_mem and the memory guard checks
+  // the host alone: the context says why, as gpu_energy does for NVML.
+  std::vector<std::pair<std::string, std::string>> Context() const override {
+    std::string why;
+    if (!Available(c10::Device(c10::kMPS), &why)) return {};
+    return {{"mps_memory",
+             "no peak_mem, and the memory guard checks only the model's build in host "
+             "memory: LibTorch's C++ API for MPS (torch/mps.h) reports no memory, and "
+             "the Metal driver's allocated memory is the allocator's reserved pool, not "
+             "the peak of tensor memory that peak_mem is on the CPU and CUDA"}};
+  }
   Capabilities Caps() const override {
     Capabilities c;
     c.int8_weight_dtypes = {c10::kFloat, c10::kBFloat16, c10::kHalf};
