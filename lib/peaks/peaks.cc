@@ -158,7 +158,7 @@ double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
 }
 
 double MeasureCopyPeak(const c10::Device& device) {
-  const int64_t n = (int64_t{256} << 20) / 4;
+  const int64_t n = kMeasuredBandwidthBytes / 4;
   const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
   at::Tensor src = at::randn({n}, opts), dst = at::empty({n}, opts);
   dst.copy_(src);
@@ -342,10 +342,26 @@ Utilisation BandwidthUtilisationOf(Peak& peak, double mean_rate, double best_rat
                                    const std::string& benchmark) {
   const std::string what = "bandwidth peak (bytes/s)";
   const double cache = static_cast<double>(cache_bytes);
+  Utilisation u;
+  // No cache size (MPS, whose system-level cache LibTorch does not report):
+  // a step that beats the peak measured over 256 MiB while it works over
+  // less may have read from a cache, and a peak raised by it would divide
+  // every later benchmark's reads by the cache's rate.
+  if (cache <= 0 && peak.measured && step_bytes > 0 &&
+      step_bytes < static_cast<double>(kMeasuredBandwidthBytes) &&
+      std::max(best_rate, mean_rate) > peak.value && peak.value > 0) {
+    u.omitted = absl::StrFormat(
+        "the fastest step's rate is %.3g times the %s %.4g (%s), and a step's %s are "
+        "under the %s that peak was measured over, on a device whose cache's size is "
+        "unknown, which may have served part of its reads (the peak is not raised for "
+        "it)",
+        std::max(best_rate, mean_rate) / peak.value, what, peak.value, peak.source,
+        FormatBytes(std::llround(step_bytes)), FormatBytes(kMeasuredBandwidthBytes));
+    return u;
+  }
   if (cache <= 0 || step_bytes <= 0 || step_bytes >= kCachesFromMemory * cache) {
     return UtilisationOf(peak, mean_rate, best_rate, benchmark, what);
   }
-  Utilisation u;
   // Named to the nearest byte: a decode step's bytes come as a rate times a
   // time, a hair either side of a whole number.
   const std::string step = FormatBytes(std::llround(step_bytes));

@@ -78,6 +78,9 @@ class Peaks {
   // a step the device's cache can hold has none, and one under
   // kCachesFromMemory times the cache that beats a measured peak is taken to
   // read from the cache in part: it has none either, and the peak stays.
+  // Where the cache's size is unknown (MPS), a step under the
+  // kMeasuredBandwidthBytes the peak was measured over that beats it is
+  // taken the same way.
   Utilisation BandwidthUtilisation(const c10::Device& device, double mean_rate,
                                    double best_rate, double step_bytes,
                                    const std::string& benchmark);
@@ -130,6 +133,11 @@ enum class GemmPath { kDefault, kOnednn };
 double MeasureMatmulPeak(const c10::Device& device, c10::ScalarType dtype,
                          const std::vector<MatmulShape>& shapes,
                          GemmPath path = GemmPath::kDefault);
+// What MeasureCopyPeak works over: on a device whose cache's size is
+// unknown, a step under it may find its bytes in a cache the measurement's
+// did not fit.
+constexpr int64_t kMeasuredBandwidthBytes = int64_t{256} << 20;
+
 // Best bytes/s of `device`: the fastest step of a 256 MiB copy (bytes read +
 // written) and of a matrix-vector product reading a 256 MiB matrix, over
 // three rounds that alternate the two.

@@ -223,12 +223,30 @@ TEST(BandwidthUtilisationOf, UnderEightCachesAStepNeverRaisesThePeak) {
   EXPECT_DOUBLE_EQ(peak.value, 3.3e10);
   EXPECT_DOUBLE_EQ(u.value, 3e10 / 3.3e10);
   EXPECT_NE(u.note.find("raised"), std::string::npos);
-  // No cache size, or no size of the step: as before, by the rate alone.
+  // No size of the step: by the rate alone.
   Peak other{3e10, "measured: sum", true};
-  EXPECT_DOUBLE_EQ(BandwidthUtilisationOf(other, 3e10, 4e10, 12.0 * kMiB, 0, "x").value,
+  EXPECT_DOUBLE_EQ(BandwidthUtilisationOf(other, 2e10, 2e10, 0, cache, "x").value,
+                   2.0 / 3);
+  // No cache size (MPS): a step under the 256 MiB the peak was measured over
+  // that beats it may have read from a cache; it has no mbu and the peak
+  // stays. One that does not beat it is judged as any other.
+  u = BandwidthUtilisationOf(other, 3e10, 4e10, 12.0 * kMiB, 0, "x");
+  EXPECT_LT(u.value, 0);
+  EXPECT_NE(u.omitted.find("under the 256.0 MiB that peak was measured over"),
+            std::string::npos)
+      << u.omitted;
+  EXPECT_DOUBLE_EQ(other.value, 3e10);
+  EXPECT_DOUBLE_EQ(BandwidthUtilisationOf(other, 1.5e10, 2e10, 12.0 * kMiB, 0, "x").value,
+                   0.5);
+  // From the measurement's size on, a beaten measured peak is raised.
+  EXPECT_DOUBLE_EQ(BandwidthUtilisationOf(other, 3e10, 4e10, 512.0 * kMiB, 0, "x").value,
                    0.75);
   EXPECT_DOUBLE_EQ(other.value, 4e10);
-  EXPECT_DOUBLE_EQ(BandwidthUtilisationOf(other, 2e10, 2e10, 0, cache, "x").value, 0.5);
+  // A given peak is never raised: the rate past it is left out as before.
+  Peak given{3e10, "--peak_bandwidth", false};
+  EXPECT_NE(BandwidthUtilisationOf(given, 4e10, 4e10, 12.0 * kMiB, 0, "x")
+                .omitted.find("the rate is 1.33 times"),
+            std::string::npos);
 }
 
 TEST(BandwidthUtilisationOf, AGivenPeakIsJudgedTheSameWay) {
