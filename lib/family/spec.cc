@@ -102,6 +102,8 @@ std::string BenchSpec::Name() const {
   if (!weights.empty()) absl::StrAppend(&name, "/weights:", WeightsName(weights));
   if (!inputs.empty()) absl::StrAppend(&name, "/inputs:", inputs);
   if (!sync) absl::StrAppend(&name, "/nosync");
+  // Where tools/scaling names the world size of its merged files.
+  if (data_parallel && world_size > 1) absl::StrAppend(&name, "/ranks:", world_size);
   return name;
 }
 

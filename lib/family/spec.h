@@ -149,8 +149,11 @@ struct BenchSpec {
   // Steps replayed from CUDA graphs captured once (--cuda_graphs): a forward
   // phase's whole step, generation's decode steps.
   bool graph = false;
-  // Data-parallel training phases: the gradient bucket cap, in MB.
+  // Data-parallel training phases: the gradient bucket cap, in MB, and the
+  // ranks of the process group (each runs --batch: the step's work grows
+  // with them).
   int64_t bucket_mb = 25;
+  int world_size = 1;
   // --weights: a safetensors checkpoint (a file, a folder or its index)
   // loaded into the model instead of random weights; empty: random.
   std::string weights;
@@ -163,6 +166,7 @@ struct BenchSpec {
   // TF32 (fp32 as TF32): .../fp32/tf32[...];
   // replayed graphs (--cuda_graphs): ...[/backend]/graph[/nosync];
   // data-parallel buckets other than 25 MB: .../bucket_mb:N[/nosync];
+  // data-parallel phases over more than one rank: ...[/nosync]/ranks:N;
   // a checkpoint's weights (--weights): .../weights:NAME[/nosync], NAME the
   // file's name without .safetensors, or the folder's;
   // generation: .../batch:B/prompt:P/new:N[/depth:D]/dtype[/nosync];

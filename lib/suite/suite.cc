@@ -497,6 +497,7 @@ absl::StatusOr<std::unique_ptr<Suite>> Suite::Register(const SuiteOptions& optio
   if (absl::Status s = ConfigureThreads(options.threads); !s.ok()) return s;
 
   Sweep sweep = SweepFor(options, command_line, AvailableDevices());
+  sweep.world_size = dist->world_size;
   if (std::any_of(sweep.devices.begin(), sweep.devices.end(),
                   [](const c10::Device& d) { return BackendOf(d).Caps().tf32; })) {
     const bool tf32_runs =

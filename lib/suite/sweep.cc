@@ -217,7 +217,10 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
       base.spec.size = c.size;
       SetPhase(c.phase, &base.spec);
       base.spec.sync = sweep.sync;
-      if (c.phase.data_parallel) base.spec.bucket_mb = sweep.bucket_mb;
+      if (c.phase.data_parallel) {
+        base.spec.bucket_mb = sweep.bucket_mb;
+        base.spec.world_size = sweep.world_size;
+      }
       base.spec.backend = c.backend;
       base.spec.inputs = c.inputs;
       base.spec.weights = sweep.weights;

@@ -670,8 +670,18 @@ class TwoMachinesTest(unittest.TestCase):
             one, two = step(runs[1]), step(runs[2])
             self.assertIn("grad_buckets", two)
             self.assertNotIn("grad_buckets", one)
+            # Two ranks' step does twice the work of one: the name says so,
+            # where tools/scaling names the world sizes it merges.
+            self.assertTrue(two["run_name"].startswith(
+                "Transformer/nano/cpu/train_step/batch:2/seq:16/fp32/ranks:2/"), two["run_name"])
+            self.assertTrue(one["run_name"].startswith(
+                "Transformer/nano/cpu/train_step/batch:2/seq:16/fp32/"), one["run_name"])
+            self.assertNotIn("ranks:", one["run_name"])
+            forward = next(b for b in runs[2]["benchmarks"] if "/forward/" in b["name"])
+            self.assertNotIn("ranks:", forward["name"])  # each rank's own forward
             by_name = {b["name"]: b for b in merged["benchmarks"]}
-            merged_two = by_name[two["name"].replace("/fp32/", "/fp32/ranks:2/")]
+            self.assertIn(one["name"].replace("/fp32/", "/fp32/ranks:1/"), by_name)
+            merged_two = by_name[two["name"]]
             self.assertEqual(merged_two["world_size"], 2)
             self.assertAlmostEqual(merged_two["scaling_efficiency"],
                                    two["tokens/s"] / (2 * one["tokens/s"]), places=9)
@@ -789,7 +799,7 @@ class TwoMachinesTest(unittest.TestCase):
                 env=dict(os.environ, LTB_SELFTEST="1"))
             self.assertLess(time.monotonic() - start, 60, proc.stderr[-3000:])
             self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
-            self.assertIn("bench: rank 1: Selftest/rank1_fails/cpu/step/fp32: error: "
+            self.assertIn("bench: rank 1: Selftest/rank1_fails/cpu/step/fp32/ranks:2: error: "
                           "Selftest: rank 1 fails at its fifth step", proc.stderr)
             self.assertRegex(proc.stderr, r"launch: rank [01] exited with status 1; "
                                           "stopping the other ranks")

@@ -107,6 +107,30 @@ TEST(ExpandSweep, BucketCapNamesDataParallelTrainingOnlyWhenNotTheDefault) {
   }
 }
 
+TEST(ExpandSweep, RanksNameDataParallelTrainingOverMoreThanOneRank) {
+  // Each rank runs --batch: two ranks' step does twice one's work.
+  const std::vector<Family> families = RegisteredFamilies(true).value();
+  Sweep sweep;
+  sweep.devices = {c10::Device(c10::kCPU)};
+  sweep.world_size = 2;
+  sweep.sync = false;
+  std::set<std::string> names;
+  for (const Registration& r : ExpandSweep(families, sweep)) names.insert(r.spec.Name());
+  EXPECT_TRUE(
+      names.count("Transformer/nano/cpu/train_step/batch:4/seq:512/fp32/nosync/ranks:2"));
+  // Inference runs on each rank alone.
+  EXPECT_TRUE(names.count("Transformer/nano/cpu/forward/batch:4/seq:512/fp32/nosync"));
+  for (const std::string& name : names) {
+    if (absl::StartsWith(name, "Selftest/")) continue;  // a data-parallel forward
+    EXPECT_EQ(absl::StrContains(name, "/ranks:2"), absl::StrContains(name, "/train_"))
+        << name;
+  }
+  sweep.world_size = 1;
+  for (const Registration& r : ExpandSweep(families, sweep)) {
+    EXPECT_FALSE(absl::StrContains(r.spec.Name(), "ranks:")) << r.spec.Name();
+  }
+}
+
 TEST(ExpandSweep, GraphsAreAnAxisOfInferenceOnDevicesThatHaveThem) {
   Sweep sweep;
   sweep.devices = {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 0)};

@@ -117,6 +117,22 @@ class ScalingToolTest(ToolTest):
         self.assertExit(report, 0)
         self.assertIn(f"{STEP}/ranks:4", report.stdout)
 
+    def test_bench_names_of_several_ranks_are_kept_as_they_are(self):
+        # bench names a data-parallel run over N > 1 ranks .../ranks:N itself:
+        # merged, it is not named twice, and pairs with the one-rank run.
+        two = run_at(2, 1800.0)
+        two["benchmarks"][0] = dict(two["benchmarks"][0],
+                                    name=f"{STEP}/ranks:2/manual_time",
+                                    run_name=f"{STEP}/ranks:2/manual_time")
+        merged, proc = self.merge(run_at(1, 1000.0), two)
+        names = [e["name"] for e in merged["benchmarks"]]
+        self.assertEqual(names, [f"{STEP}/ranks:1/manual_time", f"{FWD}/ranks:1/manual_time",
+                                 f"{STEP}/ranks:2/manual_time", f"{FWD}/ranks:2/manual_time"])
+        step = merged["benchmarks"][2]
+        self.assertEqual(step["world_size"], 2)
+        self.assertAlmostEqual(step["scaling_efficiency"], 1800 / (2 * 1000), places=12)
+        self.assertIn(f"| `{STEP}` | 1k tokens/s (100%) | 1.8k tokens/s (90%) |", proc.stdout)
+
     def test_without_one_rank_the_fewest_ranks_are_the_base(self):
         merged, proc = self.merge(run_at(2, 2000.0), run_at(4, 3600.0))
         effs = {e["world_size"]: e["scaling_efficiency"] for e in merged["benchmarks"]

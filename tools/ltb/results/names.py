@@ -1,7 +1,8 @@
 """The suite's names: Family/size/device/phase/settings.../dtype (Ops/op/
 shape/device/dtype), optionally ending in /nosync, with Google Benchmark's
 own suffixes (/manual_time, /repeats:N, aggregates such as _median) after
-them; and /ranks:N in a file of several world sizes (tools/scaling)."""
+them; and /ranks:N, last, where a data-parallel run has more than one rank
+(bench names it so) or in a file of several world sizes (tools/scaling)."""
 
 import re
 
@@ -95,6 +96,8 @@ def with_ranks(entry, ranks):
     the suite's name, before Google Benchmark's suffixes and aggregate names."""
     run = entry.get("run_name") or entry["name"]
     base = _TIME_SUFFIX.sub("", run)
+    if split_ranks(base)[1] is not None:  # bench names runs over several ranks itself
+        return dict(entry, world_size=ranks)
     suffixes = "".join(m.group(0) for m in _TIME_SUFFIX.finditer(run))
     new_run = f"{base}/ranks:{ranks}{suffixes}"
     out = dict(entry, name=new_run + entry["name"][len(run):], world_size=ranks)
