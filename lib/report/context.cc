@@ -5,7 +5,9 @@
 #include <dlfcn.h>
 #include <loadgen/version.h>
 #include <torch/version.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <regex>
 #include <thread>
@@ -101,11 +103,27 @@ Context CollectContext(const Context& extra) {
   // Settings that simulate an older CPU, round fp32 in oneDNN (DNNL_ is
   // oneDNN's older prefix, MKL_ENABLE_INSTRUCTIONS MKL's limit) or turn
   // TF32 on or off behind LibTorch's back on CUDA: each changes what runs.
-  for (const char* var : {"ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "LTB_MAX_CPU_ISA",
-                          "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
-                          "ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE",
-                          "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE"}) {
-    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') {
+  std::vector<std::string> vars = {
+      "ATEN_CPU_CAPABILITY",      "ONEDNN_MAX_CPU_ISA",      "LTB_MAX_CPU_ISA",
+      "DNNL_MAX_CPU_ISA",         "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_DEFAULT_FPMATH_MODE",
+      "DNNL_DEFAULT_FPMATH_MODE", "NVIDIA_TF32_OVERRIDE",    "CUDA_LAUNCH_BLOCKING"};
+  // And every variable of PyTorch's and NVIDIA's libraries, in name order:
+  // the CUDA allocator's configuration (PYTORCH_CUDA_ALLOC_CONF), caching
+  // turned off, an attention kernel passed over (TORCH_CUDNN_SDPA_...),
+  // cuBLAS's workspace, NCCL's transport, ... (CUDA_LAUNCH_BLOCKING above:
+  // every launch waits for the one before).
+  std::vector<std::string> prefixed;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('='));
+    for (const char* prefix : {"PYTORCH_", "TORCH_", "CUBLAS", "CUDNN_", "NCCL_"}) {
+      if (absl::StartsWith(name, prefix)) prefixed.emplace_back(name);
+    }
+  }
+  std::sort(prefixed.begin(), prefixed.end());
+  vars.insert(vars.end(), prefixed.begin(), prefixed.end());
+  for (const std::string& var : vars) {
+    if (const char* v = std::getenv(var.c_str()); v != nullptr && *v != '\0') {
       ctx.emplace_back(absl::AsciiStrToLower(var), v);
     }
   }

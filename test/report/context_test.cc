@@ -3,8 +3,10 @@
 #include <ATen/Context.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "scoped_env.h"
@@ -73,6 +75,35 @@ TEST(CollectContext, RecordsTheEnvironmentsLimitsOnTheLibraries) {
   EXPECT_EQ(ctx["onednn_default_fpmath_mode"], "BF16");
   EXPECT_EQ(ctx["nvidia_tf32_override"], "0");
   EXPECT_EQ(ctx.count("torch_allow_tf32_cublas_override"), 0u);
+}
+
+// PyTorch's and NVIDIA's variables change what runs on a GPU (the
+// allocator's segments, a launch waiting for the last, an attention kernel
+// passed over): every one set is recorded, once.
+TEST(CollectContext, RecordsPyTorchsAndNvidiasVariables) {
+  std::map<std::string, std::string> ctx;
+  std::vector<std::string> keys;
+  {
+    ScopedEnv env({{"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"},
+                   {"CUDA_LAUNCH_BLOCKING", "1"},
+                   {"TORCH_CUDNN_SDPA_DEPRIORITIZED", "1"},
+                   {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "0"},
+                   {"CUBLAS_WORKSPACE_CONFIG", ":4096:8"},
+                   {"NCCL_P2P_DISABLE", "1"},
+                   {"TORCHINDUCTOR_CACHE_DIR", "/tmp/x"}});
+    for (const auto& [key, value] : CollectContext({})) {
+      ctx[key] = value;
+      keys.push_back(key);
+    }
+  }
+  EXPECT_EQ(ctx["pytorch_cuda_alloc_conf"], "expandable_segments:True");
+  EXPECT_EQ(ctx["cuda_launch_blocking"], "1");
+  EXPECT_EQ(ctx["torch_cudnn_sdpa_deprioritized"], "1");
+  EXPECT_EQ(ctx["torch_allow_tf32_cublas_override"], "0");
+  EXPECT_EQ(ctx["cublas_workspace_config"], ":4096:8");
+  EXPECT_EQ(ctx["nccl_p2p_disable"], "1");
+  EXPECT_EQ(ctx.count("torchinductor_cache_dir"), 0u);  // no prefix of theirs
+  EXPECT_EQ(std::count(keys.begin(), keys.end(), "torch_allow_tf32_cublas_override"), 1);
 }
 
 }  // namespace

@@ -1357,6 +1357,16 @@ class ContextTest(unittest.TestCase):
         self.assertEqual(c["aten_cpu_capability"], "avx2")
         self.assertEqual(c["dnnl_max_cpu_isa"], "AVX2")
         self.assertEqual(c["mkl_enable_instructions"], "AVX2")
+        # As bench: PyTorch's and NVIDIA's variables, which change what runs on a GPU.
+        c = self.context_of("--benchmark_filter=GPT2/", env={
+            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "CUDA_LAUNCH_BLOCKING": "1",
+            "TORCH_CUDNN_SDPA_DEPRIORITIZED": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+            "NCCL_P2P_DISABLE": "1", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x"})
+        self.assertEqual((c["pytorch_cuda_alloc_conf"], c["cuda_launch_blocking"],
+                          c["torch_cudnn_sdpa_deprioritized"], c["cublas_workspace_config"],
+                          c["nccl_p2p_disable"]),
+                         ("expandable_segments:True", "1", "1", ":4096:8", "1"))
+        self.assertNotIn("torchinductor_cache_dir", c)
         # Found here by plain text search in the build summary.
         at = config.find("MKL-DNN v")
         if at >= 0:

@@ -132,11 +132,15 @@ def context(args, threads, peaks):
     # As bench records them: settings that simulate an older CPU, round fp32
     # in oneDNN or turn TF32 on or off behind torch's back, and how OpenMP's
     # threads wait.
+    # And, as bench, every variable of PyTorch's and NVIDIA's libraries (the
+    # CUDA allocator's configuration, a launch waiting for the last, an
+    # attention kernel passed over, cuBLAS's workspace, NCCL's transport).
+    prefixed = sorted(v for v in os.environ
+                      if v.startswith(("PYTORCH_", "TORCH_", "CUBLAS", "CUDNN_", "NCCL_")))
     for var in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "LTB_MAX_CPU_ISA",
                 "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_DEFAULT_FPMATH_MODE",
-                "DNNL_DEFAULT_FPMATH_MODE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
-                "NVIDIA_TF32_OVERRIDE", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
-                "KMP_BLOCKTIME"):
+                "DNNL_DEFAULT_FPMATH_MODE", "NVIDIA_TF32_OVERRIDE", "CUDA_LAUNCH_BLOCKING",
+                *prefixed, "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"):
         if os.environ.get(var):
             c[var.lower()] = os.environ[var]
     if getattr(args, "cpu_simulation", ""):
