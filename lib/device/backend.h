@@ -204,6 +204,13 @@ class DeviceBackend {
   // is this device being busy: kernels, copies and fills on a GPU.
   virtual bool BusyActivity(int kineto_activity) const { return false; }
 
+  // Why `device` has no arithmetic of its own for `dtype` (fp32 as TF32
+  // when `tf32`), or "" where it has: no mfu is then reported for it, and a
+  // TF32 run is refused.
+  virtual std::string ArithmeticGap(const c10::Device& device, c10::ScalarType dtype,
+                                    bool tf32) const {
+    return "";
+  }
   // The datasheet row of `device`, or nullptr to measure its peaks.
   virtual const DatasheetPeaks* Datasheet(const c10::Device& device) const {
     return nullptr;

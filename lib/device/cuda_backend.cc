@@ -200,6 +200,12 @@ class CudaBackend final : public DeviceBackend {
     return kineto_activity == 3 || kineto_activity == 4 || kineto_activity == 5;
   }
 
+  std::string ArithmeticGap(const c10::Device& device, c10::ScalarType dtype,
+                            bool tf32) const override {
+    const auto [major, minor] = cuda::ComputeCapability(Index(device));
+    return CudaArithmeticGap(major, minor, dtype == c10::kBFloat16,
+                             tf32 && dtype == c10::kFloat);
+  }
   const DatasheetPeaks* Datasheet(const c10::Device& device) const override {
     return LookupDatasheet(DisplayName(device));
   }

@@ -74,6 +74,18 @@ std::string DeviceName(int index) {
   return prop.name;
 }
 
+std::pair<int, int> ComputeCapability(int index) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index) !=
+          cudaSuccess) {
+    (void)cudaGetLastError();
+    return {0, 0};
+  }
+  return {major, minor};
+}
+
 int64_t L2CacheBytes(int index) {
   int bytes = 0;
   if (cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, index) != cudaSuccess) {

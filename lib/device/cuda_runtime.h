@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/torch_compat.h"
@@ -38,6 +39,10 @@ std::string CudnnVersion();
 int DeviceCount(std::string* why);
 
 std::string DeviceName(int index);
+
+// The device's compute capability as (major, minor), (8, 0) for an A100;
+// (0, 0) when unknown.
+std::pair<int, int> ComputeCapability(int index);
 
 // The device's PCI bus id ("0000:3B:00.0"), which names the same GPU to the
 // CUDA runtime and to NVML whatever CUDA_VISIBLE_DEVICES does; "" when

@@ -45,6 +45,7 @@ std::unique_ptr<StepGraphs> MakeGraphs(int) {
 void SetDevice(int) {}
 std::string StickyError(int) { return ""; }
 int64_t TotalBytes(int) { return -1; }
+std::pair<int, int> ComputeCapability(int) { return {0, 0}; }
 int64_t L2CacheBytes(int) { return 0; }
 c10::intrusive_ptr<CommBackend> MakeNcclBackend(const c10::intrusive_ptr<c10d::Store>&,
                                                 int, int, std::chrono::milliseconds) {

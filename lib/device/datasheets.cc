@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
 namespace ltb {
@@ -90,6 +91,13 @@ const DatasheetPeaks* LookupDatasheet(const std::string& gpu_name) {
     if (all && rest_neutral) return &e.peaks;
   }
   return nullptr;
+}
+
+std::string CudaArithmeticGap(int major, int minor, bool bf16, bool tf32) {
+  if (major <= 0 || major >= 8 || (!bf16 && !tf32)) return "";
+  return absl::StrCat("this GPU (compute capability ", major, ".", minor, ") has no ",
+                      bf16 ? "bf16 arithmetic (LibTorch emulates it in fp32)" : "TF32",
+                      ", which came with compute capability 8.0 (Ampere)");
 }
 
 bool IsMigInstance(const std::string& gpu_name) {

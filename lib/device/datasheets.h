@@ -46,4 +46,12 @@ const DatasheetPeaks* LookupDatasheet(const std::string& gpu_name);
 // the whole board's, every instance's work included.
 bool IsMigInstance(const std::string& gpu_name);
 
+// Why a GPU of compute capability major.minor computes `dtype` (with TF32
+// for fp32 when `tf32`) in no arithmetic of its own, or "" where it does:
+// bf16 and TF32 came with compute capability 8.0 (Ampere). Before it,
+// LibTorch emulates bf16 in fp32 (a peak measured on that emulation would
+// make an mfu look high), and TF32 does not exist (an fp32 run named /tf32
+// would be plain fp32). "" also when the capability is unknown (0).
+std::string CudaArithmeticGap(int major, int minor, bool bf16, bool tf32);
+
 }  // namespace ltb

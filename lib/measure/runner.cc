@@ -197,6 +197,14 @@ void Runner::Run(benchmark::State& state, const Family& family, const BenchSpec&
     return Fail(state, absl::StrCat("not run: ", DeviceName(spec.device),
                                     " is unusable: ", *why));
   }
+  if (spec.tf32) {
+    if (const std::string gap =
+            BackendOf(spec.device).ArithmeticGap(spec.device, c10::kFloat, true);
+        !gap.empty()) {
+      return Fail(state, absl::StrCat("not run: ", gap,
+                                      ": a run named /tf32 would be plain fp32"));
+    }
+  }
   // serve plans and guards the phase it serves.
   const BenchSpec served = ServedSpec(spec);
   absl::StatusOr<Plan> plan = PlanRun(family, served);

@@ -217,6 +217,10 @@ void Peaks::Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandw
     Peak p;
     if (flops_override_.count(dtype) && !tf32) {
       p = {flops_override_.at(dtype), "--peak_flops"};
+    } else if (const std::string gap =
+                   BackendOf(device).ArithmeticGap(device, dtype, tf32);
+               !gap.empty()) {
+      p = {0, absl::StrCat("none: ", gap, ", so no mfu is reported for it")};
     } else if (sheet != nullptr && DatasheetFlops(*sheet, dtype, tf32) > 0) {
       p = {DatasheetFlops(*sheet, dtype, tf32),
            absl::StrCat("datasheet: ", sheet->model, " (", sheet->source, ")")};

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+
 #include "device/datasheets.h"
 
 namespace ltb {
@@ -39,6 +42,23 @@ TEST(LookupDatasheet, MatchesNvidiaDeviceNames) {
   EXPECT_EQ(model("NVIDIA A100-SXM4-40GB MIG 3g.20gb"), "none");
   EXPECT_EQ(model("NVIDIA GeForce RTX 4090 Laptop GPU"), "none");
   EXPECT_EQ(model("NVIDIA GeForce RTX 4090 D"), "none");
+}
+
+TEST(CudaArithmeticGap, Bf16AndTf32CameWithAmpere) {
+  // A T4 (7.5) and a V100 (7.0): LibTorch emulates bf16 in fp32, and there
+  // is no TF32.
+  const std::string t4 = CudaArithmeticGap(7, 5, /*bf16=*/true, /*tf32=*/false);
+  EXPECT_EQ(t4,
+            "this GPU (compute capability 7.5) has no bf16 arithmetic (LibTorch emulates "
+            "it in fp32), which came with compute capability 8.0 (Ampere)");
+  EXPECT_EQ(CudaArithmeticGap(7, 0, false, true),
+            "this GPU (compute capability 7.0) has no TF32, which came with compute "
+            "capability 8.0 (Ampere)");
+  EXPECT_EQ(CudaArithmeticGap(7, 5, false, false), "");  // fp32, fp16: its own
+  for (const auto& [major, minor] : {std::pair{8, 0}, {8, 9}, {9, 0}, {10, 0}, {0, 0}}) {
+    EXPECT_EQ(CudaArithmeticGap(major, minor, true, false), "") << major << "." << minor;
+    EXPECT_EQ(CudaArithmeticGap(major, minor, false, true), "") << major << "." << minor;
+  }
 }
 
 TEST(IsMigInstance, NamesASliceOfAGpu) {

@@ -1225,10 +1225,11 @@ class DatasheetPeaksTest(unittest.TestCase):
                                                  peaks_from=None, device_list=["cuda"],
                                                  dtypes=["fp32", "bf16", "fp16"]), **given))
 
-    def peaks_on(self, gpu_name, **given):
+    def peaks_on(self, gpu_name, capability=(9, 0), **given):
         from unittest import mock
         from ltb.pysuite import peaks
-        with mock.patch("torch.cuda.get_device_name", return_value=gpu_name):
+        with mock.patch("torch.cuda.get_device_name", return_value=gpu_name), \
+                mock.patch("torch.cuda.get_device_capability", return_value=capability):
             return peaks.peak_flops(self.args(**given))
 
     def test_names_match_as_benchs_lookup_does(self):
@@ -1270,11 +1271,18 @@ class DatasheetPeaksTest(unittest.TestCase):
         self.assertEqual(peaks[("cuda", "bandwidth")], (1e12, "given (--peak_bandwidth)"))
         self.assertEqual(peaks[("cuda", "bf16")], (2e14, "given (--peak_flops)"))
         self.assertEqual(peaks[("cuda", "fp32")][0], 67e12)  # the datasheet's, not given
-        # A T4 has no bf16 tensor cores: the datasheet gives no rate, and with
-        # peaks given (nothing measured) bf16 has none.
-        t4 = self.peaks_on("Tesla T4", peak_flops="fp32=1e13")
+        # A T4 (compute capability 7.5) has no bf16 arithmetic: LibTorch
+        # emulates it in fp32, and bench's reason leaves its mfu out.
+        t4 = self.peaks_on("Tesla T4", capability=(7, 5), peak_flops="fp32=1e13")
         self.assertEqual(t4[("cuda", "fp16")][0], 65e12)
-        self.assertNotIn(("cuda", "bf16"), t4)
+        self.assertEqual(t4[("cuda", "bf16")], (
+            0.0, "none: this GPU (compute capability 7.5) has no bf16 arithmetic (LibTorch "
+                 "emulates it in fp32), which came with compute capability 8.0 (Ampere), so no "
+                 "mfu is reported for it"))
+        # On an Ampere or newer GPU without a datasheet rate, given peaks for
+        # other dtypes leave bf16 without one (nothing is measured).
+        self.assertNotIn(("cuda", "bf16"), self.peaks_on("NVIDIA RTX A4000", capability=(8, 6),
+                                                         peak_flops="fp32=1e13"))
         # Another GPU: nothing from the table.
         other = self.peaks_on("NVIDIA RTX A4000", peak_flops="1e12")
         self.assertNotIn(("cuda", "bandwidth"), other)

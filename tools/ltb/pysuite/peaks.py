@@ -101,6 +101,18 @@ def no_native_arithmetic(dtype):
                  "to fp32), so no mfu is reported for it")
 
 
+def cuda_arithmetic_gap(capability, dtype):
+    """lib/device/datasheets.cc's CudaArithmeticGap: bf16 came with compute
+    capability 8.0 (Ampere); before it LibTorch emulates it in fp32, and a
+    peak measured on that emulation would make an mfu look high."""
+    major, minor = capability
+    if dtype != "bf16" or major <= 0 or major >= 8:
+        return None
+    return (0.0, f"none: this GPU (compute capability {major}.{minor}) has no bf16 arithmetic "
+                 "(LibTorch emulates it in fp32), which came with compute capability 8.0 "
+                 "(Ampere), so no mfu is reported for it")
+
+
 def peak_flops(args):
     """{(device kind, dtype or 'bandwidth'): (FLOP/s or bytes/s, how it was
     found)}."""
@@ -144,6 +156,11 @@ def peak_flops(args):
                 continue
             if sheet and sheet[dtype] > 0:
                 peaks[(kind, dtype)] = (sheet[dtype], source)
+                continue
+            gap = (cuda_arithmetic_gap(torch.cuda.get_device_capability(device), dtype)
+                   if kind == "cuda" else None)
+            if gap:
+                peaks[(kind, dtype)] = gap
                 continue
             if args.peak_flops:  # given for other dtypes: nothing measured
                 continue
