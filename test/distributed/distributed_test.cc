@@ -30,6 +30,9 @@
 #include "workloads/trainer.h"
 
 namespace ltb {
+// Named, so that the fixture DataParallel does not hide ltb::DataParallel
+// from the headers of the files compiled after this one in a unity build.
+namespace distributed_test {
 namespace {
 
 constexpr int64_t kBatch = 4, kSeq = 16;
@@ -403,4 +406,5 @@ TEST(Buckets, GroupTensorsUpToTheBucketSize) {
 }
 
 }  // namespace
+}  // namespace distributed_test
 }  // namespace ltb
