@@ -6,18 +6,22 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -57,6 +61,55 @@ int ReadInt(const std::string& path, int fallback) {
   std::ifstream in(path);
   int value = 0;
   return in >> value ? value : fallback;
+}
+
+std::string CgroupFileText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return std::string(absl::StripAsciiWhitespace(text.str()));
+}
+
+// The quota of one cgroup directory, v2 (cpu.max: "max 100000" or "150000
+// 100000") or v1 (cpu.cfs_quota_us, -1 for none, over cpu.cfs_period_us);
+// cpus -1 where it sets none.
+CpuQuota QuotaOf(const std::filesystem::path& dir, bool v2) {
+  CpuQuota out;
+  int64_t quota = 0, period = 0;
+  if (v2) {
+    const std::string max = CgroupFileText((dir / "cpu.max").string());
+    std::vector<std::string> words = absl::StrSplit(max, ' ', absl::SkipEmpty());
+    if (words.size() == 2 && absl::SimpleAtoi(words[0], &quota) &&
+        absl::SimpleAtoi(words[1], &period) && quota > 0 && period > 0) {
+      out.cpus = static_cast<double>(quota) / period;
+      out.source = absl::StrCat("cgroup v2 cpu.max ", max);
+    }
+  } else if (absl::SimpleAtoi(CgroupFileText((dir / "cpu.cfs_quota_us").string()),
+                              &quota) &&
+             absl::SimpleAtoi(CgroupFileText((dir / "cpu.cfs_period_us").string()),
+                              &period) &&
+             quota > 0 && period > 0) {
+    out.cpus = static_cast<double>(quota) / period;
+    out.source = absl::StrCat("cgroup v1 cpu.cfs_quota_us ", quota,
+                              " per cpu.cfs_period_us ", period);
+  }
+  return out;
+}
+
+// The tightest quota from `dir` up to `top` (a cgroup's quota bounds every
+// cgroup below it).
+void WalkQuota(std::filesystem::path dir, const std::filesystem::path& top, bool v2,
+               CpuQuota* out) {
+  std::error_code ec;
+  // In another cgroup namespace the process's path is not under `top`, which
+  // is then the namespace's root: the process's own cgroup.
+  if (!std::filesystem::is_directory(dir, ec)) dir = top;
+  while (true) {
+    const CpuQuota here = QuotaOf(dir, v2);
+    if (here.cpus > 0 && (out->cpus < 0 || here.cpus < out->cpus)) *out = here;
+    if (dir == top || !dir.has_parent_path() || dir.parent_path() == dir) break;
+    dir = dir.parent_path();
+  }
 }
 
 // Every loaded BLAS or LAPACK library as "<directory>/<file>".
@@ -139,12 +192,74 @@ std::vector<int> AllowedCpus() {
   return cpus;
 }
 
+CpuQuota ReadCpuQuota(const std::string& root) {
+  namespace fs = std::filesystem;
+  CpuQuota out;
+  const std::string cgroups = CgroupFileText(root + "/proc/self/cgroup");
+  for (absl::string_view line : absl::StrSplit(cgroups, '\n', absl::SkipEmpty())) {
+    // hierarchy:controllers:path
+    std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (parts.size() != 3 || parts[2].empty() || parts[2][0] != '/') continue;
+    const std::string path = parts[2].substr(1);
+    if (parts[0] == "0" && parts[1].empty()) {  // cgroup v2
+      for (const char* mount : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+        const fs::path top = root + mount;
+        WalkQuota(path.empty() ? top : top / path, top, /*v2=*/true, &out);
+      }
+    } else if (absl::c_linear_search(
+                   std::vector<absl::string_view>(absl::StrSplit(parts[1], ',')),
+                   "cpu")) {
+      // v1's cpu controller, mounted alone or with cpuacct ("cpu,cpuacct").
+      for (const std::string& mount : {std::string("cpu"), parts[1]}) {
+        const fs::path top = root + "/sys/fs/cgroup/" + mount;
+        WalkQuota(path.empty() ? top : top / path, top, /*v2=*/false, &out);
+      }
+    }
+  }
+  return out;
+}
+
+std::string CpuQuotaText(const CpuQuota& quota) {
+  if (quota.cpus < 0) return "none (no cgroup CPU quota)";
+  return absl::StrFormat("%g CPU%s (%s)", quota.cpus, quota.cpus == 1 ? "" : "s",
+                         quota.source);
+}
+
+std::string CpuListText(const std::vector<int>& cpus) {
+  std::vector<int> sorted = cpus;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  std::vector<std::string> ranges;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    ranges.push_back(j == i ? absl::StrCat(sorted[i])
+                            : absl::StrCat(sorted[i], "-", sorted[j]));
+    i = j + 1;
+  }
+  return absl::StrJoin(ranges, ",");
+}
+
+std::string AffinityText(const std::vector<int>& cpus, int online) {
+  return absl::StrCat(CpuListText(cpus), " (", cpus.size(), " of ", online,
+                      " logical CPUs)");
+}
+
+int DefaultIntraOpThreadsOn(const std::string& root, const std::vector<int>& cpus) {
+  int threads = std::max(1, CountPhysicalCores(root + "/sys/devices/system/cpu", cpus));
+  const CpuQuota quota = ReadCpuQuota(root);
+  if (quota.cpus > 0) {
+    threads = std::min(threads, std::max(1, static_cast<int>(std::ceil(quota.cpus))));
+  }
+  return threads;
+}
+
 int DefaultIntraOpThreads() {
   if (const char* env = std::getenv("OMP_NUM_THREADS")) {
     int n = 0;
     if (absl::SimpleAtoi(env, &n) && n > 0) return n;
   }
-  return std::max(1, CountPhysicalCores("/sys/devices/system/cpu", AllowedCpus()));
+  return DefaultIntraOpThreadsOn("", AllowedCpus());
 }
 
 absl::Status ConfigureThreads(const ThreadSettings& settings) {

@@ -19,11 +19,40 @@ struct ThreadSettings {
 absl::Status ConfigureThreads(const ThreadSettings& settings);
 
 // The intra-op count when none is given: OMP_NUM_THREADS when set (as
-// launchers such as torchrun set it), else one per physical core this process
-// may run on. The suite decides it rather than LibTorch, whose default differs
-// between versions (LibTorch 1.13 can fall back to 1), so that builds
-// against different LibTorch versions compare like with like.
+// launchers such as torchrun set it), else DefaultIntraOpThreadsOn this
+// machine's tree and this process's CPUs. The suite decides it rather than
+// LibTorch, whose default differs between versions (LibTorch 1.13 can fall
+// back to 1) and ignores a cgroup's CPU quota, so that builds against
+// different LibTorch versions compare like with like.
 int DefaultIntraOpThreads();
+
+// One thread per physical core among `cpus` (CountPhysicalCores over
+// `root`/sys/devices/system/cpu), but no more than the cgroup's CPU quota
+// rounded up (ReadCpuQuota(root)): a container given 1 CPU of a 2-core host
+// that ran 2 threads would have them throttled in turn, each parallel
+// region waiting on the one descheduled. At least 1.
+int DefaultIntraOpThreadsOn(const std::string& root, const std::vector<int>& cpus);
+
+// The CPU time the process's cgroup may use, the tightest over every level
+// from its own up to the root: cgroup v2's cpu.max ("150000 100000": 1.5
+// CPUs) or v1's cpu.cfs_quota_us over cpu.cfs_period_us, read under `root`
+// ("" for this machine; a test's copy of /proc and /sys otherwise).
+struct CpuQuota {
+  double cpus = -1;    // quota / period; -1 where no level sets a quota
+  std::string source;  // where it was read: "cgroup v2 cpu.max 150000 100000"
+};
+CpuQuota ReadCpuQuota(const std::string& root);
+
+// The context's words for a quota: "1.5 CPUs (cgroup v2 cpu.max 150000
+// 100000)", or "none (no cgroup CPU quota)".
+std::string CpuQuotaText(const CpuQuota& quota);
+
+// CPU numbers as the kernel lists them: {0, 1, 2, 3, 8} is "0-3,8".
+std::string CpuListText(const std::vector<int>& cpus);
+
+// The context's words for the CPUs this process may run on, of the `online`
+// ones: "0-1 (2 of 2 logical CPUs)".
+std::string AffinityText(const std::vector<int>& cpus, int online);
 
 // Physical cores among `cpus` (logical CPU numbers), from the topology files
 // under `sys_cpu_dir` (/sys/devices/system/cpu): one per distinct package and

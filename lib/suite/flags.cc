@@ -54,7 +54,7 @@ ABSL_FLAG(ltb::DtypeList, dtype, ltb::DtypeList{{c10::kFloat}},
           "Precisions to sweep: fp32, bf16, fp16.");
 ABSL_FLAG(ltb::Count, threads, {},
           "Intra-op (and BLAS) threads. 0: OMP_NUM_THREADS if set, else one per "
-          "physical core.");
+          "physical core the process may run on, no more than its cgroup's CPU quota.");
 ABSL_FLAG(ltb::PositiveCount, interop_threads, ltb::PositiveCount{1},
           "Inter-op threads.");
 ABSL_FLAG(ltb::SwitchList, tf32, ltb::SwitchList{{false}},

@@ -13,6 +13,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -1388,6 +1389,68 @@ class ContextTest(unittest.TestCase):
         from ltb.pysuite import context
         self.assertEqual(context.onednn_version_in("  - oneDNN v3.7.1\n"), "3.7.1")
         self.assertEqual(context.mkl_version_in("  - OpenMP 201511\n"), "")
+
+
+class HostTest(unittest.TestCase):
+    """pybench reads the host as bench does (lib/base/threads.cc), over
+    fake /proc and /sys trees, and says it in bench's words: the default
+    threads under a cgroup's CPU quota and an affinity mask."""
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="ltb_host_")
+        self.addCleanup(shutil.rmtree, self.root)
+
+    def write(self, path, text):
+        os.makedirs(os.path.dirname(self.root + path), exist_ok=True)
+        with open(self.root + path, "w") as f:
+            f.write(text)
+
+    def topology(self, cpus, per_core):
+        """cpu N and N + cores are one core's, as Linux numbers them."""
+        for cpu in range(cpus):
+            topo = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+            self.write(topo + "physical_package_id", "0\n")
+            self.write(topo + "core_id", f"{cpu % (cpus // per_core)}\n")
+
+    def test_the_default_threads_follow_the_affinity_and_the_cpu_quota(self):
+        from ltb.pysuite import host
+        self.topology(4, 2)
+        self.write("/proc/self/cgroup", "0::/kube/pod/app\n")
+        self.assertEqual(host.cpu_quota(self.root), (-1, ""))
+        self.assertEqual(host.cpu_quota_text(host.cpu_quota(self.root)),
+                         "none (no cgroup CPU quota)")
+        self.assertEqual(host.default_threads_on(self.root, [0, 1, 2, 3]), 2)
+        self.assertEqual(host.default_threads_on(self.root, [0, 2]), 1)  # one core's
+        self.assertEqual(host.default_threads_on(self.root, [0]), 1)     # taskset -c 0
+        self.write("/sys/fs/cgroup/kube/cpu.max", "150000 100000\n")
+        self.write("/sys/fs/cgroup/kube/pod/cpu.max", "max 100000\n")
+        self.write("/sys/fs/cgroup/kube/pod/app/cpu.max", "300000 100000\n")
+        self.assertEqual(host.cpu_quota_text(host.cpu_quota(self.root)),
+                         "1.5 CPUs (cgroup v2 cpu.max 150000 100000)")
+        self.assertEqual(host.default_threads_on(self.root, [0, 1, 2, 3]), 2)
+        self.write("/sys/fs/cgroup/kube/cpu.max", "50000 100000\n")
+        self.assertEqual(host.default_threads_on(self.root, [0, 1, 2, 3]), 1)
+        # A container's own cgroup, the root of its namespace.
+        self.write("/proc/self/cgroup", "0::/\n")
+        self.write("/sys/fs/cgroup/cpu.max", "100000 100000\n")
+        self.assertEqual(host.cpu_quota_text(host.cpu_quota(self.root)),
+                         "1 CPU (cgroup v2 cpu.max 100000 100000)")
+        self.assertEqual(host.default_threads_on(self.root, [0, 1, 2, 3]), 1)
+        # cgroup v1, cpu mounted with cpuacct.
+        self.write("/proc/self/cgroup", "4:memory:/docker/x\n3:cpu,cpuacct:/docker/x\n")
+        self.write("/sys/fs/cgroup/cpu,cpuacct/docker/x/cpu.cfs_quota_us", "100000\n")
+        self.write("/sys/fs/cgroup/cpu,cpuacct/docker/x/cpu.cfs_period_us", "100000\n")
+        self.assertEqual(host.cpu_quota_text(host.cpu_quota(self.root)),
+                         "1 CPU (cgroup v1 cpu.cfs_quota_us 100000 per cpu.cfs_period_us "
+                         "100000)")
+        self.assertEqual(host.default_threads_on(self.root, [0, 1, 2, 3]), 1)
+        self.write("/sys/fs/cgroup/cpu,cpuacct/docker/x/cpu.cfs_quota_us", "-1\n")
+        self.assertEqual(host.default_threads_on(self.root, [0, 1, 2, 3]), 2)
+        # OMP_NUM_THREADS comes first.
+        with unittest.mock.patch.dict(os.environ, {"OMP_NUM_THREADS": "3"}):
+            self.assertEqual(host.physical_cores(self.root, [0]), 3)
+        self.assertEqual(host.cpu_list_text([3, 1, 0, 8]), "0-1,3,8")
+        self.assertEqual(host.affinity_text([0], 2), "0 (1 of 2 logical CPUs)")
 
 
 class CpuSimulationTest(unittest.TestCase):

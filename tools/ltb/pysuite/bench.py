@@ -26,7 +26,8 @@ time, x10 when under a tenth of it; later repetitions reuse the first's
 count; train_epoch: --epochs iterations of one epoch each), step times read
 by the device's clock (CUDA events on a GPU; a sub-millisecond GPU step
 several to a sample, launches_per_sample), the intra-op and
-BLAS threads (--threads, else OMP_NUM_THREADS, else one per physical core)
+BLAS threads (--threads, else OMP_NUM_THREADS, else one per physical core the
+process may run on, within its cgroup's CPU quota)
 and one inter-op thread, glibc malloc tuned as bench tunes it (--malloc),
 inference under torch.inference_mode (c10::InferenceMode in bench),
 training with autograd, fp32 weights and autocast to the dtype,

@@ -1,6 +1,7 @@
 """The process's settings made before anything is measured, as bench makes
 them: the intra-op and inter-op threads (lib/base/threads.cc) and glibc
 malloc's (lib/measure/memory.cc)."""
+import math
 import os
 
 import torch
@@ -11,21 +12,121 @@ from ltb.pysuite.flags import MALLOC, BadFlag
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_MAX = -1, -2, -4
 
 
-def physical_cores():
+def physical_cores(root="", cpus=None):
     """lib/base/threads.cc DefaultIntraOpThreads: OMP_NUM_THREADS if set,
-    else the physical cores (package, core) of this process's CPUs."""
+    else default_threads_on this machine and this process's CPUs."""
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.isdigit() and int(env) > 0:
         return int(env)
+    return default_threads_on(root, sorted(os.sched_getaffinity(0)) if cpus is None else cpus)
+
+
+def default_threads_on(root, cpus):
+    """lib/base/threads.cc DefaultIntraOpThreadsOn: one thread per physical
+    core (package, core) of `cpus`, a CPU without topology files a core of
+    its own, no more than the cgroup's CPU quota rounded up, at least 1."""
     cores, unknown = set(), 0
-    for cpu in sorted(os.sched_getaffinity(0)):
-        topo = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+    for cpu in cpus:
+        topo = f"{root}/sys/devices/system/cpu/cpu{cpu}/topology/"
         try:
             with open(topo + "physical_package_id") as a, open(topo + "core_id") as b:
                 cores.add((int(a.read()), int(b.read())))
         except (OSError, ValueError):
             unknown += 1
-    return max(1, len(cores) + unknown)
+    threads = max(1, len(cores) + unknown)
+    quota, _ = cpu_quota(root)
+    if quota > 0:
+        threads = min(threads, max(1, math.ceil(quota)))
+    return threads
+
+
+def _text(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _quota_of(directory, v2):
+    """lib/base/threads.cc QuotaOf: (CPUs, source) of one cgroup, or (-1, "")."""
+    try:
+        if v2:
+            text = _text(os.path.join(directory, "cpu.max"))
+            words = text.split()
+            if len(words) == 2 and int(words[0]) > 0 and int(words[1]) > 0:
+                return int(words[0]) / int(words[1]), f"cgroup v2 cpu.max {text}"
+        else:
+            quota = int(_text(os.path.join(directory, "cpu.cfs_quota_us")))
+            period = int(_text(os.path.join(directory, "cpu.cfs_period_us")))
+            if quota > 0 and period > 0:
+                return quota / period, (f"cgroup v1 cpu.cfs_quota_us {quota} per "
+                                        f"cpu.cfs_period_us {period}")
+    except ValueError:
+        pass
+    return -1, ""
+
+
+def _walk_quota(directory, top, v2, best):
+    """The tightest quota from `directory` up to `top` (lib/base/threads.cc
+    WalkQuota); a path the cgroup namespace does not show is read at `top`."""
+    if not os.path.isdir(directory):
+        directory = top
+    while True:
+        here = _quota_of(directory, v2)
+        if here[0] > 0 and (best[0] < 0 or here[0] < best[0]):
+            best = here
+        parent = os.path.dirname(directory)
+        if directory == top or parent == directory:
+            return best
+        directory = parent
+
+
+def cpu_quota(root=""):
+    """lib/base/threads.cc ReadCpuQuota: (CPUs, source) of the tightest CPU
+    quota of this process's cgroup and those above it, v2's cpu.max or v1's
+    cpu.cfs_quota_us over cpu.cfs_period_us; (-1, "") where none is set."""
+    best = (-1, "")
+    for line in _text(f"{root}/proc/self/cgroup").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3 or not parts[2].startswith("/"):
+            continue
+        path = parts[2][1:]
+        if parts[0] == "0" and parts[1] == "":
+            for mount in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+                top = root + mount
+                best = _walk_quota(os.path.join(top, path) if path else top, top, True, best)
+        elif "cpu" in parts[1].split(","):
+            for mount in ("cpu", parts[1]):
+                top = f"{root}/sys/fs/cgroup/{mount}"
+                best = _walk_quota(os.path.join(top, path) if path else top, top, False, best)
+    return best
+
+
+def cpu_quota_text(quota):
+    """lib/base/threads.cc CpuQuotaText."""
+    cpus, source = quota
+    if cpus < 0:
+        return "none (no cgroup CPU quota)"
+    return f"{cpus:g} CPU{'' if cpus == 1 else 's'} ({source})"
+
+
+def cpu_list_text(cpus):
+    """lib/base/threads.cc CpuListText: [0, 1, 2, 3, 8] is "0-3,8"."""
+    ranges, run = [], []
+    for cpu in sorted(set(cpus)):
+        if run and cpu != run[-1] + 1:
+            ranges.append(run)
+            run = []
+        run.append(cpu)
+    if run:
+        ranges.append(run)
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in ranges)
+
+
+def affinity_text(cpus, online):
+    """lib/base/threads.cc AffinityText: "0-1 (2 of 2 logical CPUs)"."""
+    return f"{cpu_list_text(cpus)} ({len(cpus)} of {online} logical CPUs)"
 
 
 def configure_malloc(mode):
