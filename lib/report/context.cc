@@ -132,8 +132,19 @@ Context CollectContext(const Context& extra) {
   }
   // How OpenMP threads wait between parallel regions: spinning (the
   // default) or sleeping changes how fast a step runs, most of all when
-  // other processes share the cores.
-  for (const char* var : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"}) {
+  // other processes share the cores; and where they run (pinned to a core
+  // each, or moved by the scheduler).
+  // Whether LibTorch's CPU allocator asks for huge pages
+  // (THP_MEM_ALLOC_ENABLE=1: madvise on blocks of 2 MiB and more, which
+  // transparent_hugepages "madvise" then backs with huge pages), how many
+  // oneDNN primitives stay cached, and a library preloaded in front of the
+  // process's own (jemalloc, tcmalloc, Intel's OpenMP: glibc's malloc
+  // settings, the context's malloc, then do nothing).
+  for (const char* var :
+       {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_PROC_BIND",
+        "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY", "THP_MEM_ALLOC_ENABLE",
+        "LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY",
+        "DNNL_PRIMITIVE_CACHE_CAPACITY", "LD_PRELOAD"}) {
     if (const char* v = std::getenv(var); v != nullptr && *v != '\0') {
       ctx.emplace_back(absl::AsciiStrToLower(var), v);
     }

@@ -106,5 +106,29 @@ TEST(CollectContext, RecordsPyTorchsAndNvidiasVariables) {
   EXPECT_EQ(std::count(keys.begin(), keys.end(), "torch_allow_tf32_cublas_override"), 1);
 }
 
+// Where OpenMP's threads run, huge pages asked for by LibTorch's allocator,
+// oneDNN's primitive cache, a preloaded allocator: each changes how fast the
+// same code runs on a CPU, and is recorded where set.
+TEST(CollectContext, RecordsThreadPinningHugePagesCachesAndPreloads) {
+  std::map<std::string, std::string> ctx;
+  {
+    ScopedEnv env({{"OMP_PROC_BIND", "close"},
+                   {"OMP_PLACES", "cores"},
+                   {"KMP_AFFINITY", "granularity=fine,compact"},
+                   {"THP_MEM_ALLOC_ENABLE", "1"},
+                   {"ONEDNN_PRIMITIVE_CACHE_CAPACITY", "4096"},
+                   {"LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"},
+                   {"GOMP_CPU_AFFINITY", nullptr}});
+    for (const auto& [key, value] : CollectContext({})) ctx[key] = value;
+  }
+  EXPECT_EQ(ctx["omp_proc_bind"], "close");
+  EXPECT_EQ(ctx["omp_places"], "cores");
+  EXPECT_EQ(ctx["kmp_affinity"], "granularity=fine,compact");
+  EXPECT_EQ(ctx["thp_mem_alloc_enable"], "1");
+  EXPECT_EQ(ctx["onednn_primitive_cache_capacity"], "4096");
+  EXPECT_EQ(ctx["ld_preload"], "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2");
+  EXPECT_EQ(ctx.count("gomp_cpu_affinity"), 0u);
+}
+
 }  // namespace
 }  // namespace ltb

@@ -1376,6 +1376,16 @@ class ContextTest(unittest.TestCase):
                           c["nccl_p2p_disable"]),
                          ("expandable_segments:True", "1", "1", ":4096:8", "1"))
         self.assertNotIn("torchinductor_cache_dir", c)
+        # As bench: where OpenMP's threads run, huge pages asked for, oneDNN's
+        # primitive cache, a preloaded allocator.
+        c = self.context_of("--benchmark_filter=GPT2/", env={
+            "OMP_PROC_BIND": "close", "OMP_PLACES": "cores", "THP_MEM_ALLOC_ENABLE": "1",
+            "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "4096",
+            "LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"})
+        self.assertEqual((c["omp_proc_bind"], c["omp_places"], c["thp_mem_alloc_enable"],
+                          c["onednn_primitive_cache_capacity"], c["ld_preload"]),
+                         ("close", "cores", "1", "4096",
+                          "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"))
         # Found here by plain text search in the build summary.
         at = config.find("MKL-DNN v")
         if at >= 0:

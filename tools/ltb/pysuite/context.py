@@ -130,8 +130,10 @@ def context(args, threads, peaks):
     }
     c.update(versions())
     # As bench records them: settings that simulate an older CPU, round fp32
-    # in oneDNN or turn TF32 on or off behind torch's back, and how OpenMP's
-    # threads wait.
+    # in oneDNN or turn TF32 on or off behind torch's back, how OpenMP's
+    # threads wait and where they run, huge pages asked for by the CPU
+    # allocator, oneDNN's primitive cache and a preloaded library (jemalloc,
+    # tcmalloc: the context's malloc settings then do nothing).
     # And, as bench, every variable of PyTorch's and NVIDIA's libraries (the
     # CUDA allocator's configuration, a launch waiting for the last, an
     # attention kernel passed over, cuBLAS's workspace, NCCL's transport).
@@ -140,7 +142,11 @@ def context(args, threads, peaks):
     for var in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "LTB_MAX_CPU_ISA",
                 "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_DEFAULT_FPMATH_MODE",
                 "DNNL_DEFAULT_FPMATH_MODE", "NVIDIA_TF32_OVERRIDE", "CUDA_LAUNCH_BLOCKING",
-                *prefixed, "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"):
+                *prefixed, "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME",
+                "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY",
+                "THP_MEM_ALLOC_ENABLE", "LRU_CACHE_CAPACITY",
+                "ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY",
+                "LD_PRELOAD"):
         if os.environ.get(var):
             c[var.lower()] = os.environ[var]
     if getattr(args, "cpu_simulation", ""):
