@@ -25,7 +25,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/cpu_host.h"
 #include "base/format.h"
+#include "base/threads.h"
 #include "device/backend.h"
 #include "device/cpu_memory.h"
 #include "device/telemetry.h"
@@ -340,15 +342,33 @@ class CpuBackend final : public DeviceBackend {
   }
   std::vector<std::pair<std::string, std::string>> Context() const override {
     absl::StatusOr<std::unique_ptr<EnergyMeter>> meter = RaplMeter::Create();
-    return {
+    const std::vector<int> cpus = AllowedCpus();
+    std::vector<std::pair<std::string, std::string>> ctx = {
         {"cpu_model", CpuModelName()},
         {"cpu_energy", meter.ok()
                            ? (*meter)->Covers()
                            : absl::StrCat("none (", meter.status().message(), ")")},
         {"cpu_logical_cores", absl::StrCat(std::thread::hardware_concurrency())},
-        {"cpu_tensor_allocator",
-         CpuTrackingInstalled() ? "LibTorch default CPU allocator, wrapped to count bytes"
-                                : "LibTorch default CPU allocator"}};
+        // What this process may use of them: its affinity (taskset, a
+        // cpuset) and its cgroup's CPU time.
+        {"cpu_affinity", AffinityText(cpus, std::thread::hardware_concurrency())},
+        {"cpu_quota", CpuQuotaText(ReadCpuQuota(""))}};
+    // The machine around the cores, where /proc and /sys say: each changes
+    // how fast the same code runs.
+    for (auto [key, value] : std::vector<std::pair<const char*, std::string>>{
+             {"cpu_threads_per_core", ThreadsPerCore("")},
+             {"numa_nodes", NumaNodes("", cpus)},
+             {"cpu_frequency_scaling", CpuFrequencyScaling("", cpus)},
+             {"transparent_hugepages", TransparentHugePages("")},
+             {"kernel", KernelRelease()},
+             {"virtual_machine", VirtualMachine("")}}) {
+      if (!value.empty()) ctx.emplace_back(key, std::move(value));
+    }
+    ctx.emplace_back("cpu_tensor_allocator",
+                     CpuTrackingInstalled()
+                         ? "LibTorch default CPU allocator, wrapped to count bytes"
+                         : "LibTorch default CPU allocator");
+    return ctx;
   }
   absl::StatusOr<std::unique_ptr<EnergyMeter>> MakeEnergyMeter(
       const c10::Device&) const override {

@@ -5,7 +5,11 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <map>
+#include <string>
 
+#include "absl/strings/match.h"
+#include "device/backend.h"
 #include "device/cuda_runtime.h"
 #include "device/telemetry.h"
 #include "scoped_env.h"
@@ -164,6 +168,22 @@ TEST(CheckTf32Environment, RefusesOverridesThatContradictTheNames) {
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.message().find("--tf32=false"), std::string::npos) << s.message();
   }
+}
+
+// The CPU backend's context: what this process may use of the machine,
+// always, and the rest where this machine's /proc and /sys say.
+TEST(CpuContext, RecordsTheAffinityTheQuotaAndTheKernel) {
+  std::map<std::string, std::string> ctx;
+  for (const auto& [key, value] : BackendOf(HostDevice()).Context()) ctx[key] = value;
+  ASSERT_TRUE(ctx.count("cpu_affinity"));
+  EXPECT_NE(ctx["cpu_affinity"].find(" logical CPUs)"), std::string::npos);
+  ASSERT_TRUE(ctx.count("cpu_quota"));
+  EXPECT_TRUE(absl::StartsWith(ctx["cpu_quota"], "none (") ||
+              absl::StrContains(ctx["cpu_quota"], "(cgroup v"))
+      << ctx["cpu_quota"];
+  EXPECT_TRUE(absl::StartsWith(ctx["kernel"], "Linux ")) << ctx["kernel"];
+  ASSERT_TRUE(ctx.count("cpu_frequency_scaling"));
+  for (const auto& [key, value] : ctx) EXPECT_FALSE(value.empty()) << key;
 }
 
 }  // namespace

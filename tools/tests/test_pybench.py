@@ -1386,6 +1386,8 @@ class ContextTest(unittest.TestCase):
                           c["onednn_primitive_cache_capacity"], c["ld_preload"]),
                          ("close", "cores", "1", "4096",
                           "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"))
+        self.assertIn("cpu_affinity", c)
+        self.assertIn("cpu_quota", c)
         # Found here by plain text search in the build summary.
         at = config.find("MKL-DNN v")
         if at >= 0:
@@ -1402,9 +1404,10 @@ class ContextTest(unittest.TestCase):
 
 
 class HostTest(unittest.TestCase):
-    """pybench reads the host as bench does (lib/base/threads.cc), over
-    fake /proc and /sys trees, and says it in bench's words: the default
-    threads under a cgroup's CPU quota and an affinity mask."""
+    """pybench reads the host as bench does (lib/base/threads.cc,
+    lib/base/cpu_host.cc), over fake /proc and /sys trees, and says it in
+    bench's words: the default threads under a cgroup's CPU quota and an
+    affinity mask, huge pages, frequency scaling, SMT, NUMA, a hypervisor."""
 
     def setUp(self):
         self.root = tempfile.mkdtemp(prefix="ltb_host_")
@@ -1461,6 +1464,57 @@ class HostTest(unittest.TestCase):
             self.assertEqual(host.physical_cores(self.root, [0]), 3)
         self.assertEqual(host.cpu_list_text([3, 1, 0, 8]), "0-1,3,8")
         self.assertEqual(host.affinity_text([0], 2), "0 (1 of 2 logical CPUs)")
+
+    def test_the_machine_around_the_cores_in_benchs_words(self):
+        from ltb.pysuite import cpu_host
+        self.assertEqual(cpu_host.transparent_hugepages(self.root), "")
+        self.assertEqual(cpu_host.threads_per_core(self.root), "")
+        self.assertEqual(cpu_host.numa_nodes(self.root, [0]), "")
+        self.assertEqual(cpu_host.virtual_machine(self.root), "")
+        self.assertTrue(cpu_host.cpu_frequency_scaling(self.root, [0]).startswith(
+            "absent (no cpufreq"))
+        self.write("/sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n")
+        self.write("/sys/kernel/mm/transparent_hugepage/defrag",
+                   "always defer defer+madvise [madvise] never\n")
+        self.assertEqual(cpu_host.transparent_hugepages(self.root), "madvise (defrag: madvise)")
+        for cpu in range(4):
+            d = f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/"
+            self.write(d + "scaling_governor", "performance\n" if cpu < 2 else "powersave\n")
+            self.write(d + "scaling_driver", "intel_pstate\n")
+            self.write(d + "energy_performance_preference", "performance\n")
+        self.write("/sys/devices/system/cpu/intel_pstate/no_turbo", "0\n")
+        self.assertEqual(cpu_host.cpu_frequency_scaling(self.root, [0, 1, 2, 3]),
+                         "performance on 0-1, powersave on 2-3 (driver intel_pstate, energy "
+                         "preference performance, turbo on)")
+        self.topology(4, 2)
+        self.write("/sys/devices/system/cpu/smt/control", "on\n")
+        self.assertEqual(cpu_host.threads_per_core(self.root), "2 threads per core (SMT on)")
+        self.write("/sys/devices/system/node/node0/cpulist", "0-3,8-11\n")
+        self.write("/sys/devices/system/node/node1/cpulist", "4-7,12-15\n")
+        self.assertEqual(cpu_host.numa_nodes(self.root, [0, 1]),
+                         "2 (this process's CPUs on node 0)")
+        self.assertEqual(cpu_host.numa_nodes(self.root, [3, 4]),
+                         "2 (this process's CPUs on nodes 0-1)")
+        self.write("/proc/cpuinfo", "processor\t: 0\nflags\t\t: fpu avx2 hypervisor\n")
+        self.write("/sys/class/dmi/id/sys_vendor", "QEMU\n")
+        self.write("/sys/class/dmi/id/product_name", "Standard PC (Q35 + ICH9, 2009)\n")
+        self.assertEqual(cpu_host.virtual_machine(self.root),
+                         "yes (hypervisor flag; QEMU Standard PC (Q35 + ICH9, 2009))")
+        self.write("/proc/cpuinfo", "flags\t\t: fpu avx2 not_hypervisor\n")
+        self.assertEqual(cpu_host.virtual_machine(self.root), "no (no hypervisor flag)")
+
+    def test_the_same_entries_as_bench_on_this_machine(self):
+        from ltb.pysuite import cpu_host
+        c = cpu_host.entries(sorted(os.sched_getaffinity(0)), os.cpu_count())
+        for key in ("cpu_affinity", "cpu_quota", "kernel", "cpu_frequency_scaling"):
+            self.assertIn(key, c)
+        if not os.access(built_bench(), os.X_OK):
+            self.skipTest("no built bench to compare with")
+        out = subprocess.run([built_bench(), "--benchmark_filter=^Ops/noop",
+                              "--benchmark_min_time=0.01", "--benchmark_format=json"],
+                             capture_output=True, text=True, timeout=300, check=True)
+        bench = json.loads(out.stdout)["context"]
+        self.assertEqual({k: bench.get(k) for k in c}, c)
 
 
 class CpuSimulationTest(unittest.TestCase):
