@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "base/cache_dir.h"
+#include "base/threads.h"
 #include "device/cpu_isa.h"
 
 namespace ltb {
@@ -221,11 +222,16 @@ std::string DescribeRecordedPeak(const RecordedPeak& r, const std::string& path)
 std::string PeakRecordKey(const std::string& quantity, const std::string& device_kind,
                           const std::string& model) {
   const std::string limit = CpuIsaLimit();
-  return absl::StrCat(quantity, " | ", device_kind, ": ", model, " | ",
-                      sysconf(_SC_NPROCESSORS_ONLN), " CPUs online | ",
-                      at::get_num_threads(),
-                      " threads | CPU ISA limit: ", limit.empty() ? "none" : limit,
-                      " | LibTorch " TORCH_VERSION " | methods v", kPeakMethodsVersion);
+  // What this process may use of them: a run under taskset or a CPU quota
+  // measures less than the machine's best, and would divide by a peak it
+  // cannot reach were the records one.
+  const CpuQuota quota = ReadCpuQuota("");
+  return absl::StrCat(
+      quantity, " | ", device_kind, ": ", model, " | ", sysconf(_SC_NPROCESSORS_ONLN),
+      " CPUs online | ", AllowedCpus().size(), " allowed | CPU quota: ",
+      quota.cpus < 0 ? "none" : absl::StrFormat("%g", quota.cpus), " | ",
+      at::get_num_threads(), " threads | CPU ISA limit: ", limit.empty() ? "none" : limit,
+      " | LibTorch " TORCH_VERSION " | methods v", kPeakMethodsVersion);
 }
 
 }  // namespace ltb

@@ -57,7 +57,8 @@ std::string DescribeRecordedPeak(const RecordedPeak& r, const std::string& path)
 
 // The key a measured peak is kept under: what it measures ("bandwidth",
 // "fp32 FLOP/s"), the device kind, its model as the backend names it, the
-// CPUs online, the intra-op threads, the CPU instruction-set limit
+// CPUs online, those this process may run on and its cgroup's CPU quota,
+// the intra-op threads, the CPU instruction-set limit
 // (LTB_MAX_CPU_ISA) and LibTorch's version, and the version of the
 // suite's methods (a changed method starts a new record).
 std::string PeakRecordKey(const std::string& quantity, const std::string& device_kind,

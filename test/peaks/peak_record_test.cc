@@ -1,6 +1,7 @@
 #include "peaks/peak_record.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "base/threads.h"
 #include "device/device.h"
 #include "peaks/peaks.h"
 
@@ -253,12 +255,24 @@ TEST(DescribeRecordedPeak, NamesTheBestAndThisRun) {
 
 TEST(PeakRecordKey, NamesWhatTheMeasurementDependsOn) {
   const std::string key = PeakRecordKey("bandwidth", "cpu", "Some CPU");
-  for (const char* part :
-       {"bandwidth | cpu: Some CPU | ", " CPUs online | ", " threads | ",
-        "CPU ISA limit: ", " | LibTorch ", " | methods v"}) {
+  for (const char* part : {"bandwidth | cpu: Some CPU | ", " CPUs online | ",
+                           " allowed | CPU quota: ", " threads | ",
+                           "CPU ISA limit: ", " | LibTorch ", " | methods v"}) {
     EXPECT_NE(key.find(part), std::string::npos) << part << " in " << key;
   }
   EXPECT_NE(key, PeakRecordKey("fp32 FLOP/s", "cpu", "Some CPU"));
+  // Run on fewer CPUs (taskset), the same machine keeps another record.
+  const std::vector<int> cpus = AllowedCpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "one CPU allowed: no fewer to run on";
+  cpu_set_t all, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  CPU_ZERO(&one);
+  CPU_SET(cpus[0], &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  const std::string pinned = PeakRecordKey("bandwidth", "cpu", "Some CPU");
+  ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
+  EXPECT_NE(pinned, key);
+  EXPECT_NE(pinned.find(" CPUs online | 1 allowed | "), std::string::npos) << pinned;
 }
 
 TEST(DefaultPeakCachePath, FollowsTheEnvironment) {
