@@ -2,6 +2,7 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <dlfcn.h>
 #include <malloc.h>
 
 #include <algorithm>
@@ -9,9 +10,11 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "device/device.h"
@@ -42,9 +45,29 @@ void ReleaseCachedMemory(const c10::Device& device) {
   malloc_trim(0);
 }
 
+std::string MallocLibrary() {
+  Dl_info info{};
+  void* symbol = dlsym(RTLD_DEFAULT, "malloc");
+  if (symbol == nullptr || dladdr(symbol, &info) == 0 || info.dli_fname == nullptr) {
+    return "";
+  }
+  return info.dli_fname;
+}
+
+std::string MallocDescription(const std::string& glibc, const std::string& library) {
+  const std::string file = std::filesystem::path(library).filename().string();
+  if (library.empty() || absl::StartsWith(file, "libc.so") ||
+      absl::StartsWith(file, "libc-")) {
+    return glibc;
+  }
+  return absl::StrCat(library,
+                      "'s malloc (preloaded or linked before glibc's), so --malloc's ",
+                      "glibc settings do not apply");
+}
+
 absl::Status ConfigureMalloc(const std::string& mode, std::string* description) {
   if (mode == "system") {
-    *description = "glibc malloc, default settings";
+    *description = MallocDescription("glibc malloc, default settings", MallocLibrary());
     return absl::OkStatus();
   }
   if (mode != "tuned") {
@@ -57,8 +80,9 @@ absl::Status ConfigureMalloc(const std::string& mode, std::string* description) 
                   mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1 &&
                   mallopt(M_TOP_PAD, 64 << 20) == 1;
   if (!ok) return absl::InternalError("mallopt rejected the tuned settings");
-  *description =
-      "glibc malloc, tuned: M_MMAP_MAX=0, M_TRIM_THRESHOLD=1GiB, M_TOP_PAD=64MiB";
+  *description = MallocDescription(
+      "glibc malloc, tuned: M_MMAP_MAX=0, M_TRIM_THRESHOLD=1GiB, M_TOP_PAD=64MiB",
+      MallocLibrary());
   return absl::OkStatus();
 }
 

@@ -27,6 +27,16 @@ void ReleaseCachedMemory(const c10::Device& device);
 // blocks, no trimming) so a step does not pay page faults for memory the
 // previous step returned; "system" leaves glibc's defaults. Returns a
 // description for the run context.
+// Where another malloc serves the process (jemalloc or tcmalloc preloaded or
+// linked before glibc), glibc's settings do nothing, and the description
+// says which library it is instead.
 absl::Status ConfigureMalloc(const std::string& mode, std::string* description);
+
+// The file of the library whose malloc the process calls ("" when unknown).
+std::string MallocLibrary();
+// The description ConfigureMalloc gives `glibc`'s settings when `library`
+// serves malloc: theirs where it is glibc's (libc.so) or unknown, else that
+// the other library serves it and the settings do not apply.
+std::string MallocDescription(const std::string& glibc, const std::string& library);
 
 }  // namespace ltb

@@ -1517,6 +1517,24 @@ class HostTest(unittest.TestCase):
         self.assertEqual({k: bench.get(k) for k in c}, c)
 
 
+class MallocTest(unittest.TestCase):
+    """As bench (lib/measure/memory.cc): where another library serves malloc
+    (jemalloc preloaded), glibc's settings do nothing, and the context says
+    which library serves it instead of describing settings that do not apply."""
+
+    def test_the_library_that_serves_malloc_is_named(self):
+        from ltb.pysuite import host
+        self.assertIn("libc.so", host.malloc_library())
+        tuned = "glibc malloc, tuned: M_MMAP_MAX=0"
+        self.assertEqual(host.malloc_description(tuned, "/lib/x86_64-linux-gnu/libc.so.6"),
+                         tuned)
+        self.assertEqual(host.malloc_description(tuned, ""), tuned)
+        self.assertEqual(
+            host.malloc_description(tuned, "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
+            "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2's malloc (preloaded or linked before "
+            "glibc's), so --malloc's glibc settings do not apply")
+
+
 class CpuSimulationTest(unittest.TestCase):
     """ATEN_CPU_CAPABILITY=avx2 alone limits ATen; pybench, as bench, limits
     oneDNN and MKL to the same level where they are unset (MKL's GEMMs on an

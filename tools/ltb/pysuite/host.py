@@ -129,11 +129,39 @@ def affinity_text(cpus, online):
     return f"{cpu_list_text(cpus)} ({len(cpus)} of {online} logical CPUs)"
 
 
+def malloc_library():
+    """lib/measure/memory.cc's MallocLibrary: the file of the library whose
+    malloc the process calls ("" when unknown)."""
+    import ctypes
+
+    class DlInfo(ctypes.Structure):
+        _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                    ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+    try:
+        libc = ctypes.CDLL(None)
+        info = DlInfo()
+        if libc.dladdr(ctypes.cast(libc.malloc, ctypes.c_void_p), ctypes.byref(info)):
+            return (info.dli_fname or b"").decode(errors="replace")
+    except (OSError, AttributeError):
+        pass
+    return ""
+
+
+def malloc_description(glibc, library):
+    """lib/measure/memory.cc's MallocDescription: glibc's settings where glibc
+    serves malloc (or it is unknown), else the library that does."""
+    file = os.path.basename(library)
+    if not library or file.startswith(("libc.so", "libc-")):
+        return glibc
+    return (f"{library}'s malloc (preloaded or linked before glibc's), so --malloc's glibc "
+            "settings do not apply")
+
+
 def configure_malloc(mode):
     """bench's malloc settings: large blocks kept on the heap rather than
     unmapped on free and faulted in again at the next step."""
     if mode == "system":
-        return MALLOC[mode]
+        return malloc_description(MALLOC[mode], malloc_library())
     import ctypes
     try:
         libc = ctypes.CDLL(None)
@@ -143,7 +171,7 @@ def configure_malloc(mode):
         ok = False
     if not ok:
         raise BadFlag("mallopt rejected the tuned settings (not glibc?): give --malloc=system")
-    return MALLOC[mode]
+    return malloc_description(MALLOC[mode], malloc_library())
 
 
 def configure_fp32(cuda=False):
