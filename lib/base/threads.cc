@@ -192,9 +192,13 @@ std::vector<int> AllowedCpus() {
   return cpus;
 }
 
-CpuQuota ReadCpuQuota(const std::string& root) {
+void VisitCgroups(
+    const std::string& root, const std::string& controller,
+    const std::function<std::vector<std::string>(const std::string& controllers)>&
+        v1_mounts,
+    const std::function<void(const std::filesystem::path& dir,
+                             const std::filesystem::path& top, bool v2)>& visit) {
   namespace fs = std::filesystem;
-  CpuQuota out;
   const std::string cgroups = CgroupFileText(root + "/proc/self/cgroup");
   for (absl::string_view line : absl::StrSplit(cgroups, '\n', absl::SkipEmpty())) {
     // hierarchy:controllers:path
@@ -204,18 +208,30 @@ CpuQuota ReadCpuQuota(const std::string& root) {
     if (parts[0] == "0" && parts[1].empty()) {  // cgroup v2
       for (const char* mount : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
         const fs::path top = root + mount;
-        WalkQuota(path.empty() ? top : top / path, top, /*v2=*/true, &out);
+        visit(path.empty() ? top : top / path, top, /*v2=*/true);
       }
     } else if (absl::c_linear_search(
                    std::vector<absl::string_view>(absl::StrSplit(parts[1], ',')),
-                   "cpu")) {
-      // v1's cpu controller, mounted alone or with cpuacct ("cpu,cpuacct").
-      for (const std::string& mount : {std::string("cpu"), parts[1]}) {
+                   controller)) {
+      for (const std::string& mount : v1_mounts(parts[1])) {
         const fs::path top = root + "/sys/fs/cgroup/" + mount;
-        WalkQuota(path.empty() ? top : top / path, top, /*v2=*/false, &out);
+        visit(path.empty() ? top : top / path, top, /*v2=*/false);
       }
     }
   }
+}
+
+CpuQuota ReadCpuQuota(const std::string& root) {
+  CpuQuota out;
+  // v1's cpu controller, mounted alone or with cpuacct ("cpu,cpuacct").
+  VisitCgroups(
+      root, "cpu",
+      [](const std::string& controllers) {
+        return std::vector<std::string>{"cpu", controllers};
+      },
+      [&](const std::filesystem::path& dir, const std::filesystem::path& top, bool v2) {
+        WalkQuota(dir, top, v2, &out);
+      });
   return out;
 }
 

@@ -2,6 +2,8 @@
 // BLAS library's own pool, so that two pools never fight over the cores.
 #pragma once
 
+#include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,19 @@ struct CpuQuota {
   std::string source;  // where it was read: "cgroup v2 cpu.max 150000 100000"
 };
 CpuQuota ReadCpuQuota(const std::string& root);
+
+// Calls visit(dir, top, v2) for the cgroup directory of this process (read
+// from `root`/proc/self/cgroup) in each hierarchy that holds `controller`:
+// v2's unified one (at /sys/fs/cgroup or /sys/fs/cgroup/unified), and v1's
+// mounts `v1_mounts(controllers)` names for a line whose controllers include
+// it ("cpu" alone, or "cpu,cpuacct"). `top` is the hierarchy's root, up to
+// which a limit may be set at any level.
+void VisitCgroups(
+    const std::string& root, const std::string& controller,
+    const std::function<std::vector<std::string>(const std::string& controllers)>&
+        v1_mounts,
+    const std::function<void(const std::filesystem::path& dir,
+                             const std::filesystem::path& top, bool v2)>& visit);
 
 // The context's words for a quota: "1.5 CPUs (cgroup v2 cpu.max 150000
 // 100000)", or "none (no cgroup CPU quota)".

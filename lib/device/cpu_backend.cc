@@ -214,26 +214,17 @@ HostMemory HostMemoryFrom(absl::string_view meminfo, const CgroupMemory& cgroup,
 
 CgroupMemory ReadCgroupMemory(const std::string& root) {
   CgroupMemory out;
-  const std::string cgroups = ReadText(root + "/proc/self/cgroup");
-  for (absl::string_view line : absl::StrSplit(cgroups, '\n', absl::SkipEmpty())) {
-    // hierarchy:controllers:path
-    std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
-    if (parts.size() != 3 || parts[2].empty() || parts[2][0] != '/') continue;
-    const std::string path = parts[2].substr(1);
-    if (parts[0] == "0" && parts[1].empty()) {  // cgroup v2
-      for (const char* mount : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
-        const fs::path top = root + mount;
-        Walk(path.empty() ? top : top / path, top, "memory.max", "memory.current",
-             "inactive_file", &out);
-      }
-    } else if (absl::c_linear_search(
-                   std::vector<absl::string_view>(absl::StrSplit(parts[1], ',')),
-                   "memory")) {
-      const fs::path top = root + "/sys/fs/cgroup/memory";
-      Walk(path.empty() ? top : top / path, top, "memory.limit_in_bytes",
-           "memory.usage_in_bytes", "total_inactive_file", &out);
-    }
-  }
+  VisitCgroups(
+      root, "memory",
+      [](const std::string&) { return std::vector<std::string>{"memory"}; },
+      [&](const fs::path& dir, const fs::path& top, bool v2) {
+        if (v2) {
+          Walk(dir, top, "memory.max", "memory.current", "inactive_file", &out);
+        } else {
+          Walk(dir, top, "memory.limit_in_bytes", "memory.usage_in_bytes",
+               "total_inactive_file", &out);
+        }
+      });
   return out;
 }
 
