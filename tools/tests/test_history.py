@@ -115,7 +115,9 @@ def throwaway_repo(path, commits):
 
 # Schema version 2 as tools/history wrote it before the allocator and
 # OpenMP's waiting joined the fingerprint (commit 762c30d), in SQL, so that
-# the migration of a store holding runs is tested without an old checkout.
+# the migration of a store holding runs is tested without an old checkout;
+# version 3 has the same tables, its runs the fingerprint of version 3's
+# fields (before the CPUs a run may use and its CPU quota joined it).
 SCHEMA_2 = [
     "CREATE TABLE schema_version (version INTEGER NOT NULL)",
     """CREATE TABLE runs (
@@ -137,6 +139,8 @@ FINGERPRINT_KEYS_2 = ("cpu_model", "cpu_capability", "num_cpus", "gpus", "libtor
                       "blas_threads", "cpu_simulation", "aten_cpu_capability",
                       "onednn_max_cpu_isa", "ltb_max_cpu_isa", "cuda_tf32", "build_type",
                       "world_size")
+FINGERPRINT_KEYS_3 = FINGERPRINT_KEYS_2 + ("malloc", "omp_wait_policy", "gomp_spincount",
+                                           "kmp_blocktime")
 TUNED = "glibc malloc, tuned: M_MMAP_MAX=0, M_TRIM_THRESHOLD=1GiB, M_TOP_PAD=64MiB"
 
 
@@ -158,14 +162,32 @@ def connect(url):
     return sqlite3.connect(url, isolation_level=None)
 
 
-def schema_2_store(url, files, repo):
-    """A store of schema version 2 holding the files' runs, written in SQL as
-    version 2 wrote them: the fingerprint of version 2's fields."""
+# lib/base/threads.cc's words for a run on the whole of a 2-CPU machine,
+# under `taskset -c 0`, and in a container limited to 1 CPU.
+WHOLE_MACHINE = {"cpu_affinity": "0-1 (2 of 2 logical CPUs)",
+                 "cpu_quota": "none (no cgroup CPU quota)"}
+PINNED = {**WHOLE_MACHINE, "cpu_affinity": "0 (1 of 2 logical CPUs)"}
+QUOTA = {**WHOLE_MACHINE, "cpu_quota": "1 CPU (cgroup v2 cpu.max 100000 100000)"}
+
+
+def old_fingerprint(context, keys):
+    """(fingerprint, fields) of a context as the schema version whose
+    fingerprint was made of `keys` made it."""
+    fields = {k: str(context[k]) for k in keys if k in context}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12], fields
+
+
+def old_store(url, files, repo, version=2):
+    """A store of schema version 2 or 3 holding the files' runs, written in
+    SQL as that version wrote them: the fingerprint of its fields."""
     from ltb.history.store import commit_of, read_run, result_rows
     from ltb.results.records import run_date
+    keys = {2: FINGERPRINT_KEYS_2, 3: FINGERPRINT_KEYS_3}[version]
     c = connect(url)
     for sql in SCHEMA_2:
         c.execute(sql)
+    if version == 3:
+        c.execute("INSERT INTO schema_version (version) VALUES (3)")
     for path in files:
         run_id, doc = read_run(path)
         context = doc["context"]
@@ -173,8 +195,7 @@ def schema_2_store(url, files, repo):
         date = run_date(doc)
         if when is None:  # a commit that did not resolve: the run's date orders it
             when = datetime.datetime.fromisoformat(date).timestamp()
-        fields = {k: str(context[k]) for k in FINGERPRINT_KEYS_2 if k in context}
-        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+        digest, fields = old_fingerprint(context, keys)
         c.execute("INSERT INTO runs (run_id, commit_sha, parent_sha, commit_time, run_date, "
                   "fingerprint, machine, context, source, added_at) "
                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -241,7 +262,7 @@ def check_schema_2_migration(case, old_url, fresh_url, work):
     and their change points are a fresh store's of the same files; a second
     open migrates nothing."""
     repo, shas, files = migration_files(work)
-    schema_2_store(old_url, files, repo)
+    old_store(old_url, files, repo)
     with Store(fresh_url) as fresh:
         for f in files:
             fresh.add(f, repo=repo)
@@ -252,7 +273,7 @@ def check_schema_2_migration(case, old_url, fresh_url, work):
     with Store(old_url) as migrated:
         case.assertEqual(migrated.version(), SCHEMA_VERSION)
     after, fresh = store_rows(old_url), store_rows(fresh_url)
-    case.assertEqual(after[2], [1, 2, 3])
+    case.assertEqual(after[2], [1, 2, 3, 4])
     case.assertEqual(after[1], before[1])  # every result kept as it was
     case.assertEqual(after[1], fresh[1])
     case.assertEqual(sorted(after[0]), sorted(fresh[0]))
@@ -283,6 +304,64 @@ def check_schema_2_migration(case, old_url, fresh_url, work):
         with Store(old_url) as again:
             case.assertEqual(again.version(), SCHEMA_VERSION)
     case.assertEqual(store_rows(old_url), after)
+
+
+def check_schema_3_migration(case, old_url, fresh_url, work):
+    """A store of schema 3 holding runs of one machine over 10 commits, made
+    on its whole (by a bench that recorded the CPUs it may use and its quota,
+    or one too old to), and from the 6th commit on also under `taskset -c 0`
+    and under a 1-CPU quota, all in one series there: opened by this tool,
+    the pinned and the quota-limited runs are series of their own, as a fresh
+    store holds them, and the whole machine's runs keep version 3's
+    fingerprint and series, with no step in it."""
+    repo = os.path.join(work, "repo")
+    shas = throwaway_repo(repo, [1] * 10)
+    name = "MLP/nano/cpu/forward/fp32"
+    docs = []
+    for i, sha in enumerate(shas):
+        date = f"2026-11-25T10:{i:02d}:00+00:00"
+        wobble = 1 + 0.01 * (i % 3 - 1)
+        docs.append(result_doc({name: [wobble]}, commit=sha, date=date,
+                               **(WHOLE_MACHINE if i % 2 else {})))
+        if i >= 5:
+            docs.append(result_doc({name: [1.9 * wobble]}, commit=sha, date=date, **PINNED))
+            docs.append(result_doc({name: [1.7 * wobble]}, commit=sha, date=date, **QUOTA))
+    files = [write(os.path.join(work, f"{i:02d}.json"), d) for i, d in enumerate(docs)]
+    old_store(old_url, files, repo, version=3)
+    with Store(fresh_url) as fresh:
+        for f in files:
+            fresh.add(f, repo=repo)
+    before = store_rows(old_url)
+    case.assertEqual(before[2], [1, 2, 3])
+    # Version 3 read the pinned and the quota-limited runs as a slowdown of
+    # the machine at the 6th commit.
+    with Store(old_url, migrate_to=3) as unmigrated:
+        (points,) = unmigrated.series().values()
+    case.assertEqual([c.after for c in changes([p.value for p in points],
+                                                commits=[p.commit for p in points])],
+                     [shas[5]])
+
+    with Store(old_url) as migrated:
+        case.assertEqual(migrated.version(), SCHEMA_VERSION)
+        runs = migrated.runs()
+    after, fresh = store_rows(old_url), store_rows(fresh_url)
+    case.assertEqual(after[2], [1, 2, 3, 4])
+    case.assertEqual(after[1], before[1])
+    case.assertEqual({k: run[:8] for k, run in after[0].items()},
+                     {k: run[:8] for k, run in fresh[0].items()})
+    kinds = {}
+    for run in runs:
+        restricted = (run["context"].get("cpu_affinity") == PINNED["cpu_affinity"],
+                      run["context"].get("cpu_quota") == QUOTA["cpu_quota"])
+        kinds.setdefault(restricted, set()).add(run["fingerprint"])
+        if restricted == (False, False):  # the fingerprint and fields it had
+            case.assertEqual(after[0][run["run_id"]][4:6], before[0][run["run_id"]][4:6])
+    case.assertEqual(sorted(kinds), [(False, False), (False, True), (True, False)])
+    case.assertEqual(sorted(len(fps) for fps in kinds.values()), [1, 1, 1])
+    case.assertEqual(len(set.union(*kinds.values())), 3)
+    with Store(old_url) as migrated:
+        case.assertEqual(sorted(len(pts) for pts in migrated.series().values()), [5, 5, 10])
+    case.assertEqual(json.loads(history("changes", "--json", db=old_url).stdout), [])
 
 
 class StoreTest(unittest.TestCase):
@@ -461,6 +540,44 @@ class StoreTest(unittest.TestCase):
 
     def test_a_store_of_schema_2_holding_runs_is_migrated_as_a_fresh_store_holds_them(self):
         check_schema_2_migration(self, os.path.join(self.tmp, "old.sqlite"),
+                                 os.path.join(self.tmp, "fresh.sqlite"), self.tmp)
+
+    def test_a_run_pinned_or_under_a_cpu_quota_is_another_series(self):
+        # taskset -c 0, or a container limited to 1 CPU, slows every step on
+        # one machine and build: in the whole machine's series such a run
+        # would be a slowdown at whichever commit it was first made.
+        name = "MLP/nano/cpu/forward/fp32"
+        docs = [result_doc({name: [1.0]}, commit="aaaaaaa"),  # a bench that named neither
+                result_doc({name: [1.0]}, commit="bbbbbbb", date="2026-11-26T10:00:00+00:00",
+                           **WHOLE_MACHINE),
+                result_doc({name: [1.9]}, commit="ccccccc", date="2026-11-27T10:00:00+00:00",
+                           **PINNED),
+                result_doc({name: [1.7]}, commit="ddddddd", date="2026-11-28T10:00:00+00:00",
+                           **QUOTA)]
+        files = [write(os.path.join(self.tmp, f"{i}.json"), d) for i, d in enumerate(docs)]
+        history("add", *files, db=self.db)
+        with Store(self.db) as store:
+            runs = store.runs()
+            series = store.series()
+        self.assertEqual([r["context"]["date"][:10] for r in runs],
+                         ["2026-11-25", "2026-11-26", "2026-11-27", "2026-11-28"])
+        old, whole, pinned, quota = runs
+        # The whole machine's run keeps the fingerprint of a file without
+        # the fields, which is version 3's: a store's series is not split.
+        self.assertEqual(whole["fingerprint"], old["fingerprint"])
+        self.assertEqual(whole["machine"], old["machine"])
+        self.assertEqual((whole["fingerprint"], whole["machine"]),
+                         old_fingerprint(whole["context"], FINGERPRINT_KEYS_3))
+        self.assertEqual(len({whole["fingerprint"], pinned["fingerprint"],
+                              quota["fingerprint"]}), 3)
+        # What the fields say of the machine where it was restricted, alone.
+        restricted = [(r["machine"].get("cpu_affinity"), r["machine"].get("cpu_quota"))
+                      for r in (pinned, quota)]
+        self.assertEqual(restricted, [(PINNED["cpu_affinity"], None), (None, QUOTA["cpu_quota"])])
+        self.assertEqual(sorted(len(points) for points in series.values()), [1, 1, 2])
+
+    def test_a_store_of_schema_3_holding_pinned_runs_splits_them_off_as_a_fresh_store_does(self):
+        check_schema_3_migration(self, os.path.join(self.tmp, "old.sqlite"),
                                  os.path.join(self.tmp, "fresh.sqlite"), self.tmp)
 
     def test_commits_are_resolved_with_their_parents(self):
@@ -831,6 +948,16 @@ class PostgreSQLTest(unittest.TestCase):
         admin.close()
         base = self.url.rsplit("/", 1)[0]
         check_schema_2_migration(self, f"{base}/schema2", f"{base}/fresh", work)
+
+    def test_a_store_of_schema_3_holding_pinned_runs_splits_them_off_as_a_fresh_store_does(self):
+        work = tempfile.mkdtemp(prefix="ltb-pg-files-")
+        self.addCleanup(shutil.rmtree, work)
+        admin = connect(self.url)
+        for db in ("schema3", "fresh3"):
+            admin.execute(f"CREATE DATABASE {db}")
+        admin.close()
+        base = self.url.rsplit("/", 1)[0]
+        check_schema_3_migration(self, f"{base}/schema3", f"{base}/fresh3", work)
 
 
 @unittest.skipUnless(os.environ.get("LTB_BENCH"), "LTB_BENCH is not set (ctest sets it)")

@@ -15,7 +15,8 @@ add records each file as one run, in one transaction: its commit (--commit,
 else the context's suite_commit, resolved in --repo, default this checkout)
 and the commit's parent, the machine's fingerprint (CPU model and ISA, GPUs,
 LibTorch, CUDA, BLAS, threads, the simulated ISA, TF32, build type, the
-allocator, OpenMP's waiting: runs are compared only within one), the
+allocator, OpenMP's waiting, the CPUs it may use and its CPU quota where
+they are less than the machine: runs are compared only within one), the
 context, and every benchmark's time per step, repetitions, error and
 counters. Adding a file again is a no-op; a file that
 a killed run cut short is added with its whole entries, saying so; one that

@@ -15,8 +15,14 @@ Tables (schema version SCHEMA_VERSION, migrated forward on open):
 
 Runs are compared only within one fingerprint: the CPU model and ISA, the
 GPUs, LibTorch, CUDA and BLAS, the thread counts, the simulated ISA, TF32,
-the build type, the allocator's settings and OpenMP's waiting (set in the
-environment); two machines of the same kind share it, whatever their host
+the build type, the allocator's settings, OpenMP's waiting (set in the
+environment), and what of the machine the process could use: the CPUs it
+may run on (cpu_affinity) where they are fewer than the machine's, and its
+cgroup's CPU quota (cpu_quota) where one is set, each in its words whole
+(which CPUs, not only how many: two threads of one core are not two
+cores). A run that could use the whole machine contributes neither, as a
+file older than them does, so that its fingerprint is the one it had before
+they existed. Two machines of the same kind share it, whatever their host
 names.
 """
 import contextlib
@@ -39,7 +45,7 @@ from ltb.results.entries import TIME_UNITS, failed, failure
 from ltb.results.names import base_name, parse_name
 from ltb.results.records import run_date
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MIGRATIONS = {
     1: [
         """CREATE TABLE runs (
@@ -69,6 +75,9 @@ MIGRATIONS = {
     # The allocator and OpenMP's waiting joined the fingerprint: every run's
     # again, from its context, so that old and new runs of one kind stay one.
     3: [lambda store: store.refingerprint()],
+    # The CPUs a run may use and its CPU quota joined it: a run under taskset
+    # or a quota, stored in the whole machine's series, becomes its own.
+    4: [lambda store: store.refingerprint()],
 }
 
 # Context fields that make two runs comparable (see the module's text).
@@ -77,7 +86,9 @@ FINGERPRINT_KEYS = ("cpu_model", "cpu_capability", "num_cpus", "gpus", "libtorch
                     "blas_threads", "cpu_simulation", "aten_cpu_capability",
                     "onednn_max_cpu_isa", "ltb_max_cpu_isa", "cuda_tf32", "build_type",
                     "world_size", "malloc", "omp_wait_policy", "gomp_spincount",
-                    "kmp_blocktime")
+                    "kmp_blocktime", "cpu_affinity", "cpu_quota")
+# lib/base/threads.cc AffinityText's "0-1 (2 of 2 logical CPUs)".
+_AFFINITY_COUNTS = re.compile(r"\((\d+) of (\d+) logical CPUs\)$")
 # Google Benchmark's own fields of an entry; every other number is a counter.
 _ENTRY_FIELDS = {"name", "family_index", "per_family_instance_index", "run_name", "run_type",
                  "repetitions", "repetition_index", "threads", "iterations", "real_time",
@@ -143,9 +154,24 @@ def _aggregated_name(entry):
     return base_name({"name": name})
 
 
+def unrestricted(key, value):
+    """Whether a context field says the run could use the whole machine: all
+    its CPUs (cpu_affinity "0-1 (2 of 2 logical CPUs)") or no CPU quota
+    (cpu_quota "none (no cgroup CPU quota)"). Such a field is left out of the
+    fingerprint, so that runs made before bench recorded it stay in the
+    series of runs made after."""
+    if key == "cpu_affinity":
+        counts = _AFFINITY_COUNTS.search(value)
+        return bool(counts) and counts[1] == counts[2]
+    if key == "cpu_quota":
+        return value.startswith("none")
+    return False
+
+
 def fingerprint(context):
     """(fingerprint, the fields it was made from) of a run's context."""
-    fields = {k: str(context[k]) for k in FINGERPRINT_KEYS if k in context}
+    fields = {k: str(context[k]) for k in FINGERPRINT_KEYS
+              if k in context and not unrestricted(k, str(context[k]))}
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
     return digest, fields
 
