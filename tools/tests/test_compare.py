@@ -141,6 +141,30 @@ class CompareTest(ToolTest):
         self.assertExit(proc, 0)
         self.assertNotIn("settings differ", proc.stderr)
 
+    def test_cpus_held_back_and_another_malloc_are_named(self):
+        # One run under taskset -c 0 and a preloaded jemalloc, the other on
+        # the whole machine with glibc's tuned malloc: both were silent.
+        full = dict(cpu_affinity="0-1 (2 of 2 logical CPUs)",
+                    cpu_quota="none (no cgroup CPU quota)",
+                    malloc="glibc malloc, tuned: M_MMAP_MAX=0")
+        held = dict(cpu_affinity="0 (1 of 2 logical CPUs)",
+                    cpu_quota="1 CPU (cgroup v2 cpu.max 100000 100000)",
+                    malloc="/usr/lib/x86_64-linux-gnu/libjemalloc.so.2's malloc (preloaded "
+                           "or linked before glibc's), so --malloc's glibc settings do not "
+                           "apply")
+        base = self.write("base.json", doc(entry(FWD, 10.0), **full))
+        new = self.write("new.json", doc(entry(FWD, 16.0), **held))
+        proc = self.run_tool("compare", base, new, "--no-color")
+        self.assertExit(proc, 0)
+        self.assertIn("cpus all vs affinity 0 (1 of 2 logical CPUs), quota 1 CPU (cgroup v2 "
+                      "cpu.max 100000 100000); malloc tuned vs libjemalloc.so.2", proc.stderr)
+        # A file from before these fields: the whole machine, as before.
+        old = self.write("old.json", doc(entry(FWD, 10.0),
+                                         malloc="glibc malloc, tuned: M_MMAP_MAX=0"))
+        proc = self.run_tool("compare", old, base, "--no-color")
+        self.assertExit(proc, 0)
+        self.assertNotIn("settings differ", proc.stderr)
+
     def test_nothing_in_common_and_bad_input_exit_2(self):
         base = self.write("base.json", doc(entry(FWD, 10.0)))
         new = self.write("new.json", doc(entry(BROKEN, 0.0, error="no CUDA device")))

@@ -44,6 +44,7 @@ from ltb.results.load import parse
 from ltb.results.entries import TIME_UNITS, failed, failure
 from ltb.results.names import base_name, parse_name
 from ltb.results.records import run_date
+from ltb.results.runtimes import unrestricted
 
 SCHEMA_VERSION = 4
 MIGRATIONS = {
@@ -88,7 +89,6 @@ FINGERPRINT_KEYS = ("cpu_model", "cpu_capability", "num_cpus", "gpus", "libtorch
                     "world_size", "malloc", "omp_wait_policy", "gomp_spincount",
                     "kmp_blocktime", "cpu_affinity", "cpu_quota")
 # lib/base/threads.cc AffinityText's "0-1 (2 of 2 logical CPUs)".
-_AFFINITY_COUNTS = re.compile(r"\((\d+) of (\d+) logical CPUs\)$")
 # Google Benchmark's own fields of an entry; every other number is a counter.
 _ENTRY_FIELDS = {"name", "family_index", "per_family_instance_index", "run_name", "run_type",
                  "repetitions", "repetition_index", "threads", "iterations", "real_time",
@@ -152,20 +152,6 @@ def _aggregated_name(entry):
     if aggregate and name.endswith("_" + aggregate):
         name = name[:-len(aggregate) - 1]
     return base_name({"name": name})
-
-
-def unrestricted(key, value):
-    """Whether a context field says the run could use the whole machine: all
-    its CPUs (cpu_affinity "0-1 (2 of 2 logical CPUs)") or no CPU quota
-    (cpu_quota "none (no cgroup CPU quota)"). Such a field is left out of the
-    fingerprint, so that runs made before bench recorded it stay in the
-    series of runs made after."""
-    if key == "cpu_affinity":
-        counts = _AFFINITY_COUNTS.search(value)
-        return bool(counts) and counts[1] == counts[2]
-    if key == "cpu_quota":
-        return value.startswith("none")
-    return False
 
 
 def fingerprint(context):

@@ -98,6 +98,31 @@ def _warmup(text):
     return (int(m[1]), float(m[2])) if m else None
 
 
+_AFFINITY_COUNTS = re.compile(r"\((\d+) of (\d+) logical CPUs\)$")
+
+
+def unrestricted(key, value):
+    """Whether a context field says the run could use the whole machine: all
+    its CPUs (cpu_affinity "0-1 (2 of 2 logical CPUs)") or no CPU quota
+    (cpu_quota "none (no cgroup CPU quota)"). Such a field is left out of the
+    history's fingerprint, so that runs made before bench recorded it stay
+    in the series of runs made after, and out of a comparison's settings."""
+    if key == "cpu_affinity":
+        counts = _AFFINITY_COUNTS.search(value)
+        return bool(counts) and counts[1] == counts[2]
+    if key == "cpu_quota":
+        return value.startswith("none")
+    return False
+
+
+def cpu_limits(context):
+    """The CPUs a run was held to where less than the machine's (its
+    affinity, its cgroup's quota), as one text, or None."""
+    held = [f"{k.split('_')[1]} {context[k]}" for k in ("cpu_affinity", "cpu_quota")
+            if context.get(k) and not unrestricted(k, str(context[k]))]
+    return ", ".join(held) or None
+
+
 def settings(doc, phase):
     """What a run's context says about the settings a comparison must share."""
     c = doc["context"]
@@ -105,7 +130,7 @@ def settings(doc, phase):
     machine = c.get("host_name")
     if machine and c.get("cpu_model"):
         machine = f"{machine} ({c['cpu_model']})"
-    return {"machine": machine,
+    return {"machine": machine, "cpus": cpu_limits(c) or "all",
             "threads": c.get("intra_op_threads"), "interop threads": c.get("inter_op_threads"),
             "grad mode": grad,
             "malloc": _malloc(c.get("malloc", "system" if c.get("runtime") == "python" else None)),
@@ -113,10 +138,15 @@ def settings(doc, phase):
 
 
 def _malloc(text):
-    """'tuned' or 'system' from a context's malloc; a tools/pybench file
-    from before it tuned malloc ran with glibc's defaults."""
+    """'tuned' or 'system' from a context's malloc, or the file of the
+    library that served malloc instead of glibc ('libjemalloc.so.2'); a
+    tools/pybench file from before it tuned malloc ran with glibc's
+    defaults."""
     if text is None:
         return None
+    other = re.match(r"(\S+)'s malloc \(preloaded", str(text))
+    if other:
+        return other[1].rsplit("/", 1)[-1]
     return "tuned" if "tuned" in str(text) else "system"
 
 
@@ -124,7 +154,7 @@ def setting_notes(mine, reference, runtime):
     """Sentences for the settings that differ from the reference run's, and
     for a TorchScript run whose warm-up may have timed its profiling runs."""
     notes = []
-    for key in ("machine", "threads", "interop threads", "grad mode", "malloc"):
+    for key in ("machine", "cpus", "threads", "interop threads", "grad mode", "malloc"):
         if mine[key] is not None and reference[key] is not None and \
                 str(mine[key]) != str(reference[key]):
             notes.append(f"{key} {mine[key]} vs {reference[key]}")
