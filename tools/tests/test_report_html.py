@@ -160,6 +160,19 @@ class HtmlReportTest(ToolTest):
         self.assertTrue("out of memory: needs 9 GiB" in text)
         self.check_in_browser(path, expected)
 
+    def test_the_context_shows_what_of_the_host_decides_the_speed(self):
+        # A run pinned to one CPU under a quota: the table says so beside the
+        # other run, which has no such entries (an older file).
+        pinned = run()
+        pinned["context"].update(cpu_affinity="0 (1 of 2 logical CPUs)",
+                                 cpu_quota="1 CPU (cgroup v2 cpu.max 100000 100000)",
+                                 kernel="6.1.0", virtual_machine="yes (hypervisor flag)")
+        _, text = self.html(self.write("pinned.json", pinned), self.write("full.json", run()))
+        for key, value in (("cpu_affinity", "0 (1 of 2 logical CPUs)"),
+                           ("cpu_quota", "1 CPU (cgroup v2 cpu.max 100000 100000)"),
+                           ("kernel", "6.1.0")):
+            self.assertRegex(text, rf"<td>{key}</td>\s*<td>{re.escape(value)}</td>")
+
     def test_a_quantised_roofline_divides_by_the_bytes_its_weights_take(self):
         # The same generation in fp32 and int4: bench writes the bytes a
         # decode step reads (weight_bytes); int4's are about an eighth of

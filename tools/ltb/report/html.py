@@ -33,7 +33,11 @@ CONTEXT_KEYS = ("host_name", "executable", "date", "suite_commit", "libtorch_ver
                 "gpus", "cuda_runtime", "cudnn", "blas", "blas_threads",
                 "intra_op_threads", "inter_op_threads", "runtime", "torch_version",
                 "grad_mode", "warmup", "malloc", "world_size", "world_sizes",
-                "dp_gradients", "dp_buffers")
+                "dp_gradients", "dp_buffers",
+                # What of the host decides a CPU run's speed, and a simulated CPU.
+                "cpu_affinity", "cpu_quota", "cpu_threads_per_core", "numa_nodes",
+                "cpu_frequency_scaling", "transparent_hugepages", "kernel",
+                "virtual_machine", "cpu_simulation")
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
 
