@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "measure/counters.h"
 #include "spec_for.h"
 
 namespace ltb {
@@ -99,6 +100,37 @@ TEST(OpsFamily, TransfersCountTheirBytesOnceAcrossTheHostLink) {
     EXPECT_EQ(plan->memory.Total(), 512 * (1 << 20)) << op;
     EXPECT_EQ(plan->memory.host_build, 0) << op;
   }
+}
+
+TEST(OpsFamily, ComputeBoundOpsReportMfuAndMemoryBoundOnesMbu) {
+  const Family f = OpsFamily();
+  using Names = std::vector<std::string>;
+  const auto names = [&](const char* op, const char* shape) {
+    return PlannedCounterNames(f.plan(SpecFor("Ops", op, shape)).value());
+  };
+  const Names spread = {"step_p50_ms", "step_p90_ms", "step_p99_ms"};
+  // FLOPs: mfu, and bytes/s for the arithmetic intensity only, no mbu.
+  for (const auto& [op, shape] : std::vector<std::pair<const char*, const char*>>{
+           {"matmul", "256x256"}, {"sdpa", "4x12x512x64_causal"}}) {
+    const CounterNames n = names(op, shape);
+    Names want = {"FLOP/s", "bytes/s"};
+    want.insert(want.end(), spread.begin(), spread.end());
+    EXPECT_EQ(n.counters, want) << op;
+    EXPECT_EQ(n.utilisation, Names{"mfu"}) << op;
+  }
+  // Bytes alone: mbu against the device's memory, except across the host link.
+  for (const char* op : {"copy", "d2d", "h2d_pinned", "d2h_pageable"}) {
+    const CounterNames n = names(op, "256MiB");
+    Names want = {"bytes/s"};
+    want.insert(want.end(), spread.begin(), spread.end());
+    EXPECT_EQ(n.counters, want) << op;
+    const bool link =
+        std::string(op).rfind("h2d", 0) == 0 || std::string(op).rfind("d2h", 0) == 0;
+    EXPECT_EQ(n.utilisation, link ? Names{} : Names{"mbu"}) << op;
+  }
+  // noop: nothing but the step times.
+  EXPECT_EQ(names("noop", "empty").counters, spread);
+  EXPECT_TRUE(names("noop", "empty").utilisation.empty());
 }
 
 TEST(OpsFamily, EveryCpuOpRuns) {

@@ -109,6 +109,52 @@ TEST(WhisperFlops, EncodeHandCount) {
   EXPECT_DOUBLE_EQ(WhisperEncodeFlops(WhisperNano(), 1), convs + 2 * layer);
 }
 
+TEST(WhisperFamily, RatesCountEveryWindowAndTokenOfTheBatch) {
+  // tiny (w 384, 4 + 4 layers, vocab 51865, 448 text positions) at batch 3,
+  // a 4-token prompt and 5 new tokens, counted by hand.
+  const Family f = WhisperFamily();
+  const double w = 384, b = 3, windows = 1500, vocab = 51865;
+  const double convs = 2 * 80 * w * 3 * 3000 + 2 * w * w * 3 * windows;
+  const double encode =
+      b * (convs + 4 * (24 * windows * w * w + 4 * windows * windows * w));
+  // Cross keys and values once; every decoder token 28 w^2 of projections,
+  // self-attention over the positions so far (the prompt's full square) and
+  // cross-attention over 1500; the logits of the last position only.
+  double generate = 4 * 4 * b * windows * w * w;
+  generate +=
+      4 * b * (28 * 4 * w * w + 4 * 4 * 4 * w + 4 * 4 * windows * w) + 2 * b * w * vocab;
+  for (int i = 1; i < 5; ++i) {
+    generate +=
+        4 * b * (28 * w * w + 4 * (4 + i) * w + 4 * windows * w) + 2 * b * w * vocab;
+  }
+  for (const char* phase : {"encode", kGenerate, "transcribe"}) {
+    BenchSpec s = SpecFor(f.name, "tiny", phase, 3);
+    s.prompt = 4;
+    s.new_tokens = 5;
+    const Plan plan = f.plan(s).value();
+    const std::string p = phase;
+    // A 30 s window per sequence: 90 s and 3 samples a step; generation
+    // starts from an encoded window and processes no audio.
+    EXPECT_DOUBLE_EQ(plan.audio_seconds_per_step, p == kGenerate ? 0 : 90) << p;
+    EXPECT_EQ(plan.samples_per_step, p == kGenerate ? 0 : 3) << p;
+    EXPECT_EQ(plan.tokens_per_step, p == "encode" ? 0 : 15) << p;
+    EXPECT_EQ(plan.reports_weight_bandwidth, p == kGenerate) << p;
+    const double flops = p == "encode"    ? encode
+                         : p == kGenerate ? generate
+                                          : encode + generate;
+    EXPECT_NEAR(plan.flops_per_step, flops, 1e-12 * flops) << p;
+  }
+  // A decode step reads the decoder's weights but its position table and
+  // the cross-attention's key and value projections (applied once, in the
+  // prefill): embedding 51865 w, 4 layers of three layer norms, two
+  // attentions (4 w^2 + 3 w: no key bias) and the MLP (8 w^2 + 5 w), the
+  // final norm; less 4 (2 w^2 + w).
+  const int64_t wi = 384;
+  const int64_t layer = 3 * 2 * wi + 2 * (4 * wi * wi + 3 * wi) + 8 * wi * wi + 5 * wi;
+  EXPECT_EQ(WhisperDecodeWeightCount(WhisperSizeOptions("tiny").value()),
+            51865 * wi + 4 * layer + 2 * wi - 4 * (2 * wi * wi + wi));
+}
+
 TEST(WhisperFamily, RejectsMoreTokensThanTheDecoderHas) {
   const Family f = WhisperFamily();
   BenchSpec s = SpecFor(f.name, "nano", kGenerate, 1);
