@@ -6,15 +6,12 @@ import os
 import platform
 import re
 
-from ltb.pysuite.host import affinity_text, cpu_list_text, cpu_quota, cpu_quota_text
+from ltb.pysuite.host import (affinity_text, cpu_list_text, cpu_quota, cpu_quota_text,
+                              read_text)
 
 
 def _line(path):
-    try:
-        with open(path) as f:
-            return f.readline().strip()
-    except (OSError, UnicodeDecodeError):
-        return ""
+    return (read_text(path).splitlines() or [""])[0].strip()
 
 
 def _chosen(text):

@@ -40,7 +40,8 @@ def default_threads_on(root, cpus):
     return threads
 
 
-def _text(path):
+def read_text(path):
+    """A file's text, stripped; "" where it cannot be read."""
     try:
         with open(path) as f:
             return f.read().strip()
@@ -52,13 +53,13 @@ def _quota_of(directory, v2):
     """lib/base/threads.cc QuotaOf: (CPUs, source) of one cgroup, or (-1, "")."""
     try:
         if v2:
-            text = _text(os.path.join(directory, "cpu.max"))
+            text = read_text(os.path.join(directory, "cpu.max"))
             words = text.split()
             if len(words) == 2 and int(words[0]) > 0 and int(words[1]) > 0:
                 return int(words[0]) / int(words[1]), f"cgroup v2 cpu.max {text}"
         else:
-            quota = int(_text(os.path.join(directory, "cpu.cfs_quota_us")))
-            period = int(_text(os.path.join(directory, "cpu.cfs_period_us")))
+            quota = int(read_text(os.path.join(directory, "cpu.cfs_quota_us")))
+            period = int(read_text(os.path.join(directory, "cpu.cfs_period_us")))
             if quota > 0 and period > 0:
                 return quota / period, (f"cgroup v1 cpu.cfs_quota_us {quota} per "
                                         f"cpu.cfs_period_us {period}")
@@ -87,7 +88,7 @@ def cpu_quota(root=""):
     quota of this process's cgroup and those above it, v2's cpu.max or v1's
     cpu.cfs_quota_us over cpu.cfs_period_us; (-1, "") where none is set."""
     best = (-1, "")
-    for line in _text(f"{root}/proc/self/cgroup").splitlines():
+    for line in read_text(f"{root}/proc/self/cgroup").splitlines():
         parts = line.split(":", 2)
         if len(parts) != 3 or not parts[2].startswith("/"):
             continue
