@@ -150,7 +150,15 @@ std::string ThreadsPerCore(const std::string& root) {
   int most = 0;
   for (const auto& [core, n] : threads) most = std::max(most, n);
   std::string text = absl::StrCat(most, most == 1 ? " thread" : " threads", " per core");
-  if (const std::string control = SysLine(sys + "smt/control"); !control.empty()) {
+  // The kernel's words for SMT's state, in a reader's.
+  const std::string control = SysLine(sys + "smt/control");
+  if (control == "notsupported") {
+    absl::StrAppend(&text, " (no SMT)");
+  } else if (control == "forceoff") {
+    absl::StrAppend(&text, " (SMT forced off)");
+  } else if (control == "notimplemented") {
+    absl::StrAppend(&text, " (SMT control not implemented)");
+  } else if (!control.empty()) {
     absl::StrAppend(&text, " (SMT ", control, ")");
   }
   return text;

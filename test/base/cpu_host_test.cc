@@ -94,7 +94,9 @@ TEST_F(FakeHost, ThreadsPerCoreFromTheTopology) {
   std::filesystem::remove_all(root_ + "/sys");
   Topology(2, 1);
   Write("/sys/devices/system/cpu/smt/control", "notsupported\n");
-  EXPECT_EQ(ThreadsPerCore(root_), "1 thread per core (SMT notsupported)");
+  EXPECT_EQ(ThreadsPerCore(root_), "1 thread per core (no SMT)");
+  Write("/sys/devices/system/cpu/smt/control", "forceoff\n");
+  EXPECT_EQ(ThreadsPerCore(root_), "1 thread per core (SMT forced off)");
 }
 
 TEST_F(FakeHost, NumaNodesAndThoseOfThisProcesssCpus) {

@@ -1489,6 +1489,9 @@ class HostTest(unittest.TestCase):
         self.topology(4, 2)
         self.write("/sys/devices/system/cpu/smt/control", "on\n")
         self.assertEqual(cpu_host.threads_per_core(self.root), "2 threads per core (SMT on)")
+        self.write("/sys/devices/system/cpu/smt/control", "notsupported\n")
+        self.assertEqual(cpu_host.threads_per_core(self.root), "2 threads per core (no SMT)")
+        self.write("/sys/devices/system/cpu/smt/control", "on\n")
         self.write("/sys/devices/system/node/node0/cpulist", "0-3,8-11\n")
         self.write("/sys/devices/system/node/node1/cpulist", "4-7,12-15\n")
         self.assertEqual(cpu_host.numa_nodes(self.root, [0, 1]),

@@ -101,7 +101,9 @@ def threads_per_core(root=""):
     most = max(threads.values())
     text = f"{most} thread{'' if most == 1 else 's'} per core"
     control = _line(sys_cpu + "smt/control")
-    return f"{text} (SMT {control})" if control else text
+    words = {"notsupported": "no SMT", "forceoff": "SMT forced off",
+             "notimplemented": "SMT control not implemented"}
+    return f"{text} ({words.get(control, f'SMT {control}')})" if control else text
 
 
 def numa_nodes(root, cpus):
