@@ -5,47 +5,8 @@
                  [--threshold 7%] [--alpha 0.05] [--thresholds FILE]
                  [--allow-missing] [BENCH ARGUMENTS ...]
 
-Two sweeps run one after the other measure the machine twice: a neighbour's
-build, thermal throttling or a noisy hour lands on one side only and reads
-as a regression. abtest lists the benchmarks the bench arguments select on
-each binary (`BIN ARGS --benchmark_list_tests`), then runs each benchmark
---rounds times on each binary, taking turns: base, head, then head, base, and
-so on, the side that goes first alternating from round to round (and from
-one benchmark to the next). Every run is its own bench process with the
-same arguments, a filter naming only that benchmark and one repetition, so
-that drift lands on both sides alike and a crash or a timeout (--timeout,
-default 3600 s a run) loses that run alone; progress goes to stderr.
-
-Each side's runs become one Google Benchmark JSON (--out-base, --out-head;
-default results/abtest-base.json and results/abtest-head.json), as if bench
-had run with --benchmark_repetitions=ROUNDS: the runs as repetitions
-(repetition_index), then the mean, median, stddev and cv aggregates, so
-compare.py, gate, report and plot read it. Its context is what that binary's
-runs reported alike; what a run reported of its own (date, load_avg, a
-measured peak) stays in its entry, under "context". A run that crashed or
-timed out is an errored repetition (error_occurred, error_message). A
-benchmark only one binary has is run on that one alone.
-
-Then, unless --no-gate, tools/gate compares the two files (with --threshold,
---alpha, --thresholds and --allow-missing) and prints its Markdown table on
-stdout; abtest exits with its status: 0 pass, 1 a regression or a lost
-benchmark. With --no-gate the two paths are printed. 2 on bad input (a
-binary that is not there, arguments bench refuses, nothing selected), 130
-when interrupted, with the files written with the runs done so far.
-
-Without --benchmark_filter it compares bench's default suite, whose CPU
-shapes and minimum time (6 s) no filter reproduces: a run is then one member
-of the suite (Family/size, as --suite_skip spells it: GPT2/small,
-Ops/matmul) on one binary, without a filter and with --suite_skip naming
-every other member that binary has; its benchmarks take their turns
-together, and a crash loses what of them had not reported (errored
-repetitions); a run may take --timeout once for each of its benchmarks.
-
-The binaries default to build/bench/bench (in $LTB_BUILD_DIR when set).
-Every other argument goes to bench; --benchmark_repetitions (use --rounds),
---benchmark_out, --benchmark_format, --benchmark_list_tests and the
-aggregates-only flags are abtest's own. Use 5 or more rounds: with fewer the
-gate's U test can call nothing significant.
+Each side's runs become one Google Benchmark JSON, which tools/gate then
+judges: docs/tools.md, "abtest: two builds, interleaved".
 """
 import argparse
 import collections

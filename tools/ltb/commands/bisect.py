@@ -5,27 +5,7 @@ a gated measurement at each step.
                  [--threshold 7%] [--alpha 0.05] [--repetitions 5]
                  [--worktree DIR] [--build CMD] [--bench PATH] [-- BENCH_ARGS...]
 
-The search runs in a separate git worktree of this repository (--worktree,
-default ~/.cache/libtorch-bench/bisect-worktree, kept between searches), so
-the checkout you work in is never touched, and its build directory stays
-between steps and searches: each step rebuilds what the commit changed
-(ccache, where tools/setup found it, serves the rest). --build is the
-command that builds a commit there (default `LTB_TARGETS=bench tools/setup`)
-and --bench the binary it makes (default build/bench/bench, relative to the
-worktree).
-
-First the good commit is measured: --repetitions runs of the benchmarks
---benchmark_filter selects (with BENCH_ARGS after --). Then `git bisect run`
-measures each commit it picks the same way and judges it with tools/gate
-against the good commit's run (--threshold, --alpha): bad when the gate
-finds the step time (or tokens/s, samples/s) regressed, good otherwise; a commit that does not build, or whose
-bench fails, is skipped. The bad commit is measured first and must fail the
-gate, or there is nothing to search. Prints the first bad commit and its
-measurements; each step's JSON is kept beside the worktree, in WORKTREE.runs/.
-
-Exit 0 when the first bad commit is found, 1 when the bad commit does not
-regress against the good one, 2 on bad input or when no commit could be
-judged.
+docs/tools.md, "bisect: the commit that did it".
 """
 import argparse
 import json

@@ -1,38 +1,10 @@
 """Google Benchmark's compare.py over two bench result files, without the
 errored entries.
 
-    tools/compare BASELINE.json CONTENDER.json [compare.py options ...]
+    tools/compare BASELINE.json CONTENDER.json [--runtimes BASE,CONTENDER]
+                  [compare.py options ...]
 
-In Google Benchmark 1.7.1 an errored entry (a device that is missing, a
-model that does not fit) still carries times, which compare.py would compare
-as if they were measurements. This drops them (and their aggregates), says
-on stderr which were dropped, and runs `compare.py [options] benchmarks` on
-what is left, each benchmark's times in both files in the baseline's unit
-(compare.py leaves out, without a word, a benchmark whose unit differs). A
-benchmark in one file only is named on stderr and left out of both, so that
-compare.py's OVERALL_GEOMEAN (the geometric mean of every repetition of each
-file) is over the same benchmarks; where the files repeat a benchmark a
-different number of times, that mean would weigh the benchmarks differently
-in each, and OVERALL_GEOMEAN is left out (of --dump_to_json's report too),
-with the reason on stderr. Options such as --display_aggregates_only,
---no-utest or --dump_to_json FILE (relative to where compare runs) are
-passed to compare.py.
-
-Settings the two runs' contexts differ in (machine, threads, grad mode,
-malloc, warm-up) are named on stderr: such a difference is not the code's.
-A file of aggregates alone (--benchmark_report_aggregates_only) is compared
-by its aggregates.
-
-C++ against Python: when the two files have no name in common but do once
-the runtime label is taken off (a bench file and a tools/pybench file: the
-same benchmark is .../fp32 in one and .../fp32/py_eager in the other), each
-side keeps one runtime, named without its label, and compare.py pairs them:
-by default each file's eager one (bench's eager, pybench's py_eager);
---runtimes BASE,CONTENDER chooses others (cpp_eager, aoti, torchscript,
-py_eager, py_compile). Settings the two contexts differ in (threads, grad
-mode, warm-up) are named on stderr: such a difference is not the runtimes'. compare.py is Debian's libbenchmark-tools copy
-(/usr/share/benchmark/compare.py), or $LTB_COMPARE_PY.
-Exit 0 on success, 2 on bad input or when no benchmark is in both files.
+What it leaves out and why, and C++ against Python: docs/tools.md, "compare".
 """
 import argparse
 import collections

@@ -1,43 +1,12 @@
 """bench results in the formats of benchmark dashboards, and the suite's
 models as compiled files.
 
-    tools/export FORMAT RESULTS.json [-o OUT.json]
+    tools/export {bigger,smaller,bencher} RESULTS.json [-o OUT.json]
     tools/export {aoti,torchscript} FAMILY SIZE [--batch B] [--seq T]
                  [--dtype fp32|bf16|fp16] [--device cpu|cuda] [--seed N]
                  [--dynamic-batch] [--out DIR]
 
-Results: FORMAT is one of
-  bigger    github-action-benchmark's customBiggerIsBetter: the throughput
-            counters (tokens/s, samples/s, FLOP/s, bytes/s, and generation's
-            pp_tok/s, tg_tok/s, weight_GB/s)
-  smaller   github-action-benchmark's customSmallerIsBetter: the median time
-            (in the benchmark's time unit), peak_mem (bytes), and
-            generation's ttft_ms, tpot_ms and tpot_growth_%
-  bencher   Bencher Metric Format: every metric of both, the time as the
-            built-in `latency` measure (ns), with the lowest and highest
-            repetition as lower_value and upper_value
-Each metric is named `BENCHMARK - METRIC`; repetitions are reduced to their
-median, with their spread as github-action-benchmark's range. Aggregates and
-errored entries are left out. Exit 0 on success, 2 on bad input or when
-nothing is left to export.
-
-Models: a family's inference benchmark (forward; Whisper's encode) at a size,
-batch, sequence length and dtype, from its Python definition
-(ltb/pysuite/, whose outputs the tests prove equal to the C++
-module's), compiled with AOTInductor (torch.export, then
-torch._inductor.aoti_compile_and_package: a .pt2) or traced to TorchScript
-(torch.jit.trace: a .pt). The file is named after the eager benchmark it
-compiles and its backend (Transformer-nano-cpu-forward-batch2-seq16-fp32-aoti.pt2)
-and carries
-that benchmark's name and its dtype as metadata; beside it <stem>.io.pt holds
-the example inputs, the eager model's outputs on them and the compile time
-(torch.export and AOTInductor, or tracing).
-`bench --compiled=DIR` runs it beside the eager benchmark, named like it with
-/aoti or /torchscript appended; `bench --model=FILE` runs it as Model/<stem>.
-The weights are the Python model's, seeded (--seed): the compiled benchmark's
-rel_err compares its outputs with the eager ones saved beside it. The path of
-the file is printed. Exit 0 on success, 2 on bad input or when the model
-cannot be exported.
+The formats, the files and what bench does with them: docs/tools.md, "export".
 """
 import argparse
 import json

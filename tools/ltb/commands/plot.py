@@ -3,29 +3,7 @@
     tools/plot RESULTS.json [MORE.json ...] [--out DIR]
                [--cost PRICE [PRICE ...]] [--device-count N [N ...]]
 
-Writes, where the results have what a chart needs (one PNG per chart, each
-path printed):
-  throughput_by_size-FAMILY.png   tokens/s (or samples/s) of each size; a
-                                  chart of both names each series' counter
-  time_per_token-FAMILY.png       time per token against sequence length,
-                                  for series measured at two or more lengths
-  speedup_by_device.png           throughput over the CPU's, per device
-  cost_per_1M_tokens.png          with --cost (prices per device-hour, in
-                                  file order, as for tools/report): cost per
-                                  1M tokens (or samples) on each machine
-  scaling_efficiency.png          data-parallel weak-scaling efficiency
-                                  against ranks, from a file of several world
-                                  sizes (tools/scaling or tools/launch
-                                  --nproc_per_node=1,2,...)
-Bars stand only on a linear axis from zero; values over a decade apart are
-points (or lines) on a logarithmic axis; a chart is drawn only where it
-compares something (two sizes, series, lengths or devices).
-Repetitions are reduced to their median (the speedup, as tools/speedup
-computes it, to their mean); errored entries are left out, and benchmarks
-reported by their aggregates alone (--benchmark_report_aggregates_only) are
-named on stderr and left out.
-With several files each series is labelled with its file name.
-Exit 0 on success, 2 on bad input or when there is nothing to plot.
+The charts, their files and the rules they are drawn by: docs/tools.md, "plot".
 """
 import argparse
 import collections

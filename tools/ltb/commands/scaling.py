@@ -3,31 +3,8 @@ world sizes.
 
     tools/scaling [--out FILE] RANKS1.json RANKS2.json [MORE.json ...]
 
-Each file is one bench run (rank 0's --benchmark_out), its context's
-world_size saying how many ranks it had: tools/launch --nproc_per_node=1,2,...
-writes them and calls this; with torchrun, run once per world size and give
-the files here. Prints, per benchmark that ran data-parallel, its throughput
-(summed over ranks; one counter at every world size: tokens/s where all
-report it, else samples/s, and no efficiency at a world size without the
-fewest ranks' counter) at each world size with the
-weak-scaling efficiency, T(N) / (N x T(1)) (--batch is per rank, so N ranks
-do N times the work of one; with no one-rank run, the fewest ranks measured
-stand for 1), and the exposed communication of a step (comm_exposed_ms) at
-the most ranks.
-
-Settings of the runs' contexts that decide a rank's speed besides the
-number of ranks (machine, threads, LibTorch, malloc, grad mode, warm-up)
-and differ between world sizes are named on stderr.
-
---out writes the runs as one Google Benchmark JSON that compare.py, gate,
-report and plot read: each entry named with /ranks:N and carrying
-world_size, each data-parallel benchmark's entries their
-scaling_efficiency (measured entries only, not aggregates), errored
-entries kept. A benchmark not measured at the fewest ranks gets no
-efficiency. Exit 0 on success, 2 on bad input
-(an unreadable file, two files at one world size, no data-parallel
-benchmark measured at two world sizes; benchmarks reported by their
-aggregates alone, --benchmark_report_aggregates_only, are named).
+Prints the weak-scaling table and, with --out, writes the runs as one file:
+docs/data-parallel.md, "Scaling efficiency", and docs/tools.md, "scaling".
 """
 import argparse
 import sys

@@ -3,47 +3,9 @@
     tools/sweep [--bench PATH] [--timeout SECONDS] [--journal FILE] [--out FILE]
                 [--retry-failed] [--fresh] [--merge-only] [BENCH ARGUMENTS ...]
 
-Lists the benchmarks that the bench arguments select (`bench ARGS
---benchmark_list_tests`), then runs each in its own bench process with the
-same arguments and a filter naming only it, so that a crash, an abort, an
-out-of-memory kill or a timeout (--timeout, default 3600 s per benchmark)
-loses that benchmark alone. Each result is appended to a journal (JSON
-lines) as it finishes, with progress on stderr: done/total, elapsed time,
-estimated time left.
-
-Without --benchmark_filter it sweeps bench's default suite, whose CPU
-shapes and minimum time (6 s) no filter reproduces: it runs each member of
-the suite (Family/size, as bench's --suite_skip spells it: GPT2/small,
-Ops/matmul) in its own bench process, without a filter and with
---suite_skip naming every other member. A crash then loses what had not
-reported of that member's benchmarks, each recorded as failed; the process
-may take --timeout once for each of its benchmarks.
-
-Running the same sweep again resumes: benchmarks already in the journal are
-not run again, nor a member of the default suite whose benchmarks all are
-(--retry-failed runs the failed ones, or the members with a failed one,
-again; --fresh starts over). The journal is results/sweep-KEY.jsonl, KEY a
-hash of the bench path and arguments, unless --journal names one. Its first
-line records the sweep: the bench path, the arguments and the sha256 of the
-binary; each result carries the context its run reported (libtorch_version,
-suite_commit, ...). Resuming with a binary whose sha256 differs (a rebuild)
-is refused, naming both builds, since its results would be merged with the
-other's: --fresh starts over.
-
-At the end, or with --merge-only at any time, the journal is merged into one
-Google Benchmark JSON (--out, default the journal's name with .json) with
-each failed benchmark as an entry with error_occurred and error_message;
-compare.py, gate, report and plot read it. Its context holds what every run
-reported alike, plus bench_sha256 and a line on the sweep; what a run's
-context has of its own (date, load_avg, a measured peak) is kept in that
-run's entries, under "context". Its path is printed on stdout.
-
-bench is build/bench/bench (in $LTB_BUILD_DIR when set) unless --bench names
-another. Every other argument goes to bench; --benchmark_out,
---benchmark_format and --benchmark_list_tests are the sweep's own.
-Exit 0 when the sweep finished (failed benchmarks are listed, not a
-verdict), 2 on bad input (bench refuses the arguments, nothing selected, a
-journal of another sweep), 130 when interrupted (the journal is kept).
+Each result goes to a journal as it finishes (running the sweep again
+resumes it), merged at the end into one Google Benchmark JSON:
+docs/tools.md, "sweep: one process per benchmark".
 """
 import argparse
 import collections

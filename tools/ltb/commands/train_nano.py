@@ -5,21 +5,9 @@ and the perplexity each precision gives a held-out slice of them.
     tools/train-nano table [--out DIR] [--bench PATH] [--devices cpu]
                            [BENCH ARGUMENTS ...]
 
-train   makes, when missing, the two checkpoints (DIR/llama-nano-stdlib.safetensors,
-        DIR/gpt2-nano-stdlib.safetensors) and the held-out token file
-        (DIR/stdlib-heldout.tokens), and prints their paths. DIR defaults to
-        ~/.cache/libtorch-bench/nano-text. A checkpoint made by another
-        Python (another text) or another recipe is made again; --force
-        makes both again. Each model trains for --steps steps (400) of
-        32 x 128 bytes, seeded: a few minutes on two cores.
-table   trains first where needed, then runs bench's forward of each model
-        with --weights and --eval_tokens in fp32, bf16 and fp16, and in fp32
-        with --quant int8, int8dyn and int4 (groups of 32), and prints ppl,
-        ppl_ratio, kld_mean and same_top1_% as a Markdown table. Every other
-        argument goes to bench.
-
-How the text is chosen and scored: docs/measurement.md, "Perplexity on a
-held-out text". Exit 0, or 2 on bad input (or a bench that fails).
+train makes the two checkpoints and the held-out text where missing; table
+scores them in each precision with bench. docs/measurement.md, "Perplexity
+on a held-out text".
 """
 import argparse
 import json

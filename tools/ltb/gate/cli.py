@@ -3,39 +3,9 @@
     tools/gate BASELINE.json CONTENDER.json [--threshold 7%] [--alpha 0.05]
                [--thresholds FILE] [--allow-missing]
 
-For every benchmark measured in both files it compares the median time, the
-throughput counters compare.py ignores (tokens/s, samples/s, and for
-generation pp_tok/s and tg_tok/s: bigger is better) and
-peak_mem, ttft_ms and tpot_ms (smaller is better). A metric regresses when it
-got worse by more than the threshold AND, where both files have repetitions
-(9 or more recommended), the two-sided Mann-Whitney U test over the
-repetitions rejects equality at alpha. With one repetition on either side
-the threshold alone decides.
-
---thresholds FILE gives per-benchmark thresholds, one rule a line,
-`REGEX PERCENT` (for example `^GPT2/.*/generate 15%`); the first rule whose
-regular expression is found in a benchmark's name applies, else --threshold.
-Lines starting with # are comments.
-
-Nothing measured is lost silently: a benchmark that ran without an error in
-the baseline but errored in the contender (any of its repetitions; one
-that Google Benchmark 1.8 reports skipped counts as errored), or is
-missing from it (or holds only its aggregates there, as
---benchmark_report_aggregates_only writes), fails the gate like a regression, unless --allow-missing
-is given; these are listed in their own table (benchmark, baseline status,
-contender status or error message) either way. Benchmarks new in the
-contender, and those that errored in the baseline, are listed and never
-fail it. A metric the baseline measured that the contender lacks, or has
-as no finite number, is a lost metric: its row says so, and it fails the
-gate as a lost benchmark does (a metric only the contender has is not
-judged).
-
-Prints a Markdown table (benchmark, metric, baseline, contender, change,
-p-value, verdict) for a CI job summary, then the lost benchmarks, then those
-that appeared, disappeared or errored otherwise. Exit 0 when nothing
-regressed or was lost, 1 on a regression or a lost benchmark, 2 on bad input
-or when the files have no measured benchmark in common (unless one that
-both name was lost).
+A metric regresses when it got worse by more than the threshold and the
+Mann-Whitney U test agrees; a lost benchmark or metric fails the gate too.
+docs/tools.md, "gate: did it regress?".
 """
 import argparse
 import sys

@@ -2,45 +2,13 @@
 each benchmark's series found over commits.
 
     tools/history add RESULTS.json [MORE.json ...] [--commit SHA] [--repo DIR]
-    tools/history runs
+    tools/history runs [--fingerprint PREFIX]
     tools/history changes [--benchmark_filter REGEX] [--fingerprint PREFIX]
                           [--min-change 2%] [--confidence 0.95] [--json] [--fail]
     tools/history export [--run ID] [--out FILE]
     (each with [--db PATH | --db postgresql://USER@HOST:PORT/DB])
 
-The store is an SQLite file (default ~/.cache/libtorch-bench/history.sqlite)
-or a PostgreSQL database: the same schema, migrated forward when opened.
-
-add records each file as one run, in one transaction: its commit (--commit,
-else the context's suite_commit, resolved in --repo, default this checkout)
-and the commit's parent, the machine's fingerprint (CPU model and ISA, GPUs,
-LibTorch, CUDA, BLAS, threads, the simulated ISA, TF32, build type, the
-allocator, OpenMP's waiting, the CPUs it may use and its CPU quota where
-they are less than the machine: runs are compared only within one), the
-context, and every benchmark's time per step, repetitions, error and
-counters. Adding a file again is a no-op; a file that
-a killed run cut short is added with its whole entries, saying so; one that
-is not a bench result (malformed, no whole benchmark entry, aggregates
-alone) is refused whole,
-saying why, and the other files are still added (exit 2 then).
-
-runs lists the runs: commit, date, fingerprint, benchmarks.
-
-changes looks for steps in each benchmark's series of median step times over
-commits (one point a commit: the median of its runs), with ruptures' PELT
-after a 3-point median filter, so that one slow run is no step: each step
-at least --min-change in size with a Mann-Whitney confidence of at least
---confidence between the levels before and after. Each is printed with its
-commit range (the last commit at the old level .. the first at the new: what
-tools/bisect searches), its size and confidence; --json prints them as JSON;
---fail exits 1 when one of them is a slowdown whose new level still holds at
-the series' end.
-
-export writes runs (all, or --run ID prefixes) as PyTorch's open benchmark
-database format (v3 JSON records: benchmark, model, metric with
-benchmark_values, runners, dependencies), one record a benchmark and metric.
-
-Exit 0 on success, 1 with --fail and an open slowdown, 2 on bad input.
+docs/tools.md, "history: results over time".
 """
 import argparse
 import json

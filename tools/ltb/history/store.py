@@ -1,29 +1,8 @@
-"""The results store of tools/history, tools/bisect and the HTML report: every
-run bench made, kept with the commit and machine that produced it, in an
-embedded SQLite database or in PostgreSQL (the same schema and SQL); series
-per benchmark over commits; change points found by ruptures' PELT.
-
-Tables (schema version SCHEMA_VERSION, migrated forward on open):
-- runs: one a result file, keyed by the SHA-256 of its bytes (adding a file
-  twice is a no-op): the commit and its parent, the commit's time (the
-  series' order, a commit after its parent), the run's date, the machine's
-  fingerprint and the fields it was made from, the whole context, and where
-  the file came from;
-- results: one a benchmark and repetition of a run: the time per step (s),
-  CPU time, iterations, the error message of a benchmark that failed, and
-  every counter (JSON).
-
-Runs are compared only within one fingerprint: the CPU model and ISA, the
-GPUs, LibTorch, CUDA and BLAS, the thread counts, the simulated ISA, TF32,
-the build type, the allocator's settings, OpenMP's waiting (set in the
-environment), and what of the machine the process could use: the CPUs it
-may run on (cpu_affinity) where they are fewer than the machine's, and its
-cgroup's CPU quota (cpu_quota) where one is set, each in its words whole
-(which CPUs, not only how many: two threads of one core are not two
-cores). A run that could use the whole machine contributes neither, as a
-file older than them does, so that its fingerprint is the one it had before
-they existed. Two machines of the same kind share it, whatever their host
-names.
+"""The results store of tools/history and the HTML report: every run bench
+made, kept with its commit and machine, in SQLite or PostgreSQL (one schema
+and SQL); each benchmark's series over commits; change points found by
+ruptures' PELT. Its tables, the fingerprint that decides which runs compare
+and the change rule: docs/tools.md, "history: results over time".
 """
 import contextlib
 import datetime
@@ -81,7 +60,8 @@ MIGRATIONS = {
     4: [lambda store: store.refingerprint()],
 }
 
-# Context fields that make two runs comparable (see the module's text).
+# Context fields that make two runs comparable (docs/tools.md, "One
+# fingerprint, one machine kind").
 FINGERPRINT_KEYS = ("cpu_model", "cpu_capability", "num_cpus", "gpus", "libtorch_version",
                     "cuda_runtime", "blas", "intra_op_threads", "inter_op_threads",
                     "blas_threads", "cpu_simulation", "aten_cpu_capability",

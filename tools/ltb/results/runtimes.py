@@ -1,30 +1,8 @@
-"""C++ beside Python: one benchmark's runtimes lined up by name.
-
-bench names its eager results Family/size/device/phase/.../dtype and its
-compiled ones .../dtype/aoti or .../dtype/torchscript; tools/pybench names
-PyTorch's .../dtype/py_eager and .../dtype/py_compile. Without the runtime
-label the names are the same benchmark: the same model, shapes and work.
-
-    split_runtime(name)        (name without the runtime, runtime)
-    strip_runtimes(doc, keep)  a document of one runtime a side, named as bench
-    settings(doc, phase)       what decides a comparison besides the code
-    rows(docs, labels)         per benchmark and runtime: time, ratio to Python
-                               eager with its confidence interval, verdict;
-                               several files of a runtime pooled as rounds
-    markdown(rows)             the "C++ and Python" table
-
-The ratio is a runtime's geometric mean step time over Python eager's, and
-its 95% confidence interval comes from Welch's t on the same logarithms (so
-that the interval of a ratio is a ratio's, and holds the ratio). Several files of one runtime are rounds (separate
-processes) and are pooled: with two or more rounds a side, each round's mean
-is one observation, since a process's luck (where its memory and threads
-land) moves all its repetitions together and an interval of repetitions from
-one process does not see it; otherwise the observations are the
-repetitions.
-A verdict says "noise" when the interval holds 1, and names the setting
-instead of a speed when the two runs differ in machine (host and CPU),
-threads, grad mode, malloc settings or warm-up: that difference is the
-settings', not the runtimes'.
+"""C++ beside Python: one benchmark's runtimes lined up by name (bench's
+.../dtype, .../dtype/aoti and .../dtype/torchscript; tools/pybench's
+.../dtype/py_eager and .../dtype/py_compile), and tools/report's "C++ and
+Python" table: each runtime's ratio to Python eager, its 95% confidence
+interval and a verdict. docs/cpp-and-python.md, "What the table says".
 """
 import math
 import re
