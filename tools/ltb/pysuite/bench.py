@@ -1,94 +1,13 @@
-"""The suite's benchmarks in Python with PyTorch, by bench's method, so that
-C++ (LibTorch) and Python (PyTorch) results line up by name.
+"""tools/pybench: the suite's benchmarks in Python with PyTorch, by bench's
+method, so that C++ (LibTorch) and Python (PyTorch) results line up by name.
 
-    tools/pybench --compare BENCH.json PYBENCH.json   (serve results side by side)
     tools/pybench [--benchmark_filter=REGEX] [--runtime=eager,compile | --compile]
-                  [bench's flags: --devices --batch --seq --prompt --new_tokens
-                   --dtype --threads --interop_threads --warmup_s --warmup_steps
-                   --steps --seed --peak_flops --benchmark_min_time
-                   --benchmark_repetitions --benchmark_out --benchmark_list_tests
-                   --epochs --warmup_epochs --dataset_samples --shard_mb
-                   --depth --weights --print_tokens --quant --quant_group ...]
+                  [bench's flags: --devices --batch --dtype --threads ...]
+    tools/pybench --compare BENCH.json PYBENCH.json   (serve results side by side)
 
-Runs every model family of the suite and its phases, from
-ltb/pysuite/families.py: Transformer (forward, forward_backward, train_step,
-train_epoch), GPT2 and Llama (forward, forward_backward, train_step,
-generate), ResNet and CNN (forward, train_step), Encoder (forward,
-forward_backward), Whisper (encode, generate, transcribe) and EncDec
-(forward, train_step, train_epoch). The models have the C++ modules'
-parameters, sizes and computation, built after seeding with --seed as bench
-builds them. What bench does, done the
-same way (lib/measure): the warm-up (at least --warmup_steps steps and
---warmup_s seconds of steps, or twice that in wall time; train_epoch:
---warmup_epochs epochs), Google Benchmark's
-iteration rule (from 1 iteration, x1.4 the minimum time over the last run's
-time, x10 when under a tenth of it; later repetitions reuse the first's
-count; train_epoch: --epochs iterations of one epoch each), step times read
-by the device's clock (CUDA events on a GPU; a sub-millisecond GPU step
-several to a sample, launches_per_sample), the intra-op and
-BLAS threads (--threads, else OMP_NUM_THREADS, else one per physical core the
-process may run on, within its cgroup's CPU quota)
-and one inter-op thread, glibc malloc tuned as bench tunes it (--malloc),
-inference under torch.inference_mode (c10::InferenceMode in bench),
-training with autograd, fp32 weights and autocast to the dtype,
-AdamW(lr=1e-4) with GradScaler's loss scaling in fp16 for the token-batch
-families' train_step and train_epoch (vision: SGD, lr 0.1, momentum 0.9),
-greedy generation with a key/value cache (Whisper: and the cross-attention
-keys and values computed once an utterance). train_epoch passes over a
-synthetic dataset of --dataset_samples samples generated in memory as bench's
---data=memory generates it, handed over by a background thread (bench's
---data=disk is not here: --data=disk is refused). The counters are bench's:
-tokens/s, samples/s, FLOP/s
-from the same analytic count (vision: PyTorch's FLOP counter, which counts
-convolutions directly as bench does), mfu and mfu_peak, params, peak_mem
-(CUDA: PyTorch's allocator; PyTorch has no CPU allocator statistics, so on
-the CPU only peak_rss), step_cv_%, step_p50/p90/p99_ms; generation's
-ttft_ms, tpot_ms, tpot_p50/p90/p99_ms, pp_tok/s, tg_tok/s, kv_cache_bytes,
-weight_bytes, weight_GB/s, read_GB/s, tpot_growth_% and mbu; Whisper's
-audio_s/s and rtf; train_epoch's epoch_N_s and epoch_s. Generation at a --depth (GPT2, Llama):
-the cache filled once with that many random tokens before the warm-up, the
-prompt attending to them with a causal mask aligned to the cache's end.
---weights loads a safetensors checkpoint by name as bench does
-(ltb/pysuite/weights.py), with bench's errors as that benchmark's error entry;
---print_tokens prints one generation's ids to stderr as bench prints them.
---quant=none,int8,int4,int8dyn (and --quant_group=32,64,128 for int4) runs
-Transformer's, GPT2's and Llama's phases with their linear layers and tied
-output head quantised once as bench quantises them, through the same ATen
-operators (ltb/pysuite/quant.py): names gain /int8, /int4:gN or /int8dyn
-after the dtype; training phases, and dtypes or devices a kernel does not
-take, are the benchmark's error in bench's words; weight_bytes (and
-weight_GB/s, read_GB/s, mbu) count the packed bytes; int8dyn leaves mfu out
-as bench does. Not here: gpu_util_% of the epochs (bench's NVML sampler),
-and the accuracy counters of reduced precisions and --quant against fp32
-(kld_mean, kld_p99, kld_max, same_top1_%, top1_agree_%, rel_err,
-token_match_%), which are bench's alone.
-
-Names are bench's with the runtime last (after the dtype, or /weights:NAME): .../fp32/py_eager, or
-.../fp32/py_compile for torch.compile (its compile_s counter is the first
-step's time less a warm step's, the compilation apart from the timing; over
-Inductor's on-disk cache as earlier runs left it, whose size at the start
-the context's compile_cache gives, or with --compile_cache=fresh an empty
-cache per benchmark: a cold compile);
-tools/compare pairs them with bench's eager, /aoti and /torchscript
-results. The context records what decides the comparison: threads, grad
-mode, warm-up, torch's version and the BLAS, under bench's keys.
-
-Peaks for mfu: --peak_flops as bench's, or --peaks_from=BENCH.json to take
-the peaks a bench run measured (its context's peak_flops_*); on a GPU bench
-knows, its datasheet peaks (bench's table, from its facts), mbu's bandwidth
-too; else the best of torch.matmul on 2048x2048 measured at start (the
-context says which).
-
-Exit 0 when every benchmark ran, 1 when one errored (it is in the JSON with
-its message, as bench writes errors), 2 on a bad flag or a filter that
-selects nothing, with the valid values.
-
-This module is the command; its parts sit in lib/'s rooms: flags.py (the
-flags), sweep.py (the benchmarks they select), runner.py (a benchmark's
-run) over workloads.py (its steps), kinds.py (each family's kind: what it
-builds and how its phases step), generation.py and loader.py; counters.py
-(the JSON entries), peaks.py, host.py (threads, malloc) and context.py.
-"""
+What it runs and measures, its flags, names, exit status and which module
+holds which part: docs/cpp-and-python.md ("Running both" and "The same
+work, by construction"); under load, docs/serving.md."""
 import json
 import signal
 import sys

@@ -1,22 +1,8 @@
-"""Linear layers with quantised weights for inference (bench's --quant,
-lib/workloads/quant.{h,cc}), through the same ATen operators bench calls:
-int8 weight-only per output channel (_weight_int8pack_mm), int4 weight-only
-in groups with a scale and a zero each (_weight_int4pack_mm, or its CPU
-twin _weight_int4pack_mm_for_cpu), and FBGEMM's dynamic int8 linear
-(quantized::linear_dynamic). The weights are quantised as bench's
-QuantizeWeight quantises them, bit for bit, once, after the model is on its
-device and dtype; every nn.Linear of the model is replaced (its weight
-freed), and a tied output head (GPT2's wte, a tied Llama's embed_tokens)
-gets a quantised copy through the twin's quantized_head, the lookup keeping
-the embedding.
-
-    Quant("int8"), Quant("int4", 32), Quant("int8dyn"), NONE
-    refusal(quant, device, dtype, training)  bench's CanQuantize: why not, or None
-    quantize_weight(w, quant, dtype)         (values, scales, zeros) as bench's
-    dequantize(quant, values, scales, zeros) the weight they stand for, fp32
-    quantized_linear(weight, bias, quant)    the layer (a QuantizedLinear), its .bytes
-    quantize_model(model, quant)             (bytes removed, bytes added) a step reads
-"""
+"""Linear layers with quantised weights for inference (pybench's --quant), as
+bench's lib/workloads/quant.{h,cc} quantises them, bit for bit, and through
+the same ATen operators: int8 and int4 weight-only, and FBGEMM's dynamic
+int8 linear. docs/cpp-and-python.md ("Running both") says how pybench uses
+them; docs/measurement.md ("Quantised weights") what each one is."""
 import dataclasses
 import warnings
 

@@ -1,22 +1,8 @@
-"""C++ beside Python under load: the serve results of a bench file and a
-tools/pybench file paired by name (without the runtime label), one row a
-family and scenario, with the figure MLPerf judges that scenario by and the
-ratio.
-
-    rows(cpp_doc, py_doc)   the rows: benchmark, scenario, figure, C++,
-                            Python, and how many times better C++ is
-    table(cpp_doc, py_doc)  the rows as a Markdown table
-    compare(paths)          the table of two files, bench's and tools/pybench's
-                            in either order
-    compare_main(paths)     tools/pybench --compare BENCH.json PYBENCH.json
-
-The figures: Offline's samples/s; SingleStream's p90 latency and
-MultiStream's p99 latency of a query (its last sample's); Server's peak QPS within the p99 bound (--find_peak), or its p99
-at a fixed rate; served generation's tokens/s (Offline), TTFT and TPOT p99
-(Server) and peak QPS within both bounds. The ratio reads as a speedup: C++ over Python for a rate,
-Python over C++ for a latency, so that above 1 is C++ ahead either way. A
-peak is compared only at the same bound on both sides.
-"""
+"""C++ beside Python under load: the table of tools/pybench --compare
+BENCH.json PYBENCH.json, a bench file's and a tools/pybench file's serve
+results paired by name, with the figure MLPerf judges each scenario by and
+how many times better C++ is. The figures and the ratio: docs/serving.md
+("Python through the same LoadGen")."""
 
 from ltb.base import BadInput
 from ltb.results.entries import iterations
