@@ -1,69 +1,20 @@
 """Llama checkpoints written by Hugging Face transformers, and what
 transformers' LlamaForCausalLM computes with them: the fixtures that prove
-the Llama family (lib/models/decoder.{h,cc} and decoder_family.{h,cc};
-in Python ltb/pysuite/models/decoder.py and decoder_family.py) equal to it.
+the Llama family, in C++ and in Python, equal to it.
 
     tools/llama-fixtures weights SHAPE DIR [--seed N] [--only NAME,...]
     tools/llama-fixtures checkpoint SHAPE DIR [--seed N]
     tools/llama-fixtures expected SHAPE DIR [--seed N] [--weights DIR]
     tools/llama-fixtures all [DIR] [--seed N]
 
-SHAPE is one of
-  nano    the card's Llama nano: V 1000, d 64, d_ff 256, 2 layers, 4 heads,
-          2 kv heads, head size 16, tied head
-  1B-2L   Llama 3.2 1B's shape (V 128256, d 2048, d_ff 8192, 32 heads, 8 kv
-          heads, head size 64, tied head) with 2 layers instead of 16
-Both as ltb/pysuite/families.py's (and so the C++ table's) Llama options: RoPE
-theta 500000 with Llama 3's scaling (factor 32, low/high-frequency factors 1
-and 4, original context 8192), RMSNorm eps 1e-5, no biases, and transformers'
-max_position_embeddings 131072.
+SHAPE: nano (Llama nano) or 1B-2L (Llama 3.2 1B's shape with 2 layers).
+weights needs no transformers; the others do, and it is not one of the
+project's requirements: install it beside the venv (pip install --target
+DIR transformers==5.24.0, then PYTHONPATH=DIR tools/llama-fixtures ...).
 
-The weights are random and the same on every machine: each tensor is drawn
-in fp32 from its own numpy PCG64 stream, child k of
-np.random.default_rng(SEED) (SeedSequence(SEED, spawn_key=(k,))): k = 0 is
-the prompt (8 token ids below V), k = 1, 2, ... the tensors in the order of
-tensor_names(). The embedding is 0.02 x standard normal; the projection
-matrices 0.02 x standard normal for 1B-2L (about 1/sqrt(d), as trained
-models' start), 0.125 = 1/sqrt(64) for nano: at 0.02 nano's layers add so
-little to its tied embedding that greedy decoding repeats the prompt's last
-token, which would leave the key/value cache untested. The norms' weights
-are 1 + 0.1 x standard normal (so that they matter). NumPy keeps
-PCG64's bits stable; the normal and integer streams of its Generator are
-those of the pinned numpy (tools/requirements.txt), and every expected file
-records the sha256 of each tensor it was computed with.
-
-weights     writes DIR/model.safetensors (fp32, Hugging Face's names, no
-            lm_head.weight: the head is tied) and DIR/config.json without
-            transformers; --only writes just the tensors named (a cheap check
-            of 1B-2L's, whose whole checkpoint is 1.5 GB).
-checkpoint  (transformers) sets the weights into a LlamaForCausalLM built
-            from a LlamaConfig and writes DIR with its save_pretrained
-            (safetensors): a checkpoint written by transformers itself.
-expected    (transformers) loads the checkpoint `weights` writes (into a
-            temporary folder, or --weights DIR when it is there already)
-            with LlamaForCausalLM.from_pretrained, which must report no
-            missing, unexpected or mismatched names and hold the drawn values
-            bit for bit; then writes DIR/llama-SHAPE.expected.safetensors:
-              prompt       I64 [1, 8]
-              logits       F32 [1, 8, V] (nano): model(prompt), every position
-              logits_last  F32 [1, V] (1B-2L): its last position only
-              tokens       I64 [1, N]: model.generate(prompt, greedy, cache,
-                           no eos), N = 16 (nano) or 8 (1B-2L)
-            with the seed, shape, config and versions in its __metadata__;
-            and checks that generate's tokens are greedy decoding by
-            recomputing the whole sequence, and reports how far
-            ltb/pysuite/families.py's Llama is from transformers.
-all         (transformers) regenerates DIR (default test/models/fixtures):
-            llama-nano/ by `checkpoint`, and both expected files.
-
-fp32 on the CPU, eager attention. transformers is not one of the project's
-requirements: install it beside the venv, e.g.
-    ~/.cache/libtorch-bench/venv/bin/pip install --target /work/hf-site \\
-        transformers==5.24.0
-    PYTHONPATH=/work/hf-site tools/llama-fixtures all
 Exit 0 on success, 1 when a check fails (the files are written all the
-same), 2 on bad input or when transformers is needed and missing.
-"""
+same), 2 on bad input or when transformers is needed and missing. The
+shapes, the seeded draws and the files: docs/models.md ("The fixtures")."""
 import argparse
 import hashlib
 import json

@@ -1,41 +1,9 @@
-"""Llama checkpoints as GGUF files for llama.cpp: the tensors bench loads
-with --weights, converted as llama.cpp's convert_hf_to_gguf.py converts a
-LlamaForCausalLM (conversion/llama.py, conversion/base.py), and random
-checkpoints of any Llama size to convert.
-
-    write_gguf(checkpoint, size, type, path)   one GGUF file of F32, BF16,
-                                               Q8_0 or Q4_0
-    random_checkpoint(size, path, seed)        a seeded fp32 safetensors
-
-What the conversion does, as convert_hf_to_gguf.py does it:
-  - names: gguf's own map of Hugging Face's names to llama.cpp's
-    (model.layers.0.self_attn.q_proj.weight -> blk.0.attn_q.weight);
-    a tied head's lm_head.weight, if the file has one, is left out (llama.cpp
-    then reads token_embd as the head, as bench does), and so is
-    rotary_emb.inv_freq;
-  - q_proj and k_proj are permuted (LlamaModel.permute): Hugging Face rotates
-    a head's two halves, llama.cpp's RoPE adjacent pairs;
-  - Llama 3's scaled RoPE is the tensor rope_freqs.weight (F32, one factor a
-    frequency pair, LlamaModel.generate_extra_tensors), so that llama.cpp
-    divides each frequency as transformers' llama3 rope does;
-  - 1-D tensors (the RMSNorms' weights, rope_freqs) stay F32; every matrix,
-    the embedding included, is of the file's type (gguf.quants.quantize:
-    BF16 rounded to nearest even, Q8_0 and Q4_0 blocks of 32 with a scale).
-    convert_hf_to_gguf.py writes Q8_0 the same way; Q4_0 it does not write
-    (llama-quantize does, with the head in Q6_K unless --pure): here it is
-    every matrix in Q4_0, as `llama-quantize --pure` makes it;
-  - metadata: llama.* from the size's options (vocab_size, context_length
-    131072, embedding_length, block_count, feed_forward_length, attention
-    head counts, key and value lengths, rope dimension_count and freq_base,
-    layer_norm_rms_epsilon), general.file_type, and tokenizer.ggml.model
-    "no_vocab": llama.cpp's vocabulary of llama.vocab_size tokens without
-    text (src/llama-vocab.cpp), which is all llama-bench needs (it draws
-    random token ids below the vocabulary's size).
-
-Each file records where its tensors came from (libtorch_bench.source), so
-that a later run reuses a file written from the same source and rewrites
-any other.
-"""
+"""Llama checkpoints as GGUF files for llama.cpp (tools/vs-llamacpp): the
+tensors bench loads with --weights, converted as llama.cpp's
+convert_hf_to_gguf.py converts a LlamaForCausalLM, in F32, BF16, Q8_0 or
+Q4_0 (write_gguf); and seeded random fp32 checkpoints of any Llama size to
+convert (random_checkpoint). What the conversion does, and when a file is
+reused: docs/models.md ("Beside llama.cpp on the same machine")."""
 import json
 import math
 import os
