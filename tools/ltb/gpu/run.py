@@ -1,38 +1,15 @@
 """A whole visit to a GPU machine in one command, inside one time budget:
+probe the machine, build bench (tools/setup --offline from the kit), run
+tools/gpu-check --quick, and leave a few plain files in OUTDIR.
 
     tools/gpu-run [--budget=SECONDS] [--kit=DIR] [--setup=offline|online|none]
                   [--bench=PATH | --prebuilt=PATH] [--devices=LIST] OUTDIR
 
-  probe      the GPU (name, memory, driver), nvcc, cmake, the compiler, the
-             Python's torch and its CUDA runtime, the cores and the memory
-  setup      tools/setup --offline KIT building bench alone (LTB_TARGETS=bench);
-             online where there is no kit; none with --bench, or with
-             --prebuilt when that bench starts there
-  gpu-check  tools/gpu-check --quick under what is left of the budget
-
-and leaves in OUTDIR at most eight plain files: summary.md (gpu-check's,
-ending with the visit: the probe and each phase's seconds), console.log
-(gpu-check's), results.tar.gz (every JSON and profile), setup.log and
-visit.md (the probe and the phases alone, rewritten after each phase).
-
---budget (default 540 s) is the whole visit's: gpu-check gets what the probe
-and the build left, less 20 s to write the summary and the archive, so that
-the visit ends inside a command limit of --budget + 60 s. On SIGINT or
-SIGTERM the running phase is stopped (gpu-check writes its summary and
-archive, naming the interrupted step) and visit.md says which phase it was.
-
---prebuilt: a bench built elsewhere against the same LibTorch version (the
-GPU machine's torch; docs/devices.md says how), found at run time through
-LD_LIBRARY_PATH (that Python's torch/lib and nvidia/*/lib, and the kit's
-libraries). When it starts (bench --help), the build is skipped and its
-minutes go to the check; when it does not, bench is built as without it.
-
---devices: what gpu-check checks (default: cuda where nvidia-smi lists a
-GPU, else cpu, the rehearsal). Exit status: gpu-check's; 1 when the set-up
-failed; 128 + the signal when interrupted; 2 on bad usage. The commit built
-is git's, or where .git did not travel, LTB_SOURCE_COMMIT or the one
-tools/offline-kit wrote into KIT/source-commit.
-"""
+OUTDIR gets summary.md, console.log, results.tar.gz, setup.log and
+visit.md. The visit ends inside --budget + 60 s. --devices: by default cuda
+where nvidia-smi lists a GPU, else cpu (the rehearsal). Exit status:
+gpu-check's; 1 when the set-up failed; 128 + the signal when interrupted;
+2 on bad usage. The rest: docs/devices.md ("First run on a GPU")."""
 import argparse
 import os
 import re
