@@ -709,6 +709,15 @@ class DepthAndWeightsTest(ToolTest):
         self.assertEqual(e["error_message"],
                          "depth 1010 + prompt 8 + new tokens 8 = 1026 positions, but GPT2 has "
                          "1024: lower --depth, --prompt or --new_tokens")
+        # A seq past a learned position table's rows: bench's plan refuses it
+        # (decoder_family.cc PlanDecoder) before the model is built.
+        proc = self.pybench("--benchmark_filter=^GPT2/nano/cpu/forward/", "--seq=1100",
+                            "--steps=1", "--warmup_s=0", "--peak_flops=1e13",
+                            f"--benchmark_out={out}")
+        self.assertExit(proc, 1)
+        with open(out) as f:
+            [e] = json.load(f)["benchmarks"]
+        self.assertEqual(e["error_message"], "seq 1100 exceeds GPT2's 1024 positions")
         for args, message in ((["--depth=-1"], "is not a whole number"),
                               (["--depth="], "--depth needs at least one value"),
                               (["--print_tokens=maybe"], "valid: true, false"),
@@ -835,7 +844,8 @@ class DepthAndWeightsTest(ToolTest):
 
         torch.manual_seed(1)
         source = ltb_models.build("GPT2", "nano").eval()
-        hf = {"transformer." + k: (v.t() if ltb_weights._conv1d(k) else v)
+        conv1d = (".c_attn.weight", ".c_proj.weight", ".c_fc.weight")  # stored (in, out)
+        hf = {"transformer." + k: (v.t() if k.endswith(conv1d) else v)
               for k, v in source.state_dict().items()}
         hf["transformer.h.0.attn.bias"] = torch.ones(1, 1, 8, 8)
         folder = os.path.join(self.tmp, "gpt2-hf")

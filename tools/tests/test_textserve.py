@@ -29,9 +29,8 @@ class ContinuousBatchingTest(unittest.TestCase):
         from ltb.pysuite.models import decoder_family as df
 
         torch.manual_seed(7)
-        cls = {"GPT2": (df.GPT2LM, df.GPT2_SIZES), "Llama": (df.LlamaLM, df.LLAMA_SIZES)}
-        make, sizes = cls[family]
-        return make(next(s.options for s in sizes if s.name == "nano")).eval()
+        row = df.ROWS[family]
+        return row.build(next(s.options for s in row.sizes if s.name == "nano")).eval()
 
     def generate(self, model, prompt, n):
         import torch

@@ -20,16 +20,13 @@ from ltb.pysuite.models.cnn import CNN, CNNOptions
 from ltb.pysuite.models.common import FAMILIES, Size
 from ltb.pysuite.models.encdec import EncDec, EncDecOptions
 from ltb.pysuite.models.encoder import Encoder, EncoderOptions
-from ltb.pysuite.models.decoder_family import (GPT2_SIZES, LLAMA_SIZES, TRANSFORMER_SIZES,
-                                                GPT2LM, LlamaLM, TransformerLM)
+from ltb.pysuite.models.decoder_family import ROWS
 from ltb.pysuite.models.resnet import ResNet, ResNetOptions
 from ltb.pysuite.models.whisper import Whisper, WhisperEncode, WhisperOptions
 
 
 _SIZES = {
-    "Transformer": TRANSFORMER_SIZES,
-    "GPT2": GPT2_SIZES,
-    "Llama": LLAMA_SIZES,
+    **{family: row.sizes for family, row in ROWS.items()},
     "ResNet": (
         Size("nano", ResNetOptions(False, (1, 1, 1, 1), widths=(16, 32, 64, 128), stem=16),
              438_456),
@@ -59,11 +56,11 @@ _SIZES = {
 }
 
 
-DECODERS = ("Transformer", "GPT2", "Llama")
+DECODERS = tuple(ROWS)  # the decoder families, rows of the one decoder
 
 _MODELS = {
-    "Transformer": TransformerLM, "GPT2": GPT2LM, "Llama": LlamaLM, "ResNet": ResNet, "CNN": CNN,
-    "Encoder": Encoder, "Whisper": Whisper, "EncDec": EncDec,
+    **{family: row.build for family, row in ROWS.items()},
+    "ResNet": ResNet, "CNN": CNN, "Encoder": Encoder, "Whisper": Whisper, "EncDec": EncDec,
 }
 
 
@@ -100,9 +97,11 @@ def build(family, size, draw=True, **overrides):
 
 
 def benchmark_overrides(family, seq=None):
-    """The options the C++ benchmark sets besides the size's: the
-    Transformer's positions are its seq (decoder_family.cc's BuildDecoder)."""
-    if family == "Transformer" and seq is not None:
+    """The options the C++ benchmark sets besides the size's: a row whose
+    seq sets its positions (the Transformer's) takes the seq
+    (decoder_family.cc's BuildDecoder)."""
+    row = ROWS.get(family)
+    if row is not None and row.seq_sets_positions and seq is not None:
         return {"max_positions": seq}
     return {}
 
@@ -132,7 +131,7 @@ def forward_inputs(family, size, batch, seq=None, dtype=torch.float32, device="c
     def floats(*shape):
         return torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
 
-    if family in ("Transformer", "GPT2", "Llama"):
+    if family in DECODERS:
         return (ids(o.vocab_size, batch, seq),)  # (B, T)
     if family == "ResNet":
         return (floats(batch, 3, 224, 224),)
@@ -154,13 +153,10 @@ def param_count(model):
     return sum(p.numel() for p in model.parameters())
 
 
-LANGUAGE_FAMILIES = ("Transformer", "GPT2", "Llama")
-
-
 def _decoder(family, size):
-    """The DecoderOptions of a language family's size."""
-    if family not in LANGUAGE_FAMILIES:
-        raise ValueError(f"no FLOP count for '{family}'; valid: {', '.join(LANGUAGE_FAMILIES)}")
+    """The DecoderOptions of a decoder family's size."""
+    if family not in DECODERS:
+        raise ValueError(f"no FLOP count for '{family}'; valid: {', '.join(DECODERS)}")
     return size_entry(family, size).options
 
 

@@ -10,6 +10,7 @@ from ltb.pysuite import families, generation
 from ltb.pysuite.device import DTYPES
 from ltb.pysuite.family import FAMILIES, Refused
 from ltb.pysuite.loader import MemoryLoader, epoch_samples
+from ltb.pysuite.models.decoder_family import ROWS
 
 KINDS = {}  # family name -> its kind
 
@@ -108,26 +109,27 @@ class Vision(Kind):
 
 
 class LanguageModel(Kind):
-    """Transformer, GPT2 and Llama (lib/models/decoder_family.cc): a batch
-    of token sequences, each a sample with its next token; generation by
-    ltb/pysuite/generation.py. context(size) is the limit on the positions
-    a generation reaches, and said how bench words it."""
+    """A decoder family, a row of the one decoder (lib/models/decoder_family.cc's
+    PlanDecoder and BuildDecoder): a batch of token sequences, each a sample
+    with its next token; generation by ltb/pysuite/generation.py."""
 
-    def __init__(self, context=None, said=""):
-        self.context, self.said = context, said
+    def __init__(self, row):
+        self.row = row
 
     def plan(self, spec, args):
         s, f = spec, spec.family
+        context = families.size_entry(f, s.size).options.max_positions
         if s.phase == "generate":
             positions = s.depth + s.prompt + s.new_tokens
-            context = self.context(s.size)
             if positions > context:  # decoder_family.cc CheckGenerateShape
                 raise Refused(f"depth {s.depth} + prompt {s.prompt} + new tokens "
-                              f"{s.new_tokens} = {positions} positions, but {self.said} "
+                              f"{s.new_tokens} = {positions} positions, but {f} has "
                               f"{context}: lower --depth, --prompt or --new_tokens")
             return {"flops": families.generate_flops(f, s.size, s.batch, s.prompt,
                                                        s.new_tokens, s.depth),
                     "tokens": s.batch * s.new_tokens}
+        if not self.row.seq_sets_positions and s.seq > context:
+            raise Refused(f"seq {s.seq} exceeds {f}'s {context} positions")
         fwd = families.forward_flops(f, s.size, s.batch, s.seq)
         counts = {"flops": 3 * fwd if s.training else fwd, "tokens": s.batch * s.seq}
         if s.phase == "train_epoch":  # every whole batch of the dataset
@@ -289,11 +291,8 @@ class Whisper(Kind):
 
 
 register(Vision(), "ResNet", "CNN")
-register(LanguageModel(), "Transformer")
-register(LanguageModel(lambda size: families.size_entry("GPT2", size).options.max_positions,
-                       "GPT2 has"), "GPT2")
-register(LanguageModel(lambda size: int(FAMILIES["Llama"]["context"]), "Llama's context is"),
-         "Llama")
+for row in ROWS.values():
+    register(LanguageModel(row), row.family)
 register(Encoder(), "Encoder")
 register(EncDec(), "EncDec")
 register(Whisper(), "Whisper")

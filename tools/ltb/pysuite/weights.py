@@ -10,8 +10,11 @@ Reads with the standard library and torch alone (the header with json).
 import hashlib
 import json
 import os
+from types import SimpleNamespace
 
 import torch
+
+from ltb.pysuite.models.decoder_family import ROWS
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors format's own limit
 DTYPES = {"F64": (torch.float64, 8), "F32": (torch.float32, 4), "F16": (torch.float16, 2),
@@ -19,7 +22,7 @@ DTYPES = {"F64": (torch.float64, 8), "F32": (torch.float32, 4), "F16": (torch.fl
           "I16": (torch.int16, 2), "I8": (torch.int8, 1), "U8": (torch.uint8, 1),
           "BOOL": (torch.bool, 1)}
 MAX_ELEMENTS = 1 << 50
-LOADERS = ("Transformer", "GPT2", "Llama")  # the families that load --weights
+LOADERS = tuple(ROWS)  # the families that load --weights: the decoders
 
 
 class BadWeights(Exception):
@@ -222,27 +225,23 @@ def load_weights(module, model, checkpoint, dtype, ignored=None, candidates=None
                          "parameter or buffer for")
 
 
-def _conv1d(name):
-    return name.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight"))
-
-
 def family_names(family, tied=False):
-    """The families' WeightNames: {ignored, candidates, transposed}."""
-    if family == "Llama":  # a tied checkpoint's head, older files' inv_freq
-        return {"ignored": lambda n: (tied and n == "lm_head.weight")
-                or n.endswith("rotary_emb.inv_freq")}
-    if family == "GPT2":  # bare or under "transformer.", Conv1D (in, out), old masks
-        return {"candidates": lambda n: [n, "transformer." + n], "transposed": _conv1d,
-                "ignored": lambda n: n.endswith((".attn.bias", ".attn.masked_bias"))
-                or n == "lm_head.weight"}
-    if family == "Transformer":  # its RoPE tables are computed for the seq
-        return {"ignored": lambda n: n.endswith((".rope.cos", ".rope.sin"))}
-    raise BadWeights(f"{family} does not load --weights; the families that do: "
-                     f"{', '.join(LOADERS)}")
+    """The family's WeightNames (its row's checkpoint conventions, a tied
+    model's head passed over): {ignored, candidates, transposed}."""
+    row = ROWS.get(family)
+    if row is None:
+        raise BadWeights(f"{family} does not load --weights; the families that do: "
+                         f"{', '.join(LOADERS)}")
+    c = row.weight_names(SimpleNamespace(tied=tied))
+    return {"ignored": c.ignored, "candidates": c.candidates, "transposed": c.transposed}
 
 
-def load_family_weights(module, family, size, path, dtype, tied=False):
-    """LoadSpecWeights: the checkpoint at `path` into `module`, in `dtype`."""
+def load_family_weights(module, family, size, path, dtype, tied=None):
+    """LoadSpecWeights: the checkpoint at `path` into `module`, in `dtype`;
+    tied: whether its head is the embedding (None: as the size's)."""
+    if tied is None:
+        tied = any(s.name == size and s.options.tied for s in ROWS[family].sizes
+                   ) if family in ROWS else False
     names = family_names(family, tied)
     load_weights(module, f"{family}/{size}", Checkpoint(path), dtype, **names)
 

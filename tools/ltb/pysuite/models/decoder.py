@@ -4,10 +4,11 @@ by a row of settings (DecoderOptions) and registered under a row of module
 names (DecoderNames), so that each family keeps the parameter names its
 checkpoints and the C++ parity test use.
 
-Adding a family is rows, not a model: in decoder_family.py (the mirror of
-lib/models/decoder_family.cc) its sizes as DecoderOptions, its DecoderNames
-and a Decoder subclass that joins them, as Llama's. Qwen2, say, is Llama's
-names with sizes of qkv_bias=True, rope_factor=0 (no Llama 3 scaling).
+Adding a family is a row, not a model: a DecoderRow in decoder_family.py
+(the mirror of lib/models/decoder_family.cc) with its sizes as
+DecoderOptions, its DecoderNames and its checkpoints' conventions. Qwen2,
+say, is Llama's names and conventions with sizes of qkv_bias=True,
+rope_factor=0 (no Llama 3 scaling).
 """
 import dataclasses
 import math

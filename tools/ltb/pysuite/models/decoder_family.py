@@ -1,11 +1,55 @@
 """The decoder families as rows of the one decoder (models/decoder.py), as
-lib/models/decoder_family.cc has them: each family's sizes (DecoderOptions,
-with shared/MODELS.md's parameter counts), its reference model's module
-names (DecoderNames) and its model class."""
+lib/models/decoder_family.cc has them (DecoderRow): each family's sizes
+(DecoderOptions, with shared/MODELS.md's parameter counts), its reference
+model's module names (DecoderNames), how its checkpoints name the tensors,
+and what its benchmarks run. Adding a decoder family is adding a row to
+ROWS."""
 import dataclasses
+from typing import Callable, Optional
 
 from ltb.pysuite.models.common import Size
 from ltb.pysuite.models.decoder import Decoder, DecoderNames, DecoderOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """How a family's checkpoints name the tensors (lib/models/weights.h's
+    WeightNames), each a function of a parameter's name: `ignored`, a
+    checkpoint's tensor passed over; `candidates`, the names a parameter
+    may have in a checkpoint, in order; `transposed`, stored (in, out)."""
+    ignored: Optional[Callable] = None
+    candidates: Optional[Callable] = None
+    transposed: Optional[Callable] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderRow:
+    """Everything that differs between the decoder families (C++'s
+    DecoderRow)."""
+    family: str
+    sizes: tuple
+    names: DecoderNames
+    checkpoint: Checkpoint = Checkpoint()
+    # Generates (greedy, with a cache, at a depth); else trains by the epoch.
+    generates: bool = True
+    # The benchmark's seq sets max_positions (rope_pairs' tables are computed
+    # for it); else a seq or generation beyond max_positions is refused.
+    seq_sets_positions: bool = False
+
+    def build(self, o, draw=True):
+        """The model of options `o`; draw=False: nothing drawn, for a
+        checkpoint (C++: BuildDecoder)."""
+        return Decoder(o, dataclasses.replace(self.names, draw=draw))
+
+    def weight_names(self, o):
+        """DecoderWeightNames: the checkpoint's conventions, and a tied
+        model's head (the embedding again) passed over where a file keeps it."""
+        c = self.checkpoint
+        if not o.tied:
+            return c
+        head = self.names.head + ".weight"
+        return dataclasses.replace(
+            c, ignored=lambda name: name == head or bool(c.ignored and c.ignored(name)))
 
 
 def _transformer(v, d, f, layers, heads):
@@ -74,17 +118,24 @@ LLAMA_NAMES = DecoderNames(
     rope="rotary_emb", qkv_order=("v", "q", "k"))
 
 
-# draw=False: built for a checkpoint, nothing drawn (C++: BuildDecoder).
-class TransformerLM(Decoder):
-    def __init__(self, o, draw=True):
-        super().__init__(o, dataclasses.replace(TRANSFORMER_NAMES, draw=draw))
+TRANSFORMER = DecoderRow(
+    "Transformer", TRANSFORMER_SIZES, TRANSFORMER_NAMES,
+    # Its RoPE tables are computed for the benchmark's seq, never loaded.
+    Checkpoint(ignored=lambda n: n.endswith((".rope.cos", ".rope.sin"))),
+    generates=False, seq_sets_positions=True)
+GPT2 = DecoderRow(
+    "GPT2", GPT2_SIZES, GPT2_NAMES,
+    # Hugging Face's checkpoints: bare names or under "transformer."
+    # (GPT2LMHeadModel's), Conv1D weights stored (in, out), the attention
+    # masks old files keep as buffers.
+    Checkpoint(candidates=lambda n: [n, "transformer." + n],
+               transposed=lambda n: n.endswith((".c_attn.weight", ".c_proj.weight",
+                                                ".c_fc.weight")),
+               ignored=lambda n: n.endswith((".attn.bias", ".attn.masked_bias"))))
+LLAMA = DecoderRow(
+    "Llama", LLAMA_SIZES, LLAMA_NAMES,
+    # Older checkpoints keep each layer's inv_freq, which the model computes.
+    Checkpoint(ignored=lambda n: n.endswith("rotary_emb.inv_freq")))
 
-
-class GPT2LM(Decoder):
-    def __init__(self, o, draw=True):
-        super().__init__(o, dataclasses.replace(GPT2_NAMES, draw=draw))
-
-
-class LlamaLM(Decoder):
-    def __init__(self, o, draw=True):
-        super().__init__(o, dataclasses.replace(LLAMA_NAMES, draw=draw))
+# The decoder families, in registration order.
+ROWS = {row.family: row for row in (TRANSFORMER, GPT2, LLAMA)}
