@@ -2,7 +2,7 @@
 import json
 import unittest
 
-from tests.helpers import ToolTest, doc, entry, repeated
+from tests.helpers import ToolTest, built_bench, doc, entry, repeated
 
 FWD = "Transformer/nano/cpu/forward/batch:2/seq:32/fp32"
 GEN = "GPT2/nano/cpu/generate/batch:1/prompt:32/new:100/fp32"
@@ -110,3 +110,26 @@ class ModelExportTest(ToolTest):
                          "Whisper/tiny/cuda/encode/batch:1/fp32")
         self.assertEqual(tool.file_stem("CNN/nano/cpu/forward/batch:2/fp32"),
                          "CNN-nano-cpu-forward-batch2-fp32")
+
+    def test_the_default_shapes_name_a_benchmark_bench_has(self):
+        """Without --batch and --seq, each family's file is named after
+        bench's default inference benchmark, which bench lists."""
+        import os
+        import subprocess
+
+        from ltb.commands import export as tool
+        if not os.access(built_bench(), os.X_OK):
+            self.skipTest(f"no bench binary at {built_bench()}")
+        from ltb.pysuite import facts
+        for family in facts.names():
+            if family == "Ops":  # operators, no model to compile
+                continue
+            size = facts.family(family)["sizes"][0]["name"]
+            settings = facts.settings(family)
+            seq = settings["seqs"][0] if tool.has_seq(family) else None
+            name = tool.benchmark_name(family, size, "cpu", settings["batch"], seq, "fp32")
+            listed = subprocess.run(
+                [built_bench(), "--benchmark_list_tests", "--devices=cpu",
+                 f"--benchmark_filter=^{family}/{size}/cpu/"],
+                capture_output=True, text=True, check=True).stdout.split()
+            self.assertIn(name + "/manual_time", listed, family)

@@ -16,6 +16,7 @@ import statistics
 import sys
 
 from ltb.base import BadInput, require, run
+from ltb.pysuite import facts
 from ltb.results.entries import TIME_UNITS, aggregates_only, collect
 from ltb.results.load import load
 
@@ -69,20 +70,22 @@ def bencher(benches):
 
 MODEL_FORMATS = ("aoti", "torchscript")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-# Families whose benchmarks have a sequence length, and each one's inference
-# phase; they name the eager benchmark a file compiles.
-SEQUENCE_FAMILIES = ("Transformer", "GPT2", "Llama", "Encoder", "EncDec")
-DEFAULT_SEQ = {"Transformer": 512, "GPT2": 512, "Llama": 2048, "Encoder": 128, "EncDec": 128}
-DEFAULT_BATCH = {"Transformer": 4, "GPT2": 1, "Llama": 1, "ResNet": 32, "CNN": 128,
-                 "Encoder": 8, "Whisper": 1, "EncDec": 64}
+def inference_phase(family):
+    """The phase a compiled file computes (forward, Whisper's encode), as
+    bench's facts name it: the family's first served phase."""
+    return facts.settings(family)["serve_phases"][0]
+
+
+def has_seq(family):
+    """Whether the inference benchmark's name carries a sequence length."""
+    return facts.settings(family)["shapes"][inference_phase(family)] == "sequence"
 
 
 def benchmark_name(family, size, device, batch, seq, dtype):
     """The eager benchmark's name, as bench writes it."""
-    phase = "encode" if family == "Whisper" else "forward"
     device = "cuda" if device in ("cuda", "cuda:0") else device
-    name = f"{family}/{size}/{device}/{phase}/batch:{batch}"
-    if family in SEQUENCE_FAMILIES:
+    name = f"{family}/{size}/{device}/{inference_phase(family)}/batch:{batch}"
+    if has_seq(family):
         name += f"/seq:{seq}"
     return f"{name}/{dtype}"
 
@@ -126,8 +129,9 @@ def export_model(argv):
         raise BadInput(f"unknown --device '{args.device}'; valid: cpu, cuda, cuda:N")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise BadInput(f"--device={args.device}: this PyTorch sees no CUDA device")
-    batch = args.batch or DEFAULT_BATCH[args.family]
-    seq = (args.seq or DEFAULT_SEQ[args.family]) if args.family in SEQUENCE_FAMILIES else None
+    defaults = facts.settings(args.family)  # bench's default shapes
+    batch = args.batch or defaults["batch"]
+    seq = (args.seq or defaults["seqs"][0]) if has_seq(args.family) else None
     dtype = getattr(torch, DTYPES[args.dtype])
     name = benchmark_name(args.family, args.size, args.device, batch, seq, args.dtype)
     stem = os.path.join(args.out, f"{file_stem(name)}-{args.format}")
