@@ -23,7 +23,7 @@ import sys
 import torch
 import torch.jit._pickle  # restore_type_tag, for reading torch::pickle_save files
 
-from ltb.pysuite.families import forward_module, size_entry
+from ltb.pysuite.families import DECODERS, forward_module, size_entry
 
 RTOL, ATOL = 1e-4, 1e-5  # ATOL relative to the largest |output|
 
@@ -75,7 +75,9 @@ def check_dump(path):
     compares with the C++ output; returns (ok, lines to print)."""
     family, size, tensors = _load_dump(path)
     inputs = [tensors[f"input:{i}"] for i in range(len(tensors)) if f"input:{i}" in tensors]
-    seq = inputs[0].shape[1] if family == "Transformer" else None
+    # A decoder's dump is of (B, T) tokens; a row whose seq sets its
+    # positions (the Transformer's) is built for that T.
+    seq = inputs[0].shape[1] if family in DECODERS else None
     torch.manual_seed(0)  # as the C++ test before building its model
     model = forward_module(family, size, seq=seq)
     built = torch.get_rng_state()
