@@ -196,9 +196,10 @@ struct Plan {
   // (Workload::FlopsPerStep): mfu needs the device's FLOP/s peak.
   bool counts_flops_when_built = false;
   // flops_per_step is mostly convolutions, counted as a direct convolution
-  // does them: a Winograd or FFT algorithm (cuDNN's choice for some fp32
-  // shapes) does fewer, so the achieved rate can pass the peak, and a result
-  // whose mfu is left out says why.
+  // does them, over the padding too: a kernel that skips the padding, or a
+  // Winograd or FFT algorithm (cuDNN's choice for some fp32 shapes), does
+  // fewer, so the achieved rate can pass the peak. It never raises a
+  // measured peak, and a result whose mfu is left out says why.
   bool counts_direct_convolution = false;
   // Inference: the bytes of weights a step reads (a decode step, in
   // generation), in the run's dtype, before --quant, which the build

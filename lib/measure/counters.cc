@@ -235,8 +235,9 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
             options.peaks->Flops(spec.device, spec.dtype, spec.tf32) != nullptr) {
           absl::StrAppend(&why,
                           "; its FLOPs are counted as a direct convolution does "
-                          "them, and a Winograd or FFT convolution algorithm (which "
-                          "cuDNN picks for some fp32 shapes) does fewer");
+                          "them, over the padding too, and a kernel that skips the "
+                          "padding, or a Winograd or FFT algorithm (which cuDNN picks "
+                          "for some fp32 shapes), does fewer");
         }
         omitted.push_back(std::move(why));
       }
@@ -252,9 +253,12 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
                               ? CurrentProcessGroup()->world_size()
                               : 1;
       const double per_device = plan.flops_per_step / devices;
-      report("mfu", options.peaks->FlopsUtilisation(spec.device, spec.dtype, spec.tf32,
-                                                    per_device * steps_per_s,
-                                                    per_device / fastest, spec.Name()));
+      // A convolution's count may exceed the arithmetic done: it never
+      // raises a measured peak.
+      report("mfu", options.peaks->FlopsUtilisation(
+                        spec.device, spec.dtype, spec.tf32, per_device * steps_per_s,
+                        per_device / fastest, spec.Name(),
+                        /*exact=*/!plan.counts_direct_convolution));
     }
     const bool reads = c.find("read_GB/s") != c.end() || c.find("weight_GB/s") != c.end();
     if (ReportsMbu(plan) && reads) {

@@ -299,7 +299,8 @@ Peak Peaks::MeasureCpuFlops(c10::ScalarType dtype) {
 }
 
 Utilisation UtilisationOf(Peak& peak, double mean_rate, double best_rate,
-                          const std::string& benchmark, const std::string& what) {
+                          const std::string& benchmark, const std::string& what,
+                          bool exact) {
   Utilisation u;
   // A device without the dtype's arithmetic has no peak, and says why.
   if (peak.value <= 0 && mean_rate > 0) {
@@ -307,7 +308,7 @@ Utilisation UtilisationOf(Peak& peak, double mean_rate, double best_rate,
   }
   if (peak.value <= 0 || mean_rate <= 0) return u;
   best_rate = std::max(best_rate, mean_rate);
-  if (peak.measured && best_rate > peak.value) {
+  if (peak.measured && exact && best_rate > peak.value) {
     u.note = absl::StrFormat(
         "%s's fastest step reached %.4g, above the measured %s %.4g: that peak was "
         "measured too low and is raised to %.4g for it and every later benchmark",
@@ -333,12 +334,12 @@ Utilisation UtilisationOf(Peak& peak, double mean_rate, double best_rate,
 
 Utilisation Peaks::FlopsUtilisation(const c10::Device& device, c10::ScalarType dtype,
                                     bool tf32, double mean_rate, double best_rate,
-                                    const std::string& benchmark) {
+                                    const std::string& benchmark, bool exact) {
   const std::string precision = PrecisionName(dtype, tf32);
   auto it = flops_.find({Key(device), precision});
   if (it == flops_.end()) return {};
   return UtilisationOf(it->second, mean_rate, best_rate, benchmark,
-                       absl::StrCat(precision, " FLOP/s peak"));
+                       absl::StrCat(precision, " FLOP/s peak"), exact);
 }
 
 Utilisation BandwidthUtilisationOf(Peak& peak, double mean_rate, double best_rate,

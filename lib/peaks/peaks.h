@@ -70,10 +70,14 @@ class Peaks {
   // machine's passing load): it is raised to `best_rate` for this benchmark
   // and every later one, and the note says so. A datasheet or command-line
   // peak that the mean beats is a wrong peak or a wrong count: no value, and
-  // the note says why. Never above 1.
+  // the note says why. Never above 1. `exact`: false where the count may
+  // exceed the arithmetic the kernels do (a convolution counted over its
+  // padding, or as a direct one where Winograd does fewer): such a rate
+  // past a measured peak says nothing of the peak, which stays, and gets no
+  // value either.
   Utilisation FlopsUtilisation(const c10::Device& device, c10::ScalarType dtype,
                                bool tf32, double mean_rate, double best_rate,
-                               const std::string& benchmark);
+                               const std::string& benchmark, bool exact = true);
   // `step_bytes`: what one step works over (0: unknown). mbu is memory's:
   // a step the device's cache can hold has none, and one under
   // kCachesFromMemory times the cache that beats a measured peak is taken to
@@ -113,9 +117,11 @@ class Peaks {
 };
 
 // The utilisation against `peak` as Peaks::FlopsUtilisation says, raising a
-// measured peak in place; `what` names the peak in the note.
+// measured peak in place where the count is `exact`; `what` names the peak
+// in the note.
 Utilisation UtilisationOf(Peak& peak, double mean_rate, double best_rate,
-                          const std::string& benchmark, const std::string& what);
+                          const std::string& benchmark, const std::string& what,
+                          bool exact = true);
 // The bandwidth utilisation of a step that works over `step_bytes` (0:
 // unknown) on a device whose cache holds `cache_bytes` (0: unknown), as
 // Peaks::BandwidthUtilisation says.
