@@ -24,7 +24,13 @@ std::vector<std::string> NativeArithmetic(c10::ScalarType dtype);
 
 // The fastest loop over NativeArithmetic(dtype) on `threads` threads
 // (at::get_num_threads() when 0): the best of a few runs of ~0.1 s each, on
-// one thread times `threads` and on all of them at once.
+// one thread times LoopThreadsAlone(...) and on all of them at once.
 LoopPeak MeasureLoopPeak(c10::ScalarType dtype, int threads = 0);
+
+// How many times one thread's loop rate `threads` threads can reach
+// together: one a physical core the process may run on (`cores`; threads
+// beyond them, or two on one core's SMT siblings, share its arithmetic),
+// within its CPU quota (`quota_cpus`, < 0: none); at least one.
+double LoopThreadsAlone(int threads, int cores, double quota_cpus);
 
 }  // namespace ltb

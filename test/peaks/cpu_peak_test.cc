@@ -42,5 +42,13 @@ TEST(MeasureLoopPeak, MeasuresTheFastestNativeArithmeticAndNothingWithoutIt) {
   // measuring itself (test/e2e: PeaksTest), not by timing here.
 }
 
+TEST(LoopThreadsAlone, OneThreadsRateCountsOncePerCoreWithinTheQuota) {
+  EXPECT_DOUBLE_EQ(LoopThreadsAlone(2, 2, -1), 2);
+  EXPECT_DOUBLE_EQ(LoopThreadsAlone(4, 2, -1), 2);     // OMP_NUM_THREADS=4 on two cores
+  EXPECT_DOUBLE_EQ(LoopThreadsAlone(2, 8, -1), 2);     // fewer threads than cores
+  EXPECT_DOUBLE_EQ(LoopThreadsAlone(4, 8, 1.5), 1.5);  // a cgroup's 1.5 CPUs
+  EXPECT_DOUBLE_EQ(LoopThreadsAlone(1, 2, 0.5), 1);    // one thread: its own rate
+}
+
 }  // namespace
 }  // namespace ltb
