@@ -178,6 +178,20 @@ inline int64_t TrainingOverhead(const MemoryEstimate& counted) {
   return counted.Total() / 2;
 }
 
+// Plan::count_beyond_arithmetic's reasons. Convolutions: a kernel that skips
+// the padding, or a Winograd or FFT algorithm (cuDNN's choice for some fp32
+// shapes), does fewer products than a direct convolution. Causal attention:
+// counted over every key, as the usual mfu formulas count it, where a fused
+// causal kernel (LibTorch's scaled_dot_product_attention with is_causal)
+// skips the masked half.
+inline constexpr char kDirectConvolutionCount[] =
+    "its FLOPs are counted as a direct convolution does them, over the padding too, "
+    "and a kernel that skips the padding, or a Winograd or FFT algorithm (which cuDNN "
+    "picks for some fp32 shapes), does fewer";
+inline constexpr char kCausalAttentionCount[] =
+    "its FLOPs count causal attention over every key, as the usual mfu formulas do, "
+    "and a fused causal kernel skips the masked half";
+
 // What a benchmark will do per step, known before it is built.
 struct Plan {
   int64_t params = 0;
@@ -195,12 +209,11 @@ struct Plan {
   // flops_per_step is 0 but the workload counts them when built
   // (Workload::FlopsPerStep): mfu needs the device's FLOP/s peak.
   bool counts_flops_when_built = false;
-  // flops_per_step is mostly convolutions, counted as a direct convolution
-  // does them, over the padding too: a kernel that skips the padding, or a
-  // Winograd or FFT algorithm (cuDNN's choice for some fp32 shapes), does
-  // fewer, so the achieved rate can pass the peak. It never raises a
-  // measured peak, and a result whose mfu is left out says why.
-  bool counts_direct_convolution = false;
+  // Why flops_per_step may exceed the arithmetic the kernels do (empty: it
+  // does not), as a clause: kDirectConvolutionCount, kCausalAttentionCount.
+  // Such a count never raises a measured peak, and a result whose mfu is
+  // left out for passing the peak says this.
+  std::string count_beyond_arithmetic;
   // Inference: the bytes of weights a step reads (a decode step, in
   // generation), in the run's dtype, before --quant, which the build
   // replaces by the quantised bytes it made; 0: not known. The workload

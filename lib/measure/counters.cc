@@ -231,13 +231,9 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
         c[name + "_peak"] = u.peak;
       } else if (!u.omitted.empty()) {
         std::string why = absl::StrCat(name, " left out: ", u.omitted);
-        if (name == "mfu" && plan.counts_direct_convolution &&
+        if (name == "mfu" && !plan.count_beyond_arithmetic.empty() &&
             options.peaks->Flops(spec.device, spec.dtype, spec.tf32) != nullptr) {
-          absl::StrAppend(&why,
-                          "; its FLOPs are counted as a direct convolution does "
-                          "them, over the padding too, and a kernel that skips the "
-                          "padding, or a Winograd or FFT algorithm (which cuDNN picks "
-                          "for some fp32 shapes), does fewer");
+          absl::StrAppend(&why, "; ", plan.count_beyond_arithmetic);
         }
         omitted.push_back(std::move(why));
       }
@@ -253,12 +249,12 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
                               ? CurrentProcessGroup()->world_size()
                               : 1;
       const double per_device = plan.flops_per_step / devices;
-      // A convolution's count may exceed the arithmetic done: it never
-      // raises a measured peak.
+      // A count that may exceed the arithmetic done (convolutions, causal
+      // attention) never raises a measured peak.
       report("mfu", options.peaks->FlopsUtilisation(
                         spec.device, spec.dtype, spec.tf32, per_device * steps_per_s,
                         per_device / fastest, spec.Name(),
-                        /*exact=*/!plan.counts_direct_convolution));
+                        /*exact=*/plan.count_beyond_arithmetic.empty()));
     }
     const bool reads = c.find("read_GB/s") != c.end() || c.find("weight_GB/s") != c.end();
     if (ReportsMbu(plan) && reads) {

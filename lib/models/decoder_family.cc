@@ -218,6 +218,10 @@ double ReadWeightBytes(const DecoderOptions& o, int64_t params, c10::ScalarType 
   return static_cast<double>(read) * DtypeBytes(dtype);
 }
 
+// Causal attention runs in LibTorch's fused kernel, which skips the masked
+// scores that DecoderLayerFlops counts.
+bool CausalKernel(const DecoderOptions& o) { return o.causal() && o.fused_attention(); }
+
 absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
   absl::StatusOr<DecoderOptions> o = DecoderSizeOptions(row.family, s.size);
   if (!o.ok()) return o.status();
@@ -244,6 +248,11 @@ absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
     plan.tokens_per_step = s.batch * s.new_tokens;
     plan.flops_per_step =
         DecoderGenerateFlops(*o, s.batch, s.prompt, s.new_tokens, s.depth);
+    // A prompt from position 0 is causal over itself (after a depth, its
+    // mask is given, and every score is computed).
+    if (CausalKernel(*o) && s.prompt > 1 && s.depth == 0) {
+      plan.count_beyond_arithmetic = kCausalAttentionCount;
+    }
     plan.reports_weight_bandwidth = true;
     plan.memory = memory();
     return plan;
@@ -257,6 +266,7 @@ absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
   }
   const double fwd = DecoderForwardFlops(*o, s.batch, s.seq);
   plan.flops_per_step = s.training() ? 3 * fwd : fwd;
+  if (CausalKernel(*o) && s.seq > 1) plan.count_beyond_arithmetic = kCausalAttentionCount;
   plan.tokens_per_step = s.batch * s.seq;
   if (s.phase == kTrainEpoch) {  // every rank's whole batches of the dataset
     const int64_t samples = EpochSamples(s);

@@ -273,7 +273,7 @@ absl::StatusOr<Plan> PlanOps(const BenchSpec& s) {
   plan.flops_per_step = cost.flops;
   plan.bytes_per_step = cost.bytes;
   plan.bytes_cross_host_link = (*d)->crosses_link;
-  plan.counts_direct_convolution = (*d)->op == "conv2d";
+  if ((*d)->op == "conv2d") plan.count_beyond_arithmetic = kDirectConvolutionCount;
   plan.memory.activations =
       (*d)->memory ? (*d)->memory(e) : static_cast<int64_t>(cost.bytes);
   plan.memory.host_build = (*d)->host_memory;

@@ -50,7 +50,7 @@ absl::StatusOr<Plan> PlanClassifier(const BenchSpec& spec, const ClassifierCost&
   Plan plan;
   plan.params = params;
   plan.samples_per_step = spec.batch;
-  plan.counts_direct_convolution = true;  // the CNN and ResNet families
+  plan.count_beyond_arithmetic = kDirectConvolutionCount;  // CNN and ResNet
   const double fwd = forward_flops_per_image * spec.batch;
   MemoryEstimate& m = plan.memory;
   if (!spec.training()) {

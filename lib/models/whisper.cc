@@ -271,6 +271,10 @@ absl::StatusOr<Plan> PlanWhisper(const BenchSpec& s) {
   m.activations = 2 * layers * b * (o->text_ctx() + o->audio_ctx()) * w * e +  // caches
                   b * o->audio_ctx() * w * e + b * o->vocab() * 4;
   plan.tokens_per_step = b * s.new_tokens;
+  // The start tokens are causal over themselves, in the fused kernel.
+  if (s.prompt > 1 && o->fused_attention()) {
+    plan.count_beyond_arithmetic = kCausalAttentionCount;
+  }
   if (s.phase == kGenerate) {
     plan.flops_per_step = generate;
     plan.reports_weight_bandwidth = true;

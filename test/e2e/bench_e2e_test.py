@@ -1008,8 +1008,10 @@ class PeaksTest(unittest.TestCase):
 
     def test_a_left_out_mfu_is_said_in_the_result(self):
         # A given peak far below what the steps reach: mfu is left out, and
-        # the result's label says by how much the peak was passed; for
-        # convolutions, that their FLOPs are a direct convolution's.
+        # the result's label says by how much the peak was passed and why the
+        # count may exceed the arithmetic: for convolutions, that their FLOPs
+        # are a direct convolution's; for a decoder, causal attention's full
+        # square.
         args = [a for a in FAST if not a.startswith("--peak_flops")]
         doc = run_json(*args, "--devices=cpu", "--peak_flops=1e6",
                        "--benchmark_filter=CNN/nano/cpu/forward/|Transformer/nano/cpu/forward/")
@@ -1023,8 +1025,9 @@ class PeaksTest(unittest.TestCase):
             times = float(re.search(r"rate is (\S+) times the fp32 FLOP/s peak 1e\+06 "
                                     r"\(--peak_flops\)", label).group(1))
             self.assertAlmostEqual(times, b["FLOP/s"] / 1e6, delta=0.01 * times)
-            has_note = "counted as a direct convolution" in label and "Winograd or FFT" in label
-            self.assertEqual(has_note, family == "CNN", label)
+            convolution = "counted as a direct convolution" in label and "Winograd or FFT" in label
+            causal = "causal attention over every key" in label and "masked half" in label
+            self.assertEqual((convolution, causal), (family == "CNN", family != "CNN"), label)
 
     def test_bad_peaks_exit_2(self):
         proc = run_bench("--peak_flops=fp64=1", check=False)

@@ -314,6 +314,34 @@ TEST_P(EveryDecoder, EveryPhaseComputesWhatItIsFor) {
   EXPECT_GT(c["tg_tok/s"], 0);
 }
 
+// Causal attention is counted over every key (DecoderLayerFlops), and the
+// fused kernel skips the masked half: wherever a step runs such a kernel
+// over more than one query, its count is marked as beyond the arithmetic,
+// so that it never raises a measured FLOP/s peak; a single query, or a
+// prompt after cached positions (an explicit mask, every score computed),
+// is exact.
+TEST_P(EveryDecoder, ACountOverTheMaskedHalfIsMarkedWhereAFusedKernelSkipsIt) {
+  const Family f = DecoderFamily(row());
+  const auto beyond = [&](BenchSpec s) {
+    return f.plan(s).value().count_beyond_arithmetic;
+  };
+  for (const char* phase : {kForward, kForwardBackward, kTrainStep}) {
+    EXPECT_EQ(beyond(SpecFor(f.name, "nano", phase, 2, 16)), kCausalAttentionCount)
+        << phase;
+    EXPECT_EQ(beyond(SpecFor(f.name, "nano", phase, 2, 1)), "") << phase;
+  }
+  if (!row().generates) return;
+  BenchSpec g = SpecFor(f.name, "nano", kGenerate, 2);
+  g.new_tokens = 6;
+  g.prompt = 8;
+  EXPECT_EQ(beyond(g), kCausalAttentionCount);
+  g.prompt = 1;
+  EXPECT_EQ(beyond(g), "");
+  g.prompt = 8;
+  g.depth = 16;
+  EXPECT_EQ(beyond(g), "");
+}
+
 // Building a Hugging Face row takes one 64-bit number from the default
 // generator, the base of its chunks' seeds, and nothing else: the
 // constructors draw no weight that InitLikeHuggingFace would overwrite, and

@@ -143,6 +143,10 @@ TEST(WhisperFamily, RatesCountEveryWindowAndTokenOfTheBatch) {
                          : p == kGenerate ? generate
                                           : encode + generate;
     EXPECT_NEAR(plan.flops_per_step, flops, 1e-12 * flops) << p;
+    // The prompt's full square counts the masked scores the fused causal
+    // kernel skips: never a count to raise a measured peak with.
+    EXPECT_EQ(plan.count_beyond_arithmetic, p == "encode" ? "" : kCausalAttentionCount)
+        << p;
   }
   // A decode step reads the decoder's weights but its position table and
   // the cross-attention's key and value projections (applied once, in the
