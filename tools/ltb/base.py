@@ -66,16 +66,28 @@ def run(main):
     anything is measured) into exit 130 with one line, not a traceback."""
     try:
         code = main()
-        sys.stdout.flush()
     except BadInput as e:
         fail(str(e))
     except KeyboardInterrupt:
         print(f"{os.path.basename(sys.argv[0])}: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
     except BrokenPipeError:  # the reader (head, less) stopped reading
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        silence_stdout()
         code = EXIT_OK
+    else:
+        # What main() returned stands (a gate's regression is exit 1) though
+        # the reader stopped reading before the rest of its text was flushed.
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            silence_stdout()
     sys.exit(code or EXIT_OK)
+
+
+def silence_stdout():
+    """After a reader closed standard output (head, a closed pipe): what is
+    still printed, and the flush at exit, go nowhere instead of failing."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def write_json(path, doc):

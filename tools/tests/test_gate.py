@@ -1,8 +1,11 @@
 """tools/gate on fixture JSON files."""
+import os
 import statistics
+import subprocess
+import sys
 import unittest
 
-from tests.helpers import ToolTest, doc, entry, repeated
+from tests.helpers import TOOLS, ToolTest, doc, entry, repeated
 
 NANO = "Transformer/nano/cpu/forward/batch:2/seq:32/fp32"
 TRAIN = "Transformer/nano/cpu/train_step/batch:2/seq:32/fp32"
@@ -259,6 +262,16 @@ class GateTest(ToolTest):
         proc = self.gate(doc(aggregates_only(BASE_MS)), doc(aggregates_only(BASE_MS)))
         self.assertExit(proc, 2)
         self.assertIn("holds aggregates only", proc.stderr)
+        # The baseline's alone (or both, beside a benchmark they compare): not
+        # compared, and said so, for the contender lost nothing.
+        for new in (repeated(NANO, scaled(BASE_MS, 2)), aggregates_only(scaled(BASE_MS, 2))):
+            proc = self.gate(doc(aggregates_only(BASE_MS), entry(TRAIN, 100)),
+                             doc(new, entry(TRAIN, 100)))
+            self.assertExit(proc, 0)
+            self.assertNotIn(f"| `{NANO}` |", proc.stdout)
+            self.assertIn("Not compared: the baseline holds only their aggregates",
+                          proc.stdout)
+            self.assertIn(f"- `{NANO}`", proc.stdout)
 
     def test_allow_missing_passes_but_still_lists_them(self):
         base = doc(entry(NANO, 100), entry(GONE, 50), entry(BROKEN, 5))
@@ -306,6 +319,22 @@ class GateTest(ToolTest):
         self.assertEqual(lines[i + 1], "|---|---|---|---|---|---|---|")
         self.assertEqual(lines[i + 2], f"| `{NANO}` | time | 100 ms | 100 ms | +0.0% | — | ok |")
         self.assertTrue(lines[0].startswith("## Benchmark gate"))
+
+    def test_a_reader_that_stopped_reading_does_not_change_the_verdict(self):
+        """A closed pipe on stdout (tools/gate ... | head, under pipefail)
+        loses the table, never the exit status."""
+        base = self.write("base.json", doc(repeated(NANO, BASE_MS)))
+        for factor, code in ((1.2, 1), (1.0, 0)):
+            new = self.write("new.json", doc(repeated(NANO, scaled(BASE_MS, factor))))
+            read, written = os.pipe()
+            os.close(read)  # no reader: the first write fails
+            try:
+                proc = subprocess.run([sys.executable, os.path.join(TOOLS, "gate"), base, new],
+                                      stdout=written, stderr=subprocess.PIPE, text=True,
+                                      timeout=300)
+            finally:
+                os.close(written)
+            self.assertEqual(proc.returncode, code, proc.stderr)
 
     def test_bad_input_exits_2(self):
         good = self.write("good.json", doc(entry(NANO, 100)))

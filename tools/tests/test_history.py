@@ -680,6 +680,17 @@ class StoreTest(unittest.TestCase):
         runs, _ = history_runs(self.tmp)
         self.assertEqual([label.split()[-1] for label, _ in runs], ["early.json", "merged.json"])
 
+    def test_a_directory_of_runs_is_in_the_order_they_ran_across_utc_offsets(self):
+        # Autumn's daylight saving change: 02:30+02:00 ran 40 minutes before
+        # 02:10+01:00, though its text sorts after it.
+        name = "A/nano/cpu/forward/fp32"
+        for path, date in (("first.json", "2026-10-25T02:30:00+02:00"),
+                           ("second.json", "2026-10-25T02:10:00+01:00")):
+            write(os.path.join(self.tmp, path), result_doc({name: [1.0]}, date=date))
+        from ltb.history.runs import history_runs
+        runs, _ = history_runs(self.tmp)
+        self.assertEqual([label.split()[-1] for label, _ in runs], ["first.json", "second.json"])
+
     def test_a_skipped_benchmark_is_no_time_of_zero(self):
         # Google Benchmark 1.8 reports SkipWithMessage as "skipped" with
         # times of 0: stored as a time, it would be a point of 0 s, and a
@@ -854,6 +865,32 @@ class ChangesTest(unittest.TestCase):
             self.assertEqual(seen["drawn"]["sections"], {"store": 16})
         else:
             print(f"the store page was not drawn: headless Chromium: {why}", file=sys.stderr)
+
+    def test_a_reader_that_stopped_reading_does_not_change_changes_fail(self):
+        """changes --fail piped into a reader that closed its end (head,
+        under pipefail) still exits 1 on an open slowdown."""
+        tmp = tempfile.mkdtemp(prefix="ltb-history-")
+        self.addCleanup(shutil.rmtree, tmp)
+        repo = os.path.join(tmp, "repo")
+        shas = throwaway_repo(repo, [1] * 12)
+        db = os.path.join(tmp, "h.sqlite")
+        rng = random.Random(3)
+        name = "Transformer/nano/cpu/forward/batch:2/fp32"
+        files = [write(os.path.join(tmp, f"{i}.json"), result_doc(
+            {name: [2.0 * (1.25 if i >= 7 else 1.0) * math.exp(rng.gauss(0, 0.01))
+                    for _ in range(3)]}, commit=sha[:12])) for i, sha in enumerate(shas)]
+        history("add", *files, f"--repo={repo}", db=db)
+        for extra in ((), ("--json",)):
+            read, written = os.pipe()
+            os.close(read)  # no reader: the first write fails
+            try:
+                proc = subprocess.run([sys.executable, os.path.join(TOOLS, "history"),
+                                       "changes", "--fail", *extra, f"--db={db}"],
+                                      stdout=written, stderr=subprocess.PIPE, text=True,
+                                      timeout=300)
+            finally:
+                os.close(written)
+            self.assertEqual(proc.returncode, 1, proc.stderr)
 
 
 def _pg_binaries():

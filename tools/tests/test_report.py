@@ -105,6 +105,17 @@ class ReportTest(ToolTest):
         self.assertEqual(float(fwd["step_p99_ms"]), 47.5)
         self.assertEqual(gen["step_sd_ms"], "", "no spread where the run has none")
 
+    def test_a_run_of_one_step_shows_its_percentiles(self):
+        # A step longer than the minimum time runs once: bench writes its
+        # percentiles (the one step's time) and no cv; the table shows them.
+        path = self.write("run.json", doc(
+            entry(FWD, 71.8, **{"step_p50_ms": 71.8, "step_p90_ms": 71.8,
+                                "step_p99_ms": 71.8})))
+        fwd, = self.csv_rows(path)
+        self.assertEqual(float(fwd["step_p50_ms"]), 71.8)
+        self.assertEqual(float(fwd["step_p99_ms"]), 71.8)
+        self.assertEqual(fwd.get("step_sd_ms", ""), "", "no cv, so no standard deviation")
+
     def test_a_benchmark_reported_by_its_aggregates_alone_is_named(self):
         # --benchmark_report_aggregates_only writes no repetition: the
         # benchmark has no row, and the report says why rather than drop it.

@@ -225,6 +225,40 @@ class HtmlReportTest(ToolTest):
         points, _ = self.roofline_tips(text)
         self.assertAlmostEqual(points[name][1], 250.0)
 
+    def test_a_train_epoch_reads_its_weights_once_per_optimizer_step(self):
+        # An epoch of 128 samples at batch 4 is 32 optimizer steps, each
+        # reading the 1e6 fp32 weights (4e6 bytes): 1e10 FLOPs an epoch of
+        # 0.5 s over 32 x 4e6 bytes, not over the 4e6 bytes of one step.
+        name = "Transformer/nano/cpu/train_epoch/batch:4/seq:64/fp32"
+        r = doc(*repeated(name + "/iterations:2", [500.0] * 3, FLOP_per_s=2e10,
+                          samples_per_s=256.0, params=1e6), **PEAKS)
+        _, text = self.html(self.write("epoch.json", r))
+        points, _ = self.roofline_tips(text)
+        self.assertAlmostEqual(points[name][1], 1e10 / (32 * 4e6))
+
+    def test_a_small_mfu_keeps_its_digits(self):
+        # 2.5e-4 of the peak is not 0.000.
+        name = FWD.format(32)
+        r = doc(*repeated(name, [10.0] * 3, FLOP_per_s=5e7, params=1e6, mfu=2.5e-4), **PEAKS)
+        _, text = self.html(self.write("slow.json", r))
+        tips = [tip for c in page_data(text)["charts"] if c["section"] == "roofline"
+                for d in c["config"]["data"]["datasets"] for tip in d.get("tips", [])]
+        self.assertEqual(len(tips), 1)
+        self.assertIn("mfu 0.000250", tips[0])
+
+    def test_a_loadgen_verdict_of_repetitions_that_disagree_says_so(self):
+        # One repetition VALID, one INVALID: their median, 0.5, is no
+        # verdict; the table says how many were VALID.
+        name = "GPT2/nano/cpu/serve/scenario:SingleStream/max_batch:4/seq:16/fp32"
+        r = doc(*repeated(name, [1.0, 1.0], p50_ms=1.0, p90_ms=2.0, p99_ms=3.0,
+                          samples_per_s=900.0, valid=[1, 0], **{"p99.9_ms": 4.0}),
+                *repeated(name.replace("seq:16", "seq:32"), [1.0, 1.0], p50_ms=1.0,
+                          p90_ms=2.0, p99_ms=3.0, samples_per_s=900.0, valid=[1, 1],
+                          **{"p99.9_ms": 4.0}))
+        _, text = self.html(self.write("serve.json", r))
+        self.assertIn("<td>VALID in 1 of 2 repetitions</td>", text)
+        self.assertEqual(text.count("<td>VALID</td>"), 1)
+
     def test_tf32_and_a_second_gpu_under_their_own_ceilings(self):
         # bench names fp32 run as TF32 .../fp32/tf32 and keys its peaks by
         # precision (tf32) and by device (cuda, cuda:1): a TF32 matmul is
@@ -370,6 +404,30 @@ class HtmlReportTest(ToolTest):
         # The other sections show the latest run.
         self.check_in_browser(path, dict(self.expected_points(runs[-1:]),
                                          history=5 * 4 + 3))
+
+    def test_a_history_is_in_the_order_its_runs_ran(self):
+        # By the instant each ran, whatever its UTC offset (the text would put
+        # 02:10+01:00 before 02:30+02:00, which ran 40 minutes earlier), and
+        # a merged file (sweep's, abtest's), whose dates are its entries', by
+        # its first run's.
+        directory = os.path.join(self.tmp, "offsets")
+        os.makedirs(directory)
+        merged = run(date="")
+        merged["context"].pop("date", None)
+        for e in merged["benchmarks"]:
+            e["context"] = {"date": "2026-11-01T01:00:00+00:00"}
+        for name, doc in (("x.json", run(date="2026-11-01T02:30:00+02:00")),
+                          ("y.json", run(date="2026-11-01T02:10:00+01:00")),
+                          ("z.json", merged)):
+            with open(os.path.join(directory, name), "w") as f:
+                json.dump(doc, f)
+        _, text = self.html(directory)
+        charts = [c for c in page_data(text)["charts"] if c["section"] == "history"]
+        self.assertTrue(charts)
+        for chart in charts:
+            self.assertEqual([label.split()[-1] for label in
+                              chart["config"]["options"]["ltbXLabels"]],
+                             ["x.json", "z.json", "y.json"])
 
     def test_a_history_marks_a_metric_the_gate_lost(self):
         # The second run lost its peak_mem: the gate fails it, so its point is red.

@@ -10,7 +10,7 @@ docs/tools.md, "gate: did it regress?".
 import argparse
 import sys
 
-from ltb.base import EXIT_OK, EXIT_REGRESSION, BadInput, require, run
+from ltb.base import EXIT_OK, EXIT_REGRESSION, BadInput, require, run, silence_stdout
 from ltb.gate.options import add_gate_arguments, load_thresholds
 from ltb.gate.verdicts import (LOST, REGRESSION, compare, differences, render,
                                repetition_note)
@@ -39,9 +39,21 @@ def judge(args):
                                f"repetitions; run bench without that flag")
         raise BadInput(f"no measured benchmark in common between "
                        f"{args.baseline} and {args.contender}")
-    print(render(rows, lists, args, repetition_note(base_doc, new_doc, args.alpha)))
     regressed = any(r.verdict == REGRESSION for r in rows)
-    return EXIT_REGRESSION if regressed or failing_lost else EXIT_OK
+    status = EXIT_REGRESSION if regressed or failing_lost else EXIT_OK
+    emit(render(rows, lists, args, repetition_note(base_doc, new_doc, args.alpha)))
+    return status
+
+
+def emit(text):
+    """Prints text and flushes it; a reader that stopped reading (head, a
+    closed pipe) loses the rest of the text but never changes the verdict:
+    the exit status stays the gate's."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
 
 
 def gate_main():

@@ -8,7 +8,8 @@ import os
 import typing
 from statistics import median
 
-from ltb.results.entries import BIGGER_IS_BETTER, SMALLER_IS_BETTER, all_names, collect, errors
+from ltb.results.entries import (BIGGER_IS_BETTER, SMALLER_IS_BETTER, aggregates_only, all_names,
+                                 collect, errors)
 from ltb.results.format import format_change, format_value, markdown_table, relative_change
 
 REGRESSION, IMPROVEMENT, NOISE, OK = "regression", "improvement", "not significant", "ok"
@@ -92,11 +93,13 @@ def compare(base_doc, new_doc, rules, default, alpha):
 
 
 def differences(base_doc, new_doc):
-    """(lost, appeared, disappeared, errored) benchmarks. Lost: ran without
-    an error in the baseline but errored in, or are missing from, the
-    contender, as (name, contender's status). Disappeared and errored are
-    the others: missing from the contender, and errors as (name,
-    'baseline' or 'contender', message)."""
+    """(lost, appeared, disappeared, errored, uncompared) benchmarks. Lost:
+    ran without an error in the baseline but errored in, or are missing
+    from, the contender, as (name, contender's status). Disappeared and
+    errored are the others: missing from the contender, and errors as
+    (name, 'baseline' or 'contender', message). Uncompared: in both files,
+    but the baseline holds only their aggregates, with no repetition to
+    compare."""
     base_names, new_names = all_names(base_doc), all_names(new_doc)
     base_errors, new_errors = errors(base_doc), errors(new_doc)
     base_measured, new_measured = collect(base_doc), collect(new_doc)
@@ -117,7 +120,9 @@ def differences(base_doc, new_doc):
     errored = [(n, side, message)
                for side, doc in (("baseline", base_doc), ("contender", new_doc))
                for n, message in errors(doc).items() if n not in lost_names]
-    return lost, appeared, disappeared, errored
+    uncompared = [n for n in aggregates_only(base_doc)
+                  if n in new_names and n not in base_errors and n not in lost_names]
+    return lost, appeared, disappeared, errored, uncompared
 
 
 def repetition_note(base_doc, new_doc, alpha):
@@ -140,7 +145,7 @@ def repetition_note(base_doc, new_doc, alpha):
 
 
 def render(rows, lists, args, note):
-    lost, appeared, disappeared, errored = lists
+    lost, appeared, disappeared, errored, uncompared = lists
     out = [f"## Benchmark gate: {os.path.basename(args.baseline)} → "
            f"{os.path.basename(args.contender)}", "",
            f"Threshold {args.threshold * 100:g}%"
@@ -182,6 +187,10 @@ def render(rows, lists, args, note):
             out += ["", f"{title}:", *[f"- `{n}`" for n in names]]
     if errored:
         out += ["", "Errored:", *[f"- `{n}` ({side}): {message}" for n, side, message in errored]]
+    if uncompared:
+        out += ["", "Not compared: the baseline holds only their aggregates (a run with "
+                    "--benchmark_report_aggregates_only), with no repetition to compare:",
+                *[f"- `{n}`" for n in uncompared]]
     return "\n".join(out)
 
 

@@ -14,7 +14,8 @@ import argparse
 import json
 import sys
 
-from ltb.base import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, REPO, BadInput, require, run
+from ltb.base import (EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, REPO, BadInput, require, run,
+                      silence_stdout)
 from ltb.gate.options import percent
 from ltb.history.changes import changes
 from ltb.history.store import Store, v3_records
@@ -61,6 +62,17 @@ def find_changes(store, args):
 
 def cmd_changes(store, args):
     found = find_changes(store, args)
+    open_slowdowns = [c for _, _, _, steps in found for c in steps[-1:] if c.size > 0]
+    status = EXIT_REGRESSION if args.fail and open_slowdowns else EXIT_OK
+    try:
+        print_changes(found, args)
+        sys.stdout.flush()
+    except BrokenPipeError:  # a reader that stopped reading does not change --fail's status
+        silence_stdout()
+    return status
+
+
+def print_changes(found, args):
     if args.json:
         print(json.dumps([{"fingerprint": fp, "benchmark": name, "points": len(points),
                            "changes": [c.as_dict() for c in steps]}
@@ -80,8 +92,6 @@ def cmd_changes(store, args):
                  "confidence", "points before / after"], rows))
         print(f"\n{len(rows)} change(s) in {series} series "
               f"(min change {args.min_change * 100:g}%, confidence {args.confidence:g})")
-    open_slowdowns = [c for _, _, _, steps in found for c in steps[-1:] if c.size > 0]
-    return EXIT_REGRESSION if args.fail and open_slowdowns else EXIT_OK
 
 
 def cmd_export(store, args):

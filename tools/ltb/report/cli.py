@@ -22,7 +22,7 @@ import sys
 
 from ltb.base import BadInput, run
 from ltb.gate.options import add_gate_arguments, load_thresholds
-from ltb.history.runs import history_runs
+from ltb.history.runs import history_runs, instant
 from ltb.history.series import store_series
 from ltb.report.html import Verdicts, render
 from ltb.report.tables import (aggregated, columns, compiled_rows, errored, markdown, rows,
@@ -30,6 +30,7 @@ from ltb.report.tables import (aggregated, columns, compiled_rows, errored, mark
 from ltb.results.cost import add_cost_arguments, hourly_prices
 from ltb.results.entries import collect
 from ltb.results.load import file_labels, load_all
+from ltb.results.records import run_date
 
 
 def html_page(args):
@@ -39,7 +40,9 @@ def html_page(args):
         runs, left_out = history_runs(directory)
         history += runs
         skipped += left_out
-    history.sort(key=lambda run: str(run[1]["context"].get("date", "")))
+    # Every directory's runs in the order they ran (a merged file's date is
+    # its first run's), as one history.
+    history.sort(key=lambda run: instant(run_date(run[1])))
     for path, why in skipped:
         print(f"report: left out of the history: {path}: {why}", file=sys.stderr)
     docs = load_all(files)

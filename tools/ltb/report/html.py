@@ -150,6 +150,18 @@ def per_step(bench, counter):
     return statistics.median(amounts) if amounts else None
 
 
+def epoch_steps(bench, ranks):
+    """The optimizer steps each rank takes in one epoch of a train_epoch
+    benchmark: the samples of an epoch (samples/s x the epoch's time, over
+    every rank) over the batch of every rank; None where the result does
+    not say (no samples/s, or no batch in its name)."""
+    batch = bench.fields["settings"].get("batch")
+    samples = per_step(bench, "samples/s")
+    if not isinstance(batch, int) or batch <= 0 or not samples:
+        return None
+    return max(1, round(samples / (batch * ranks)))
+
+
 def bytes_per_step(bench, ranks):
     """(bytes a step must move, whether that is only a lower bound): the
     suite's analytic count where the benchmark has one (bytes/s over steps
@@ -158,14 +170,21 @@ def bytes_per_step(bench, ranks):
     quantised ones included), else params x bytes per weight (the dtype's
     for inference, fp32 master weights for training); in generation once per
     token generated (the prompt's forward gives the first, each decode step
-    one more). A quantised result without weight_bytes (an older bench's)
-    has no count: its dtype is not what its weights take."""
+    one more), in a train_epoch once per optimizer step of the epoch. A
+    quantised result without weight_bytes (an older bench's) has no count:
+    its dtype is not what its weights take."""
     if bench.median_time <= 0:
         return None, False
     if bench.has("bytes/s"):
         return per_step(bench, "bytes/s"), False
     fields = bench.fields
     reads = max(1, fields["settings"].get("new", 1)) if fields["phase"] == "generate" else 1
+    if fields["phase"] == "train_epoch":
+        # A train_epoch's step is an epoch: one optimizer step a batch, each
+        # reading the weights once.
+        reads = epoch_steps(bench, ranks)
+        if not reads:
+            return None, False
     if bench.has("weight_bytes"):
         return bench.median("weight_bytes") * reads * ranks, True
     params = bench.median("params")
@@ -224,8 +243,8 @@ def roofline_section(page, docs, labels):
                     "tips": [f"{n}\nintensity {x:.3g} FLOP/byte"
                              + (" (at most)" if bound else "")
                              + f"\n{human(y)} FLOP/s"
-                             + ("" if mfu is None else f"\nmfu {mfu:.3f}")
-                             + ("" if mbu is None else f"\nmbu {mbu:.3f}")
+                             + ("" if mfu is None else f"\nmfu {mfu:#.3g}")
+                             + ("" if mbu is None else f"\nmbu {mbu:#.3g}")
                              for n, x, y, mfu, mbu, _ in chosen],
                     "backgroundColor": "#ffffff" if bound else color(0),
                     "borderColor": color(0), "borderWidth": 2, "pointRadius": 5})
@@ -290,7 +309,8 @@ def roofline_section(page, docs, labels):
             "step time: the Ops), filled points; otherwise the weights read once a step, "
             "params × bytes per weight (the dtype's for inference, 4 for training's fp32 "
             "weights; in generation once per token generated: the prompt's forward gives "
-            "the first, each decode step one more), hollow points: a lower bound on the "
+            "the first, each decode step one more; in a <code>train_epoch</code> once per "
+            "optimizer step of the epoch), hollow points: a lower bound on the "
             "traffic (activations, gradients and optimizer state come on top), so their "
             "intensity is an upper bound. Hover a point for "
             "its <code>mfu</code> and <code>mbu</code>.</p>")
@@ -481,6 +501,18 @@ SERVE_PERCENTILES = (("p50", "p50_ms", "circle"), ("p90", "p90_ms", "triangle"),
 SERVE_SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
 
 
+def loadgen_verdict(valid):
+    """LoadGen's verdict over the repetitions (valid: 1 for VALID, else 0):
+    VALID or INVALID where they agree, else how many were VALID (a median
+    of 0 and 1 is neither)."""
+    if not valid:
+        return "—"
+    passed = sum(1 for v in valid if v)
+    if passed == len(valid):
+        return "VALID"
+    return "INVALID" if not passed else f"VALID in {passed} of {len(valid)} repetitions"
+
+
 def serving_section(page, docs, labels):
     """Per LoadGen scenario, each serve benchmark's latency percentiles
     (LoadGen's, per sample) on one chart, Server's bound as a line."""
@@ -519,13 +551,13 @@ def serving_section(page, docs, labels):
             "options": options}, height=max(200, 22 * len(names) + 80)))
         rows = []
         for shown, bench, values in found:
-            valid = bench.median("valid")
+            valid = loadgen_verdict(bench.values("valid"))
             rows.append([code(shown)] + [f"{v:.4g} ms" for v in values]
                         + ["—" if bench.median("samples/s") is None
                            else human(bench.median("samples/s")),
                            "—" if bench.median("peak_qps") is None
                            else human(bench.median("peak_qps")),
-                           "—" if valid is None else ("VALID" if valid else "INVALID")])
+                           valid])
         parts.append(table(["benchmark", "p50", "p90", "p99", "p99.9", "samples/s",
                             "peak QPS", "LoadGen"], rows))
     if parts:

@@ -44,8 +44,9 @@ def rows(docs, labels, prices):
                     seconds(e) * 1e3 * e["step_cv_%"] / 100 for e in bench.entries
                     if isinstance(e.get("step_cv_%"), (int, float))
                     and math.isfinite(e["step_cv_%"]))
-                for counter in SPREAD_COUNTERS:
-                    row[counter] = bench.median(counter)
+            # A run of one step has percentiles (its one time) but no cv.
+            for counter in SPREAD_COUNTERS:
+                row[counter] = bench.median(counter)
             if len(docs) > 1 and name in first:
                 row["speedup"] = first[name].median_time / bench.median_time
             if prices:
