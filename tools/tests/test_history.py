@@ -713,6 +713,25 @@ class StoreTest(unittest.TestCase):
         self.assertEqual(last[skipped], [(None, "skipped: no CUDA device", {})])
         self.assertEqual(history("changes", db=self.db).returncode, 0)
 
+    def test_a_field_that_is_not_a_number_is_refused_not_stored_as_one(self):
+        # A time of true would be stored as 1 ms, a counter of "fast" dropped
+        # without a word, iterations of "abc" or a repetition_index of null
+        # would stop the add with a traceback: each is refused in one sentence.
+        cases = {"real_time": True, "cpu_time": "2", "iterations": "abc", "tokens/s": "fast",
+                 "repetition_index": None}
+        for field, value in cases.items():
+            doc = result_doc({"A/nano/cpu/forward/fp32": [1.0, 1.2]})
+            doc["benchmarks"][1][field] = value
+            bad = write(os.path.join(self.tmp, "bad.json"), doc)
+            run = history("add", bad, db=self.db, check=False)
+            self.assertEqual(run.returncode, 2, field + run.stdout + run.stderr)
+            self.assertNotIn("Traceback", run.stderr)
+            self.assertIn(f"bad.json: benchmark entry 1 is not one Google Benchmark writes "
+                          f"(A/nano/cpu/forward/fp32/manual_time: its {field} is not a",
+                          run.stderr)
+            self.assertIn("nothing was added", run.stderr)
+            self.assertEqual(self.count("runs"), 0, field)
+
     def test_a_file_of_aggregates_only_is_refused(self):
         # bench --benchmark_display_aggregates_only --benchmark_format=json
         # prints mean, median, stddev and cv, no repetition: nothing to store.

@@ -19,7 +19,7 @@ import time
 
 from ltb.base import REPO, BadInput, read_bytes
 from ltb.history.changes import Point
-from ltb.results.load import parse
+from ltb.results.load import entry_problem, parse
 from ltb.results.entries import TIME_UNITS, failed, failure
 from ltb.results.names import base_name, parse_name
 from ltb.results.records import run_date
@@ -111,6 +111,17 @@ def read_run(path):
         if not ok:
             raise BadInput(f"{path}: benchmark entry {i} has no name, finite time or known "
                            "time unit; nothing was added")
+        # A field that is not a number where Google Benchmark writes one (a
+        # time of true, iterations of "abc", a counter of "fast") would be
+        # stored as a number it is not, or dropped without a word.
+        problem = entry_problem(entry, i)
+        index = entry.get("repetition_index", 0)
+        if problem is None and (not isinstance(index, int) or isinstance(index, bool)
+                                or index < 0):
+            problem = f"{entry['name']}: its repetition_index is not a whole number"
+        if problem:
+            raise BadInput(f"{path}: benchmark entry {i} is not one Google Benchmark writes "
+                           f"({problem}); nothing was added")
     # The store keeps repetitions; a benchmark reported by its aggregates
     # alone would be a run without it.
     measured = {base_name(e) for e in doc["benchmarks"] if e.get("run_type") != "aggregate"}

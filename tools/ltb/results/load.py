@@ -121,7 +121,7 @@ def _is_number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _entry_problem(entry, number):
+def entry_problem(entry, number):
     """Why an entry is not one Google Benchmark writes, in the words of the
     first thing wrong with it; None when nothing is. Every reader indexes
     these fields, so a file lacking them is refused here, once, rather than
@@ -150,7 +150,7 @@ def load(path):
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
         raise BadInput(f"{path}: not a Google Benchmark JSON (no 'benchmarks' list)")
     for number, entry in enumerate(doc["benchmarks"], 1):
-        problem = _entry_problem(entry, number)
+        problem = entry_problem(entry, number)
         if problem:
             raise BadInput(f"{path}: not a Google Benchmark JSON ({problem})")
     if not isinstance(doc.setdefault("context", {}), dict):
