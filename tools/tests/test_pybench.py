@@ -1290,10 +1290,15 @@ class DatasheetPeaksTest(unittest.TestCase):
             0.0, "none: this GPU (compute capability 7.5) has no bf16 arithmetic (LibTorch "
                  "emulates it in fp32), which came with compute capability 8.0 (Ampere), so no "
                  "mfu is reported for it"))
-        # On an Ampere or newer GPU without a datasheet rate, given peaks for
-        # other dtypes leave bf16 without one (nothing is measured).
-        self.assertNotIn(("cuda", "bf16"), self.peaks_on("NVIDIA RTX A4000", capability=(8, 6),
-                                                         peak_flops="fp32=1e13"))
+        # On an Ampere or newer GPU without a datasheet rate, a dtype the
+        # given peaks leave out is measured, as bench measures it.
+        from ltb.pysuite import peaks as pysuite_peaks
+        with unittest.mock.patch.object(pysuite_peaks, "measure_matmul",
+                                        lambda device, dtype: 5e13):
+            measured = self.peaks_on("NVIDIA RTX A4000", capability=(8, 6),
+                                     peak_flops="fp32=1e13")[("cuda", "bf16")]
+        self.assertEqual(measured[0], 5e13)
+        self.assertTrue(measured[1].startswith("measured: "), measured)
         # Another GPU: nothing from the table.
         other = self.peaks_on("NVIDIA RTX A4000", peak_flops="1e12")
         self.assertNotIn(("cuda", "bandwidth"), other)
@@ -1660,7 +1665,8 @@ class NativeArithmeticTest(unittest.TestCase):
         self.assertEqual(entry["label"], "mfu left out: " + reason)
         self.assertEqual(doc["context"]["peak_flops_cpu_fp16"], "none: " + reason)
         # Read back as bench's peaks (--peaks_from): none, with its reason.
-        args = unittest.mock.Mock(peak_bandwidth=None, peak_flops=None, peaks_from=out)
+        args = unittest.mock.Mock(peak_bandwidth=None, peak_flops=None, peaks_from=out,
+                                  device_list=["cpu"], dtypes=["fp16"])
         self.assertEqual(peaks.peak_flops(args)[("cpu", "fp16")], (0.0, "none: " + reason))
 
     def setUp(self):

@@ -170,6 +170,8 @@ def aggregates(entries):
             sd = statistics.stdev(values) if len(values) > 1 else 0.0
             a[k] = {"mean": mean, "median": statistics.median(values), "stddev": sd,
                     "cv": sd / mean if mean else 0.0}[agg]
+        if entries[0].get("label"):  # Google Benchmark's: the first repetition's
+            a["label"] = entries[0]["label"]
         out.append(a)
     return out
 

@@ -113,6 +113,41 @@ def cuda_arithmetic_gap(capability, dtype):
                  "(Ampere), so no mfu is reported for it")
 
 
+def measure_matmul(device, dtype):
+    """FLOP/s of the fastest of five torch.matmul 2048x2048 in `dtype`."""
+    a = torch.randn(2048, 2048, device=device).to(DTYPES[dtype])
+    b = torch.randn(2048, 2048, device=device).to(DTYPES[dtype])
+    best = math.inf
+    for _ in range(5):
+        synchronize(device)
+        t = time.perf_counter()
+        a @ b
+        synchronize(device)
+        best = min(best, time.perf_counter() - t)
+    return 2 * 2048 ** 3 / best
+
+
+def whole_peak(doc, kind, what, value):
+    """A peak of bench's context, written to 4 significant digits, as its
+    entries' mfu_peak (mbu_peak for the bandwidth) hold it whole: the least
+    of those of the device kind and dtype that round to it (a later
+    benchmark's may have been raised); else the context's."""
+    counter = "mbu_peak" if what == "bandwidth" else "mfu_peak"
+    whole = []
+    for e in doc.get("benchmarks", []):
+        parts = str(e.get("name", "")).split("/")
+        peak = e.get(counter)
+        if not isinstance(peak, (int, float)) or len(parts) < 3:
+            continue
+        if parts[2].split(":")[0] != kind or "tf32" in parts:
+            continue
+        if what != "bandwidth" and what not in parts:
+            continue
+        if f"{peak:.4g}" == f"{value:.4g}":
+            whole.append(float(peak))
+    return min(whole, default=value)
+
+
 def peak_flops(args):
     """{(device kind, dtype or 'bandwidth'): (FLOP/s or bytes/s, how it was
     found)}."""
@@ -131,18 +166,22 @@ def peak_flops(args):
             for kind in ("cpu", "cuda"):
                 for d in ([dtype] if dtype else DTYPES):
                     peaks[(kind, d)] = (number, "given (--peak_flops)")
-    elif args.peaks_from:
+    if args.peaks_from:
         doc = load(args.peaks_from)
         for key, text in doc["context"].items():
             m = (re.fullmatch(r"peak_flops_(cpu|cuda)_(fp32|bf16|fp16)", key)
                  or re.fullmatch(r"peak_bandwidth_(cpu|cuda)()", key))
             value = re.match(r"\s*([0-9.]+(?:[eE][+-]?\d+)?)", str(text))
-            if m and str(text).startswith("none:"):  # no peak, and bench's reason
+            if not m or (m[1], m[2] or "bandwidth") in peaks:  # a given peak stays
+                continue
+            if str(text).startswith("none:"):  # no peak, and bench's reason
                 peaks[(m[1], m[2] or "bandwidth")] = (0.0, str(text))
-            elif m and value:
+            elif value:
                 peaks[(m[1], m[2] or "bandwidth")] = (
-                    float(value[1]), f"bench's, from {args.peaks_from}: {text}")
-        return peaks
+                    whole_peak(doc, m[1], m[2] or "bandwidth", float(value[1])),
+                    f"bench's, from {args.peaks_from}: {text}")
+    # What is neither given nor taken is found as below, as bench finds it:
+    # a dtype the bench run did not settle, or one --peak_flops leaves out.
     for device in args.device_list:
         kind = device.split(":")[0]
         # A known GPU: bench's datasheet peaks, as bench divides by them (a
@@ -162,22 +201,14 @@ def peak_flops(args):
             if gap:
                 peaks[(kind, dtype)] = gap
                 continue
-            if args.peak_flops:  # given for other dtypes: nothing measured
-                continue
             if kind == "cpu" and not native_cpu_arithmetic(dtype):
                 peaks[(kind, dtype)] = no_native_arithmetic(dtype)
                 continue
-            a = torch.randn(2048, 2048, device=device).to(DTYPES[dtype])
-            b = torch.randn(2048, 2048, device=device).to(DTYPES[dtype])
-            best = math.inf
-            for _ in range(5):
-                synchronize(device)
-                t = time.perf_counter()
-                a @ b
-                synchronize(device)
-                best = min(best, time.perf_counter() - t)
-            peaks[(kind, dtype)] = (2 * 2048 ** 3 / best, "measured: the fastest of 5 "
+            why = (f"{args.peaks_from} holds no peak_flops_{kind}_{dtype}: run bench with "
+                   f"--dtype={dtype} on this device for its peak" if args.peaks_from else
+                   "give --peaks_from=BENCH.json for the same peak")
+            peaks[(kind, dtype)] = (measure_matmul(device, dtype), "measured: the fastest of 5 "
                                     "torch.matmul 2048x2048 (not bench's register-resident "
-                                    "peak: give --peaks_from=BENCH.json for the same peak)")
+                                    f"peak: {why})")
     return peaks
 
