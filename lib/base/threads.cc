@@ -176,14 +176,47 @@ std::vector<int> PhysicalCoreIds(const std::string& sys_cpu_dir,
   return {ids.begin(), ids.end()};
 }
 
+namespace {
+
+// The CPUs of the OpenMP runtime's places (none without OMP_PLACES,
+// OMP_PROC_BIND or GOMP_CPU_AFFINITY), found at run time: this file is
+// built without OpenMP, which LibTorch loads.
+std::set<int> OpenMpPlaceCpus() {
+  const auto num_places =
+      reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_num_places"));
+  const auto place_num_procs =
+      reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "omp_get_place_num_procs"));
+  const auto place_proc_ids = reinterpret_cast<void (*)(int, int*)>(
+      dlsym(RTLD_DEFAULT, "omp_get_place_proc_ids"));
+  std::set<int> cpus;
+  if (num_places == nullptr || place_num_procs == nullptr || place_proc_ids == nullptr) {
+    return cpus;
+  }
+  for (int place = 0; place < num_places(); ++place) {
+    std::vector<int> ids(std::max(0, place_num_procs(place)));
+    if (ids.empty()) continue;
+    place_proc_ids(place, ids.data());
+    cpus.insert(ids.begin(), ids.end());
+  }
+  return cpus;
+}
+
+}  // namespace
+
 std::vector<int> AllowedCpus() {
   std::vector<int> cpus;
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    // Where OpenMP binds its threads (OMP_PROC_BIND, OMP_PLACES,
+    // GOMP_CPU_AFFINITY), its runtime pins this thread to the first place
+    // when it loads, before main(): the process may run on every place's
+    // CPUs, which its places are made of.
+    std::set<int> all = OpenMpPlaceCpus();
     for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-      if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+      if (CPU_ISSET(cpu, &set)) all.insert(cpu);
     }
+    cpus.assign(all.begin(), all.end());
   }
   if (cpus.empty()) {
     for (unsigned cpu = 0; cpu < std::max(1u, std::thread::hardware_concurrency()); ++cpu)

@@ -81,8 +81,10 @@ int CountPhysicalCores(const std::string& sys_cpu_dir, const std::vector<int>& c
 std::vector<int> PhysicalCoreIds(const std::string& sys_cpu_dir,
                                  const std::vector<int>& cpus);
 
-// The logical CPUs this process may run on (its affinity), or every CPU the
-// machine has when the affinity cannot be read.
+// The logical CPUs this process may run on (its affinity, and where OpenMP
+// binds its threads, the CPUs of its places, to which its runtime narrowed
+// this thread's affinity), or every CPU the machine has when the affinity
+// cannot be read.
 std::vector<int> AllowedCpus();
 
 int IntraOpThreads();

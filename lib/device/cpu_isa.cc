@@ -5,9 +5,11 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace ltb {
 namespace {
@@ -66,7 +68,23 @@ std::string& SimulationNote() {
 
 std::string MatchCpuSimulation() {
   const char* aten = std::getenv("ATEN_CPU_CAPABILITY");
-  if (aten == nullptr) return "";
+  if (aten == nullptr) {
+    // Limits without ATen's: a simulation in part, which the context says.
+    std::vector<std::string> alone;
+    for (const char* var : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
+                            "MKL_ENABLE_INSTRUCTIONS", "LTB_MAX_CPU_ISA"}) {
+      const char* v = std::getenv(var);
+      if (v != nullptr && *v != '\0') alone.push_back(absl::StrCat(var, "=", v));
+    }
+    if (alone.empty()) return "";
+    SimulationNote() = absl::StrCat(
+        "in part: ", absl::StrJoin(alone, " and "),
+        " without ATEN_CPU_CAPABILITY, so LibTorch's own kernels run this CPU's "
+        "instructions (cpu_capability), and so does whatever no limit names (oneDNN, "
+        "MKL, the peaks' loop); ATEN_CPU_CAPABILITY=avx2 or default simulates an older "
+        "CPU throughout");
+    return SimulationNote();
+  }
   const std::string level = absl::AsciiStrToLower(aten);
   const char* onednn = level == "avx2" ? "AVX2" : level == "default" ? "SSE41" : nullptr;
   if (onednn == nullptr) return "";

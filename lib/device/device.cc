@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/dtype.h"
 
@@ -201,6 +202,21 @@ absl::Status CheckTf32Environment(bool tf32_runs) {
     return absl::InvalidArgumentError(
         "NVIDIA_TF32_OVERRIDE=0 keeps cuBLAS and cuDNN from TF32, so the /tf32 runs "
         "--tf32 asks for would be plain fp32: unset it, or give --tf32=false");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFpmathEnvironment() {
+  for (const char* name : {"ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || value[0] == '\0' || absl::EqualsIgnoreCase(value, "strict")) {
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, "=", value,
+        " lets oneDNN compute fp32 in a narrower type, which fp32 "
+        "names do not say: unset it, and run --dtype=bf16 (or fp16) for what a "
+        "narrower type does"));
   }
   return absl::OkStatus();
 }

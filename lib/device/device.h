@@ -55,4 +55,9 @@ c10::Device HostDevice();
 // when `tf32_runs`, would be plain fp32).
 absl::Status CheckTf32Environment(bool tf32_runs);
 
+// An error when the environment lets oneDNN compute fp32 in a narrower
+// type (ONEDNN_DEFAULT_FPMATH_MODE or DNNL_DEFAULT_FPMATH_MODE other than
+// STRICT: BF16, F16, TF32, ANY), which the host's fp32 names do not say.
+absl::Status CheckFpmathEnvironment();
+
 }  // namespace ltb

@@ -86,7 +86,8 @@ std::string BenchSpec::Name() const {
   if (pack_cpu_linears) absl::StrAppend(&name, "/onednn");
   if (!backend.empty()) absl::StrAppend(&name, "/", backend);
   if (graph) absl::StrAppend(&name, "/graph");
-  if (bucket_mb != 25) absl::StrAppend(&name, "/bucket_mb:", bucket_mb);
+  // Buckets exist only in a process group.
+  if (process_group && bucket_mb != 25) absl::StrAppend(&name, "/bucket_mb:", bucket_mb);
   if (iterations == Iterations::kEpochs) {  // train_epoch
     if (epochs.dataset_samples != kDefaultDatasetSamples) {
       absl::StrAppend(&name, "/dataset_samples:", epochs.dataset_samples);
@@ -102,8 +103,12 @@ std::string BenchSpec::Name() const {
   if (!weights.empty()) absl::StrAppend(&name, "/weights:", WeightsName(weights));
   if (!inputs.empty()) absl::StrAppend(&name, "/inputs:", inputs);
   if (!sync) absl::StrAppend(&name, "/nosync");
-  // Where tools/scaling names the world size of its merged files.
-  if (data_parallel && world_size > 1) absl::StrAppend(&name, "/ranks:", world_size);
+  // Where tools/scaling names the world size of its merged files; one rank
+  // in a process group (--force_process_group) averages through it, which
+  // a run without one does not.
+  if (data_parallel && (world_size > 1 || process_group)) {
+    absl::StrAppend(&name, "/ranks:", world_size);
+  }
   return name;
 }
 

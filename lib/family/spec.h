@@ -149,11 +149,12 @@ struct BenchSpec {
   // Steps replayed from CUDA graphs captured once (--cuda_graphs): a forward
   // phase's whole step, generation's decode steps.
   bool graph = false;
-  // Data-parallel training phases: the gradient bucket cap, in MB, and the
+  // Data-parallel training phases: the gradient bucket cap, in MB, the
   // ranks of the process group (each runs --batch: the step's work grows
-  // with them).
+  // with them), and whether there is one (several ranks, or one forced).
   int64_t bucket_mb = 25;
   int world_size = 1;
+  bool process_group = false;
   // --weights: a safetensors checkpoint (a file, a folder or its index)
   // loaded into the model instead of random weights; empty: random.
   std::string weights;

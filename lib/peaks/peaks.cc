@@ -290,11 +290,20 @@ Peak Peaks::MeasureCpuFlops(c10::ScalarType dtype) {
     onednn = gemm(GemmPath::kOnednn);
   }
   const double best = std::max({loop.flops, stock, onednn});
+  // A path that reached nothing is said so, not given a rate of 0.
+  const auto rate = [](double flops, const char* why) {
+    return flops > 0 ? absl::StrFormat("%.4g", flops) : std::string(why);
+  };
   return {best,
-          absl::StrFormat("measured: the highest of a register-resident %s loop on %d "
-                          "threads %.4g, LibTorch's matmul %.4g and oneDNN's linear %.4g "
-                          "over the Ops matmul shapes",
-                          loop.isa, at::get_num_threads(), loop.flops, stock, onednn),
+          absl::StrFormat(
+              "measured: the highest of a register-resident %s loop on %d threads %.4g, "
+              "LibTorch's matmul %s and oneDNN's linear %s over the Ops matmul shapes",
+              loop.isa, at::get_num_threads(), loop.flops,
+              rate(stock, "(which failed: none)"),
+              rate(onednn,
+                   at::hasMKLDNN() && (dtype == c10::kFloat || dtype == c10::kBFloat16)
+                       ? "(which failed: none)"
+                       : "(not measured: oneDNN's linear takes fp32 and bf16)")),
           true};
 }
 

@@ -182,6 +182,43 @@ void AddToGoogleBenchmark(const std::vector<Registration>& registrations,
   }
 }
 
+// Why a filter that matched nothing matched nothing, where it is anchored
+// and its first parts are plain names (^NoSuchModel, ^GPT2/huge/): the
+// family or size it names that is none, and the valid ones; "" otherwise
+// (an unanchored filter searches anywhere in the names).
+std::string UnknownNameIn(const std::string& filter,
+                          const std::vector<Family>& families) {
+  if (!absl::StartsWith(filter, "^")) return "";
+  const std::vector<std::string> parts = absl::StrSplit(filter.substr(1), '/');
+  const auto plain = [](const std::string& part) {
+    return !part.empty() && std::all_of(part.begin(), part.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+    });
+  };
+  if (parts.empty() || !plain(parts[0])) return "";
+  std::vector<std::string> family_names;
+  const Family* family = nullptr;
+  bool names_one = false;  // "^GPT" begins GPT2's names; "^GPT/" none
+  for (const Family& f : families) {
+    family_names.push_back(f.name);
+    if (f.name == parts[0]) family = &f;
+    names_one = names_one || f.name == parts[0] ||
+                (parts.size() == 1 && absl::StartsWith(f.name, parts[0]));
+  }
+  if (!names_one) {
+    return absl::StrCat("no family is called '", parts[0],
+                        "'; families: ", absl::StrJoin(family_names, ", "));
+  }
+  if (family == nullptr || parts.size() < 2 || !plain(parts[1]) ||
+      std::find(family->sizes.begin(), family->sizes.end(), parts[1]) !=
+          family->sizes.end()) {
+    return "";
+  }
+  return absl::StrCat("no ", family->name, " benchmark is named ", family->name, "/",
+                      parts[1], "/...; after ", family->name,
+                      "/ come: ", absl::StrJoin(family->sizes, ", "));
+}
+
 void AddContext(const SuiteOptions& o, const CommandLine& command_line,
                 const std::string& malloc_description, int world_size) {
   // The peaks are added by the reporters (LateContextReporter): a benchmark
@@ -228,6 +265,11 @@ void ExitWithUsageError(const absl::Status& status) {
 
 Context SettingsContext(const SuiteOptions& o, const CommandLine& command_line,
                         const std::string& malloc_description, int world_size) {
+  const std::string unused =
+      CurrentProcessGroup() == nullptr
+          ? "not used, no process group (several ranks or --force_process_group make "
+            "one); with one: "
+          : "";
   Context extra = {
       {"malloc", malloc_description},
       {"sync", o.sweep.sync ? "true" : "false (clock read without device sync)"},
@@ -264,18 +306,25 @@ Context SettingsContext(const SuiteOptions& o, const CommandLine& command_line,
            ? "none"
            : absl::StrCat(BackendOf(CurrentProcessGroup()->device()).CollectivesName(),
                           ", ", world_size, world_size == 1 ? " rank" : " ranks")},
+      // What a process group would do, said as unused where there is none.
       {"dp_gradients",
-       LTB_HAS_REDUCER
-           ? absl::StrCat("c10d::Reducer (Python DDP's engine): ", o.sweep.bucket_mb,
-                          " MB buckets (1 MB first), all-reduced during the backward, "
-                          "gradients as bucket views")
-           : absl::StrCat("all-reduce of ", o.sweep.bucket_mb,
-                          " MB buckets after the backward (this LibTorch's c10d::Reducer "
-                          "is not used: it needs " LTB_REDUCER_VERSION ")")},
+       absl::StrCat(
+           unused,
+           LTB_HAS_REDUCER
+               ? absl::StrCat("c10d::Reducer (Python DDP's engine): ", o.sweep.bucket_mb,
+                              " MB buckets (1 MB first), all-reduced during the "
+                              "backward, gradients as bucket views")
+               : absl::StrCat("all-reduce of ", o.sweep.bucket_mb,
+                              " MB buckets after the backward (this LibTorch's "
+                              "c10d::Reducer is not used: it needs " LTB_REDUCER_VERSION
+                              ")"))},
       {"dp_buffers",
-       "rank 0's buffers (BatchNorm statistics, ...) broadcast to every rank before "
-       "each forward that averages gradients, in 250 MB buckets (Python DDP's "
-       "broadcast_buffers=True, its default, in a run of averaging steps)"},
+       absl::StrCat(
+           unused,
+           "rank 0's buffers (BatchNorm statistics, ...) broadcast to every rank "
+           "before each forward that averages gradients, in 250 MB buckets "
+           "(Python DDP's broadcast_buffers=True, its default, in a run of "
+           "averaging steps)")},
       {"cpu_linear",
        "aten: LibTorch's default linear path; names ending in /onednn: linear weights "
        "packed once for oneDNN (CPU inference)"},
@@ -487,6 +536,17 @@ absl::StatusOr<std::unique_ptr<Suite>> Suite::Register(const SuiteOptions& optio
   suite->filter_ = *std::move(filter);
   if (absl::Status s = CheckCpuIsaLimit(); !s.ok()) return s;
   if (absl::Status s = CheckWritablePaths(options, command_line); !s.ok()) return s;
+  // A checkpoint that is not there fails before anything runs, not as every
+  // loading benchmark's error (a corrupt one is each benchmark's); a list
+  // of names needs none.
+  if (const std::string& weights = options.sweep.weights;
+      !command_line.list_only && !weights.empty() && !std::filesystem::exists(weights)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--weights=", weights,
+        ": no such file or folder; valid: a .safetensors file, a "
+        "folder holding model.safetensors or model.safetensors.index.json, or such an "
+        "index"));
+  }
 
   std::string malloc_description;
   if (absl::Status s =
@@ -498,11 +558,20 @@ absl::StatusOr<std::unique_ptr<Suite>> Suite::Register(const SuiteOptions& optio
 
   Sweep sweep = SweepFor(options, command_line, AvailableDevices());
   sweep.world_size = dist->world_size;
+  sweep.process_group = dist->world_size > 1 || options.force_process_group;
   if (std::any_of(sweep.devices.begin(), sweep.devices.end(),
                   [](const c10::Device& d) { return BackendOf(d).Caps().tf32; })) {
     const bool tf32_runs =
         std::find(sweep.tf32.begin(), sweep.tf32.end(), true) != sweep.tf32.end();
     if (absl::Status s = CheckTf32Environment(tf32_runs); !s.ok()) return s;
+  }
+  const bool host_fp32 =
+      std::find(sweep.dtypes.begin(), sweep.dtypes.end(), c10::kFloat) !=
+          sweep.dtypes.end() &&
+      std::any_of(sweep.devices.begin(), sweep.devices.end(),
+                  [](const c10::Device& d) { return BackendOf(d).Caps().host; });
+  if (host_fp32) {
+    if (absl::Status s = CheckFpmathEnvironment(); !s.ok()) return s;
   }
   if (sweep.serve.log_dir.empty()) {
     // LoadGen's logs beside the results they explain.
@@ -618,10 +687,11 @@ int Suite::Run() {
   if (matched == 0) {
     std::vector<std::string> devices;
     for (const c10::Device& d : devices_) devices.push_back(DeviceName(d));
-    ExitWithUsageError(absl::InvalidArgumentError(
-        absl::StrCat("no benchmark matches --benchmark_filter='", filter_,
-                     "' on devices ", absl::StrJoin(devices, ","),
-                     "; list them with --benchmark_filter=all --benchmark_list_tests")));
+    const std::string unknown = UnknownNameIn(filter_, families_);
+    ExitWithUsageError(absl::InvalidArgumentError(absl::StrCat(
+        "no benchmark matches --benchmark_filter='", filter_, "' on devices ",
+        absl::StrJoin(devices, ","), unknown.empty() ? "" : absl::StrCat(": ", unknown),
+        "; list them with --benchmark_filter=all --benchmark_list_tests")));
   }
   const std::string summary = SpeedupSummary(recorder.runs());
   // Console output ends with the summary; JSON or CSV on stdout stays clean.

@@ -220,6 +220,7 @@ std::vector<Registration> ExpandSweep(const std::vector<Family>& families,
       if (c.phase.data_parallel) {
         base.spec.bucket_mb = sweep.bucket_mb;
         base.spec.world_size = sweep.world_size;
+        base.spec.process_group = sweep.process_group;
       }
       base.spec.backend = c.backend;
       base.spec.inputs = c.inputs;

@@ -35,8 +35,9 @@ struct Sweep {
   std::vector<int64_t> depths = {0};  // --depth: families that generate at a depth
   std::vector<c10::ScalarType> dtypes = {c10::kFloat};
   bool sync = true;
-  int64_t bucket_mb = 25;  // --bucket_mb: data-parallel gradient buckets
-  int world_size = 1;      // the process group's ranks (WORLD_SIZE)
+  int64_t bucket_mb = 25;      // --bucket_mb: data-parallel gradient buckets
+  int world_size = 1;          // the process group's ranks (WORLD_SIZE)
+  bool process_group = false;  // joined: several ranks, or --force_process_group
   std::vector<bool> pack_cpu_linears = {false};  // --cpu_linear: aten, onednn
   std::vector<Quant> quants = {Quant{}};         // --quant x --quant_group
   std::vector<bool> channels_last = {false};     // --memory_format

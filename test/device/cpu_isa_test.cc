@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "scoped_env.h"
 
 namespace ltb {
@@ -60,6 +61,31 @@ TEST(MatchCpuSimulation, AtenAloneLimitsOneDnnAndThePeaksToItsLevel) {
     EXPECT_EQ(std::getenv("ONEDNN_MAX_CPU_ISA"), nullptr);
     EXPECT_EQ(std::getenv("MKL_ENABLE_INSTRUCTIONS"), nullptr);
   }
+}
+
+TEST(MatchCpuSimulation, LimitsWithoutAtensAreNamedASimulationInPart) {
+  {
+    ScopedEnv limits({{"ATEN_CPU_CAPABILITY", nullptr},
+                      {"ONEDNN_MAX_CPU_ISA", "AVX2"},
+                      {"DNNL_MAX_CPU_ISA", nullptr},
+                      {"MKL_ENABLE_INSTRUCTIONS", nullptr},
+                      {"LTB_MAX_CPU_ISA", nullptr}});
+    const std::string note = MatchCpuSimulation();
+    EXPECT_TRUE(absl::StartsWith(note,
+                                 "in part: ONEDNN_MAX_CPU_ISA=AVX2 without "
+                                 "ATEN_CPU_CAPABILITY"))
+        << note;
+    EXPECT_EQ(CpuSimulationNote(), note);
+    // Nothing is set on the user's behalf.
+    EXPECT_EQ(std::getenv("MKL_ENABLE_INSTRUCTIONS"), nullptr);
+    EXPECT_EQ(std::getenv("LTB_MAX_CPU_ISA"), nullptr);
+  }
+  ScopedEnv none({{"ATEN_CPU_CAPABILITY", nullptr},
+                  {"ONEDNN_MAX_CPU_ISA", nullptr},
+                  {"DNNL_MAX_CPU_ISA", nullptr},
+                  {"MKL_ENABLE_INSTRUCTIONS", nullptr},
+                  {"LTB_MAX_CPU_ISA", nullptr}});
+  EXPECT_EQ(MatchCpuSimulation(), "");
 }
 
 TEST(CpuIsa, WithoutALimitFollowsTheCpuFlags) {

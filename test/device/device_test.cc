@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "device/backend.h"
 #include "device/cuda_runtime.h"
 #include "device/telemetry.h"
@@ -167,6 +168,29 @@ TEST(CheckTf32Environment, RefusesOverridesThatContradictTheNames) {
     const absl::Status s = CheckTf32Environment(true);
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.message().find("--tf32=false"), std::string::npos) << s.message();
+  }
+}
+
+TEST(CheckFpmathEnvironment, RefusesOneDnnComputingFp32NarrowerThanItsName) {
+  {
+    ScopedEnv env(
+        {{"ONEDNN_DEFAULT_FPMATH_MODE", nullptr}, {"DNNL_DEFAULT_FPMATH_MODE", nullptr}});
+    EXPECT_TRUE(CheckFpmathEnvironment().ok());
+  }
+  for (const char* name : {"ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE"}) {
+    for (const char* strict : {"STRICT", "strict", ""}) {
+      ScopedEnv env({{name, strict}});
+      EXPECT_TRUE(CheckFpmathEnvironment().ok()) << name << "=" << strict;
+    }
+    for (const char* narrower : {"BF16", "f16", "TF32", "ANY"}) {
+      ScopedEnv env({{name, narrower}});
+      const absl::Status s = CheckFpmathEnvironment();
+      ASSERT_FALSE(s.ok()) << name << "=" << narrower;
+      EXPECT_NE(s.message().find(absl::StrCat(name, "=", narrower,
+                                              " lets oneDNN compute fp32 in a narrower")),
+                std::string::npos)
+          << s.message();
+    }
   }
 }
 

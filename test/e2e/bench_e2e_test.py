@@ -208,6 +208,29 @@ class NanoJsonTest(unittest.TestCase):
         for var in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"):
             self.assertEqual(ctx.get(var.lower()), os.environ.get(var) or None, var)
 
+    def test_openmp_binding_narrows_neither_the_cpus_nor_the_threads(self):
+        # Where OpenMP binds its threads, its runtime pins the main thread to
+        # the first place when it loads, before main(): the process may still
+        # run on every place's CPUs, and the run takes as many threads.
+        cpus = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+        base = {k: v for k, v in os.environ.items()
+                if k not in ("OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES",
+                             "GOMP_CPU_AFFINITY")}
+
+        def context(**env):
+            proc = subprocess.run([BENCH, "--benchmark_format=json", "--devices=cpu",
+                                   "--benchmark_filter=^Ops/noop/", *FAST],
+                                  capture_output=True, text=True, timeout=600,
+                                  env=dict(base, **env))
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            ctx = json.loads(proc.stdout)["context"]
+            return ctx["cpu_affinity"], ctx["intra_op_threads"]
+
+        plain = context()
+        for env in ({"OMP_PROC_BIND": "close"}, {"OMP_PLACES": "cores"},
+                    {"GOMP_CPU_AFFINITY": cpus}):
+            self.assertEqual(context(**env), plain, env)
+
     def test_google_benchmark_is_built_for_release(self):
         # Debian's libbenchmark is compiled without NDEBUG: it warns on every
         # run, and its timing loop carries the library's assertions.
@@ -248,6 +271,20 @@ class BadInputTest(unittest.TestCase):
         self.assert_usage_error(["--cpu_linear=blas"], "valid: aten, onednn")
         self.assert_usage_error(["--benchmark_filter=("], "not a valid regular expression")
         self.assert_usage_error(["--benchmark_filter=NoSuchModel"], "no benchmark matches")
+        # An anchored filter's unknown family or size: the valid ones named.
+        self.assert_usage_error(["--benchmark_filter=^NoSuchModel/"],
+                                "no family is called 'NoSuchModel'; families: ",
+                                "Transformer, ")
+        self.assert_usage_error(["--benchmark_filter=^GPT2/huge/"],
+                                "no GPT2 benchmark is named GPT2/huge/...; after GPT2/ "
+                                "come: nano, small, medium, large, xl")
+        # A checkpoint that is not there: refused before anything runs (a
+        # list of names needs none).
+        missing = os.path.join(tempfile.gettempdir(), "no-such-dir", "model.safetensors")
+        self.assert_usage_error([f"--weights={missing}", "--benchmark_filter=^GPT2/nano/"],
+                                f"--weights={missing}: no such file or folder; valid: ")
+        run_bench(f"--weights={missing}", "--benchmark_filter=^GPT2/nano/",
+                  "--benchmark_list_tests")
         self.assert_usage_error(["--epochs=2,5"], "--epochs", "one value, not a list")
         self.assert_usage_error(["--steps=3,4"], "--steps", "one value, not a list")
         self.assert_usage_error(["--dtype="], "--dtype needs at least one value")
@@ -261,6 +298,18 @@ class BadInputTest(unittest.TestCase):
                               capture_output=True, text=True, timeout=600, env=env)
         self.assertEqual(proc.returncode, 2, proc.stderr)
         self.assertIn("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 makes every fp32 matmul", proc.stderr)
+        # And one that lets oneDNN compute the CPU's fp32 in bf16; a run
+        # without CPU fp32 benchmarks is not refused.
+        env = dict(os.environ, ONEDNN_DEFAULT_FPMATH_MODE="BF16")
+        for dtype, code in (("fp32", 2), ("bf16", 0)):
+            proc = subprocess.run([BENCH, "--devices=cpu", f"--dtype={dtype}",
+                                   "--benchmark_filter=^GPT2/nano/cpu/forward/",
+                                   "--benchmark_list_tests"],
+                                  capture_output=True, text=True, timeout=600, env=env)
+            self.assertEqual(proc.returncode, code, proc.stderr)
+            if code:
+                self.assertIn("ONEDNN_DEFAULT_FPMATH_MODE=BF16 lets oneDNN compute fp32 in "
+                              "a narrower type", proc.stderr)
         # A path given empty ("--weights=$UNSET") is refused, not run as if
         # left out (random weights, the default suite in place of --model).
         for flag in ("weights", "eval_tokens", "compiled", "model", "inputs", "data_dir",

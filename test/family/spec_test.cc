@@ -96,10 +96,15 @@ TEST(ExpandSweep, BucketCapNamesDataParallelTrainingOnlyWhenNotTheDefault) {
   Sweep sweep;
   sweep.devices = {c10::Device(c10::kCPU)};
   sweep.bucket_mb = 4;
+  // Without a process group there are no buckets: nothing to name.
+  for (const Registration& r : ExpandSweep(families, sweep)) {
+    EXPECT_FALSE(absl::StrContains(r.spec.Name(), "bucket_mb")) << r.spec.Name();
+  }
+  sweep.process_group = true;  // one rank's, --force_process_group
   std::set<std::string> names;
   for (const Registration& r : ExpandSweep(families, sweep)) names.insert(r.spec.Name());
-  EXPECT_TRUE(
-      names.count("Transformer/nano/cpu/train_step/batch:4/seq:512/fp32/bucket_mb:4"));
+  EXPECT_TRUE(names.count(
+      "Transformer/nano/cpu/train_step/batch:4/seq:512/fp32/bucket_mb:4/ranks:1"));
   EXPECT_TRUE(names.count("Transformer/nano/cpu/forward/batch:4/seq:512/fp32"));
   sweep.bucket_mb = 25;
   for (const Registration& r : ExpandSweep(families, sweep)) {
@@ -113,6 +118,7 @@ TEST(ExpandSweep, RanksNameDataParallelTrainingOverMoreThanOneRank) {
   Sweep sweep;
   sweep.devices = {c10::Device(c10::kCPU)};
   sweep.world_size = 2;
+  sweep.process_group = true;
   sweep.sync = false;
   std::set<std::string> names;
   for (const Registration& r : ExpandSweep(families, sweep)) names.insert(r.spec.Name());
@@ -125,7 +131,14 @@ TEST(ExpandSweep, RanksNameDataParallelTrainingOverMoreThanOneRank) {
     EXPECT_EQ(absl::StrContains(name, "/ranks:2"), absl::StrContains(name, "/train_"))
         << name;
   }
+  // One rank in a process group (--force_process_group) averages through
+  // it, which a plain run does not: /ranks:1, not a plain run's name.
   sweep.world_size = 1;
+  names.clear();
+  for (const Registration& r : ExpandSweep(families, sweep)) names.insert(r.spec.Name());
+  EXPECT_TRUE(
+      names.count("Transformer/nano/cpu/train_step/batch:4/seq:512/fp32/nosync/ranks:1"));
+  sweep.process_group = false;
   for (const Registration& r : ExpandSweep(families, sweep)) {
     EXPECT_FALSE(absl::StrContains(r.spec.Name(), "ranks:")) << r.spec.Name();
   }

@@ -273,6 +273,11 @@ TEST(SettingsContext, RecordsTheMeasurementAndTheDataAsTheFlagsSetThem) {
   EXPECT_EQ(ctx["train_epoch_data"],
             "memory: the dataset generated in RAM once, before the epochs");
   EXPECT_NE(ctx["dp_gradients"].find(" 25 MB buckets"), std::string::npos);
+  // Without a process group nothing is averaged or broadcast, and the
+  // context says so before what one would do.
+  for (const char* key : {"dp_gradients", "dp_buffers"}) {
+    EXPECT_TRUE(absl::StartsWith(ctx[key], "not used, no process group")) << ctx[key];
+  }
   for (const char* absent : {"benchmark_min_warmup_time", "profile", "serve_min",
                              "model_inputs", "model_flops_per_step"}) {
     EXPECT_EQ(ctx.count(absent), 0u) << absent;
