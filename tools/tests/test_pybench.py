@@ -1691,6 +1691,20 @@ class Tf32OverrideTest(unittest.TestCase):
                                               "--benchmark_min_time=0.01", "--warmup_s=0")
             self.assertEqual(code, 0, stderr)
 
+    def test_a_cpu_fp32_run_is_refused_where_onednn_may_narrow_fp32(self):
+        for name in ("ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE"):
+            with unittest.mock.patch.dict(os.environ, {name: "BF16"}):
+                code, stderr = pybench_in_process("--benchmark_filter=^GPT2/nano/cpu/forward/",
+                                                  "--batch=1", "--seq=8")
+                self.assertEqual(code, 2, stderr)
+                self.assertIn(f"{name}=BF16 lets oneDNN compute fp32 in a narrower type",
+                              stderr)
+        with unittest.mock.patch.dict(os.environ, {"ONEDNN_DEFAULT_FPMATH_MODE": "STRICT"}):
+            code, stderr = pybench_in_process("--benchmark_filter=^GPT2/nano/cpu/forward/",
+                                              "--batch=1", "--seq=8",
+                                              "--benchmark_min_time=0.01", "--warmup_s=0")
+            self.assertEqual(code, 0, stderr)
+
 
 class AggregatesOnlyTest(ToolTest):
     """--benchmark_report_aggregates_only and --benchmark_display_aggregates_only

@@ -70,7 +70,8 @@ def pybench_main(argv):
         return 0
     threads = configure_threads(args)
     try:
-        configure_fp32(cuda=any(s.device.startswith("cuda") for s in selected))
+        configure_fp32(cuda=any(s.device.startswith("cuda") for s in selected),
+                       cpu_fp32=any(s.device == "cpu" and s.dtype == "fp32" for s in selected))
         args.malloc_text = configure_malloc(args.malloc)
         peaks = peak_flops(args)
     except (BadFlag, BadInput) as e:

@@ -175,19 +175,27 @@ def configure_malloc(mode):
     return malloc_description(MALLOC[mode], malloc_library())
 
 
-def configure_fp32(cuda=False):
+def configure_fp32(cuda=False, cpu_fp32=False):
     """lib/device/cuda_backend.cc: fp32 means fp32. PyTorch lets cuDNN run
     fp32 convolutions as TF32 by default (LibTorch too, which bench turns
     off), so that fp32's convolutions on a GPU would be TF32's, faster than
     bench's and with an mfu against the fp32 peak; matmuls are off already
     unless asked for, and stay so. A run on CUDA is refused where the
-    environment keeps matmuls TF32 (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1), as
-    bench refuses it (lib/device/device.cc, CheckTf32Environment)."""
+    environment keeps matmuls TF32 (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1), and
+    one with CPU fp32 benchmarks where it lets oneDNN compute fp32 in a
+    narrower type (ONEDNN_DEFAULT_FPMATH_MODE other than STRICT), as bench
+    refuses them (lib/device/device.cc)."""
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     if cuda and os.environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1":
         raise BadFlag("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 makes every fp32 matmul on CUDA "
                       "TF32, which fp32 names do not say: unset it")
+    for name in ("ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE"):
+        value = os.environ.get(name, "")
+        if cpu_fp32 and value and value.lower() != "strict":
+            raise BadFlag(f"{name}={value} lets oneDNN compute fp32 in a narrower type, "
+                          "which fp32 names do not say: unset it, and run --dtype=bf16 "
+                          "(or fp16) for what a narrower type does")
 
 
 def tf32_text():
