@@ -1865,3 +1865,29 @@ class GpuTimingTest(unittest.TestCase):
         self.assertEqual(gpu.event_syncs, 1)  # once, at the end
         self.assertAlmostEqual(w.prefill_s, 5e-3)
         self.assertEqual([round(t, 9) for t in w.decode_steps], [1e-3, 2e-3, 3e-3])
+
+
+class OpenMpBindingTest(unittest.TestCase):
+    """Where OpenMP binds its threads, its runtime pins the main thread to
+    its first place when PyTorch loads: pybench still counts every CPU the
+    process may run on, and takes as many threads, as bench does."""
+
+    def test_binding_narrows_neither_the_cpus_nor_the_threads(self):
+        base = {k: v for k, v in os.environ.items()
+                if k not in ("OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES",
+                             "GOMP_CPU_AFFINITY")}
+
+        def context(**env):
+            proc = subprocess.run(
+                [sys.executable, os.path.join(TOOLS, "pybench"), "--benchmark_format=json",
+                 "--benchmark_filter=^CNN/nano/cpu/forward/", "--batch=2",
+                 "--benchmark_min_time=0.01", "--warmup_s=0", "--peak_flops=1e12",
+                 "--peak_bandwidth=1e10"],
+                capture_output=True, text=True, timeout=600, env=dict(base, **env))
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            ctx = json.loads(proc.stdout)["context"]
+            return ctx["cpu_affinity"], ctx["intra_op_threads"]
+
+        plain = context()
+        self.assertIn(f"({len(os.sched_getaffinity(0))} of ", plain[0])
+        self.assertEqual(context(OMP_PROC_BIND="close"), plain)

@@ -13,7 +13,7 @@ import sys
 import torch
 
 from ltb.base import REPO
-from ltb.pysuite import cpu_host, weights
+from ltb.pysuite import allowed_cpus, cpu_host, weights
 from ltb.pysuite.flags import COMPILE_CACHES
 from ltb.pysuite.host import tf32_text
 
@@ -131,7 +131,7 @@ def context(args, threads, peaks):
     c.update(versions())
     # As bench's CPU backend: what this process may use of the machine, and
     # the machine around the cores.
-    c.update(cpu_host.entries(sorted(os.sched_getaffinity(0)), os.cpu_count()))
+    c.update(cpu_host.entries(allowed_cpus(), os.cpu_count()))
     # As bench records them: settings that simulate an older CPU, round fp32
     # in oneDNN or turn TF32 on or off behind torch's back, how OpenMP's
     # threads wait and where they run, huge pages asked for by the CPU

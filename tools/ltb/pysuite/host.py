@@ -6,6 +6,7 @@ import os
 
 import torch
 
+from ltb.pysuite import allowed_cpus
 from ltb.pysuite.flags import MALLOC, BadFlag
 
 # lib/measure/memory.cc ConfigureMalloc: glibc's mallopt parameters.
@@ -18,7 +19,7 @@ def physical_cores(root="", cpus=None):
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.isdigit() and int(env) > 0:
         return int(env)
-    return default_threads_on(root, sorted(os.sched_getaffinity(0)) if cpus is None else cpus)
+    return default_threads_on(root, allowed_cpus() if cpus is None else cpus)
 
 
 def default_threads_on(root, cpus):
