@@ -30,6 +30,21 @@ std::string Parts(const MemoryEstimate& need) {
   return parts;
 }
 
+// What may make it fit: where the weights and what training keeps of them
+// fill `available` alone, a batch or a sequence cannot.
+std::string Advice(const MemoryEstimate& need, int64_t available) {
+  const int64_t state = need.weights + need.gradients + need.optimizer;
+  if (state >= available) {
+    return absl::StrCat(
+        "; its weights",
+        need.gradients + need.optimizer > 0 ? " and their training state" : "",
+        " alone need ", FormatBytes(state),
+        ", which no --batch or --seq changes: try a smaller size",
+        need.gradients + need.optimizer > 0 ? "" : " or a narrower --dtype");
+  }
+  return "; try a smaller size, --batch or --seq";
+}
+
 }  // namespace
 
 absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device,
@@ -56,7 +71,9 @@ absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device,
     return absl::ResourceExhaustedError(absl::StrCat(
         "does not fit: needs about ", what, " but cpu has ", FormatBytes(host_available),
         " available", Parenthesised(BackendOf(HostDevice()).AvailableNote(HostDevice())),
-        "; try a smaller size, --batch or --seq"));
+        on_cpu && need.Total() >= need.host_build
+            ? Advice(need, host_available / std::max(host_ranks, 1))
+            : "; try a smaller size"));
   }
   if (on_cpu) return absl::OkStatus();
   const int64_t available = DeviceAvailableBytes(device);
@@ -64,8 +81,7 @@ absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device,
   return absl::ResourceExhaustedError(absl::StrCat(
       "does not fit: needs about ", FormatBytes(need.Total()), " (", Parts(need),
       ") but ", DeviceName(device), " has ", FormatBytes(available), " available",
-      Parenthesised(BackendOf(device).AvailableNote(device)),
-      "; try a smaller size, --batch or --seq"));
+      Parenthesised(BackendOf(device).AvailableNote(device)), Advice(need, available)));
 }
 
 int RanksOnThisHost(DataParallel* group) {

@@ -41,6 +41,35 @@ TEST(CheckFits, AcceptsWhatFitsAndNamesBothNumbersOtherwise) {
     EXPECT_NE(msg.find(" available (" + note + ")"), std::string::npos) << msg;
 }
 
+TEST(CheckFits, AdvisesWhatCanMakeItFit) {
+  const c10::Device cpu(c10::kCPU);
+  // Weights and training state alone past the machine: no batch or seq helps.
+  MemoryEstimate state;
+  state.weights = int64_t{1} << 50;
+  state.optimizer = int64_t{1} << 40;
+  std::string msg(CheckFits(state, cpu).message());
+  EXPECT_NE(msg.find("; its weights and their training state alone need " +
+                     FormatBytes(state.weights + state.optimizer) +
+                     ", which no --batch or --seq changes: try a smaller size"),
+            std::string::npos)
+      << msg;
+  // Inference's weights alone: a narrower dtype halves fp32's.
+  MemoryEstimate weights;
+  weights.weights = int64_t{1} << 50;
+  msg = std::string(CheckFits(weights, cpu).message());
+  EXPECT_NE(msg.find("alone need " + FormatBytes(weights.weights) +
+                     ", which no --batch or --seq changes: try a smaller size or a "
+                     "narrower --dtype"),
+            std::string::npos)
+      << msg;
+  // Activations past it: the batch or the sequence can.
+  MemoryEstimate activations;
+  activations.weights = kMiB;
+  activations.activations = int64_t{1} << 50;
+  msg = std::string(CheckFits(activations, cpu).message());
+  EXPECT_NE(msg.find("; try a smaller size, --batch or --seq"), std::string::npos) << msg;
+}
+
 TEST(CheckFits, CountsTheFp32HostBuildOfAModelForAnyDevice) {
   // Small on the device, but too big to build on the host first.
   MemoryEstimate need;
