@@ -94,6 +94,9 @@ class Workload {
   // FLOPs of one step where the plan could not know them (a model file:
   // counted by LibTorch's profiler when built); 0: unknown.
   virtual double FlopsPerStep() const { return 0; }
+  // Why FlopsPerStep() is 0 though a step computes (operators whose FLOPs
+  // could not be counted), as the result's label says it; "": no reason.
+  virtual std::string FlopsLeftOut() const { return {}; }
   // Bytes the workload holds outside LibTorch's allocators, which peak_mem
   // adds: an AOTInductor package's weights live in the package's own memory.
   virtual int64_t UntrackedBytes() const { return 0; }

@@ -213,7 +213,10 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
       group != nullptr && spec.data_parallel && BackendOf(spec.device).Caps().host) {
     shared_cores = SharedCores(GatherRankCores(*group));
   }
-  if (plan.counts_flops_when_built && plan.flops_per_step <= 0) {
+  if (plan.counts_flops_when_built && plan.flops_per_step <= 0 && prepared.workload &&
+      !prepared.workload->FlopsLeftOut().empty()) {
+    omitted.push_back(prepared.workload->FlopsLeftOut());
+  } else if (plan.counts_flops_when_built && plan.flops_per_step <= 0) {
     omitted.push_back(
         "FLOP/s and mfu left out: no matrix multiplication, convolution or attention "
         "was counted in a step (an AOTInductor package's FLOPs are not counted: it runs "

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 
 #include "absl/strings/match.h"
@@ -41,21 +42,45 @@ namespace {
 // padding and dilation decide), each once: operators called inside a
 // counted one are its own work.
 
-// An operator being counted: its FLOPs, or (a convolution) its FLOPs per
-// output element, known once it has run.
+// An operator being counted: its FLOPs, or (a convolution, a linear layer
+// counted by its output) its FLOPs per output element, known once it has
+// run. Or an operator that may compute uncounted (a quantised convolution):
+// uncounted where no counted operator ran inside it.
 struct Counted : at::ObserverContext {
   bool outermost = false;
   double flops = 0;
   double per_output = 0;
+  bool candidate = false;
+  int64_t counted_before = 0;  // the thread's counted operators at its start
 };
+
+// Per thread: the counted operators open, and how many have ended. The
+// step's total is shared: a model's forked work (torch.jit.fork) runs on
+// the inter-op threads.
+struct Depth {
+  int open = 0;
+  int64_t ended = 0;
+};
+thread_local Depth depth;
 
 struct Tally {
-  int depth = 0;  // counted operators open on this thread
+  std::mutex mutex;
   double flops = 0;
+  std::set<std::string> uncounted;
 };
-thread_local Tally tally;
+Tally& SharedTally() {
+  static auto* tally = new Tally;
+  return *tally;
+}
 
-enum class Kind { kNone, kMatmul, kConvolution, kTransposedConvolution, kAttention };
+enum class Kind {
+  kNone,
+  kMatmul,
+  kConvolution,
+  kTransposedConvolution,
+  kAttention,
+  kLinearByOutput
+};
 
 Kind KindOf(const char* name) {
   static const std::set<std::string, std::less<>> matmuls = {
@@ -68,6 +93,9 @@ Kind KindOf(const char* name) {
   static const std::set<std::string, std::less<>> transposed = {
       "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d"};
   const absl::string_view n(name);
+  // Packing or unpacking weights computes nothing counted.
+  if (absl::StrContains(n, "prepack") || absl::StrContains(n, "unpack"))
+    return Kind::kNone;
   if (matmuls.count(n)) return Kind::kMatmul;
   if (convolutions.count(n)) return Kind::kConvolution;
   if (transposed.count(n)) return Kind::kTransposedConvolution;
@@ -76,7 +104,29 @@ Kind KindOf(const char* name) {
       !absl::EndsWith(n, "_backward")) {
     return Kind::kAttention;
   }
+  // Linear layers whose weights are packed (quantised, or prepacked for a
+  // library): (..., K) in, (..., N) out, 2 K per output element.
+  for (const char* prefix :
+       {"quantized::linear", "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm",
+        "aten::fbgemm_linear", "prepacked::linear", "aten::mkldnn_linear",
+        "aten::_mkl_linear"}) {
+    if (absl::StartsWith(n, prefix)) return Kind::kLinearByOutput;
+  }
   return Kind::kNone;
+}
+
+// An operator that may multiply matrices or convolve, whose FLOPs are not
+// counted unless a counted operator runs inside it.
+bool MayComputeUncounted(absl::string_view n) {
+  if (absl::StrContains(n, "prepack") || absl::StrContains(n, "unpack")) return false;
+  if (absl::StartsWith(n, "aten::") &&
+      (n == "aten::matmul" || n == "aten::einsum" || n == "aten::tensordot")) {
+    return false;  // wrappers of counted operators
+  }
+  for (const char* part : {"conv", "linear", "matmul", "gemm", "_mm", "attention"}) {
+    if (absl::StrContains(n, part)) return true;
+  }
+  return false;
 }
 
 const at::Tensor* TensorAt(c10::ArrayRef<const c10::IValue> inputs, size_t i) {
@@ -151,6 +201,12 @@ bool Measure(Kind kind, const char* name, c10::ArrayRef<const c10::IValue> in,
       c->flops = 2 * rows * keys * static_cast<double>(q->size(-1) + v->size(-1));
       return true;
     }
+    case Kind::kLinearByOutput: {
+      const at::Tensor* x = TensorAt(in, 0);
+      if (x == nullptr || x->dim() == 0) return false;
+      c->per_output = 2.0 * static_cast<double>(x->size(-1));
+      return true;
+    }
     case Kind::kNone:
       break;
   }
@@ -173,21 +229,36 @@ c10::ArrayRef<const c10::IValue> Arguments(const at::RecordFunction& fn) {
 
 std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
   const Kind kind = KindOf(fn.name());
-  if (kind == Kind::kNone) return nullptr;
+  if (kind == Kind::kNone) {
+    if (depth.open > 0 || !MayComputeUncounted(fn.name())) return nullptr;
+    auto c = std::make_unique<Counted>();
+    c->candidate = true;
+    c->counted_before = depth.ended;
+    return c;
+  }
   auto c = std::make_unique<Counted>();
-  if (tally.depth == 0) {
+  if (depth.open == 0) {
     if (!Measure(kind, fn.name(), Arguments(fn), c.get())) return nullptr;
     c->outermost = true;
   }
-  ++tally.depth;
+  ++depth.open;
   return c;
 }
 
 void OnEnd(const at::RecordFunction& fn, at::ObserverContext* context) {
   if (context == nullptr) return;
-  --tally.depth;
   const auto* c = static_cast<const Counted*>(context);
+  if (c->candidate) {
+    if (depth.ended == c->counted_before) {
+      Tally& tally = SharedTally();
+      const std::lock_guard<std::mutex> lock(tally.mutex);
+      tally.uncounted.insert(fn.name());
+    }
+    return;
+  }
+  --depth.open;
   if (!c->outermost) return;
+  ++depth.ended;
   double flops = c->flops;
   if (c->per_output > 0) {
     const std::vector<c10::IValue>& out = fn.outputs();
@@ -195,18 +266,27 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext* context) {
       flops += c->per_output * static_cast<double>(out.front().toTensor().numel());
     }
   }
+  Tally& tally = SharedTally();
+  const std::lock_guard<std::mutex> lock(tally.mutex);
   tally.flops += flops;
 }
 
 }  // namespace
 
-double StepFlops(const std::function<void()>& fn) {
-  tally = Tally{};
+CountedFlops StepFlops(const std::function<void()>& fn) {
+  Tally& tally = SharedTally();
+  {
+    const std::lock_guard<std::mutex> lock(tally.mutex);
+    tally.flops = 0;
+    tally.uncounted.clear();
+  }
+  depth = Depth{};
+  // Global: a forked task's operators run on the inter-op threads.
   const at::CallbackHandle handle =
-      at::addThreadLocalCallback(at::RecordFunctionCallback(OnStart, OnEnd)
-                                     .needsInputs(true)
-                                     .needsOutputs(true)
-                                     .scopes({at::RecordScope::FUNCTION}));
+      at::addGlobalCallback(at::RecordFunctionCallback(OnStart, OnEnd)
+                                .needsInputs(true)
+                                .needsOutputs(true)
+                                .scopes({at::RecordScope::FUNCTION}));
   try {
     fn();
   } catch (...) {
@@ -214,7 +294,8 @@ double StepFlops(const std::function<void()>& fn) {
     throw;
   }
   at::removeCallback(handle);
-  return tally.flops;
+  const std::lock_guard<std::mutex> lock(tally.mutex);
+  return {tally.flops, {tally.uncounted.begin(), tally.uncounted.end()}};
 }
 
 }  // namespace ltb

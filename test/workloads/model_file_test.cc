@@ -1,20 +1,24 @@
 #include "workloads/model_file.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
 #include "base/torch_compat.h"
 #include "spec_for.h"
 #include "suite/compiled.h"
+#include "workloads/profiled_flops.h"
 
 #if __has_include(<torch/csrc/inductor/aoti_package/model_package_loader.h>)
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
@@ -179,6 +183,84 @@ def forward(self, x, q):
   const double mm = 2.0 * 2 * 96 * 5;
   const double attention = 2.0 * (1 * 2 * 5) * 5 * (8 + 8);  // Q K^T and A V
   EXPECT_DOUBLE_EQ(w->FlopsPerStep(), conv1 + conv2 + mm + attention);
+}
+
+TEST(StepFlops, CountsWhatRunsOnOtherThreadsToo) {
+  // As a forked task (torch.jit.fork) runs on an inter-op thread.
+  const at::Tensor x = torch::randn({8, 64}), a = torch::randn({64, 32});
+  const CountedFlops counted = StepFlops([&] {
+    std::thread other([&] { at::mm(x, a); });
+    at::mm(x, a);
+    other.join();
+  });
+  EXPECT_DOUBLE_EQ(counted.flops, 2 * (2.0 * 8 * 64 * 32));
+  EXPECT_TRUE(counted.uncounted.empty());
+}
+
+// Calls a registered operator by name, as a model's interpreter does.
+c10::IValue CallOp(const char* name, torch::jit::Stack stack, const char* overload = "") {
+  c10::Dispatcher::singleton().findSchemaOrThrow(name, overload).callBoxed(&stack);
+  return stack.front();
+}
+
+TEST(StepFlops, CountsQuantisedLinearsAndListsWhatItCannotCount) {
+  const std::vector<at::QEngine> engines = at::globalContext().supportedQEngines();
+  if (std::find(engines.begin(), engines.end(), at::QEngine::FBGEMM) == engines.end() &&
+      std::find(engines.begin(), engines.end(), at::QEngine::X86) == engines.end()) {
+    GTEST_SKIP() << "no x86 quantised engine in this LibTorch";
+  }
+  // A dynamically quantised linear (64 -> 48) over (8, 16, 64): 2 K N a row.
+  const at::Tensor qw =
+      at::quantize_per_tensor(torch::randn({48, 64}), 0.05, 0, c10::kQInt8);
+  const c10::IValue linear = CallOp("quantized::linear_prepack", {qw, c10::IValue()});
+  const at::Tensor x = torch::randn({8, 16, 64});
+  CountedFlops counted = StepFlops([&] {
+    CallOp("quantized::linear_dynamic", {x, linear, false});
+  });
+  EXPECT_DOUBLE_EQ(counted.flops, 2.0 * 8 * 16 * 64 * 48);
+  EXPECT_TRUE(counted.uncounted.empty());
+  // A quantised convolution's packed weights say nothing of its shape.
+  const at::Tensor qk =
+      at::quantize_per_tensor(torch::randn({4, 3, 3, 3}), 0.05, 0, c10::kQInt8);
+  const c10::IValue conv =
+      CallOp("quantized::conv2d_prepack",
+             {qk, c10::IValue(), std::vector<int64_t>{1, 1}, std::vector<int64_t>{0, 0},
+              std::vector<int64_t>{1, 1}, int64_t{1}});
+  const at::Tensor qx =
+      at::quantize_per_tensor(torch::randn({2, 3, 8, 8}), 0.05, 64, c10::kQUInt8);
+  counted = StepFlops([&] {
+    CallOp("quantized::conv2d", {qx, conv, 0.1, int64_t{0}}, "new");
+  });
+  EXPECT_EQ(counted.uncounted, std::vector<std::string>{"quantized::conv2d"});
+}
+
+TEST_F(ModelFileTest, AStepWhoseFlopsAreNotAllCountedReportsNoneAndSaysWhy) {
+  if (!at::hasMKLDNN()) GTEST_SKIP() << "no oneDNN in this LibTorch";
+  // A convolution called by oneDNN's own operator, whose FLOPs are not
+  // counted, beside a counted matmul: no FLOPs rather than the matmul's
+  // passing for the step's, and the reason.
+  torch::jit::Module m("Partly");
+  m.register_parameter("w", torch::randn({4, 3, 3, 3}), false);
+  m.register_parameter("fc", torch::randn({4 * 6 * 6, 5}), false);
+  m.define(R"(
+def forward(self, x):
+    y = torch.mkldnn_convolution(x, self.w, None, [0, 0], [1, 1], [1, 1], 1)
+    return torch.mm(torch.flatten(y, 1), self.fc)
+)");
+  m.save(Path("partly.pt"));
+  std::unique_ptr<Workload> w =
+      MakeModelFileWorkload(InspectModelFile(Path("partly.pt")).value(),
+                            SpecFor("Model", "partly", "forward", 2),
+                            {torch::randn({2, 3, 8, 8})}, nullptr, /*count_flops=*/true);
+  EXPECT_EQ(w->FlopsPerStep(), 0);
+  EXPECT_NE(w->FlopsLeftOut().find(
+                "FLOP/s and mfu left out: a step runs aten::mkldnn_convolution, whose "
+                "FLOPs are not counted"),
+            std::string::npos)
+      << w->FlopsLeftOut();
+  EXPECT_NE(w->FlopsLeftOut().find("; the rest count 2880; --flops_per_step gives them"),
+            std::string::npos)
+      << w->FlopsLeftOut();
 }
 
 TEST_F(ModelFileTest, FilesThatAreNotModelsSayWhatTheyAre) {
