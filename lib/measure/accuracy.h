@@ -17,9 +17,11 @@
 
 namespace ltb {
 
-// For token ids, the share of tokens equal to the fp32 run's (token_match_%);
-// for values, the largest absolute difference over the largest absolute
-// fp32 value (rel_err).
+// For token ids, the share of tokens equal to the reference run's
+// (token_match_%); for values, the largest absolute difference over the
+// reference's largest absolute value (rel_err). Accuracy's reference is the
+// fp32 run for an unquantised reduced-precision run, the same dtype
+// unquantised for a quantised one.
 std::pair<std::string, double> Drift(const at::Tensor& out, const at::Tensor& ref);
 
 // The share of positions (all but the last dimension) where the two

@@ -171,6 +171,28 @@ class ReportTest(ToolTest):
         self.assertEqual(float(row["same_top1_%"]), 97.5)
         self.assertEqual(gen["kld_mean"], "")
 
+    def test_a_quantised_run_shows_its_top1_agreement(self):
+        # An int8 generation: the teacher-forced same_top1_% against fp32
+        # unquantised and top1_agree_% against the same dtype unquantised
+        # (the prompt's logits) are two counters, each with its column, the
+        # divergence first and the greedy tokens' match last.
+        int8 = GEN + "/int8"
+        path = self.write("run.json", doc(
+            entry(GEN, 500.0, tokens_per_s=200.0),
+            entry(int8, 250.0, tokens_per_s=400.0, **{
+                "token_match_%": 50.0, "top1_agree_%": 87.5, "rel_err": 0.12,
+                "same_top1_%": 97.5, "kld_mean": 3.2e-4})))
+        proc = self.run_tool("report", path)
+        self.assertExit(proc, 0)
+        self.assertIn("| benchmark | reps | median time | tokens/s | kld_mean | same_top1_% "
+                      "| top1_agree_% | token_match_% | rel_err |", proc.stdout)
+        self.assertIn(f"| `{int8}` | 1 | 250 ms | 400 tokens/s | 0.00032 | 97.5% | 87.5% | 50% "
+                      "| 0.12 |", proc.stdout)
+        gen, row = self.csv_rows(path)
+        self.assertEqual(float(row["top1_agree_%"]), 87.5)
+        self.assertEqual(float(row["same_top1_%"]), 97.5)
+        self.assertEqual(gen["top1_agree_%"], "")
+
     def test_compiled_against_eager(self):
         # AOTInductor at 2x eager's speed with 0.8x its memory; TorchScript
         # at eager's speed.

@@ -7,9 +7,12 @@
                  [--db [STORE]] > report.html
 
 Per benchmark and file: the median time, the spread of the steps, the
-throughput counters, peak memory, the accuracy against fp32
-(ppl and ppl_ratio on a held-out text, kld_mean, kld_p99, kld_max, same_top1_%,
-token_match_%, rel_err), the speedup against the first file and,
+throughput counters, peak memory, the accuracy counters (ppl and ppl_ratio on
+a held-out text; kld_mean, kld_p99, kld_max and same_top1_% against fp32
+unquantised; top1_agree_%, token_match_% and rel_err against the same dtype
+unquantised for a quantised run, token_match_% and rel_err against fp32 for
+an unquantised bf16, fp16 or TF32 one, rel_err against eager for a compiled
+one), the speedup against the first file and,
 with --cost, the cost per 1M tokens; compiled models, generation (as
 llama-bench prints it), scaling and C++ beside Python get tables of their
 own; --format html writes one self-contained page. What each table and

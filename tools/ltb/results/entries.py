@@ -28,12 +28,15 @@ SMALLER_IS_BETTER = ("peak_mem", "ttft_ms", "tpot_ms", "p99_ms", "ttft_p99_ms", 
 REPORT_COUNTERS = THROUGHPUT_COUNTERS + ("ttft_ms", "tpot_ms")
 
 
-# How far a reduced precision or quantisation is from fp32 (bench's
+# How far a reduced precision or quantisation drifts (bench's
 # lib/measure/accuracy.h), report's columns in this order: a held-out
-# text's perplexity and its ratio to fp32's (--eval_tokens), the
-# teacher-forced divergence, the greedy tokens' match last.
+# text's perplexity and its ratio to fp32 unquantised's (--eval_tokens), the
+# teacher-forced divergence from fp32 unquantised (kld_*, same_top1_%), a
+# quantised run's top-1 agreement with the same dtype unquantised, the
+# greedy tokens' match last (against the same dtype unquantised for a
+# quantised run, else against fp32).
 ACCURACY_COUNTERS = ("ppl", "ppl_ratio", "kld_mean", "kld_p99", "kld_max", "same_top1_%",
-                     "token_match_%")
+                     "top1_agree_%", "token_match_%")
 
 
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
