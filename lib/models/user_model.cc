@@ -27,7 +27,8 @@ struct ModelCase {
 };
 
 // The model's dtype: its first floating input's, else what tools/export
-// recorded, else fp32.
+// recorded, else (a model of token ids) a TorchScript file's first floating
+// parameter's, else fp32.
 c10::ScalarType CaseDtype(const ModelCase& m) {
   for (const InputSpec& s : m.inputs) {
     if (at::isFloatingType(s.dtype)) return s.dtype;
@@ -35,6 +36,10 @@ c10::ScalarType CaseDtype(const ModelCase& m) {
   if (m.file.ok()) {
     if (auto it = m.file->metadata.find("ltb_dtype"); it != m.file->metadata.end()) {
       if (absl::StatusOr<c10::ScalarType> t = ParseDtype(it->second); t.ok()) return *t;
+    }
+    if (std::optional<c10::ScalarType> t = ModelParameterDtype(*m.file);
+        t == c10::kBFloat16 || t == c10::kHalf) {
+      return *t;
     }
   }
   return c10::kFloat;

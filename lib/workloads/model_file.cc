@@ -289,6 +289,21 @@ class ModelFileWorkload final : public Workload {
 
 }  // namespace
 
+std::optional<c10::ScalarType> ModelParameterDtype(const ModelFile& file) {
+  if (file.format != ModelFormat::kTorchScript) return std::nullopt;
+  try {
+    const torch::jit::Module module = torch::jit::load(file.path, c10::Device(c10::kCPU));
+    for (const at::Tensor& t : module.parameters()) {
+      if (at::isFloatingType(t.scalar_type())) return t.scalar_type();
+    }
+    for (const at::Tensor& t : module.buffers()) {
+      if (at::isFloatingType(t.scalar_type())) return t.scalar_type();
+    }
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
 std::string BackendName(ModelFormat format) {
   return format == ModelFormat::kAoti ? "aoti" : "torchscript";
 }

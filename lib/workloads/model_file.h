@@ -39,6 +39,11 @@ struct ModelFile {
 // file and the reason when it is not a model this LibTorch can load.
 absl::StatusOr<ModelFile> InspectModelFile(const std::string& path);
 
+// The dtype of a TorchScript file's first floating parameter (or buffer),
+// loaded on the CPU to read it; none for an AOTInductor package, a file
+// without one, or one that does not load.
+std::optional<c10::ScalarType> ModelParameterDtype(const ModelFile& file);
+
 // Inputs given on the command line: "8x3x224x224:fp32", "4x128:int64[0,50257)",
 // several separated by ';'. Floating inputs are standard normal; integer
 // inputs uniform in [low, high) (default [0, 2)).

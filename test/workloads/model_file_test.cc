@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "base/torch_compat.h"
+#include "models/user_model.h"
 #include "spec_for.h"
 #include "suite/compiled.h"
 #include "workloads/profiled_flops.h"
@@ -261,6 +262,30 @@ def forward(self, x):
   EXPECT_NE(w->FlopsLeftOut().find("; the rest count 2880; --flops_per_step gives them"),
             std::string::npos)
       << w->FlopsLeftOut();
+}
+
+TEST_F(ModelFileTest, AModelOfTokenIdsIsNamedByItsParametersDtype) {
+  // Token ids in, bf16 weights: its dtype is its parameters', not fp32's.
+  for (const auto& [dtype, name] :
+       {std::pair<c10::ScalarType, const char*>{c10::kBFloat16, "bf16"},
+        {c10::kFloat, "fp32"}}) {
+    torch::jit::Module m("Tokens");
+    m.register_parameter("embed", torch::randn({100, 8}).to(dtype), false);
+    m.define(R"(
+def forward(self, ids):
+    return torch.embedding(self.embed, ids)
+)");
+    const std::string path = Path(absl::StrCat("tokens_", name, ".pt"));
+    m.save(path);
+    const ModelFile file = InspectModelFile(path).value();
+    EXPECT_EQ(ModelParameterDtype(file), dtype) << name;
+    FamilyOptions options;
+    options.model_files = {path};
+    options.model_inputs = "4x16:int64[0,100)";
+    const Family f = ModelFamilyFromOptions(options).value();
+    ASSERT_EQ(f.cases.size(), 1u);
+    EXPECT_EQ(f.cases.front().dtype, dtype) << name;
+  }
 }
 
 TEST_F(ModelFileTest, FilesThatAreNotModelsSayWhatTheyAre) {
