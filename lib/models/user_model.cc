@@ -22,8 +22,11 @@ struct ModelCase {
   std::string path;
   absl::StatusOr<ModelFile> file = absl::UnknownError("not inspected");
   std::vector<InputSpec> inputs;  // from --inputs, or the saved inputs' shapes
-  std::optional<SavedIO> io;      // saved with the file by tools/export
-  absl::Status problem;           // why it cannot run, reported as its error
+  // Saved with the file by tools/export: read again when its benchmark is
+  // built, so that no file's saved inputs and outputs stay in memory
+  // through the other benchmarks (their peak_mem counted them).
+  bool saved_io = false;
+  absl::Status problem;  // why it cannot run, reported as its error
 };
 
 // The model's dtype: its first floating input's, else what tools/export
@@ -64,11 +67,18 @@ ModelCase Inspect(const std::string& path, const std::vector<InputSpec>& given) 
     m.problem = absl::InvalidArgumentError(
         absl::StrCat(path, ": no example inputs saved with it; give --inputs"));
   } else {
-    m.io = **io;
-    for (const at::Tensor& t : m.io->inputs) {
+    m.saved_io = true;
+    for (const at::Tensor& t : (*io)->inputs) {
       InputSpec s;
       s.shape = t.sizes().vec();
       s.dtype = t.scalar_type();
+      // Integers (token ids) at another batch: drawn from the saved ones'
+      // range, not the [0, 2) of an --inputs without one.
+      if (!at::isFloatingType(t.scalar_type()) && t.numel() > 0 &&
+          t.scalar_type() != at::kBool) {
+        s.low = t.min().item<int64_t>();
+        s.high = t.max().item<int64_t>() + 1;
+      }
       m.inputs.push_back(s);
     }
   }
@@ -160,11 +170,16 @@ absl::StatusOr<Family> ModelFamilyFromOptions(const FamilyOptions& options) {
     if (!m.problem.ok()) throw std::runtime_error(std::string(m.problem.message()));
     // The saved inputs at their batch (with the eager outputs to compare
     // with); new ones of their shapes at any other.
-    const bool saved = m.io.has_value() && s.batch == m.inputs[0].shape[0];
+    std::optional<SavedIO> io;
+    if (m.saved_io && s.batch == m.inputs[0].shape[0]) {
+      absl::StatusOr<std::optional<SavedIO>> read = LoadSavedIO(*m.file);
+      if (!read.ok()) throw std::runtime_error(std::string(read.status().message()));
+      io = *std::move(read);
+    }
     std::vector<at::Tensor> inputs =
-        saved ? m.io->inputs : MakeInputs(m.inputs, s.batch, s.device);
+        io.has_value() ? io->inputs : MakeInputs(m.inputs, s.batch, s.device);
     // Without --flops_per_step (the plan's), the profiler counts them.
-    return MakeModelFileWorkload(*m.file, s, inputs, saved ? &*m.io : nullptr,
+    return MakeModelFileWorkload(*m.file, s, inputs, io.has_value() ? &*io : nullptr,
                                  /*count_flops=*/flops <= 0);
   };
   return f;

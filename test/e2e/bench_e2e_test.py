@@ -1449,6 +1449,12 @@ class CompiledTest(unittest.TestCase):
         broken = entries["Model/broken/cpu/forward/batch:1/fp32/aoti"]
         self.assertTrue(broken["error_occurred"])
         self.assertIn(bad + ": not a model file", broken["error_message"])
+        # A file's peak_mem is its own: no other file's saved inputs and
+        # outputs stay in memory through its benchmark.
+        [alone] = [b for b in run_json(f"--model={self.ts}", "--benchmark_min_time=0.01",
+                                       "--warmup_s=0", "--devices=cpu",
+                                       "--peak_flops=1e12")["benchmarks"]]
+        self.assertEqual(entries[ts]["peak_mem"], alone["peak_mem"])
 
     def test_one_stem_as_a_package_and_as_torchscript_is_two_benchmarks(self):
         import shutil
