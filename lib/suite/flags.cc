@@ -959,6 +959,16 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   }
 
   FamilyOptions& families = o.families;
+  // A model file's settings without a model file would be dropped unsaid.
+  for (const char* flag : {"inputs", "flops_per_step"}) {
+    if (SuiteFlagGiven(flag) && absl::GetFlag(FLAGS_model).empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag,
+                       " sets what a --model file runs, and no --model is "
+                       "given: give the model files, or leave --",
+                       flag, " out"));
+    }
+  }
   families.model_files = absl::GetFlag(FLAGS_model);
   families.model_inputs = absl::GetFlag(FLAGS_inputs);
   families.model_flops_per_step = absl::GetFlag(FLAGS_flops_per_step);

@@ -271,6 +271,10 @@ class BadInputTest(unittest.TestCase):
         self.assert_usage_error(["--cpu_linear=blas"], "valid: aten, onednn")
         self.assert_usage_error(["--benchmark_filter=("], "not a valid regular expression")
         self.assert_usage_error(["--benchmark_filter=NoSuchModel"], "no benchmark matches")
+        # A model file's settings without a model file.
+        for flag in ("--inputs=8x64:fp32", "--flops_per_step=1e9"):
+            self.assert_usage_error([flag], flag.split("=")[0] + " sets what a --model file "
+                                    "runs, and no --model is given")
         # An anchored filter's unknown family or size: the valid ones named.
         self.assert_usage_error(["--benchmark_filter=^NoSuchModel/"],
                                 "no family is called 'NoSuchModel'; families: ",
