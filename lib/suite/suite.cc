@@ -383,6 +383,11 @@ Context SettingsContext(const SuiteOptions& o, const CommandLine& command_line,
   if (!o.sweep.weights.empty()) {
     add_file("weights", o.sweep.weights, CheckpointSha256(o.sweep.weights));
   }
+  // The model files measured: two files of one stem are not one model.
+  for (size_t i = 0; i < model.model_files.size(); ++i) {
+    add_file(absl::StrCat("model_", i + 1), model.model_files[i],
+             FileSha256(model.model_files[i]));
+  }
   // The text ppl and the divergence were computed over: two files of one
   // name are not one text.
   if (!o.run.eval_tokens.empty()) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -314,6 +315,16 @@ TEST(SettingsContext, RecordsTheMeasurementAndTheDataAsTheFlagsSetThem) {
   EXPECT_NE(ctx["dp_gradients"].find(" 5 MB buckets"), std::string::npos)
       << ctx["dp_gradients"];
   EXPECT_EQ(ctx["model_inputs"], "4x128:int64[0,50257)");
+  // Each model file by its path and content.
+  const std::string file = testing::TempDir() + "/ltb_context_model.pt";
+  std::ofstream(file) << "a model";
+  o.families.model_files = {file, "/no/such/model.pt2"};
+  ctx = AsMap(SettingsContext(o, c, "glibc", 1));
+  EXPECT_EQ(ctx["model_1"], file);
+  EXPECT_EQ(ctx["model_1_sha256"].size(), 64u) << ctx["model_1_sha256"];
+  EXPECT_EQ(ctx["model_2"], "/no/such/model.pt2");
+  EXPECT_TRUE(absl::StartsWith(ctx["model_2_sha256"], "unreadable: "))
+      << ctx["model_2_sha256"];
   EXPECT_EQ(ctx["model_flops_per_step"], "3.6e9");
 }
 
