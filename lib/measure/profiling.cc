@@ -127,6 +127,17 @@ std::string FormatTopOperators(const std::vector<OpTime>& ops, size_t rows) {
                               ops[i].self_ns / 1e6,
                               total > 0 ? 100 * ops[i].self_ns / total : 0.0));
   }
+  // The rows left out, in one, so that the rows add up to the total.
+  if (ops.size() > rows) {
+    double rest = 0;
+    int64_t calls = 0;
+    for (size_t i = rows; i < ops.size(); ++i)
+      rest += ops[i].self_ns, calls += ops[i].calls;
+    absl::StrAppend(
+        &out, absl::StrFormat("%-48s %8d %14.3f %6.1f%%\n",
+                              absl::StrCat("(", ops.size() - rows, " others)"), calls,
+                              rest / 1e6, total > 0 ? 100 * rest / total : 0.0));
+  }
   absl::StrAppend(&out, absl::StrFormat("%-48s %8s %14.3f %6.1f%%\n",
                                         "total (CPU operators)", "", total / 1e6, 100.0));
   return out;

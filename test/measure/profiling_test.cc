@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "absl/strings/str_format.h"
 #include "spec_for.h"
 
 namespace ltb {
@@ -43,6 +44,18 @@ TEST(FormatTopOperators, ShowsSharesOfTheTotal) {
   EXPECT_NE(table.find("aten::mm"), std::string::npos);
   EXPECT_NE(table.find("75.0%"), std::string::npos) << table;
   EXPECT_NE(table.find("25.0%"), std::string::npos) << table;
+  // Beyond the rows asked for, the rest in one row: the rows add up.
+  const std::string cut = FormatTopOperators({{"aten::mm", 3, 6e6},
+                                              {"aten::add", 1, 2e6},
+                                              {"aten::mul", 2, 1e6},
+                                              {"aten::relu", 4, 1e6}},
+                                             2);
+  EXPECT_NE(cut.find("(2 others)"), std::string::npos) << cut;
+  EXPECT_NE(
+      cut.find(absl::StrFormat("%-48s %8d %14.3f %6.1f%%", "(2 others)", 6, 2.0, 20.0)),
+      std::string::npos)
+      << cut;
+  EXPECT_EQ(cut.find("aten::relu"), std::string::npos) << cut;
 }
 
 TEST(FileStem, IsAPlainFileName) {
