@@ -12,6 +12,9 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "family/family.h"
 #include "models/attention.h"
 
 namespace ltb {
@@ -57,6 +60,17 @@ double DecoderLayerFlops(const DecoderOptions& o, double batch, double tokens,
 double DecoderForwardFlops(const DecoderOptions& o, int64_t batch, int64_t seq) {
   return o.num_layers() * DecoderLayerFlops(o, batch, seq, seq) +
          2.0 * batch * seq * o.d_model() * o.vocab_size();
+}
+
+double DecoderMaskedFlops(const DecoderOptions& o, double batch, double tokens) {
+  return o.num_layers() * 2 * batch * (tokens * (tokens - 1) / 2) *
+         static_cast<double>(QueryWidth(o)) * 2;
+}
+
+std::string CausalCountReason(double masked, double counted) {
+  return absl::StrCat(kCausalAttentionCount,
+                      absl::StrFormat(" (%.2g%% of this count)",
+                                      counted > 0 ? 100 * masked / counted : 0.0));
 }
 
 double DecoderGenerateFlops(const DecoderOptions& o, int64_t batch, int64_t prompt,

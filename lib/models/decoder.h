@@ -121,6 +121,13 @@ double DecoderLayerFlops(const DecoderOptions& o, double batch, double tokens,
                          double keys);
 // Every position's logits of (batch, seq) tokens; backward is 2x this.
 double DecoderForwardFlops(const DecoderOptions& o, int64_t batch, int64_t seq);
+// What DecoderLayerFlops counts of `tokens` causal queries over themselves
+// that a fused causal kernel skips: QK^T and AV above the diagonal, every
+// layer.
+double DecoderMaskedFlops(const DecoderOptions& o, double batch, double tokens);
+// Plan::count_beyond_arithmetic for a count of `counted` FLOPs holding
+// `masked` FLOPs of masked scores: kCausalAttentionCount and their share.
+std::string CausalCountReason(double masked, double counted);
 // Greedy generation after `depth` cached tokens: the prompt attending to
 // depth + prompt keys with logits of its last position only, then
 // new_tokens - 1 single-token steps, step i attending to depth + prompt + i.

@@ -251,7 +251,8 @@ absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
     // A prompt from position 0 is causal over itself (after a depth, its
     // mask is given, and every score is computed).
     if (CausalKernel(*o) && s.prompt > 1 && s.depth == 0) {
-      plan.count_beyond_arithmetic = kCausalAttentionCount;
+      plan.count_beyond_arithmetic = CausalCountReason(
+          DecoderMaskedFlops(*o, s.batch, s.prompt), plan.flops_per_step);
     }
     plan.reports_weight_bandwidth = true;
     plan.memory = memory();
@@ -266,7 +267,10 @@ absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
   }
   const double fwd = DecoderForwardFlops(*o, s.batch, s.seq);
   plan.flops_per_step = s.training() ? 3 * fwd : fwd;
-  if (CausalKernel(*o) && s.seq > 1) plan.count_beyond_arithmetic = kCausalAttentionCount;
+  if (CausalKernel(*o) && s.seq > 1) {  // training's backward skips as much again
+    plan.count_beyond_arithmetic =
+        CausalCountReason(DecoderMaskedFlops(*o, s.batch, s.seq), fwd);
+  }
   plan.tokens_per_step = s.batch * s.seq;
   if (s.phase == kTrainEpoch) {  // every rank's whole batches of the dataset
     const int64_t samples = EpochSamples(s);

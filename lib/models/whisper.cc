@@ -272,15 +272,20 @@ absl::StatusOr<Plan> PlanWhisper(const BenchSpec& s) {
                   b * o->audio_ctx() * w * e + b * o->vocab() * 4;
   plan.tokens_per_step = b * s.new_tokens;
   // The start tokens are causal over themselves, in the fused kernel.
-  if (s.prompt > 1 && o->fused_attention()) {
-    plan.count_beyond_arithmetic = kCausalAttentionCount;
-  }
+  const auto causal = [&] {
+    if (s.prompt > 1 && o->fused_attention()) {
+      plan.count_beyond_arithmetic = CausalCountReason(
+          DecoderMaskedFlops(WhisperBlocks(*o, true), b, s.prompt), plan.flops_per_step);
+    }
+  };
   if (s.phase == kGenerate) {
     plan.flops_per_step = generate;
     plan.reports_weight_bandwidth = true;
+    causal();
     return plan;
   }
   plan.flops_per_step = WhisperEncodeFlops(*o, b) + generate;
+  causal();
   plan.samples_per_step = b;
   plan.audio_seconds_per_step = kWindowSeconds * b;
   m.activations += encode_activations;
