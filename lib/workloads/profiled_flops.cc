@@ -123,7 +123,9 @@ bool MayComputeUncounted(absl::string_view n) {
       (n == "aten::matmul" || n == "aten::einsum" || n == "aten::tensordot")) {
     return false;  // wrappers of counted operators
   }
-  for (const char* part : {"conv", "linear", "matmul", "gemm", "_mm", "attention"}) {
+  // (conv1d, qconv2d, conv_transpose, mkldnn_convolution; not _convert_...)
+  for (const char* part : {"conv1d", "conv2d", "conv3d", "convolution", "conv_transpose",
+                           "linear", "matmul", "gemm", "_mm", "attention"}) {
     if (absl::StrContains(n, part)) return true;
   }
   return false;

@@ -32,8 +32,9 @@ struct CountedFlops {
 // the full query-key rectangle, as the families count it); element-wise ops
 // are not counted. An operator inside a counted one (convolution's
 // mkldnn_convolution, attention's bmm) is not counted again. An operator
-// that may convolve or multiply matrices (its name says conv, linear,
-// matmul, gemm, _mm or attention) with no counted one inside is listed as
+// that may convolve or multiply matrices (its name says conv1d/2d/3d,
+// convolution, conv_transpose, linear, matmul, gemm, _mm or attention) with
+// no counted one inside is listed as
 // uncounted. 0 FLOPs when `fn` runs none of them (an AOTInductor package's
 // own kernels).
 CountedFlops StepFlops(const std::function<void()>& fn);
