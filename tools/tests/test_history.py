@@ -769,6 +769,17 @@ class StoreTest(unittest.TestCase):
         for record in records:
             self.assertEqual(set(record) - {"timestamp"},
                              {"benchmark", "model", "metric", "runners", "dependencies"})
+        # Quantised weights are in the dtype: fp32/int8 and fp32 are not one.
+        quantised = "GPT2/nano/cpu/generate/batch:1/prompt:8/new:4/fp32/int8"
+        f = write(os.path.join(self.tmp, "q.json"),
+                  result_doc({quantised: [1.0], quantised.replace("/int8", ""): [2.0]}))
+        history("add", f, db=self.db)
+        history("export", f"--out={out}", db=self.db)
+        with open(out) as fh:
+            dtypes = {r["benchmark"]["extra_info"]["suite_name"]: r["benchmark"]["dtype"]
+                      for r in json.load(fh)}
+        self.assertEqual(dtypes[quantised], "fp32/int8")
+        self.assertEqual(dtypes[quantised.replace("/int8", "")], "fp32")
         missing = history("export", "--run=ffff", db=self.db, check=False)
         self.assertEqual(missing.returncode, 2)
         self.assertIn("no run id starts with ffff", missing.stderr)

@@ -493,9 +493,11 @@ def v3_records(run, results):
         times = [t for t, error, _ in reps if t is not None and error is None]
         if not times:
             continue
+        # Quantised weights are part of the dtype: fp32/int8 is not fp32.
+        quant = [p for p in name.split("/") if p in ("int8", "int8dyn") or p.startswith("int4:")]
         benchmark = {"name": "libtorch-bench",
                      "mode": "training" if fields["phase"] in TRAINING_PHASES else "inference",
-                     "dtype": fields["dtype"],
+                     "dtype": "/".join([fields["dtype"]] + quant),
                      "extra_info": {"device": fields["device"], "phase": fields["phase"],
                                     "settings": fields["settings"], "suite_name": name}}
         model = {"name": f"{fields['family']}/{fields['size']}", "type": fields["family"],
