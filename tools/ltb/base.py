@@ -8,6 +8,7 @@ with a message on stderr. Standard library only: tools/gpu-check runs where
 the tools' packages may be missing.
 """
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -82,6 +83,18 @@ def run(main):
         except BrokenPipeError:
             silence_stdout()
     sys.exit(code or EXIT_OK)
+
+
+@contextlib.contextmanager
+def reader_may_stop():
+    """Output written and flushed inside it may find its reader gone (head,
+    a closed pipe): the rest of the text is lost, and the caller's verdict,
+    computed before, stands."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
 
 
 def silence_stdout():

@@ -10,7 +10,7 @@ docs/tools.md, "gate: did it regress?".
 import argparse
 import sys
 
-from ltb.base import EXIT_OK, EXIT_REGRESSION, BadInput, require, run, silence_stdout
+from ltb.base import EXIT_OK, EXIT_REGRESSION, BadInput, reader_may_stop, require, run
 from ltb.gate.options import add_gate_arguments, load_thresholds
 from ltb.gate.verdicts import (LOST, REGRESSION, compare, differences, render,
                                repetition_note)
@@ -41,19 +41,9 @@ def judge(args):
                        f"{args.baseline} and {args.contender}")
     regressed = any(r.verdict == REGRESSION for r in rows)
     status = EXIT_REGRESSION if regressed or failing_lost else EXIT_OK
-    emit(render(rows, lists, args, repetition_note(base_doc, new_doc, args.alpha)))
+    with reader_may_stop():  # the exit status stays the gate's
+        print(render(rows, lists, args, repetition_note(base_doc, new_doc, args.alpha)))
     return status
-
-
-def emit(text):
-    """Prints text and flushes it; a reader that stopped reading (head, a
-    closed pipe) loses the rest of the text but never changes the verdict:
-    the exit status stays the gate's."""
-    try:
-        print(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        silence_stdout()
 
 
 def gate_main():

@@ -14,8 +14,8 @@ import argparse
 import json
 import sys
 
-from ltb.base import (EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, REPO, BadInput, require, run,
-                      silence_stdout)
+from ltb.base import (EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, REPO, BadInput,
+                      reader_may_stop, require, run)
 from ltb.gate.options import percent
 from ltb.history.changes import changes
 from ltb.history.store import Store, v3_records
@@ -64,11 +64,8 @@ def cmd_changes(store, args):
     found = find_changes(store, args)
     open_slowdowns = [c for _, _, _, steps in found for c in steps[-1:] if c.size > 0]
     status = EXIT_REGRESSION if args.fail and open_slowdowns else EXIT_OK
-    try:
+    with reader_may_stop():  # --fail's status stands
         print_changes(found, args)
-        sys.stdout.flush()
-    except BrokenPipeError:  # a reader that stopped reading does not change --fail's status
-        silence_stdout()
     return status
 
 
