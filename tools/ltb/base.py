@@ -144,9 +144,32 @@ class Signalled(Exception):
         self.signum = signum
 
 
+_ARRIVED = []  # the signals raise_on_signals' handler has raised
+
+
 def raise_on_signals():
     """SIGINT and SIGTERM raise Signalled from here on; returns the handlers
-    they had."""
+    they had. A handler runs in whatever Python code the main thread runs,
+    a finaliser included, where Python reports the exception as unraisable
+    and goes on: such a signal stays arrived, without the report, and
+    raise_if_signalled raises it where the command next looks."""
     def handler(signum, _frame):
+        _ARRIVED.append(signum)
         raise Signalled(signum)
+    _ARRIVED.clear()
+    if not getattr(sys.unraisablehook, "keeps_signals", False):
+        others = sys.unraisablehook
+
+        def unraisable(report):
+            if not isinstance(report.exc_value, Signalled):
+                others(report)
+        unraisable.keeps_signals = True
+        sys.unraisablehook = unraisable
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def raise_if_signalled():
+    """Raises Signalled for a signal that arrived under raise_on_signals,
+    whether or not its raise reached the command."""
+    if _ARRIVED:
+        raise Signalled(_ARRIVED[0])

@@ -542,6 +542,34 @@ class InterruptTest(ToolTest):
                 self.assertIn(f"interrupted by {signal.Signals(signo).name}",
                               entries["GPT2"]["error_message"])
 
+    def test_a_signal_whose_raise_a_finaliser_swallowed_still_stops_the_run(self):
+        """The handler runs in whatever Python code is running, a finaliser
+        included, where Python prints the exception and goes on: the signal
+        is still raised where pybench next looks (after each timed sample),
+        and nothing is printed."""
+        import contextlib
+        import io
+        import signal
+        from ltb import base
+
+        class Finalised:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGINT)
+
+        handlers = base.raise_on_signals()
+        try:
+            printed = io.StringIO()
+            with contextlib.redirect_stderr(printed):
+                Finalised()
+            self.assertEqual(printed.getvalue(), "")
+            with self.assertRaises(base.Signalled) as raised:
+                base.raise_if_signalled()
+            self.assertEqual(raised.exception.signum, signal.SIGINT)
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+            base.raise_on_signals.__globals__["_ARRIVED"].clear()
+
 
 class OneNewTokenTest(ToolTest):
     """--new_tokens=1: the token is the prefill's and no decode step runs;

@@ -12,7 +12,8 @@ import json
 import signal
 import sys
 
-from ltb.base import BadInput, Signalled, raise_on_signals, require, write_json
+from ltb.base import (BadInput, Signalled, raise_if_signalled, raise_on_signals, require,
+                      write_json)
 from ltb.results.format import human
 from ltb.results.serving import compare_main
 
@@ -88,8 +89,10 @@ def pybench_main(argv):
     try:
         for spec in selected:
             try:
+                raise_if_signalled()
                 with compile_cache(spec, args):
                     entries = run_one(spec, args, peaks)
+                raise_if_signalled()  # one whose raise a finaliser swallowed
             except Signalled as e:
                 stopped = e.signum
                 entries = [error_entry(spec, f"interrupted by {e}: the run stopped here")]

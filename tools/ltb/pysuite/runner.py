@@ -10,6 +10,7 @@ import time
 
 import torch
 
+from ltb.base import raise_if_signalled
 from ltb.pysuite import serve, textserve
 from ltb.pysuite.counters import aggregates, entry, reset_peak_rss
 from ltb.pysuite.device import synchronize
@@ -50,6 +51,7 @@ def timed(workload, launches=1):
     for _ in range(launches):
         workload.step()
     clock.mark()
+    raise_if_signalled()
     return clock.intervals()[0]
 
 
