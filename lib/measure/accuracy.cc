@@ -347,17 +347,26 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
     if (!absent->empty()) std::cerr << spec.Name() << ": " << *absent << "\n";
     return result;
   };
-  if (!quantised && spec.dtype == c10::kFloat && !spec.tf32) {
-    // The model as trained: its perplexity alone, what the others' ratio is to.
-    if (!scores_text) return {};
+  // The run's own perplexity of the text, which needs no reference: first
+  // in `result` where a text is scored.
+  const auto with_own_ppl = [&](std::vector<std::pair<std::string, double>> result) {
+    if (!scores_text) return done(std::move(result));
     try {
       const TextScore score = ScoreText(workload, nullptr, text, spec.device);
-      if (std::isfinite(score.Ppl())) return done({{"ppl", score.Ppl()}});
-      missing.push_back("ppl left out: the text's cross-entropy is not finite");
+      if (std::isfinite(score.Ppl())) {
+        result.insert(result.begin(), {"ppl", score.Ppl()});
+      } else {
+        missing.push_back("ppl left out: the text's cross-entropy is not finite");
+      }
     } catch (const std::exception& e) {
       missing.push_back(absl::StrCat("no perplexity: ", Why(e)));
     }
-    return done({});
+    return done(std::move(result));
+  };
+  if (!quantised && spec.dtype == c10::kFloat && !spec.tf32) {
+    // The model as trained: its perplexity alone, what the others' ratio is to.
+    if (!scores_text) return {};
+    return with_own_ppl({});
   }
   const at::Tensor out = workload.Evaluate();
   if (!out.defined()) return {};
@@ -404,7 +413,7 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
   at::Tensor expected;
   try {
     ref = build(reference, what, "accuracy check");
-    if (ref == nullptr) return done({});
+    if (ref == nullptr) return with_own_ppl({});
     expected = ref->Evaluate();
     if (!quantised) {
       result.push_back(Drift(out, expected));
@@ -427,7 +436,7 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
   } catch (const std::exception& e) {
     missing.push_back(
         absl::StrCat("no accuracy check: the ", what, " reference failed: ", Why(e)));
-    return done({});
+    return with_own_ppl({});
   }
   if (!workload.Prompt().defined() && !workload.EvaluatesLogits()) return done(result);
   try {
@@ -437,7 +446,7 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
       ref.reset();  // the fp32 one takes its place
       expected = at::Tensor();
       ref = build(fp32, "fp32 unquantised", "KL divergence");
-      if (ref == nullptr) return done(result);
+      if (ref == nullptr) return with_own_ppl(result);
       // Scoring a text needs no greedy tokens of the reference.
       if (!scores_text) expected = ref->Evaluate();
     }
@@ -475,6 +484,7 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
   } catch (const std::exception& e) {
     missing.push_back(absl::StrCat(
         "no KL divergence: the fp32 unquantised reference failed: ", Why(e)));
+    return with_own_ppl(result);
   }
   return done(result);
 }

@@ -10,7 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
+#include "absl/strings/str_join.h"
 #include "family/registry.h"
 #include "workloads/model_file.h"
 #include "workloads/phases.h"
@@ -137,8 +137,11 @@ absl::StatusOr<Family> ModelFamilyFromOptions(const FamilyOptions& options) {
         m.inputs.empty() || m.inputs[0].shape.empty() ? 1 : m.inputs[0].shape[0];
     c.dtype = CaseDtype(m);
     c.serves = m.inputs.size() == 1;  // serve gathers one batch-first input
-    // Inputs other than the file's are another computation: in the name.
-    c.inputs = absl::StrReplaceAll(options.model_inputs, {{" ", ""}});
+    // Inputs other than the file's are another computation: in the name,
+    // written out whole (ranges and dtypes as they ran, not as typed).
+    c.inputs = absl::StrJoin(given, ";", [](std::string* out, const InputSpec& s) {
+      out->append(FormatInputSpec(s));
+    });
     if (std::find(f.sizes.begin(), f.sizes.end(), stem) == f.sizes.end()) {
       f.sizes.push_back(stem);
     }

@@ -11,8 +11,10 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <regex>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -525,6 +527,93 @@ absl::StatusOr<std::vector<Registration>> RegistrationsFor(
   return registrations;
 }
 
+std::vector<std::string> UntakenSettings(
+    const std::vector<Registration>& registrations, const Sweep& sweep, bool dtypes_given,
+    const std::function<bool(const BenchSpec&)>& selected) {
+  using Takes = std::function<bool(const BenchSpec&)>;
+  std::vector<std::pair<std::string, Takes>> given;
+  if (dtypes_given) {
+    for (const c10::ScalarType t : sweep.dtypes) {
+      given.emplace_back(absl::StrCat("--dtype=", DtypeName(t)),
+                         [t](const BenchSpec& s) { return s.dtype == t; });
+    }
+  }
+  for (const Quant& q : sweep.quants) {
+    if (q.none()) continue;
+    given.emplace_back(
+        absl::StrCat("--quant=", kQuantNames[static_cast<int>(q.kind)],
+                     q.group > 0 ? absl::StrCat(" --quant_group=", q.group) : ""),
+        [q](const BenchSpec& s) { return s.quant == q; });
+  }
+  if (absl::c_linear_search(sweep.channels_last, true)) {
+    given.emplace_back("--memory_format=channels_last",
+                       [](const BenchSpec& s) { return s.channels_last; });
+  }
+  if (absl::c_linear_search(sweep.pack_cpu_linears, true)) {
+    given.emplace_back("--cpu_linear=onednn",
+                       [](const BenchSpec& s) { return s.pack_cpu_linears; });
+  }
+  const auto each = [&](const char* flag, const std::vector<int64_t>& values,
+                        int64_t BenchSpec::*field) {
+    for (const int64_t v : values) {
+      if (v == 0) continue;  // --depth's default
+      given.emplace_back(absl::StrCat("--", flag, "=", v),
+                         [v, field](const BenchSpec& s) { return s.*field == v; });
+    }
+  };
+  each("seq", sweep.seqs, &BenchSpec::seq);
+  each("prompt", sweep.prompts, &BenchSpec::prompt);
+  each("new_tokens", sweep.new_tokens, &BenchSpec::new_tokens);
+  each("depth", sweep.depths, &BenchSpec::depth);
+
+  std::set<std::string> chosen;  // the families the filter selects
+  for (const Registration& r : registrations) {
+    if (selected(r.spec)) chosen.insert(r.spec.family);
+  }
+  std::vector<std::string> out;
+  for (const auto& [flag, takes] : given) {
+    std::set<std::string> takers;
+    bool taken = false;
+    for (const Registration& r : registrations) {
+      if (!takes(r.spec)) continue;
+      takers.insert(r.spec.family);
+      taken = taken || selected(r.spec);
+    }
+    if (taken || chosen.empty()) continue;
+    out.push_back(absl::StrCat(
+        flag, " adds no benchmark that the filter selects (", absl::StrJoin(chosen, ", "),
+        "): ",
+        takers.empty() ? "no family here takes it"
+                       : absl::StrCat("it applies to ", absl::StrJoin(takers, ", "))));
+  }
+  // Generation whose family fixes what the flag sets: the rest of the
+  // selected generation takes it, these do not.
+  for (const auto& [flag, values, field, fixed] :
+       {std::tuple<const char*, std::vector<int64_t>, int64_t BenchSpec::*, const char*>{
+            "prompt", sweep.prompts, &BenchSpec::prompt, "its family fixes the prompt"},
+        {"depth", sweep.depths, &BenchSpec::depth,
+         "its family generates from position 0 alone"}}) {
+    if (values.empty() || values == std::vector<int64_t>{0}) continue;
+    std::map<std::string, std::set<int64_t>> ran;  // a family's values
+    for (const Registration& r : registrations) {
+      if (r.spec.phase == kGenerate && selected(r.spec)) {
+        ran[r.spec.family].insert(r.spec.*field);
+      }
+    }
+    std::vector<std::string> families;
+    for (const auto& [family, its] : ran) {
+      if (!absl::c_all_of(values, [&its](int64_t v) { return its.count(v) > 0; })) {
+        families.push_back(absl::StrCat(family, " (", absl::StrJoin(its, ","), ")"));
+      }
+    }
+    if (!families.empty()) {
+      out.push_back(absl::StrCat("--", flag, " does not set the generation of ",
+                                 absl::StrJoin(families, ", "), ": ", fixed));
+    }
+  }
+  return out;
+}
+
 Suite::Suite(const CommandLine& command_line) : command_line_(command_line) {}
 Suite::~Suite() = default;
 
@@ -628,6 +717,16 @@ absl::StatusOr<std::unique_ptr<Suite>> Suite::Register(const SuiteOptions& optio
                  "too, Whisper encode alone; --serve_phase picks it); list what serves "
                  "with the same --scenario and --benchmark_filter=/serve/ "
                  "--benchmark_list_tests\n";
+  }
+  if (!command_line.quiet_rank) {
+    const auto selected = [&](const BenchSpec& s) {
+      return FilterSelects(suite->filter_,
+                           FullName(s, FixedIterations(s, options, dist->world_size)));
+    };
+    for (const std::string& said :
+         UntakenSettings(*registrations, sweep, options.dtypes_given, selected)) {
+      std::cerr << "bench: " << said << "\n";
+    }
   }
   if (!command_line.list_only && !command_line.quiet_rank) {
     PreparePeaks(*registrations, suite->filter_, options, dist->world_size,

@@ -4,6 +4,7 @@
 // them and report, each step a function and what the run keeps a Suite.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,6 +81,16 @@ Sweep SweepFor(const SuiteOptions& options, const CommandLine& command_line,
 // adds nothing; an error when --compiled holds no model file.
 absl::StatusOr<std::vector<Registration>> RegistrationsFor(
     const std::vector<Family>& families, const Sweep& sweep, bool quiet);
+
+// What the command line sets that no benchmark `selected` keeps takes, a
+// sentence each, naming the families that take it: a --dtype, --quant,
+// --memory_format, --cpu_linear, --seq, --prompt, --new_tokens or --depth
+// value (a --model file, say, runs in its own dtype at its own shapes); and
+// the selected generation whose family fixes the prompt or the depth that
+// --prompt or --depth would set.
+std::vector<std::string> UntakenSettings(
+    const std::vector<Registration>& registrations, const Sweep& sweep, bool dtypes_given,
+    const std::function<bool(const BenchSpec&)>& selected);
 
 // One run of the suite: what registration leaves for the run (the families,
 // the filter, the peaks and the Runner the registered benchmarks point at),

@@ -1518,11 +1518,13 @@ class CompiledTest(unittest.TestCase):
             images = int(batch.split(":")[1])
             self.assertAlmostEqual(b["FLOP/s"] * b["real_time"] * 1e-3, images * per_image,
                                    delta=1e-6 * per_image)
-        given_doc = run_json(f"--model={self.ts}", "--inputs=5x3x32x32:fp32", "--batch=4",
+        # The same inputs typed otherwise (spaces, a trailing ';') are one name.
+        given_doc = run_json(f"--model={self.ts}", "--inputs= 5x3x32x32:fp32 ;", "--batch=4",
                              "--benchmark_min_time=0.01", "--warmup_s=0", "--devices=cpu",
                              "--flops_per_step=2e6", "--peak_flops=1e12")
         self.assertEqual(given_doc["context"]["model_flops_per_step"], "2e6")
         [given] = given_doc["benchmarks"]
+        self.assertEqual(given["run_name"], by_batch["batch:4"]["run_name"])
         self.assertAlmostEqual(given["FLOP/s"] * given["real_time"] * 1e-3, 2e6, delta=2e3)
         # One forward's FLOPs, given to a batch sweep, would be wrong at all but one.
         proc = run_bench(f"--model={self.ts}", "--batch=1,4", "--flops_per_step=2e6",

@@ -636,6 +636,36 @@ TEST(Accuracy, AReducedPrecisionScoresTheTextAgainstFp32) {
   }
 }
 
+TEST(Accuracy, AReferenceThatDoesNotFitLeavesTheRunsOwnPerplexity) {
+  // bf16 beside its fp32 reference, and int8 beside its unquantised one:
+  // the ratio and the divergence need the reference; ppl does not.
+  for (const std::string quant : {"none", "int8"}) {
+    BenchSpec spec = SpecFor("GPT2", "nano", "forward", 2, 16);
+    if (quant == "none") spec.dtype = c10::kBFloat16;
+    if (quant == "int8") spec.quant.kind = QuantKind::kInt8;
+    Family family = FamilyNamed("GPT2");
+    family.plan = [](const BenchSpec&) -> absl::StatusOr<Plan> {
+      Plan p;
+      p.memory.weights = std::numeric_limits<int64_t>::max() / 4;
+      return p;
+    };
+    at::manual_seed(7);
+    const std::unique_ptr<Workload> run = family.build(spec);
+    const at::Tensor text = at::randint(0, 1000, {3, 30}, at::kLong);
+    std::string absent;
+    const auto counters = Accuracy(family, spec, 7, *run, text, &absent);
+    ASSERT_EQ(counters.size(), 1u) << quant;
+    EXPECT_EQ(counters[0].first, "ppl") << quant;
+    const double ppl =
+        std::exp(NextTokenNll(run->Score(text), text).mean().item<double>());
+    EXPECT_NEAR(counters[0].second, ppl, 1e-3 * ppl) << quant;
+    EXPECT_TRUE(absl::StartsWith(absent, "no accuracy check: the "))
+        << quant << ": " << absent;
+    EXPECT_TRUE(absl::StrContains(absent, "reference does not fit beside the model ("))
+        << absent;
+  }
+}
+
 TEST(Accuracy, ATextLongerThanTheModelsPositionsSaysSoInOneSentence) {
   // The Transformer's positions are its seq: an fp32 run has nothing else
   // to report, and says why in LibTorch's sentence, without its stack trace.

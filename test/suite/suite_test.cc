@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "device/device.h"
 #include "family/registry.h"
 #include "spec_for.h"
@@ -104,6 +106,53 @@ TEST(ExpandSweep, ScenariosAddServeBenchmarksAndKeepEveryOtherName) {
       EXPECT_EQ(name.rfind("Whisper/", 0), 0u) << name;
     }
   }
+}
+
+TEST(UntakenSettings, ASettingNoSelectedBenchmarkTakesIsNamedWithTheFamiliesThatDo) {
+  Sweep sweep;
+  sweep.devices = {HostDevice()};
+  sweep.dtypes = {c10::kFloat, c10::kBFloat16};
+  sweep.quants = {Quant{QuantKind::kInt8}};
+  sweep.seqs = {32};
+  sweep.prompts = {7};
+  sweep.depths = {0, 600};
+  const std::vector<Registration> registrations = ExpandSweep(Families(), sweep);
+  const auto family_is = [](std::set<std::string> names) {
+    return [names](const BenchSpec& s) { return names.count(s.family) > 0; };
+  };
+  // Every setting is some family's, and none is Ops/matmul's: each is named.
+  const std::vector<std::string> ops =
+      UntakenSettings(registrations, sweep, /*dtypes_given=*/true, family_is({"Ops"}));
+  std::set<std::string> flags;
+  for (const std::string& said : ops) flags.insert(said.substr(0, said.find(' ')));
+  EXPECT_EQ(flags, (std::set<std::string>{"--quant=int8", "--seq=32", "--prompt=7",
+                                          "--depth=600"}))
+      << absl::StrJoin(ops, "\n");
+  EXPECT_NE(std::find(ops.begin(), ops.end(),
+                      "--depth=600 adds no benchmark that the filter selects (Ops): it "
+                      "applies to GPT2, Llama"),
+            ops.end())
+      << absl::StrJoin(ops, "\n");
+  // GPT2 takes them all; Whisper's generation fixes its prompt and depth.
+  const std::vector<std::string> decoders =
+      UntakenSettings(registrations, sweep, true, [](const BenchSpec& s) {
+        return (s.family == "GPT2" || s.family == "Whisper") && s.phase == "generate";
+      });
+  EXPECT_EQ(decoders,
+            (std::vector<std::string>{
+                "--seq=32 adds no benchmark that the filter selects (GPT2, Whisper): it "
+                "applies to EncDec, Encoder, GPT2, Llama, Transformer",
+                "--prompt does not set the generation of Whisper (4): its family fixes "
+                "the prompt",
+                "--depth does not set the generation of Whisper (0): its family "
+                "generates from position 0 alone"}));
+  // A dtype the defaults add (not given) is not the user's to be told of.
+  for (const std::string& said :
+       UntakenSettings(registrations, sweep, false, family_is({"Ops"}))) {
+    EXPECT_FALSE(absl::StrContains(said, "--dtype")) << said;
+  }
+  // Nothing selected: the run's own error says so.
+  EXPECT_TRUE(UntakenSettings(registrations, sweep, true, family_is({})).empty());
 }
 
 TEST(ExpandSweep, GenerationIsServedByTheFamiliesThatBatchItContinuouslyAlone) {
