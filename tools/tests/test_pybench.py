@@ -571,6 +571,44 @@ class InterruptTest(ToolTest):
             base.raise_on_signals.__globals__["_ARRIVED"].clear()
 
 
+class UntakenSettingsTest(ToolTest):
+    """A flag value no selected benchmark takes is said, in bench's words,
+    with the families that take it: Whisper's generation fixes its prompt and
+    depth, generation takes no --seq, a family that does not quantise no
+    --quant."""
+
+    ARGS = ["--benchmark_list_tests", "--benchmark_filter=^(GPT2|Whisper)/nano/cpu/generate/",
+            "--prompt=7", "--depth=0,100", "--seq=32"]
+    SAID = ["--seq=32 adds no benchmark that the filter selects (GPT2, Whisper): it applies "
+            "to EncDec, Encoder, GPT2, Llama, Transformer",
+            "--prompt does not set the generation of Whisper (4): its family fixes the prompt",
+            "--depth does not set the generation of Whisper (0): its family generates from "
+            "position 0 alone"]
+
+    def said(self, stderr, tool):
+        return [line[len(tool) + 2:] for line in stderr.splitlines()
+                if line.startswith(f"{tool}: ")
+                and ("adds no" in line or "does not set" in line)]
+
+    def test_said_as_bench_says_it(self):
+        proc = self.run_tool("pybench", *self.ARGS)
+        self.assertExit(proc, 0)
+        self.assertEqual(self.said(proc.stderr, "pybench"), self.SAID)
+        self.assertEqual(len(proc.stdout.split()), 3)  # GPT2 at two depths, Whisper
+        quant = self.run_tool("pybench", "--benchmark_list_tests", "--quant=int8",
+                              "--benchmark_filter=^Whisper/nano/cpu/encode/")
+        self.assertExit(quant, 0)
+        self.assertEqual(self.said(quant.stderr, "pybench"), [
+            "--quant=int8 adds no benchmark that the filter selects (Whisper): it applies to "
+            "GPT2, Llama, Transformer"])
+        bench = runnable_bench()
+        if bench:
+            proc = subprocess.run([bench, *self.ARGS], capture_output=True, text=True,
+                                  timeout=300)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertEqual(self.said(proc.stderr, "bench"), self.SAID)
+
+
 class OneNewTokenTest(ToolTest):
     """--new_tokens=1: the token is the prefill's and no decode step runs;
     what decode steps would have timed or read is absent, and the label

@@ -26,7 +26,7 @@ from ltb.pysuite.flags import BadFlag, parse_flags  # noqa: E402
 from ltb.pysuite.host import configure_fp32, configure_malloc, configure_threads  # noqa: E402
 from ltb.pysuite.peaks import match_cpu_simulation, peak_flops  # noqa: E402
 from ltb.pysuite.runner import compile_cache, run_one  # noqa: E402
-from ltb.pysuite.sweep import specs  # noqa: E402
+from ltb.pysuite.sweep import specs, untaken_settings  # noqa: E402
 
 
 def console_line(e):
@@ -66,6 +66,8 @@ def pybench_main(argv):
               f"families: {', '.join(FAMILIES)} (--benchmark_list_tests lists them)",
               file=sys.stderr)
         return 2
+    for said in untaken_settings(args, selected):
+        print(f"pybench: {said}", file=sys.stderr)
     if args.list_tests:
         print("\n".join(s.full_name() for s in selected))
         return 0

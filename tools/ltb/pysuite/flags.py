@@ -273,6 +273,7 @@ def parse_flags(argv):
                       "before every clock read); valid: true, or leave it out")
     a.sync = "true"
     a.dtypes = choices(a.dtype, tuple(DTYPES), "dtype")
+    a.dtypes_given = any(x == "--dtype" or x.startswith("--dtype=") for x in argv)
     a.quants = quant_flags(a.quant, a.quant_group)
     a.runtimes = choices("eager,compile" if a.compile else a.runtime, tuple(RUNTIMES),
                          "runtime")

@@ -1,6 +1,7 @@
 """What runs: the benchmarks the flags select, in bench's order
 (lib/suite/sweep.cc ExpandSweep), each a Spec named as bench names it
 (lib/family/spec.cc) with the runtime last."""
+import argparse
 import re
 
 from ltb.pysuite import families, quant, weights
@@ -180,3 +181,47 @@ def specs(args):
                                         out.append(v)
     return out
 
+
+
+def untaken_settings(args, selected):
+    """lib/suite/suite.cc UntakenSettings, in bench's words: what the flags
+    set that no benchmark of `selected` takes, naming the families that take
+    it; and the selected generation whose family fixes the prompt or the
+    depth that --prompt or --depth would set."""
+    chosen = sorted({s.family for s in selected})
+    if not chosen:
+        return []
+    every = specs(argparse.Namespace(**dict(vars(args), default_suite=False,
+                                            benchmark_filter=".")))
+    given = [(f"--dtype={d}", lambda s, d=d: s.dtype == d)
+             for d in (args.dtypes if args.dtypes_given else [])]
+    given += [(f"--quant={q.kind}" + (f" --quant_group={q.group}" if q.group else ""),
+               lambda s, q=q: s.quant == q) for q in args.quants if not q.none]
+    for flag, values, field in (("seq", args.seqs, "seq"), ("prompt", args.prompts, "prompt"),
+                                ("new_tokens", args.news, "new_tokens"),
+                                ("depth", args.depths, "depth")):
+        given += [(f"--{flag}={v}", lambda s, v=v, field=field: getattr(s, field) == v)
+                  for v in values or [] if v != 0]
+    out = []
+    for flag, takes in given:
+        if any(takes(s) for s in selected):
+            continue
+        takers = sorted({s.family for s in every if takes(s)})
+        out.append(f"{flag} adds no benchmark that the filter selects ({', '.join(chosen)}): "
+                   + (f"it applies to {', '.join(takers)}" if takers
+                      else "no family here takes it"))
+    for flag, values, fixed in (
+            ("prompt", args.prompts, "its family fixes the prompt"),
+            ("depth", args.depths, "its family generates from position 0 alone")):
+        if not values or values == [0]:
+            continue
+        ran = {}
+        for s in selected:
+            if s.phase == "generate" and not s.serve:
+                ran.setdefault(s.family, set()).add(getattr(s, flag))
+        families = [f"{family} ({','.join(str(v) for v in sorted(its))})"
+                    for family, its in sorted(ran.items()) if not set(values) <= its]
+        if families:
+            out.append(f"--{flag} does not set the generation of {', '.join(families)}: "
+                       f"{fixed}")
+    return out
