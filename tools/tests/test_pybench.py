@@ -542,6 +542,35 @@ class InterruptTest(ToolTest):
                 self.assertIn(f"interrupted by {signal.Signals(signo).name}",
                               entries["GPT2"]["error_message"])
 
+    def test_a_signal_in_a_served_test_ends_it_as_benchs_does(self):
+        """LoadGen runs the test on its threads: the signal stops the wait
+        for it, never a LoadGen callback (which ended the process from
+        within LoadGen, exit 134); the test is left to finish unrun."""
+        import signal
+        import time
+        out = os.path.join(self.tmp, "served.json")
+        proc = subprocess.Popen(
+            [sys.executable, os.path.join(TOOLS, "pybench"),
+             "--benchmark_filter=^CNN/nano/cpu/serve/", "--scenario=Server",
+             "--target_qps=50,60", "--serve_min_s=3", "--serve_min_queries=16",
+             "--warmup_s=0", "--peak_flops=1e12", "--peak_bandwidth=1e12",
+             f"--serve_log_dir={os.path.join(self.tmp, 'logs')}", f"--benchmark_out={out}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = proc.stdout.readline()
+        self.assertIn("/serve/scenario:Server/qps:50/", first)
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 130, err)
+        self.assertNotIn("Traceback", err)
+        self.assertNotIn("terminate", err)
+        with open(out) as f:
+            entries = {e["name"].split("/")[5]: e for e in json.load(f)["benchmarks"]}
+        self.assertEqual(set(entries), {"qps:50", "qps:60"})
+        self.assertFalse(entries["qps:50"].get("error_occurred", False))
+        self.assertIn("samples/s", entries["qps:50"])
+        self.assertIn("interrupted by SIGINT", entries["qps:60"]["error_message"])
+
     def test_a_signal_whose_raise_a_finaliser_swallowed_still_stops_the_run(self):
         """The handler runs in whatever Python code is running, a finaliser
         included, where Python prints the exception and goes on: the signal

@@ -9,6 +9,7 @@ What it runs and measures, its flags, names, exit status and which module
 holds which part: docs/cpp-and-python.md ("Running both" and "The same
 work, by construction"); under load, docs/serving.md."""
 import json
+import os
 import signal
 import sys
 
@@ -25,6 +26,7 @@ from ltb.pysuite.family import FAMILIES, Refused  # noqa: E402
 from ltb.pysuite.flags import BadFlag, parse_flags  # noqa: E402
 from ltb.pysuite.host import configure_fp32, configure_malloc, configure_threads  # noqa: E402
 from ltb.pysuite.peaks import match_cpu_simulation, peak_flops  # noqa: E402
+from ltb.pysuite import serve  # noqa: E402
 from ltb.pysuite.runner import compile_cache, run_one  # noqa: E402
 from ltb.pysuite.sweep import specs, untaken_settings  # noqa: E402
 
@@ -129,4 +131,9 @@ def pybench_main(argv):
 
 
 def main():
-    sys.exit(pybench_main(sys.argv[1:]))
+    code = pybench_main(sys.argv[1:])
+    if serve.ABANDONED:  # a signal left a LoadGen test running: end as bench does
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

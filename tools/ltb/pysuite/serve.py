@@ -20,6 +20,9 @@ FIND_PEAK_OUTSIDE_SERVER = ("--find_peak=true: LoadGen searches a peak QPS in th
                             "scenario only; valid: --scenario=Server (alone or among others)")
 # The samples LoadGen's library holds (lib/serve/serve.cc kServeSamples).
 SAMPLES = 64
+# LoadGen tests a signal stopped, left to finish alone on their threads
+# (run_test): the process then ends without waiting for them, as bench's does.
+ABANDONED = []
 
 
 class Worker:
@@ -30,6 +33,7 @@ class Worker:
         self.cv = threading.Condition()
         self.stop = False
         self.error = None
+        self.abandoned = False  # a signal stopped the test: samples complete unrun
         self.pending = self.ran = None  # a handed call, and its outcome
 
     def call(self, fn):
@@ -321,15 +325,41 @@ def run_test(lg, settings, log_dir, worker, issue, load, unload, warm=None):
     log.enable_trace = False
     sut = lg.ConstructSUT(issue, lambda: None)
     qsl = lg.ConstructQSL(SAMPLES, SAMPLES, load, unload)
+    ended, failed = threading.Event(), []
+
+    def test():
+        try:
+            lg.StartTestWithLogSettings(sut, qsl, settings, log)
+        except BaseException as e:  # noqa: BLE001 - raised on the waiting thread
+            failed.append(e)
+        finally:
+            ended.set()
+
+    # LoadGen runs on a thread of its own and calls back on its threads, so
+    # that a signal raises here, in the waiting, never inside a callback,
+    # where it would end the process from within LoadGen's C++.
+    tester = threading.Thread(target=test, daemon=True)
     try:
         if warm is not None:
             worker.call(warm)
-        lg.StartTestWithLogSettings(sut, qsl, settings, log)
+        tester.start()
+        while not ended.wait(0.02):
+            pass
         worker.drain()
-    finally:
+    except BaseException:
+        if tester.is_alive():  # as bench's Wait(): the test finishes alone, unrun
+            worker.abandoned = True
+            ABANDONED.append(tester)
+            raise
         worker.close()
         lg.DestroyQSL(qsl)
         lg.DestroySUT(sut)
+        raise
+    worker.close()
+    lg.DestroyQSL(qsl)
+    lg.DestroySUT(sut)
+    if failed:
+        raise failed[0]
     if worker.error is not None:
         raise worker.error
     with open(os.path.join(log_dir, "mlperf_log_detail.txt")) as f:
@@ -361,6 +391,8 @@ def serve(forward, batch_inputs, scenario, log_dir, *, target_qps=10, latency_bo
 
     def run(batch):
         try:
+            if batcher.abandoned:
+                return
             with torch.inference_mode():
                 for i, (_, index, _) in enumerate(batch):
                     staging[i].copy_(samples[index])

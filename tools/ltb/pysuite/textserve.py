@@ -282,7 +282,7 @@ class Server(batch_serve.Worker):
                 self.cv.release()
                 more = False
                 try:
-                    if self.error is not None or self.stop:
+                    if self.error is not None or self.stop or self.abandoned:
                         self.batcher.abandon()
                     else:
                         more = self.batcher.step()
