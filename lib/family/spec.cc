@@ -38,6 +38,11 @@ std::string BenchSpec::Name() const {
         absl::StrAppend(&name,
                         serve.find_peak ? "/find_peak_from:" : "/qps:", serve.target_qps);
       }
+      // Offline's expected rate sizes its one query (the rate times the
+      // minimum duration, in samples), and with it every latency.
+      if (serve.scenario == "Offline" && serve.target_qps != kDefaultTargetQps) {
+        absl::StrAppend(&name, "/expected_qps:", serve.target_qps);
+      }
       absl::StrAppend(&name, "/max_batch:", serve.max_batch);
       if (serve.scenario == "MultiStream" && serve.samples_per_query > 0 &&
           serve.samples_per_query != kLoadGenSamplesPerQuery) {

@@ -77,15 +77,18 @@ inline constexpr int64_t kDefaultBatchTimeoutUs = 2000;
 // LoadGen's p99 bounds in Server, where --latency_bound_ms,
 // --ttft_bound_ms and --tpot_bound_ms are not given.
 inline constexpr double kLoadGenBoundMs = 100;
+// --target_qps's default: Server's arrival rate and Offline's expected one.
+inline constexpr double kDefaultTargetQps = 10;
+
 struct ServeSettings {
-  std::string scenario;           // SingleStream, MultiStream, Server, Offline
-  std::string phase;              // the inference phase served; "": each family's
-  double target_qps = 10;         // Server: the arrival rate; Offline: expected
-  double latency_bound_ms = 0;    // Server: p99 bound; 0: LoadGen's (100 ms)
-  int64_t samples_per_query = 0;  // MultiStream; 0: LoadGen's (8)
-  double min_s = 1;               // LoadGen's min_duration
-  int64_t min_queries = 32;       // LoadGen's min_query_count
-  int64_t max_batch = 8;          // the batcher's largest batch
+  std::string scenario;                   // SingleStream, MultiStream, Server, Offline
+  std::string phase;                      // the inference phase served; "": each family's
+  double target_qps = kDefaultTargetQps;  // Server: the arrival rate; Offline: expected
+  double latency_bound_ms = 0;            // Server: p99 bound; 0: LoadGen's (100 ms)
+  int64_t samples_per_query = 0;          // MultiStream; 0: LoadGen's (8)
+  double min_s = 1;                       // LoadGen's min_duration
+  int64_t min_queries = 32;               // LoadGen's min_query_count
+  int64_t max_batch = 8;                  // the batcher's largest batch
   int64_t batch_timeout_us = kDefaultBatchTimeoutUs;  // how long a batch waits to fill
   std::string log_dir;  // LoadGen's logs, one folder a benchmark
   // generate: each request's prompt and output lengths, drawn uniformly

@@ -172,6 +172,11 @@ at::Tensor BatchRunner::Run(const std::vector<at::Tensor>& samples,
   return out;
 }
 
+// Why --find_peak's runs have no `batches`: the search's tests ran them all.
+constexpr char kFindPeakBatches[] =
+    "batches left out: --find_peak's search runs several LoadGen tests, and the "
+    "counters are the peak's alone";
+
 absl::Status ValidateServe(const ServeSettings& serve) {
   const auto& names = kServeScenarios;
   if (std::find(std::begin(names), std::end(names), serve.scenario) == std::end(names)) {
@@ -190,7 +195,7 @@ absl::Status ValidateServe(const ServeSettings& serve) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--target_qps must be a number > 0 (queries a second), not ", serve.target_qps));
   }
-  if (serve.latency_bound_ms < 0 || !(serve.latency_bound_ms == serve.latency_bound_ms)) {
+  if (!(serve.latency_bound_ms >= 0) || std::isinf(serve.latency_bound_ms)) {
     return absl::InvalidArgumentError(
         "--latency_bound_ms must be a number > 0 (milliseconds), or left out for "
         "LoadGen's 100 ms");
@@ -206,9 +211,17 @@ absl::Status ValidateServe(const ServeSettings& serve) {
         "--find_peak=true: LoadGen searches a peak QPS in the Server scenario only, not ",
         serve.scenario, "; valid: --scenario=Server"));
   }
-  if (serve.min_s < 0 || serve.min_queries < 1) {
-    return absl::InvalidArgumentError(
-        "--serve_min_s must be >= 0 and --serve_min_queries >= 1");
+  if (!(serve.min_s >= 0) || std::isinf(serve.min_s) || serve.min_queries < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--serve_min_s must be a number of seconds >= 0 (not ", serve.min_s,
+        ") and --serve_min_queries a whole number >= 1 (not ", serve.min_queries, ")"));
+  }
+  if (serve.samples_per_query < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--samples_per_query=", serve.samples_per_query,
+        ": MultiStream's samples a query must be a whole number >= 1, or left out for "
+        "LoadGen's ",
+        kLoadGenSamplesPerQuery));
   }
   return absl::OkStatus();
 }
@@ -677,8 +690,13 @@ absl::Status RunLoadGenTest(benchmark::State& state, Workload& workload,
     }
     for (const auto& [name, value] : counters.counters) state.counters[name] = value;
     state.counters["max_batch"] = static_cast<double>(serve.max_batch);
-    state.counters["batches"] = static_cast<double>(test->batches());
-    state.SetLabel(ValidUtf8(counters.label));
+    std::string label = counters.label;
+    if (serve.find_peak) {  // the batcher served every test of the search
+      absl::StrAppend(&label, label.empty() ? "" : "; ", kFindPeakBatches);
+    } else {
+      state.counters["batches"] = static_cast<double>(test->batches());
+    }
+    state.SetLabel(ValidUtf8(label));
   }
   return absl::OkStatus();
 }

@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -624,6 +625,20 @@ std::vector<const absl::CommandLineFlag*> SuiteFlags() {
 
 namespace {
 
+// Names carry a rate or a bound as StrCat writes a double, to six
+// significant digits: a value that it rounds is refused, so that two
+// settings never share a name nor a name says another value than ran.
+absl::Status NamedAsGiven(absl::string_view flag, double value) {
+  double named = 0;
+  if (absl::SimpleAtod(absl::StrCat(value), &named) && named == value) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, "=", absl::StrFormat("%.15g", value),
+                   ": a benchmark's name holds it to six significant digits (", value,
+                   "), another value; give it in six"));
+}
+
 std::string ValidFlags() {
   std::vector<std::string> names;
   for (const absl::CommandLineFlag* flag : SuiteFlags()) {
@@ -799,6 +814,10 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
         ": the bound must be a number of milliseconds > 0 (or left out for LoadGen's "
         "100 ms)"));
   }
+  if (absl::Status named = NamedAsGiven("latency_bound_ms", serve.latency_bound_ms);
+      !named.ok()) {
+    return named;
+  }
   serve.samples_per_query = absl::GetFlag(FLAGS_samples_per_query);
   serve.min_s = absl::GetFlag(FLAGS_serve_min_s);
   serve.min_queries = absl::GetFlag(FLAGS_serve_min_queries);
@@ -829,6 +848,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
           ": the bound must be a number of milliseconds > 0 (or left out for LoadGen's "
           "100 ms)"));
     }
+    if (absl::Status named = NamedAsGiven(flag, bound); !named.ok()) return named;
   }
   serve.find_peak = absl::GetFlag(FLAGS_find_peak);
   serve.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
@@ -862,6 +882,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
                        "' is not a rate; valid: numbers > 0 (queries a second), "
                        "comma-separated"));
     }
+    if (absl::Status named = NamedAsGiven("target_qps", qps); !named.ok()) return named;
     if (std::find(sweep.serve_qps.begin(), sweep.serve_qps.end(), qps) ==
         sweep.serve_qps.end()) {
       sweep.serve_qps.push_back(qps);

@@ -49,7 +49,7 @@ struct Sweep {
   // --scenario: serve benchmarks of the serving families' forward cases, one
   // a scenario (and, for Server, a --target_qps); empty: none registered.
   std::vector<std::string> serve_scenarios;
-  std::vector<double> serve_qps = {10};
+  std::vector<double> serve_qps = {kDefaultTargetQps};
   ServeSettings serve;  // the batcher's and LoadGen's settings
   // The default suite: the CPU runs each family's smaller suite shapes, and
   // the other devices measure those too beside their own (when the run

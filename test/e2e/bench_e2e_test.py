@@ -1747,6 +1747,12 @@ class ServeTest(unittest.TestCase):
              "--serve_min_queries=16", "--max_batch=4", "--target_qps=100", *GIVEN_PEAKS]
     NAME = "GPT2/nano/cpu/serve/scenario:{}/max_batch:4/seq:16/fp32"
 
+    def named(self, scenario, qps=100):
+        """NAME of a scenario: Offline's expected rate (SERVE's
+        --target_qps, unless given) sizes its query and is in its name."""
+        return self.NAME.format(f"Offline/expected_qps:{qps:g}" if scenario == "Offline"
+                                else scenario)
+
     def test_a_scenario_that_serves_nothing_the_filter_selects_says_so(self):
         said = "--scenario adds no benchmark that the filter selects"
         # Whisper serves its encoder alone: served generation adds nothing.
@@ -1783,7 +1789,7 @@ class ServeTest(unittest.TestCase):
     def test_each_scenario_is_one_loadgen_test_with_its_counters(self):
         entries = self.entries()
         self.assertEqual(set(entries), {
-            self.NAME.format(s) + "/iterations:1/manual_time"
+            self.named(s) + "/iterations:1/manual_time"
             for s in ("SingleStream", "Offline")})
         for name, b in entries.items():
             self.assertFalse(b.get("error_occurred", False), b.get("error_message"))
@@ -1799,7 +1805,7 @@ class ServeTest(unittest.TestCase):
             self.assertRegex(b["label"], r"^scenario:\w+ (VALID|INVALID)")
             self.assertEqual(b["max_batch"], 4)
             self.assertNotIn("goodput", b, "goodput is Server's")
-        single = entries[self.NAME.format("SingleStream") + "/iterations:1/manual_time"]
+        single = entries[self.named("SingleStream") + "/iterations:1/manual_time"]
         self.assertGreaterEqual(single["queries"], 16)
         # SingleStream issues one sample at a time: every batch holds one.
         self.assertEqual(single["batches"], single["queries"])
@@ -1807,7 +1813,7 @@ class ServeTest(unittest.TestCase):
     def test_loadgens_logs_are_kept_beside_the_json(self):
         logs = os.path.join(self.tmp.name, "run0.loadgen")
         for scenario in ("SingleStream", "Offline"):
-            folder = os.path.join(logs, self.NAME.format(scenario)
+            folder = os.path.join(logs, self.named(scenario)
                                   .replace("/", "_").replace(":", "-"))
             with open(os.path.join(folder, "mlperf_log_detail.txt")) as f:
                 detail = f.read()
@@ -1819,7 +1825,7 @@ class ServeTest(unittest.TestCase):
         proc = subprocess.run([sys.executable, COMPARE_PY, "benchmarks", *self.files],
                               capture_output=True, text=True, timeout=300)
         self.assertEqual(proc.returncode, 0, proc.stderr)
-        self.assertIn(self.NAME.format("Offline"), proc.stdout)
+        self.assertIn(self.named("Offline"), proc.stdout)
 
     def test_a_bound_no_server_meets_is_invalid_not_an_error(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -1886,6 +1892,11 @@ class ServeTest(unittest.TestCase):
             self.assertAlmostEqual(b["real_time"] * TIME_UNITS[b["time_unit"]] * b["peak_qps"],
                                    1, places=6)
             self.assertAlmostEqual(b["bound_ms"], 100)
+            # The batcher served every test of the search; the counters are the peak's.
+            self.assertNotIn("batches", b)
+            self.assertTrue(b["label"].endswith(
+                "; batches left out: --find_peak's search runs several LoadGen tests, and the "
+                "counters are the peak's alone"), b["label"])
             [folder] = os.listdir(tmp)
             with open(os.path.join(tmp, folder, "mlperf_log_detail.txt")) as f:
                 detail = f.read()
@@ -1906,7 +1917,15 @@ class ServeTest(unittest.TestCase):
                 (["--scenario=Server", "--serve_phase=train_step"], "valid: forward, encode"),
                 (["--scenario=Offline", "--find_peak=true"],
                  "Server scenario only; valid: --scenario=Server"),
-                (["--scenario=Offline", "--target_qps=fast"], "valid: numbers > 0")):
+                (["--scenario=Offline", "--target_qps=fast"], "valid: numbers > 0"),
+                (["--scenario=Server", "--target_qps=12.3456789,12.3456781"],
+                 "--target_qps=12.3456789: a benchmark's name holds it to six significant "
+                 "digits (12.3457)"),
+                (["--scenario=Server", "--serve_min_s=nan"], "--serve_min_s must be a number"),
+                (["--scenario=Server", "--serve_min_s=inf"], "--serve_min_s must be a number"),
+                (["--scenario=MultiStream", "--samples_per_query=-3"],
+                 "--samples_per_query=-3: MultiStream's samples a query must be a whole "
+                 "number >= 1")):
             proc = run_bench("--benchmark_filter=GPT2/nano/cpu/serve/", *args, check=False)
             self.assertEqual(proc.returncode, 2, (args, proc.stderr))
             self.assertIn(expected, proc.stderr, args)
@@ -1925,7 +1944,7 @@ class ServeTest(unittest.TestCase):
                  "--benchmark_out_format=json"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for line in proc.stdout:  # the console prints each result as it ends
-                if line.startswith(self.NAME.format("Offline")):
+                if line.startswith(self.named("Offline", 1)):
                     break
             else:
                 proc.kill()
@@ -1940,7 +1959,7 @@ class ServeTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 130, err)
             with open(out) as f:
                 entries = self.entries(json.load(f))
-            offline = entries[self.NAME.format("Offline") + "/iterations:1/manual_time"]
+            offline = entries[self.named("Offline", 1) + "/iterations:1/manual_time"]
             self.assertFalse(offline.get("error_occurred", False))
             self.assertGreater(offline["samples/s"], 0)
             [server] = [b for n, b in entries.items() if "scenario:Server" in n]

@@ -441,6 +441,12 @@ TEST(BenchSpecName, ServerBoundsOtherThanLoadGensAreInTheName) {
   // Other scenarios have no bound to meet.
   s.serve.scenario = "Offline";
   EXPECT_EQ(s.Name(), "GPT2/small/cpu/serve/scenario:Offline/max_batch:8/seq:64/fp32");
+  // Offline's expected rate sizes its one query: named where not the default.
+  s.serve.target_qps = 2000;
+  EXPECT_EQ(
+      s.Name(),
+      "GPT2/small/cpu/serve/scenario:Offline/expected_qps:2000/max_batch:8/seq:64/fp32");
+  s.serve.target_qps = kDefaultTargetQps;
 
   BenchSpec g = SpecFor("GPT2", "small", "generate", 8, 0);
   g.phase = kServe;

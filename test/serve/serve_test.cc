@@ -11,7 +11,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -471,6 +473,31 @@ TEST(ValidateServe, RefusesWhatCannotRunNamingTheValidChoices) {
   EXPECT_TRUE(ValidateServe(serve).ok());
   serve.phase = "encode";
   EXPECT_TRUE(ValidateServe(serve).ok());
+  // A duration LoadGen cannot hold (NaN or infinity cast to its whole
+  // milliseconds), an unbounded bound, and a negative query size.
+  for (const double min_s :
+       {std::nan(""), std::numeric_limits<double>::infinity(), -1.0}) {
+    ServeSettings bad = serve;
+    bad.min_s = min_s;
+    s = ValidateServe(bad);
+    ASSERT_FALSE(s.ok()) << min_s;
+    EXPECT_NE(s.message().find("--serve_min_s must be a number of seconds >= 0"),
+              std::string::npos)
+        << s.message();
+  }
+  ServeSettings unbounded = serve;
+  unbounded.latency_bound_ms = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(ValidateServe(unbounded).ok());
+  ServeSettings negative = serve;
+  negative.scenario = "MultiStream";
+  negative.find_peak = false;
+  negative.samples_per_query = -3;
+  s = ValidateServe(negative);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(
+      s.message(),
+      "--samples_per_query=-3: MultiStream's samples a query must be a whole number "
+      ">= 1, or left out for LoadGen's 8");
 }
 
 TEST(ServeName, CarriesTheScenarioServersRateAndTheBatchersLimit) {

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <tuple>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/marshalling.h"
 #include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
 
 namespace ltb {
 namespace {
@@ -228,6 +230,29 @@ TEST(OptionsFromFlags, FlopsPerStepHoldAtOneBatch) {
   EXPECT_EQ(sweep.status().message(),
             "--flops_per_step gives the FLOPs of one forward at one batch: give one "
             "--batch with it, or leave it out to have each batch's FLOPs counted");
+}
+
+TEST(OptionsFromFlags, RatesAndBoundsAreNamedAsGiven) {
+  // Names hold six significant digits: two rates that round alike would
+  // share one, and a bound rounded to 100 would read as LoadGen's default.
+  for (const auto& [flag, value, named] :
+       {std::tuple<const char*, const char*, const char*>{"target_qps", "12.3456789,5",
+                                                          "12.3457"},
+        {"latency_bound_ms", "100.00001", "100"}}) {
+    absl::FlagSaver saver;
+    ASSERT_TRUE(SetSuiteFlag("scenario", "Server").ok());
+    ASSERT_TRUE(SetSuiteFlag(flag, value).ok());
+    const absl::StatusOr<SuiteOptions> o = OptionsFromFlags();
+    ASSERT_FALSE(o.ok()) << flag;
+    EXPECT_NE(o.status().message().find(absl::StrCat(
+                  "a benchmark's name holds it to six significant digits (", named, ")")),
+              std::string::npos)
+        << o.status().message();
+  }
+  absl::FlagSaver saver;
+  ASSERT_TRUE(SetSuiteFlag("scenario", "Server").ok());
+  ASSERT_TRUE(SetSuiteFlag("target_qps", "12.3457,0.5").ok());
+  EXPECT_TRUE(OptionsFromFlags().ok());
 }
 
 TEST(ParseSuiteFlags, NeedsNameEqualsValue) {

@@ -214,6 +214,9 @@ class LoadGenTest(unittest.TestCase):
         self.assertEqual(seconds, 1 / counters["peak_qps"])
         self.assertRegex(label, r"^scenario:Server peak [0-9.]+ QPS within the bound; at the "
                                 r"peak (VALID|INVALID)")
+        # The batcher served every test of the search; the counters are the peak's.
+        self.assertNotIn("batches", counters)
+        self.assertTrue(label.endswith("; " + serve.FIND_PEAK_BATCHES), label)
 
     def test_find_peak_outside_server_is_refused(self):
         with tempfile.TemporaryDirectory() as logs, self.assertRaisesRegex(
@@ -238,7 +241,7 @@ class PybenchServeTest(unittest.TestCase):
         code, out, err = self.pybench(*common, "--benchmark_list_tests")
         self.assertEqual(code, 0, err)
         self.assertEqual(sorted(line.split("/py_")[0] for line in out.split()), [
-            "GPT2/nano/cpu/serve/scenario:Offline/max_batch:4/seq:16/fp32",
+            "GPT2/nano/cpu/serve/scenario:Offline/expected_qps:100/max_batch:4/seq:16/fp32",
             "GPT2/nano/cpu/serve/scenario:Server/qps:100/max_batch:4/seq:16/fp32",
             "GPT2/nano/cpu/serve/scenario:Server/qps:200/max_batch:4/seq:16/fp32"])
         with tempfile.TemporaryDirectory() as tmp:
@@ -266,7 +269,17 @@ class PybenchServeTest(unittest.TestCase):
                                  "--ttft_bound_ms=0"], "--ttft_bound_ms=0: the bound must be"),
                                (["--scenario=Server", "--serve_phase=generate",
                                  "--tpot_bound_ms=0"], "--tpot_bound_ms=0: the bound must be"),
-                               (["--scenario=Server", "--target_qps=x"], "not a rate")):
+                               (["--scenario=Server", "--target_qps=x"], "not a rate"),
+                               # Names hold six digits: these two would share one.
+                               (["--scenario=Server", "--target_qps=12.3456789,12.3456781"],
+                                "--target_qps=12.3456789: a benchmark's name holds it to six "
+                                "significant digits (12.3457)"),
+                               # LoadGen would run no minimum duration.
+                               (["--scenario=Server", "--serve_min_s=nan"], "--serve_min_s"),
+                               (["--scenario=Server", "--serve_min_s=inf"], "--serve_min_s"),
+                               (["--scenario=MultiStream", "--samples_per_query=-3"],
+                                "--samples_per_query=-3: MultiStream's samples a query must "
+                                "be a whole number >= 1")):
             code, _, err = self.pybench("--benchmark_filter=GPT2/nano/cpu/serve/", *args)
             self.assertEqual(code, 2, (args, err))
             self.assertIn(expected, err, args)
@@ -278,7 +291,7 @@ class PybenchServeTest(unittest.TestCase):
                                       "--benchmark_list_tests")
         self.assertEqual(code, 0, err)
         self.assertEqual(sorted(line.split("/py_")[0] for line in out.split()), [
-            "GPT2/nano/cpu/serve/scenario:Offline/max_batch:4/seq:16/fp32",
+            "GPT2/nano/cpu/serve/scenario:Offline/expected_qps:20/max_batch:4/seq:16/fp32",
             "GPT2/nano/cpu/serve/scenario:Server/find_peak_from:20/max_batch:4/seq:16/fp32"])
         code, out, err = self.pybench(*common, "--scenario=Offline,SingleStream")
         self.assertEqual(code, 2, err)
@@ -334,10 +347,10 @@ class PybenchServeTest(unittest.TestCase):
                     "--prompt_len=4:8", "--output_len=3"]
         for base, extra, want in (
                 (forward, ["--latency_bound_ms=100"],
-                 [f"{prefix}Offline/max_batch:4/seq:16/fp32",
+                 [f"{prefix}Offline/expected_qps:20/max_batch:4/seq:16/fp32",
                   f"{prefix}Server/qps:20/max_batch:4/seq:16/fp32"]),
                 (forward, ["--latency_bound_ms=37.5", "--find_peak=true"],
-                 [f"{prefix}Offline/max_batch:4/seq:16/fp32",
+                 [f"{prefix}Offline/expected_qps:20/max_batch:4/seq:16/fp32",
                   f"{prefix}Server/find_peak_from:20/max_batch:4/seq:16/"
                   "latency_bound_ms:37.5/fp32"]),
                 (generate, ["--ttft_bound_ms=250", "--tpot_bound_ms=100"],

@@ -17,6 +17,7 @@ DEFAULT_PROMPT = facts.load()["default_prompt"]
 DEFAULT_DATASET_SAMPLES = facts.load()["default_dataset_samples"]
 DEFAULT_BATCH_TIMEOUT_US = facts.load()["default_batch_timeout_us"]
 LOADGEN_SAMPLES_PER_QUERY = facts.load()["loadgen_samples_per_query"]
+DEFAULT_TARGET_QPS = facts.load()["default_target_qps"]
 LOADGEN_BOUND_MS = facts.load()["loadgen_bound_ms"]  # Server's p99 bounds
 DEFAULT_SUITE_MIN_TIME = facts.load()["default_suite_min_time"]
 GB_MIN_TIME = 0.5  # Google Benchmark's default --benchmark_min_time
@@ -130,6 +131,14 @@ def choices(text, valid, what):
     return values
 
 
+def named_as_given(flag, value):
+    """lib/suite/flags.cc NamedAsGiven: names hold a rate or a bound to six
+    significant digits; a value that they round is refused."""
+    if float(f"{value:g}") != value:
+        raise BadFlag(f"--{flag}={value:.15g}: a benchmark's name holds it to six significant "
+                      f"digits ({value:g}), another value; give it in six")
+
+
 def parse_flags(argv):
     """bench's flags (--name=value or --name value) -> a namespace; a flag
     bench has that means nothing here, or an unknown one, stops with exit 2."""
@@ -194,7 +203,8 @@ def parse_flags(argv):
              "mistakes, recorded in the context so that the comparison names them")
     add("--scenario", default="", help="serve: MLPerf LoadGen scenarios to run the forward "
         "phase under (SingleStream, MultiStream, Server, Offline), as bench's")
-    add("--target_qps", default="10", help="serve: Server's rates; Offline's expected rate")
+    add("--target_qps", default=f"{DEFAULT_TARGET_QPS:g}",
+        help="serve: Server's rates; Offline's expected rate")
     add("--latency_bound_ms", type=float, default=None, help="serve: Server's p99 bound")
     add("--samples_per_query", type=int, default=0, help="serve: MultiStream's samples")
     add("--find_peak", default="false", help="serve: Server's peak QPS by LoadGen's search")
@@ -332,6 +342,8 @@ def serve_flags(a):
         if bound is not None and not (bound > 0 and math.isfinite(bound)):
             raise BadFlag(f"--{flag}={bound:g}: the bound must be a number of milliseconds > 0 "
                           "(or left out for LoadGen's 100 ms)")
+        if bound is not None:
+            named_as_given(flag, bound)
     a.ttft_bound_ms = a.ttft_bound_ms or 0
     a.tpot_bound_ms = a.tpot_bound_ms or 0
     if a.serve_phase == "generate" and a.scenario.strip(", "):
@@ -364,14 +376,21 @@ def serve_flags(a):
         if not qps > 0 or math.isinf(qps):
             raise BadFlag(f"--target_qps: '{item}' is not a rate; valid: numbers > 0 (queries "
                       "a second), comma-separated")
+        named_as_given("target_qps", qps)
         if qps not in a.serve_qps:
             a.serve_qps.append(qps)
     if a.latency_bound_ms is not None and not (a.latency_bound_ms > 0
                                                and math.isfinite(a.latency_bound_ms)):
         raise BadFlag(f"--latency_bound_ms={a.latency_bound_ms:g}: the bound must be a number of "
                   "milliseconds > 0 (or left out for LoadGen's 100 ms)")
-    if a.max_batch < 1 or a.batch_timeout_us < 0 or a.serve_min_s < 0 or \
-            a.serve_min_queries < 1:
+    if a.latency_bound_ms is not None:
+        named_as_given("latency_bound_ms", a.latency_bound_ms)
+    if a.samples_per_query < 0:
+        raise BadFlag(f"--samples_per_query={a.samples_per_query}: MultiStream's samples a "
+                      "query must be a whole number >= 1, or left out for LoadGen's "
+                      f"{LOADGEN_SAMPLES_PER_QUERY}")
+    if a.max_batch < 1 or a.batch_timeout_us < 0 or not (a.serve_min_s >= 0) or \
+            math.isinf(a.serve_min_s) or a.serve_min_queries < 1:
         raise BadFlag("--max_batch and --serve_min_queries must be >= 1, --batch_timeout_us and "
                   "--serve_min_s >= 0")
     a.find_peak = switch(a.find_peak, "find_peak")

@@ -18,6 +18,9 @@ SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
 # bench's refusal of --find_peak without Server (lib/suite/flags.cc).
 FIND_PEAK_OUTSIDE_SERVER = ("--find_peak=true: LoadGen searches a peak QPS in the Server "
                             "scenario only; valid: --scenario=Server (alone or among others)")
+# lib/serve/serve.cc kFindPeakBatches.
+FIND_PEAK_BATCHES = ("batches left out: --find_peak's search runs several LoadGen tests, and "
+                     "the counters are the peak's alone")
 # The samples LoadGen's library holds (lib/serve/serve.cc kServeSamples).
 SAMPLES = 64
 # LoadGen tests a signal stopped, left to finish alone on their threads
@@ -429,5 +432,8 @@ def serve(forward, batch_inputs, scenario, log_dir, *, target_qps=10, latency_bo
     counters, label, seconds = counters_from_log(text, scenario, tokens_per_sample,
                                                  find_peak, target_qps)
     counters["max_batch"] = max_batch
-    counters["batches"] = batcher.batches
+    if find_peak:  # the batcher served every test of the search
+        label += "; " + FIND_PEAK_BATCHES
+    else:
+        counters["batches"] = batcher.batches
     return counters, label, seconds

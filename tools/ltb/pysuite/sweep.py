@@ -7,7 +7,8 @@ import re
 from ltb.pysuite import families, quant, weights
 from ltb.pysuite.family import DEPTH_FAMILIES, FAMILIES, TRAINING_PHASES
 from ltb.pysuite.flags import (DEFAULT_BATCH_TIMEOUT_US, DEFAULT_DATASET_SAMPLES,
-                               DEFAULT_NEW_TOKENS, DEFAULT_PROMPT, LOADGEN_BOUND_MS,
+                               DEFAULT_NEW_TOKENS, DEFAULT_PROMPT, DEFAULT_TARGET_QPS,
+                               LOADGEN_BOUND_MS,
                                LOADGEN_SAMPLES_PER_QUERY, RUNTIMES, BadFlag)
 
 
@@ -36,6 +37,9 @@ class Spec:
             name = f"{self.family}/{self.size}/{self.device}/serve/scenario:{sv['scenario']}"
             if sv["scenario"] == "Server":
                 name += f"/{'find_peak_from' if sv.get('find_peak') else 'qps'}:{sv['qps']:g}"
+            # Offline's expected rate sizes its one query, and every latency.
+            if sv["scenario"] == "Offline" and sv["qps"] != DEFAULT_TARGET_QPS:
+                name += f"/expected_qps:{sv['qps']:g}"
             name += f"/max_batch:{sv['max_batch']}"
             if sv["scenario"] == "MultiStream" and sv.get("samples_per_query", 0) not in (
                     0, LOADGEN_SAMPLES_PER_QUERY):
