@@ -552,6 +552,15 @@ class CompareTest(unittest.TestCase):
             ("GPT2/nano/cpu/max_batch:8/prompt:8:16/output:4:8/fp32", "Offline",
              "tokens/s", "60", "30", "2.00x")])
 
+    def test_offlines_expected_rate_is_shown_with_its_scenario(self):
+        from ltb.results import serving
+        docs = [doc([served("GPT2/nano", "Offline", "expected_qps:300/seq:16/", side,
+                            samples_per_s=rate)])
+                for side, rate in ((False, 900.0), (True, 600.0))]
+        self.assertEqual(serving.rows(*docs), [
+            ("GPT2/nano/cpu/max_batch:8/seq:16/fp32", "Offline at 300 expected QPS",
+             "samples/s", "900", "600", "1.50x")])
+
     def test_multistream_compares_a_querys_p99_not_its_samples(self):
         # MLPerf's MultiStream figure is the p99 of a query's latency (its
         # last sample's); the samples' p99 is lower and is not compared.

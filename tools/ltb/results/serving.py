@@ -14,7 +14,7 @@ from ltb.results.runtimes import CPP_EAGER, REFERENCE, runtime_of, split_runtime
 HEADERS = ("Benchmark", "Scenario", "Figure", "C++", "Python", "C++ vs Python")
 SCENARIO_ORDER = ("SingleStream", "MultiStream", "Server", "Offline")
 # The name's settings that say how the load was made, shown in its own column.
-_LOAD_SETTINGS = ("scenario", "qps", "find_peak_from")
+_LOAD_SETTINGS = ("scenario", "qps", "expected_qps", "find_peak_from")
 
 
 def served(doc):
@@ -47,11 +47,13 @@ def _ratio(cpp, py, bigger_is_better):
 def _row(name, cpp, py):
     settings = parse_name(name)["settings"]
     scenario = settings.get("scenario", "")
+    if "expected_qps" in settings:  # Offline's, which sizes its query
+        scenario += f" at {settings['expected_qps']} expected QPS"
     benchmark = _benchmark(name)
     if "find_peak_from" in settings:
         return _peak_row(benchmark, settings, cpp, py)
     if "output" in settings:  # served generation: tokens, and token latencies
-        if scenario == "Offline":
+        if scenario.startswith("Offline"):
             return (benchmark, scenario, "tokens/s", _number(cpp["tokens/s"]),
                     _number(py["tokens/s"]), _ratio(cpp["tokens/s"], py["tokens/s"], True))
         if scenario == "Server":
@@ -60,7 +62,7 @@ def _row(name, cpp, py):
                     "TTFT, TPOT p99 ms", *(", ".join(_number(e[k]) for k in keys)
                                            for e in (cpp, py)),
                     ", ".join(_ratio(cpp[k], py[k], False) for k in keys))
-    if scenario == "Offline":
+    if scenario.startswith("Offline"):
         return (benchmark, scenario, "samples/s", _number(cpp["samples/s"]),
                 _number(py["samples/s"]), _ratio(cpp["samples/s"], py["samples/s"], True))
     if scenario == "SingleStream":
