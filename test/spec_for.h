@@ -62,7 +62,7 @@ inline Sweep OfflineServeSweep(int64_t max_batch) {
   Sweep sweep;
   sweep.devices = {HostDevice()};
   sweep.serve_scenarios = {"Offline"};
-  sweep.serve_qps = {1};
+  sweep.serve_qps = {kDefaultTargetQps};  // Offline's expected rate, out of the names
   sweep.serve.max_batch = max_batch;
   return sweep;
 }

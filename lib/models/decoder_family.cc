@@ -279,6 +279,7 @@ absl::StatusOr<Plan> PlanDecoder(const DecoderRow& row, const BenchSpec& s) {
     plan.samples_per_step = samples;
   }
   plan.memory = memory();
+  AddEpochData(s, s.seq + 1, plan.params, &plan.memory);
   return plan;
 }
 

@@ -212,7 +212,8 @@ absl::StatusOr<Plan> PlanEncDec(const BenchSpec& s) {
                            AdamWStepBytes(plan.params, largest,
                                           BackendOf(s.device).Caps().foreach_optimizers));
   m.overhead = TrainingOverhead(m);
-  if (s.iterations == Iterations::kTimed) {  // train_step
+  AddEpochData(s, 2 * s.seq, plan.params, &m);  // source then target tokens
+  if (s.iterations == Iterations::kTimed) {     // train_step
     plan.flops_per_step = 3 * fwd;
     plan.tokens_per_step = tokens;
     plan.samples_per_step = s.batch;

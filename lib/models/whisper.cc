@@ -268,8 +268,10 @@ absl::StatusOr<Plan> PlanWhisper(const BenchSpec& s) {
   }
   const double generate = WhisperGenerateFlops(*o, b, s.prompt, s.new_tokens);
   const int64_t layers = o->decoder_layers();
-  m.activations = 2 * layers * b * (o->text_ctx() + o->audio_ctx()) * w * e +  // caches
-                  b * o->audio_ctx() * w * e + b * o->vocab() * 4;
+  // The caches; the encoder's output, and a layer's cross keys and values
+  // in projection while the cache fills; the last logits.
+  m.activations = 2 * layers * b * (o->text_ctx() + o->audio_ctx()) * w * e +
+                  3 * b * o->audio_ctx() * w * e + b * o->vocab() * 4;
   plan.tokens_per_step = b * s.new_tokens;
   // The start tokens are causal over themselves, in the fused kernel.
   const auto causal = [&] {

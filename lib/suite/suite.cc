@@ -531,60 +531,102 @@ std::vector<std::string> UntakenSettings(
     const std::vector<Registration>& registrations, const Sweep& sweep, bool dtypes_given,
     const std::function<bool(const BenchSpec&)>& selected) {
   using Takes = std::function<bool(const BenchSpec&)>;
-  std::vector<std::pair<std::string, Takes>> given;
+  struct Given {
+    std::string flag;
+    Takes takes;
+    std::string applies;  // "": the families that take it, named
+  };
+  std::vector<Given> given;
   if (dtypes_given) {
     for (const c10::ScalarType t : sweep.dtypes) {
-      given.emplace_back(absl::StrCat("--dtype=", DtypeName(t)),
-                         [t](const BenchSpec& s) { return s.dtype == t; });
+      given.push_back({absl::StrCat("--dtype=", DtypeName(t)),
+                       [t](const BenchSpec& s) { return s.dtype == t; }});
     }
   }
   for (const Quant& q : sweep.quants) {
     if (q.none()) continue;
-    given.emplace_back(
-        absl::StrCat("--quant=", kQuantNames[static_cast<int>(q.kind)],
-                     q.group > 0 ? absl::StrCat(" --quant_group=", q.group) : ""),
-        [q](const BenchSpec& s) { return s.quant == q; });
+    given.push_back(
+        {absl::StrCat("--quant=", kQuantNames[static_cast<int>(q.kind)],
+                      q.group > 0 ? absl::StrCat(" --quant_group=", q.group) : ""),
+         [q](const BenchSpec& s) { return s.quant == q; }});
   }
   if (absl::c_linear_search(sweep.channels_last, true)) {
-    given.emplace_back("--memory_format=channels_last",
-                       [](const BenchSpec& s) { return s.channels_last; });
+    given.push_back({"--memory_format=channels_last",
+                     [](const BenchSpec& s) { return s.channels_last; }});
   }
   if (absl::c_linear_search(sweep.pack_cpu_linears, true)) {
-    given.emplace_back("--cpu_linear=onednn",
-                       [](const BenchSpec& s) { return s.pack_cpu_linears; });
+    given.push_back(
+        {"--cpu_linear=onednn", [](const BenchSpec& s) { return s.pack_cpu_linears; }});
   }
   const auto each = [&](const char* flag, const std::vector<int64_t>& values,
                         int64_t BenchSpec::*field) {
     for (const int64_t v : values) {
       if (v == 0) continue;  // --depth's default
-      given.emplace_back(absl::StrCat("--", flag, "=", v),
-                         [v, field](const BenchSpec& s) { return s.*field == v; });
+      given.push_back({absl::StrCat("--", flag, "=", v),
+                       [v, field](const BenchSpec& s) { return s.*field == v; }});
     }
   };
   each("seq", sweep.seqs, &BenchSpec::seq);
   each("prompt", sweep.prompts, &BenchSpec::prompt);
   each("new_tokens", sweep.new_tokens, &BenchSpec::new_tokens);
   each("depth", sweep.depths, &BenchSpec::depth);
+  // Serving's: what one scenario reads, given where it is not the default.
+  const ServeSettings& serve = sweep.serve;
+  const auto scenario = [](const BenchSpec& s, const char* name) {
+    return s.serving() && s.serve.scenario == name;
+  };
+  if (!sweep.serve_scenarios.empty()) {
+    if (serve.samples_per_query > 0 &&
+        serve.samples_per_query != kLoadGenSamplesPerQuery) {
+      given.push_back(
+          {absl::StrCat("--samples_per_query=", serve.samples_per_query),
+           [scenario](const BenchSpec& s) { return scenario(s, "MultiStream"); },
+           "it sets MultiStream's queries"});
+    }
+    if (serve.latency_bound_ms > 0) {
+      given.push_back({absl::StrCat("--latency_bound_ms=", serve.latency_bound_ms),
+                       [scenario](const BenchSpec& s) { return scenario(s, "Server"); },
+                       "it bounds Server's p99"});
+    }
+    if (serve.batch_timeout_us != kDefaultBatchTimeoutUs) {
+      given.push_back({absl::StrCat("--batch_timeout_us=", serve.batch_timeout_us),
+                       [](const BenchSpec& s) {
+                         return s.serving() && s.prompt == 0 &&
+                                s.serve.scenario != "SingleStream";
+                       },
+                       "it sets the batcher of a served forward, but SingleStream's"});
+    }
+    // The first rate is Offline's expected one too; the others, Server's alone.
+    for (size_t i = 1; i < sweep.serve_qps.size(); ++i) {
+      const double qps = sweep.serve_qps[i];
+      given.push_back({absl::StrCat("--target_qps=", qps),
+                       [scenario, qps](const BenchSpec& s) {
+                         return scenario(s, "Server") && s.serve.target_qps == qps;
+                       },
+                       "a rate after the first is Server's alone"});
+    }
+  }
 
   std::set<std::string> chosen;  // the families the filter selects
   for (const Registration& r : registrations) {
     if (selected(r.spec)) chosen.insert(r.spec.family);
   }
   std::vector<std::string> out;
-  for (const auto& [flag, takes] : given) {
+  for (const Given& g : given) {
     std::set<std::string> takers;
     bool taken = false;
     for (const Registration& r : registrations) {
-      if (!takes(r.spec)) continue;
+      if (!g.takes(r.spec)) continue;
       takers.insert(r.spec.family);
       taken = taken || selected(r.spec);
     }
     if (taken || chosen.empty()) continue;
     out.push_back(absl::StrCat(
-        flag, " adds no benchmark that the filter selects (", absl::StrJoin(chosen, ", "),
-        "): ",
-        takers.empty() ? "no family here takes it"
-                       : absl::StrCat("it applies to ", absl::StrJoin(takers, ", "))));
+        g.flag, " adds no benchmark that the filter selects (",
+        absl::StrJoin(chosen, ", "), "): ",
+        !g.applies.empty() ? g.applies
+        : takers.empty()   ? "no family here takes it"
+                         : absl::StrCat("it applies to ", absl::StrJoin(takers, ", "))));
   }
   // Generation whose family fixes what the flag sets: the rest of the
   // selected generation takes it, these do not.

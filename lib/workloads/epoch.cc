@@ -81,6 +81,18 @@ int64_t EpochSamples(const BenchSpec& spec) {
   return RankShare(spec.epochs.dataset_samples, spec.batch).count * CurrentWorldSize();
 }
 
+void AddEpochData(const BenchSpec& spec, int64_t sample_tokens, int64_t params,
+                  MemoryEstimate* m) {
+  if (spec.iterations != Iterations::kEpochs || spec.epochs.data != "memory") return;
+  const int64_t bytes = 2 * spec.epochs.dataset_samples * sample_tokens *
+                        static_cast<int64_t>(sizeof(int64_t));
+  if (BackendOf(spec.device).Caps().host) {
+    m->activations += bytes;
+  } else {
+    m->host_build = (m->host_build > 0 ? m->host_build : params * 4) + bytes;
+  }
+}
+
 std::unique_ptr<Workload> MakeEpochWorkload(const BenchSpec& spec, TrainFns fns,
                                             const DatasetShape& shape) {
   const EpochSettings& settings = spec.epochs;

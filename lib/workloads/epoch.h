@@ -23,4 +23,13 @@ std::unique_ptr<Workload> MakeEpochWorkload(const BenchSpec& spec, TrainFns fns,
 // Samples per epoch on this rank and in total, for the plan.
 int64_t EpochSamples(const BenchSpec& spec);
 
+// Adds to `m` the host memory an epoch's dataset of `sample_tokens` a sample
+// takes when it is held in memory (--data=memory): its shards and then
+// their concatenation, int64 tokens, while it is made. On the CPU that is
+// the run's memory; elsewhere the host's, beside the model's build there
+// (`params` fp32 unless the plan says otherwise). Nothing for other phases,
+// nor from disk (a few prefetched batches).
+void AddEpochData(const BenchSpec& spec, int64_t sample_tokens, int64_t params,
+                  MemoryEstimate* m);
+
 }  // namespace ltb

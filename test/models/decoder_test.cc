@@ -648,6 +648,27 @@ TEST(DecoderFamily, PlansCountersAndMemoryPerPhase) {
             std::string::npos);
 }
 
+TEST(DecoderFamily, AnEpochsDatasetInMemoryIsInTheEstimate) {
+  // Its shards and their concatenation, int64 tokens of seq + 1 a sample,
+  // while it is made: the run's memory on the CPU, the host's elsewhere.
+  const Family f = TransformerFamily();
+  const BenchSpec step = SpecFor(f.name, "nano", kTrainStep, 4, 64);
+  BenchSpec epoch = SpecFor(f.name, "nano", kTrainEpoch, 4, 64);
+  epoch.epochs.dataset_samples = 1000;
+  const int64_t dataset = 2 * 1000 * 65 * 8;
+  const Plan trained = f.plan(step).value();
+  const Plan held = f.plan(epoch).value();
+  EXPECT_EQ(held.memory.activations, trained.memory.activations + dataset);
+  EXPECT_EQ(held.memory.host_build, trained.memory.host_build);
+  // From disk: a few prefetched batches, nothing held.
+  epoch.epochs.data = "disk";
+  EXPECT_EQ(f.plan(epoch).value().memory.activations, trained.memory.activations);
+  epoch.epochs.data = "memory";
+  epoch.device = c10::Device(c10::kCUDA, 0);
+  const Plan on_gpu = f.plan(epoch).value();
+  EXPECT_EQ(on_gpu.memory.host_build, on_gpu.params * 4 + dataset);
+}
+
 BenchSpec GPT2Generate(int64_t prompt, int64_t new_tokens) {
   BenchSpec s = SpecFor("GPT2", "nano", kGenerate, 2);
   s.prompt = prompt;

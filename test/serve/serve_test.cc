@@ -513,8 +513,10 @@ TEST(ServeName, CarriesTheScenarioServersRateAndTheBatchersLimit) {
       spec.Name(),
       "ResNet/resnet18/cpu/serve/scenario:Server/find_peak_from:40/max_batch:8/fp32");
   spec.serve.find_peak = false;
-  spec.serve.scenario = "Offline";
-  EXPECT_EQ(spec.Name(), "ResNet/resnet18/cpu/serve/scenario:Offline/max_batch:8/fp32");
+  spec.serve.scenario = "Offline";  // its expected rate, which sizes its query
+  EXPECT_EQ(
+      spec.Name(),
+      "ResNet/resnet18/cpu/serve/scenario:Offline/expected_qps:40/max_batch:8/fp32");
   BenchSpec gpt = SpecFor("GPT2", "small", "forward", 4, 128);
   gpt.phase = kServe;
   gpt.serve.scenario = "SingleStream";

@@ -155,6 +155,33 @@ TEST(UntakenSettings, ASettingNoSelectedBenchmarkTakesIsNamedWithTheFamiliesThat
   EXPECT_TRUE(UntakenSettings(registrations, sweep, true, family_is({})).empty());
 }
 
+TEST(UntakenSettings, ServingsSettingsAreNamedWithTheScenarioThatReadsThem) {
+  Sweep sweep = OfflineServeSweep(4);
+  sweep.serve_qps = {20, 40};
+  sweep.serve.latency_bound_ms = 37.5;
+  sweep.serve.samples_per_query = 4;
+  sweep.serve.batch_timeout_us = 500;
+  const std::vector<Registration> registrations = ExpandSweep(Families(), sweep);
+  // Offline alone: its batcher waits --batch_timeout_us; nothing it runs
+  // reads Server's bound and rates or MultiStream's query size.
+  const auto offline = [](const BenchSpec& s) {
+    return s.family == "GPT2" && s.serving() && s.serve.scenario == "Offline";
+  };
+  EXPECT_EQ(
+      UntakenSettings(registrations, sweep, false, offline),
+      (std::vector<std::string>{
+          "--samples_per_query=4 adds no benchmark that the filter selects (GPT2): it "
+          "sets MultiStream's queries",
+          "--latency_bound_ms=37.5 adds no benchmark that the filter selects (GPT2): it "
+          "bounds Server's p99",
+          "--target_qps=40 adds no benchmark that the filter selects (GPT2): a rate "
+          "after the first is Server's alone"}));
+  sweep.serve_scenarios = {"Offline", "Server", "MultiStream"};
+  EXPECT_TRUE(UntakenSettings(ExpandSweep(Families(), sweep), sweep, false,
+                              [](const BenchSpec& s) { return s.family == "GPT2"; })
+                  .empty());
+}
+
 TEST(ExpandSweep, GenerationIsServedByTheFamiliesThatBatchItContinuouslyAlone) {
   // Whisper generates too, but its decoding has no slots: serving its
   // generation would time something else under a generation's name.
@@ -196,11 +223,12 @@ TEST(ExpandSweep, FindPeakNamesServersStartAndLeavesTheOtherScenarios) {
   for (const std::string& name : NamesOf(ExpandSweep(Families(), sweep))) {
     if (name.rfind("GPT2/nano/cpu/serve/", 0) == 0) serve.insert(name);
   }
-  EXPECT_EQ(serve,
-            (std::set<std::string>{
-                "GPT2/nano/cpu/serve/scenario:Offline/max_batch:4/seq:32/fp32",
-                "GPT2/nano/cpu/serve/scenario:Server/find_peak_from:20/max_batch:4/"
-                "seq:32/fp32"}));
+  EXPECT_EQ(
+      serve,
+      (std::set<std::string>{
+          "GPT2/nano/cpu/serve/scenario:Offline/expected_qps:20/max_batch:4/seq:32/fp32",
+          "GPT2/nano/cpu/serve/scenario:Server/find_peak_from:20/max_batch:4/"
+          "seq:32/fp32"}));
 }
 
 TEST(ExpandSweep, ServedGenerationIsGraphedOnDevicesWithGraphsAndNothingElseServed) {

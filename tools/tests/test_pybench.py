@@ -637,6 +637,25 @@ class UntakenSettingsTest(ToolTest):
             self.assertEqual(proc.returncode, 0, proc.stderr)
             self.assertEqual(self.said(proc.stderr, "bench"), self.SAID)
 
+    def test_servings_settings_name_the_scenario_that_reads_them(self):
+        args = ["--benchmark_list_tests", "--benchmark_filter=^GPT2/nano/cpu/serve/scenario:Off",
+                "--scenario=Offline,Server", "--target_qps=20,40", "--latency_bound_ms=37.5",
+                "--samples_per_query=4", "--batch_timeout_us=500"]
+        said = ["--samples_per_query=4 adds no benchmark that the filter selects (GPT2): it "
+                "sets MultiStream's queries",
+                "--latency_bound_ms=37.5 adds no benchmark that the filter selects (GPT2): it "
+                "bounds Server's p99",
+                "--target_qps=40 adds no benchmark that the filter selects (GPT2): a rate "
+                "after the first is Server's alone"]
+        proc = self.run_tool("pybench", *args)
+        self.assertExit(proc, 0)
+        self.assertEqual(self.said(proc.stderr, "pybench"), said)
+        bench = runnable_bench()
+        if bench:
+            proc = subprocess.run([bench, *args], capture_output=True, text=True, timeout=300)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertEqual(self.said(proc.stderr, "bench"), said)
+
 
 class OneNewTokenTest(ToolTest):
     """--new_tokens=1: the token is the prefill's and no decode step runs;

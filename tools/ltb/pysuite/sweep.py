@@ -206,14 +206,33 @@ def untaken_settings(args, selected):
                                 ("depth", args.depths, "depth")):
         given += [(f"--{flag}={v}", lambda s, v=v, field=field: getattr(s, field) == v)
                   for v in values or [] if v != 0]
+    given = [(flag, takes, None) for flag, takes in given]
+    # Serving's: what one scenario reads, given where it is not the default.
+    if args.scenarios:
+        def scenario(s, name):
+            return bool(s.serve) and s.serve["scenario"] == name
+        if args.samples_per_query not in (0, LOADGEN_SAMPLES_PER_QUERY):
+            given.append((f"--samples_per_query={args.samples_per_query}",
+                          lambda s: scenario(s, "MultiStream"), "it sets MultiStream's queries"))
+        if args.latency_bound_ms:
+            given.append((f"--latency_bound_ms={args.latency_bound_ms:g}",
+                          lambda s: scenario(s, "Server"), "it bounds Server's p99"))
+        if args.batch_timeout_us != DEFAULT_BATCH_TIMEOUT_US:
+            given.append((f"--batch_timeout_us={args.batch_timeout_us}",
+                          lambda s: bool(s.serve) and not s.prompt
+                          and s.serve["scenario"] != "SingleStream",
+                          "it sets the batcher of a served forward, but SingleStream's"))
+        given += [(f"--target_qps={qps:g}",
+                   lambda s, qps=qps: scenario(s, "Server") and s.serve["qps"] == qps,
+                   "a rate after the first is Server's alone") for qps in args.serve_qps[1:]]
     out = []
-    for flag, takes in given:
+    for flag, takes, applies in given:
         if any(takes(s) for s in selected):
             continue
         takers = sorted({s.family for s in every if takes(s)})
         out.append(f"{flag} adds no benchmark that the filter selects ({', '.join(chosen)}): "
-                   + (f"it applies to {', '.join(takers)}" if takers
-                      else "no family here takes it"))
+                   + (applies or (f"it applies to {', '.join(takers)}" if takers
+                                  else "no family here takes it")))
     for flag, values, fixed in (
             ("prompt", args.prompts, "its family fixes the prompt"),
             ("depth", args.depths, "its family generates from position 0 alone")):
