@@ -21,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "base/format.h"
 #include "device/backend.h"
+#include "device/cpu_isa.h"
 #include "device/device.h"
 #include "device/timer.h"
 #include "family/spec.h"
@@ -271,9 +272,17 @@ Peak Peaks::MeasureCpuFlops(c10::ScalarType dtype) {
   const c10::Device cpu = HostDevice();
   const LoopPeak loop = MeasureLoopPeak(dtype);
   if (loop.flops <= 0) {
-    return {0, absl::StrCat("none: this CPU has no native ", DtypeName(dtype),
-                            " arithmetic (LibTorch converts it to fp32), so no mfu is "
-                            "reported for it")};
+    // Under a simulated older CPU, the limit is what has none.
+    const std::string limit = CpuIsaLimit();
+    return {0,
+            absl::StrCat(
+                "none: ",
+                limit.empty()
+                    ? "this CPU has"
+                    : absl::StrCat("the CPU simulated (LTB_MAX_CPU_ISA=", limit, ") has"),
+                " no native ", DtypeName(dtype),
+                " arithmetic (LibTorch converts it to fp32), so no mfu is "
+                "reported for it")};
   }
   // A GEMM path this LibTorch lacks for the dtype reaches nothing.
   const auto gemm = [&](GemmPath path) {
@@ -392,10 +401,12 @@ Utilisation BandwidthUtilisationOf(Peak& peak, double mean_rate, double best_rat
   }
   u.omitted = absl::StrFormat(
       "the fastest step's rate is %.3g times the %s %.4g (%s), and a step's %s are "
-      "under %d times the device's %s cache, which served part of its reads (the "
+      "under %d times the device's %s cache, which served part of its reads%s (the "
       "peak is not raised for it)",
       fastest / peak.value, what, peak.value, peak.source, step, kCachesFromMemory,
-      FormatBytes(cache_bytes));
+      FormatBytes(cache_bytes),
+      // A peak given, not measured, may be the one that is wrong.
+      peak.measured ? "" : ", or that peak is too low for this device");
   return u;
 }
 

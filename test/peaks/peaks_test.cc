@@ -307,6 +307,17 @@ TEST(BandwidthUtilisationOf, AGivenPeakIsJudgedTheSameWay) {
   EXPECT_LT(u.value, 0);
   EXPECT_NE(u.omitted.find("served part of its reads"), std::string::npos) << u.omitted;
   EXPECT_DOUBLE_EQ(sheet.value, 3.35e12);
+  // Or the peak given is low (--peak_bandwidth=1e10 where memory reads
+  // 3.1e10): a given peak, unlike a measured one, is said to be either.
+  EXPECT_NE(u.omitted.find("served part of its reads, or that peak is too low for this "
+                           "device (the peak is not raised for it)"),
+            std::string::npos)
+      << u.omitted;
+  Peak measured{3.35e12, "measured: copy", true};
+  EXPECT_EQ(
+      BandwidthUtilisationOf(measured, 3.5e12, 4e12, 100.0 * kMiB, 50 * kMiB, "Ops/sm")
+          .omitted.find("too low"),
+      std::string::npos);
 }
 
 }  // namespace

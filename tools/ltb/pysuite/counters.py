@@ -113,7 +113,11 @@ def entry(spec, reps, index, iterations, seconds, steps, workload, peaks, rss_re
                            f"times the bandwidth peak (bytes/s) {peak[0]:.4g} ({peak[1]}), "
                            f"and a step's {step} are under {CACHES_FROM_MEMORY} times the "
                            f"device's {format_bytes(cache)} cache, which served part of its "
-                           "reads (the peak is not raised for it)")
+                           "reads"
+                           # A peak given, not measured, may be the one that is wrong.
+                           + ("" if peak[1].startswith("measured")
+                              else ", or that peak is too low for this device")
+                           + " (the peak is not raised for it)")
         else:
             utilisation("mbu", rate, peak, "bandwidth")
 

@@ -97,7 +97,10 @@ def native_cpu_arithmetic(dtype, flags=None):
 
 
 def no_native_arithmetic(dtype):
-    return (0.0, f"none: this CPU has no native {dtype} arithmetic (LibTorch converts it "
+    # Under a simulated older CPU, the limit is what has none (bench's words).
+    limit = (os.environ.get("LTB_MAX_CPU_ISA") or "").lower()
+    who = f"the CPU simulated (LTB_MAX_CPU_ISA={limit}) has" if limit else "this CPU has"
+    return (0.0, f"none: {who} no native {dtype} arithmetic (LibTorch converts it "
                  "to fp32), so no mfu is reported for it")
 
 
