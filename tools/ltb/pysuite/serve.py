@@ -342,6 +342,7 @@ def run_test(lg, settings, log_dir, worker, issue, load, unload, warm=None):
     # that a signal raises here, in the waiting, never inside a callback,
     # where it would end the process from within LoadGen's C++.
     tester = threading.Thread(target=test, daemon=True)
+    abandoned = False
     try:
         if warm is not None:
             worker.call(warm)
@@ -350,17 +351,17 @@ def run_test(lg, settings, log_dir, worker, issue, load, unload, warm=None):
             pass
         worker.drain()
     except BaseException:
-        if tester.is_alive():  # as bench's Wait(): the test finishes alone, unrun
-            worker.abandoned = True
+        # As bench's Wait(): a test still running finishes alone, unrun, and
+        # keeps its LoadGen objects.
+        abandoned = worker.abandoned = tester.is_alive()
+        if abandoned:
             ABANDONED.append(tester)
-            raise
-        worker.close()
-        lg.DestroyQSL(qsl)
-        lg.DestroySUT(sut)
         raise
-    worker.close()
-    lg.DestroyQSL(qsl)
-    lg.DestroySUT(sut)
+    finally:
+        if not abandoned:
+            worker.close()
+            lg.DestroyQSL(qsl)
+            lg.DestroySUT(sut)
     if failed:
         raise failed[0]
     if worker.error is not None:
