@@ -195,8 +195,6 @@ def untaken_settings(args, selected):
     chosen = sorted({s.family for s in selected})
     if not chosen:
         return []
-    every = specs(argparse.Namespace(**dict(vars(args), default_suite=False,
-                                            benchmark_filter=".")))
     given = [(f"--dtype={d}", lambda s, d=d: s.dtype == d)
              for d in (args.dtypes if args.dtypes_given else [])]
     given += [(f"--quant={q.kind}" + (f" --quant_group={q.group}" if q.group else ""),
@@ -225,10 +223,13 @@ def untaken_settings(args, selected):
         given += [(f"--target_qps={qps:g}",
                    lambda s, qps=qps: scenario(s, "Server") and s.serve["qps"] == qps,
                    "a rate after the first is Server's alone") for qps in args.serve_qps[1:]]
-    out = []
+    out, every = [], None
     for flag, takes, applies in given:
         if any(takes(s) for s in selected):
             continue
+        if every is None:  # every benchmark the flags make, whatever the filter
+            every = specs(argparse.Namespace(**dict(vars(args), default_suite=False,
+                                                    benchmark_filter=".")))
         takers = sorted({s.family for s in every if takes(s)})
         out.append(f"{flag} adds no benchmark that the filter selects ({', '.join(chosen)}): "
                    + (applies or (f"it applies to {', '.join(takers)}" if takers
