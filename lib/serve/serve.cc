@@ -8,6 +8,8 @@
 #include <loadgen/test_settings.h>
 
 #include <algorithm>
+#include <cctype>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +19,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/format.h"
@@ -270,7 +273,36 @@ double Number(const std::map<std::string, std::string>& detail, const std::strin
   }
 }
 
+// The whole number that follows `after` in `text`; -1 where none does.
+int64_t CountAfter(const std::string& text, const std::string& after) {
+  const size_t at = text.find(after);
+  if (at == std::string::npos) return -1;
+  size_t end = at + after.size();
+  while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+  int64_t n = -1;
+  return absl::SimpleAtoi(text.substr(at + after.size(), end - at - after.size()), &n)
+             ? n
+             : -1;
+}
+
 }  // namespace
+
+std::string EarlyStoppingWhy(const std::string& result) {
+  const int64_t done = CountAfter(result, "Only processed ");
+  const int64_t needed = CountAfter(result, "Need to process at least ");
+  if (done >= 0 && needed > 0) {
+    return absl::StrCat(done, " queries of the ", needed,
+                        " its percentile's bound needs; --serve_min_queries=", needed,
+                        " runs them");
+  }
+  const int64_t processed = CountAfter(result, "Processed ");
+  const int64_t more = CountAfter(result, "Would need to run at least ");
+  if (processed >= 0 && more > 0) {
+    return absl::StrCat(processed, " queries, too many of them over the bound: ", more,
+                        " more within it would be needed");
+  }
+  return "too few queries for the percentile's bound";
+}
 
 ServeCounters CountersFromDetail(const std::map<std::string, std::string>& detail,
                                  const ServeSettings& serve, double tokens_per_sample) {
@@ -341,8 +373,10 @@ ServeCounters CountersFromDetail(const std::map<std::string, std::string>& detai
     }
     const auto early = detail.find("early_stopping_met");
     if (early != detail.end() && early->second == "false") {
-      absl::StrAppend(&out.label, " (early stopping not met: too few queries for ",
-                      "the percentile's bound)");
+      const auto result = detail.find("early_stopping_result");
+      absl::StrAppend(&out.label, " (early stopping not met: ",
+                      EarlyStoppingWhy(result == detail.end() ? "" : result->second),
+                      ")");
     }
   }
   out.seconds_per_sample = samples_per_s > 0 ? 1 / samples_per_s : 0;
@@ -420,6 +454,14 @@ void SetLoadGenSettings(const ServeSettings& serve, size_t samples,
         static_cast<uint64_t>(serve.samples_per_query);
   }
   settings.performance_sample_count_override = samples;
+}
+
+void SetExpectedLatency(double query_s, const ServeSettings& serve,
+                        mlperf::TestSettings& settings) {
+  if (!(query_s > 0)) return;
+  const double ns = std::max(query_s * 1e9, 2 * serve.min_s * 1e9 / kMaxGeneratedQueries);
+  if (serve.scenario == "SingleStream") settings.single_stream_expected_latency_ns = ns;
+  if (serve.scenario == "MultiStream") settings.multi_stream_expected_latency_ns = ns;
 }
 
 int PeakSearchDecimals(double target_qps) {
@@ -557,18 +599,42 @@ class LoadGenTest {
 
   // Each batch size the test can form, run once on the batcher's thread
   // before the test, so that what a device keeps per thread (cuDNN's
-  // attention plans, for each shape) is the serving thread's.
+  // attention plans, for each shape) is the serving thread's; then, for
+  // SingleStream and MultiStream, the best of three timings of a query (its
+  // samples in batches of max_batch), for SetExpectedLatency (0: not timed).
   // The samples are made like the library's from `inputs`.
-  void WarmBatches(const at::Tensor& inputs, int64_t max_batch) {
+  double WarmBatches(const at::Tensor& inputs, const ServeSettings& serve,
+                     const mlperf::TestSettings& settings) {
+    double best = 0;
     batcher_.RunOnWorker([&] {
+      const int64_t per_query =
+          serve.scenario == "SingleStream"
+              ? 1
+              : static_cast<int64_t>(settings.multi_stream_samples_per_query);
       const std::vector<at::Tensor> samples =
-          MakeSamples(inputs, static_cast<size_t>(max_batch));
+          MakeSamples(inputs, static_cast<size_t>(std::max(serve.max_batch, per_query)));
       std::vector<ServeRequest> batch;
-      for (int64_t b = 1; b <= max_batch && !StopRequested(); ++b) {
+      for (int64_t b = 1; b <= serve.max_batch && !StopRequested(); ++b) {
         batch.push_back({0, static_cast<size_t>(b - 1), {}});
         runner_.Run(samples, batch);
       }
+      if (serve.scenario != "SingleStream" && serve.scenario != "MultiStream") return;
+      for (int trial = 0; trial < 3 && !StopRequested(); ++trial) {
+        const auto start = std::chrono::steady_clock::now();
+        for (int64_t first = 0; first < per_query; first += serve.max_batch) {
+          batch.clear();
+          for (int64_t i = first; i < std::min(per_query, first + serve.max_batch); ++i) {
+            batch.push_back({0, static_cast<size_t>(i), {}});
+          }
+          runner_.Run(samples, batch);
+        }
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                .count();
+        best = trial == 0 ? s : std::min(best, s);
+      }
     });
+    return best;
   }
 
   int64_t batches() const { return batcher_.batches(); }
@@ -662,7 +728,8 @@ absl::Status RunLoadGenTest(benchmark::State& state, Workload& workload,
   for (auto _ : state) {
     auto test = std::make_shared<LoadGenTest>(workload, serve, spec.device);
     try {
-      test->WarmBatches(workload.BatchInputs(), serve.max_batch);
+      SetExpectedLatency(test->WarmBatches(workload.BatchInputs(), serve, settings),
+                         serve, settings);
     } catch (const c10::Error& e) {
       return absl::InternalError(
           absl::StrCat("serve: warming up: ", e.what_without_backtrace()));

@@ -129,6 +129,12 @@ class BatchRunner {
 // unknown scenario, a bound, rate or count out of range.
 absl::Status ValidateServe(const ServeSettings& serve);
 
+// Why LoadGen's early stopping was not met, from its early_stopping_result
+// (results.cc EarlyStopping), in its own counts: SingleStream's and
+// MultiStream's queries run and needed, with the flag that runs them;
+// Server's queries and how many more within the bound it would need.
+std::string EarlyStoppingWhy(const std::string& result);
+
 // LoadGen's detail log (mlperf_log_detail.txt) as key -> value text, the
 // last value of each key.
 std::map<std::string, std::string> ParseDetailLog(const std::string& text);
@@ -173,6 +179,17 @@ ServeCounters CountersFromLog(const std::string& detail_text, const ServeSetting
 // latency bounds are the caller's (a sample's, or tokens').
 void SetLoadGenSettings(const ServeSettings& serve, size_t samples,
                         mlperf::TestSettings& settings);
+
+// SingleStream's and MultiStream's expected latency, from `query_s`, the
+// best measured time of one query (a sample, or samples_per_query in
+// batches of max_batch): LoadGen generates queries at that interval for
+// twice the minimum duration before the test, and ends early, invalid, when
+// they run out before it; its defaults (1 ms, 8 ms) run out on a faster
+// model. No shorter than keeps the queries generated to
+// kMaxGeneratedQueries; other scenarios, or no time, are left unchanged.
+void SetExpectedLatency(double query_s, const ServeSettings& serve,
+                        mlperf::TestSettings& settings);
+inline constexpr double kMaxGeneratedQueries = 1e6;
 
 // The decimals LoadGen's peak search resolves Server's rate to: the fewest
 // that make a step at most 1% of the starting rate.

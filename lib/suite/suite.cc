@@ -534,7 +534,7 @@ std::vector<std::string> UntakenSettings(
   struct Given {
     std::string flag;
     Takes takes;
-    std::string applies;  // "": the families that take it, named
+    std::string applies = {};  // "": the families that take it, named
   };
   std::vector<Given> given;
   if (dtypes_given) {

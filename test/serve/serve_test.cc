@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <loadgen/test_settings.h>
 #include <torch/csrc/jit/api/module.h>
 #include <unistd.h>
 
@@ -383,6 +384,42 @@ TEST(CountersFromDetail, MultiStreamReportsItsQueriesLatenciesBesideItsSamples) 
   }
 }
 
+TEST(CountersFromDetail, EarlyStoppingUnmetSaysLoadGensCountsAndTheFlag) {
+  // early_stopping_result as LoadGen 6.0.17 logs it (newlines as spaces).
+  ServeSettings serve;
+  serve.scenario = "MultiStream";
+  const ServeCounters multi = CountersFromDetail(
+      {{"result_validity", "INVALID"},
+       {"early_stopping_met", "false"},
+       {"early_stopping_result",
+        " * Only processed 544 queries.  * Need to process at least 662 queries for "
+        "early stopping."}},
+      serve, 0);
+  EXPECT_EQ(
+      multi.label,
+      "scenario:MultiStream INVALID (early stopping not met: 544 queries of the 662 "
+      "its percentile's bound needs; --serve_min_queries=662 runs them)");
+  serve.scenario = "Server";
+  const ServeCounters server = CountersFromDetail(
+      {{"result_validity", "INVALID"},
+       {"result_invalid_reason", "Reduce target QPS to improve latency. "},
+       {"early_stopping_met", "false"},
+       {"early_stopping_result",
+        " * Run unsuccessful.  * Processed 120 queries.  * Would need to run at least 57 "
+        "more queries,  with the run being successful if every additional  query were "
+        "under latency."}},
+      serve, 0);
+  EXPECT_EQ(
+      server.label,
+      "scenario:Server INVALID: Reduce target QPS to improve latency. (early stopping "
+      "not met: 120 queries, too many of them over the bound: 57 more within it "
+      "would be needed)");
+  // A result in words LoadGen no longer writes: the general reason.
+  EXPECT_EQ(EarlyStoppingWhy(""), "too few queries for the percentile's bound");
+  EXPECT_EQ(EarlyStoppingWhy(" * Only processed many queries."),
+            "too few queries for the percentile's bound");
+}
+
 // A peak search as LoadGen 6.0's detail log tells it (abridged), and one
 // whose starting rate missed the bound.
 const char kPeakFound[] = R"log(
@@ -438,6 +475,40 @@ TEST(PeakSearchDecimals, ResolveOnePercentOfTheStart) {
   EXPECT_EQ(PeakSearchDecimals(100), 0);
   EXPECT_EQ(PeakSearchDecimals(400), 0);
   EXPECT_EQ(PeakSearchDecimals(0.05), 4);
+}
+
+TEST(SetExpectedLatency, SetsTheStreamsIntervalFromAQuerysTime) {
+  const mlperf::TestSettings defaults{};
+  ServeSettings serve;
+  serve.min_s = 1;
+  for (const char* scenario : {"SingleStream", "MultiStream", "Server", "Offline"}) {
+    serve.scenario = scenario;
+    mlperf::TestSettings settings;
+    SetExpectedLatency(0.00025, serve, settings);
+    const bool single = serve.scenario == "SingleStream";
+    const bool multi = serve.scenario == "MultiStream";
+    EXPECT_DOUBLE_EQ(settings.single_stream_expected_latency_ns,
+                     single ? 250'000 : defaults.single_stream_expected_latency_ns)
+        << scenario;
+    EXPECT_DOUBLE_EQ(settings.multi_stream_expected_latency_ns,
+                     multi ? 250'000 : defaults.multi_stream_expected_latency_ns)
+        << scenario;
+    EXPECT_DOUBLE_EQ(settings.server_target_qps, defaults.server_target_qps);
+  }
+  // No time (a stop during the warm-up): LoadGen's default stays.
+  serve.scenario = "SingleStream";
+  mlperf::TestSettings untimed;
+  SetExpectedLatency(0, serve, untimed);
+  EXPECT_DOUBLE_EQ(untimed.single_stream_expected_latency_ns,
+                   defaults.single_stream_expected_latency_ns);
+  // Faster than a millionth of twice the duration: that interval, so that
+  // LoadGen generates a million queries, not more.
+  serve.min_s = 30;
+  mlperf::TestSettings fast;
+  SetExpectedLatency(1e-6, serve, fast);
+  EXPECT_DOUBLE_EQ(fast.single_stream_expected_latency_ns, 60'000);
+  EXPECT_DOUBLE_EQ(2 * serve.min_s * 1e9 / fast.single_stream_expected_latency_ns,
+                   kMaxGeneratedQueries);
 }
 
 TEST(ValidateServe, RefusesWhatCannotRunNamingTheValidChoices) {

@@ -90,6 +90,47 @@ class BatcherTest(unittest.TestCase):
 
 
 class DetailTest(unittest.TestCase):
+    def test_unmet_early_stopping_says_loadgens_counts_and_the_flag(self):
+        # As bench's CountersFromDetail.EarlyStoppingUnmetSaysLoadGensCountsAndTheFlag.
+        _, label, _ = serve.counters_from_detail({
+            "result_validity": "INVALID", "early_stopping_met": False,
+            "early_stopping_result": " * Only processed 544 queries.  * Need to process at "
+                                     "least 662 queries for early stopping."}, "MultiStream")
+        self.assertEqual(label, "scenario:MultiStream INVALID (early stopping not met: 544 "
+                                "queries of the 662 its percentile's bound needs; "
+                                "--serve_min_queries=662 runs them)")
+        _, label, _ = serve.counters_from_detail({
+            "result_validity": "INVALID",
+            "result_invalid_reason": "Reduce target QPS to improve latency. ",
+            "early_stopping_met": False,
+            "early_stopping_result": " * Run unsuccessful.  * Processed 120 queries.  * Would "
+                                     "need to run at least 57 more queries,  with the run "
+                                     "being successful if every additional  query were under "
+                                     "latency."}, "Server")
+        self.assertEqual(label, "scenario:Server INVALID: Reduce target QPS to improve "
+                                "latency. (early stopping not met: 120 queries, too many of "
+                                "them over the bound: 57 more within it would be needed)")
+        self.assertEqual(serve.early_stopping_why(""),
+                         "too few queries for the percentile's bound")
+
+    def test_the_streams_expected_latency_is_a_querys_time(self):
+        # As bench's SetExpectedLatency.SetsTheStreamsIntervalFromAQuerysTime.
+        class Settings:
+            single_stream_expected_latency_ns = 1e6
+            multi_stream_expected_latency_ns = 8e6
+        for scenario, single, multi in (("SingleStream", 250e3, 8e6),
+                                        ("MultiStream", 1e6, 250e3),
+                                        ("Server", 1e6, 8e6), ("Offline", 1e6, 8e6)):
+            settings = Settings()
+            serve.set_expected_latency(settings, scenario, 0.00025, 1)
+            self.assertAlmostEqual(settings.single_stream_expected_latency_ns, single)
+            self.assertAlmostEqual(settings.multi_stream_expected_latency_ns, multi)
+        settings = Settings()
+        serve.set_expected_latency(settings, "SingleStream", None, 1)
+        self.assertEqual(settings.single_stream_expected_latency_ns, 1e6)
+        serve.set_expected_latency(settings, "SingleStream", 1e-6, 30)
+        self.assertAlmostEqual(settings.single_stream_expected_latency_ns, 60e3)
+
     def test_a_server_result_and_its_reason(self):
         detail = serve.parse_detail("\n".join(
             ':::MLLOG {"key": "%s", "value": %s, "time_ms": 1}' % kv for kv in (
@@ -186,6 +227,23 @@ class LoadGenTest(unittest.TestCase):
                     self.assertIn(f'"effective_scenario", "value": "{scenario}"', f.read())
         self.assertTrue(all(1 <= b <= 4 for b in self.seen), self.seen)
         self.assertIn(4, self.seen, "Offline fills batches")
+
+    def test_the_streams_expected_latency_is_a_query_timed_in_the_warm_up(self):
+        def forward(x):  # at least 2 ms a batch
+            time.sleep(0.002)
+            return x
+        for scenario, key, batches in (("SingleStream", "single", 1),
+                                       ("MultiStream", "multi", 2)):
+            with tempfile.TemporaryDirectory() as logs:
+                serve.serve(forward, self.inputs, scenario, logs, min_s=0.1, min_queries=8,
+                            max_batch=2, samples_per_query=4)
+                with open(f"{logs}/mlperf_log_detail.txt") as f:
+                    detail = serve.parse_detail(f.read())
+            expected = detail[f"requested_{key}_stream_expected_latency_ns"]
+            # A query is one batch (SingleStream) or two of 2 samples: no
+            # shorter than its sleeps, and not LoadGen's default (1 or 8 ms).
+            self.assertGreaterEqual(expected, batches * 2e6, scenario)
+            self.assertNotIn(expected, (1e6, 8e6), scenario)
 
     def test_a_bound_no_server_meets_is_invalid(self):
         with tempfile.TemporaryDirectory() as logs:

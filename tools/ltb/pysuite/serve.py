@@ -11,6 +11,7 @@ read from its detail log as lib/serve/serve.cc reads them."""
 import collections
 import json
 import os
+import re
 import threading
 import time
 
@@ -232,8 +233,30 @@ def counters_from_detail(detail, scenario, tokens_per_sample=0):
         if reason:
             label += f": {reason}"
         if detail.get("early_stopping_met") is False:
-            label += " (early stopping not met: too few queries for the percentile's bound)"
+            why = early_stopping_why(str(detail.get("early_stopping_result", "")))
+            label += f" (early stopping not met: {why})"
     return out, label, (1 / rate if rate else 0)
+
+
+def _count_after(text, after):
+    m = re.search(re.escape(after) + r"(\d+)", text)
+    return int(m.group(1)) if m else -1
+
+
+def early_stopping_why(result):
+    """Why LoadGen's early stopping was not met, in its own counts
+    (lib/serve/serve.cc EarlyStoppingWhy)."""
+    done = _count_after(result, "Only processed ")
+    needed = _count_after(result, "Need to process at least ")
+    if done >= 0 and needed > 0:
+        return (f"{done} queries of the {needed} its percentile's bound needs; "
+                f"--serve_min_queries={needed} runs them")
+    processed = _count_after(result, "Processed ")
+    more = _count_after(result, "Would need to run at least ")
+    if processed >= 0 and more > 0:
+        return (f"{processed} queries, too many of them over the bound: {more} more "
+                "within it would be needed")
+    return "too few queries for the percentile's bound"
 
 
 _PEAK_FOUND = "FindPeakPerformance: Found peak performance field: "
@@ -305,6 +328,25 @@ def loadgen_settings(lg, scenario, *, target_qps, min_s, min_queries, find_peak=
         settings.multi_stream_samples_per_query = int(samples_per_query)
     settings.performance_sample_count_override = SAMPLES
     return settings
+
+
+# The most queries SingleStream's and MultiStream's expected latency lets
+# LoadGen generate before a test (lib/serve/serve.h kMaxGeneratedQueries).
+MAX_GENERATED_QUERIES = 1e6
+
+
+def set_expected_latency(settings, scenario, query_s, min_s):
+    """SingleStream's and MultiStream's expected latency from query_s, one
+    query's best measured seconds, no shorter than keeps the queries LoadGen
+    generates (at that interval, for twice min_s) to MAX_GENERATED_QUERIES
+    (lib/serve/serve.cc SetExpectedLatency); else, or with no time, unchanged."""
+    if query_s is None or not query_s > 0:
+        return
+    ns = max(query_s * 1e9, 2 * min_s * 1e9 / MAX_GENERATED_QUERIES)
+    if scenario == "SingleStream":
+        settings.single_stream_expected_latency_ns = ns
+    elif scenario == "MultiStream":
+        settings.multi_stream_expected_latency_ns = ns
 
 
 def peak_search_decimals(target_qps):
@@ -408,13 +450,31 @@ def serve(forward, batch_inputs, scenario, log_dir, *, target_qps=10, latency_bo
     batcher = Batcher(max_batch, 0 if scenario == "SingleStream" else batch_timeout_us, run)
 
     def warm():
-        # Each batch size the test can form, once, on the batcher's thread
-        # (as bench's LoadGenTest::WarmBatches).
+        # Each batch size the test can form, once, on the batcher's thread;
+        # then SingleStream's or MultiStream's query timed, the best of three,
+        # for its expected latency (as bench's LoadGenTest::WarmBatches).
         with torch.inference_mode():
             for b in range(1, max_batch + 1):
                 staging[b - 1].copy_(make_sample(batch_inputs, b - 1))
                 forward(staging[:b])
             synchronize()
+            if scenario not in ("SingleStream", "MultiStream"):
+                return
+            per_query = (1 if scenario == "SingleStream"
+                         else settings.multi_stream_samples_per_query)
+            query = [make_sample(batch_inputs, i) for i in range(per_query)]
+            best = None
+            for _ in range(3):
+                start = time.perf_counter()
+                for first in range(0, per_query, max_batch):
+                    part = query[first:first + max_batch]
+                    for i, sample in enumerate(part):
+                        staging[i].copy_(sample)
+                    forward(staging[:len(part)])
+                    synchronize()
+                seconds = time.perf_counter() - start
+                best = seconds if best is None else min(best, seconds)
+        set_expected_latency(settings, scenario, best, min_s)
 
     def issue(query_samples):
         now = time.monotonic()
