@@ -139,6 +139,32 @@ class GateTest(ToolTest):
         self.assertIn("**regression**", self.row(proc, text, "tpot_p99_ms"))
         self.assertIn("| ok |", self.row(proc, text, "ttft_p99_ms"))
 
+    def test_a_generate_runs_step_tail_is_not_judged(self):
+        # generate's tpot_p99_ms is the tail of one run's decode steps (47%
+        # apart between two repetitions of one binary), not LoadGen's result.
+        base = doc(repeated(FRESH, BASE_MS, tpot_ms=[8.0] * 9, tpot_p99_ms=[8.4] * 9))
+        new = doc(repeated(FRESH, BASE_MS, tpot_ms=[8.0] * 9, tpot_p99_ms=[12.3] * 9))
+        proc = self.gate(base, new)
+        self.assertExit(proc, 0)
+        self.assertIn("| ok |", self.row(proc, FRESH, "tpot_ms"))
+        self.assertNotIn("tpot_p99_ms", proc.stdout)
+
+    def test_nine_repetitions_reach_a_lower_p_than_eight(self):
+        # scipy's default approximates the U test above 8 a side: 9
+        # repetitions then reached 4.1e-4, above 8's exact 1.6e-4.
+        for n, p, verdict in ((8, "0.000155", "**regression**"),
+                              (9, "4.11e-05", "**regression**")):
+            proc = self.gate(doc(repeated(NANO, BASE_MS[:n])),
+                             doc(repeated(NANO, scaled(BASE_MS[:n], 1.2))), "--alpha", "0.0003")
+            self.assertExit(proc, 1)
+            self.assertIn(f"| {p} | {verdict} |", self.row(proc, NANO, "time"))
+            self.assertNotIn("smallest p-value", proc.stdout)
+        # A tie leaves the exact distribution: the approximation, tie-corrected.
+        from ltb.gate.verdicts import u_test
+        from scipy.stats import mannwhitneyu
+        a, b = [1, 2, 3, 3], [4, 5, 6, 7]
+        self.assertEqual(u_test(a, b), mannwhitneyu(a, b, method="asymptotic").pvalue)
+
     def test_peak_memory_growth_fails(self):
         proc = self.gate(doc(repeated(NANO, BASE_MS, peak_mem=1_000_000)),
                          doc(repeated(NANO, BASE_MS, peak_mem=1_200_000)))

@@ -76,7 +76,7 @@ class PlotTest(ToolTest):
         self.assertExit(proc, 2)
         self.assertIn("nothing to plot", proc.stderr)
 
-    def charts(self, *files):
+    def charts(self, *files, extra=()):
         """Runs tools/plot in this process and returns, per chart, its axes'
         scales, limits and what they draw (bars or lines)."""
         from ltb.commands import plot
@@ -98,7 +98,7 @@ class PlotTest(ToolTest):
 
         plot.save = save
         argv = sys.argv
-        sys.argv = ["plot", *files, "--out", self.tmp]
+        sys.argv = ["plot", *files, "--out", self.tmp, *extra]
         try:
             with contextlib.redirect_stdout(io.StringIO()):
                 plot.plot_main()
@@ -114,10 +114,20 @@ class PlotTest(ToolTest):
         # 129 against 163 reads as 0.8 to 1, not as one to four.
         self.assertEqual((chart["yscale"], chart["bars"], chart["points"]), ("linear", 2, 0))
         self.assertEqual(chart["ylim"][0], 0)
-        charts = self.charts(self.write("a.json", machine(1.0)), self.write("b.json", machine(0.5)))
+        charts = self.charts(self.write("a.json", machine(1.0)), self.write("b.json", machine(0.5)),
+                             extra=("--cost", "2.5", "4.0"))
         spread = charts["throughput_by_size-Transformer.png"]
         # 3 sizes x (3 lengths x 2 devices) x 2 files, two decades apart: points.
         self.assertEqual((spread["yscale"], spread["bars"], spread["points"]), ("log", 0, 36))
+        # The cost of the same 18 benchmarks on 2 machines, 60x apart: points
+        # too (they were bars, whatever the spread).
+        cost = charts["cost_per_1M_tokens.png"]
+        self.assertEqual((cost["xscale"], cost["bars"], cost["points"]), ("log", 0, 36))
+        # Every device 6x the CPU: bars from zero.
+        speedup = charts["speedup_by_device.png"]
+        self.assertEqual((speedup["xscale"], speedup["xlim"][0], speedup["points"]),
+                         ("linear", 0, 0))
+        self.assertGreater(speedup["bars"], 0)
         for name, chart in charts.items():
             if chart["bars"]:
                 scale, low = ((chart["xscale"], chart["xlim"][0]) if "speedup" in name

@@ -137,18 +137,29 @@ def time_per_token(benches, out, several):
 
 
 def horizontal_bars(groups, bar_labels, xlabel, title):
-    """A horizontal grouped bar chart: groups is [(name, [value or None per bar])]."""
+    """A horizontal grouped bar chart: groups is [(name, [value or None per
+    bar])]; values more than a decade apart are points on a logarithmic axis
+    instead (a bar's length on one would mean nothing)."""
     fig, ax = plt.subplots(figsize=(10, max(3.0, 0.45 * len(groups) * len(bar_labels) + 1.5)))
     height = 0.8 / len(bar_labels)
+    every = [v for _, values in groups for v in values if v is not None]
+    log = bool(every) and min(every) > 0 and max(every) > 10 * min(every)
     for i, label in enumerate(bar_labels):
         ys = [g + (i - (len(bar_labels) - 1) / 2) * height for g in range(len(groups))]
         values = [values[i] for _, values in groups]
-        ax.barh([y for y, v in zip(ys, values) if v is not None],
-                [v for v in values if v is not None], height, label=label)
+        ys, values = ([y for y, v in zip(ys, values) if v is not None],
+                      [v for v in values if v is not None])
+        if log:
+            ax.plot(values, ys, marker="o", linestyle="none", label=label)
+        else:
+            ax.barh(ys, values, height, label=label)
     ax.set_yticks(range(len(groups)), [name for name, _ in groups], fontsize="small")
     ax.invert_yaxis()
-    ax.set_xscale("linear")
-    ax.set_xlim(left=0)  # bar lengths from zero
+    if log:
+        ax.set_xscale("log")
+    else:
+        ax.set_xscale("linear")
+        ax.set_xlim(left=0)  # bar lengths from zero
     ax.set_xlabel(xlabel)
     ax.set_title(title)
     legend(ax)

@@ -8,8 +8,8 @@ import os
 import typing
 from statistics import median
 
-from ltb.results.entries import (BIGGER_IS_BETTER, SMALLER_IS_BETTER, aggregates_only, all_names,
-                                 collect, errors)
+from ltb.results.entries import (BIGGER_IS_BETTER, SERVED_ONLY, SMALLER_IS_BETTER,
+                                 aggregates_only, all_names, collect, errors)
 from ltb.results.format import format_change, format_value, markdown_table, relative_change
 
 REGRESSION, IMPROVEMENT, NOISE, OK = "regression", "improvement", "not significant", "ok"
@@ -26,18 +26,31 @@ def threshold_for(name, rules, default):
     return default
 
 
+# The most values a side the U test's exact distribution is computed for;
+# beyond, its normal approximation (as close as it needs to be there).
+EXACT_UP_TO = 100
+
+
 def u_test(a, b):
-    """Two-sided Mann-Whitney U p-value, or None unless both sides repeat."""
+    """Two-sided Mann-Whitney U p-value, or None unless both sides repeat:
+    exact wherever no value repeats (scipy's "auto" would approximate it
+    above 8 a side, where 9 repetitions could then reach no lower p than 8),
+    else the normal approximation with its tie correction."""
     if len(a) < 2 or len(b) < 2:
         return None
     from scipy.stats import mannwhitneyu  # only when needed: it takes a second to load
-    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    ties = len(set(a) | set(b)) < len(a) + len(b)
+    exact = not ties and max(len(a), len(b)) <= EXACT_UP_TO
+    return float(mannwhitneyu(a, b, alternative="two-sided",
+                              method="exact" if exact else "asymptotic").pvalue)
 
 
 def smallest_p(n1, n2):
-    """The smallest two-sided p-value the exact U test can give n1 and n2
-    distinct values."""
-    return 2 / math.comb(n1 + n2, n1)
+    """The smallest two-sided p-value the U test gives n1 and n2 distinct
+    values: every one of one side beyond every one of the other."""
+    if max(n1, n2) <= EXACT_UP_TO:
+        return 2 / math.comb(n1 + n2, n1)
+    return u_test(list(range(n1)), list(range(n1, n1 + n2)))
 
 
 def verdict(change, p, bigger_is_better, threshold, alpha):
@@ -54,7 +67,10 @@ def metrics(base, new):
     everything the baseline measured; the contender's values are empty where
     it lacks the metric."""
     yield "time", base.times, new.times, False
+    served = base.fields["phase"] == "serve"
     for counter in BIGGER_IS_BETTER + SMALLER_IS_BETTER:
+        if counter in SERVED_ONLY and not served:
+            continue
         if base.has(counter):
             yield (counter, base.values(counter), new.values(counter),
                    counter in BIGGER_IS_BETTER)

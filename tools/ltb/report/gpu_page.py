@@ -15,30 +15,16 @@ that the page and the files still agree."""
 import argparse
 import os
 import re
-import statistics
 import sys
 
 from ltb.base import SMALL_SIZES, BadInput, run
-from ltb.results.entries import iterations
+from ltb.results.entries import iterations, median_entry
 from ltb.results.format import human, markdown_table
 from ltb.results.load import load
 from ltb.results.names import base_name, parse_name
 
 SMALL = SMALL_SIZES
 DTYPES = ("fp32", "bf16", "fp16")
-
-
-def median_entry(runs):
-    """One entry for a benchmark's repetitions: each number the median of
-    the repetitions that have it (the first repetition alone would be as
-    arbitrary as the last)."""
-    merged = dict(runs[0])
-    for key in {k for e in runs for k in e}:
-        values = [e[key] for e in runs
-                  if isinstance(e.get(key), (int, float)) and not isinstance(e.get(key), bool)]
-        if values:
-            merged[key] = statistics.median(values)
-    return merged
 
 
 def entries(directory, stem):

@@ -22,6 +22,10 @@ BIGGER_IS_BETTER = SPEED_COUNTERS + ("valid",)
 
 
 SMALLER_IS_BETTER = ("peak_mem", "ttft_ms", "tpot_ms", "p99_ms", "ttft_p99_ms", "tpot_p99_ms")
+# Those that are LoadGen's results, judged only for served benchmarks: a
+# generate benchmark's tpot_p99_ms is the tail of one run's decode steps,
+# a figure too noisy to gate on.
+SERVED_ONLY = ("p99_ms", "ttft_p99_ms", "tpot_p99_ms")
 
 
 # Columns of report, in order, when any result has them.
@@ -60,6 +64,19 @@ def iterations(doc):
     """Entries that are measurements (not aggregates) and did not fail."""
     return [b for b in doc["benchmarks"]
             if b.get("run_type", "iteration") == "iteration" and not failed(b)]
+
+
+def median_entry(runs):
+    """One entry for a benchmark's repetitions: each number the median of
+    the repetitions that have it (the first repetition alone would be as
+    arbitrary as the last)."""
+    merged = dict(runs[0])
+    for key in {k for e in runs for k in e}:
+        values = [e[key] for e in runs
+                  if isinstance(e.get(key), (int, float)) and not isinstance(e.get(key), bool)]
+        if values:
+            merged[key] = statistics.median(values)
+    return merged
 
 
 def seconds(entry):

@@ -5,7 +5,7 @@ how many times better C++ is. The figures and the ratio: docs/serving.md
 ("Python through the same LoadGen")."""
 
 from ltb.base import BadInput
-from ltb.results.entries import iterations
+from ltb.results.entries import iterations, median_entry
 from ltb.results.format import markdown_table
 from ltb.results.load import load
 from ltb.results.names import base_name, parse_name
@@ -18,13 +18,14 @@ _LOAD_SETTINGS = ("scenario", "qps", "expected_qps", "find_peak_from")
 
 
 def served(doc):
-    """name without runtime -> entry, for a document's measured serve entries."""
-    out = {}
+    """name without runtime -> entry, for a document's measured serve
+    entries; a benchmark's repetitions merged into their medians."""
+    runs = {}
     for e in iterations(doc):
         name, _ = split_runtime(base_name(e))
         if parse_name(name)["phase"] == "serve":
-            out.setdefault(name, e)
-    return out
+            runs.setdefault(name, []).append(e)
+    return {name: r[0] if len(r) == 1 else median_entry(r) for name, r in runs.items()}
 
 
 def _benchmark(name):
