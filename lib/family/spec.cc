@@ -1,5 +1,7 @@
 #include "family/spec.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 
 #include "absl/strings/match.h"
@@ -25,6 +27,15 @@ std::string Quant::Name() const {
   return kind == QuantKind::kInt4 ? absl::StrCat(name, ":g", group) : name;
 }
 
+int64_t OfflineQuerySamples(const ServeSettings& serve) {
+  // As LoadGen: seconds of a duration in whole milliseconds, then
+  // (kSlack * seconds) * rate, truncated.
+  const double seconds =
+      static_cast<double>(static_cast<uint64_t>(serve.min_s * 1000)) / 1000;
+  const auto expected = static_cast<uint64_t>(1.1 * seconds * serve.target_qps);
+  return std::max<int64_t>(serve.min_queries, static_cast<int64_t>(expected));
+}
+
 std::string BenchSpec::Name() const {
   std::string name;
   if (phase_before_device) {
@@ -38,10 +49,12 @@ std::string BenchSpec::Name() const {
         absl::StrAppend(&name,
                         serve.find_peak ? "/find_peak_from:" : "/qps:", serve.target_qps);
       }
-      // Offline's expected rate sizes its one query (the rate times the
-      // minimum duration, in samples), and with it every latency.
-      if (serve.scenario == "Offline" && serve.target_qps != kDefaultTargetQps) {
-        absl::StrAppend(&name, "/expected_qps:", serve.target_qps);
+      // What Offline's one query holds sets every latency.
+      if (serve.scenario == "Offline") {
+        const int64_t samples = OfflineQuerySamples(serve);
+        if (samples != OfflineQuerySamples(ServeSettings{})) {
+          absl::StrAppend(&name, "/samples:", samples);
+        }
       }
       absl::StrAppend(&name, "/max_batch:", serve.max_batch);
       if (serve.scenario == "MultiStream" && serve.samples_per_query > 0 &&

@@ -108,6 +108,13 @@ struct ServeSettings {
   int64_t prefill_chunk = 0;
 };
 
+// The samples of Offline's one query, as LoadGen sizes it
+// (test_settings_internal.cc): the minimum query count, or 1.1 times the
+// expected rate times the minimum duration (in whole milliseconds),
+// whichever is more. What the query holds sets every latency: Offline's
+// names carry it (/samples:N) where it is not the defaults'.
+int64_t OfflineQuerySamples(const ServeSettings& serve);
+
 // The scenarios --scenario takes, in LoadGen's order.
 inline constexpr const char* kServeScenarios[] = {"SingleStream", "MultiStream", "Server",
                                                   "Offline"};

@@ -198,10 +198,10 @@ absl::Status ValidateServe(const ServeSettings& serve) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--target_qps must be a number > 0 (queries a second), not ", serve.target_qps));
   }
-  if (!(serve.latency_bound_ms >= 0) || std::isinf(serve.latency_bound_ms)) {
+  if (!(serve.latency_bound_ms >= 0) ||
+      (serve.latency_bound_ms > 0 && !BoundInNanoseconds(serve.latency_bound_ms))) {
     return absl::InvalidArgumentError(
-        "--latency_bound_ms must be a number > 0 (milliseconds), or left out for "
-        "LoadGen's 100 ms");
+        absl::StrCat("--latency_bound_ms=", serve.latency_bound_ms, kBoundMustBe));
   }
   if (serve.max_batch < 1) {
     return absl::InvalidArgumentError("--max_batch must be a whole number >= 1");
@@ -718,8 +718,7 @@ absl::Status RunLoadGenTest(benchmark::State& state, Workload& workload,
   mlperf::TestSettings settings;
   SetLoadGenSettings(serve, kServeSamples, settings);
   if (serve.latency_bound_ms > 0) {
-    settings.server_target_latency_ns =
-        static_cast<uint64_t>(serve.latency_bound_ms * 1e6);
+    settings.server_target_latency_ns = BoundNanoseconds(serve.latency_bound_ms);
   }
   mlperf::LogSettings log;
   log.log_output.outdir = folder;

@@ -10,6 +10,7 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -179,6 +180,18 @@ ServeCounters CountersFromLog(const std::string& detail_text, const ServeSetting
 // latency bounds are the caller's (a sample's, or tokens').
 void SetLoadGenSettings(const ServeSettings& serve, size_t samples,
                         mlperf::TestSettings& settings);
+
+// A latency bound of `ms` milliseconds as LoadGen takes it: whole
+// nanoseconds, rounded. BoundInNanoseconds: whether a bound is one, finite
+// and at least a nanosecond (a smaller one would be 0, no bound at all);
+// kBoundMustBe says so to the flag that gave another.
+inline uint64_t BoundNanoseconds(double ms) {
+  return static_cast<uint64_t>(std::llround(ms * 1e6));
+}
+inline bool BoundInNanoseconds(double ms) { return std::isfinite(ms) && ms * 1e6 >= 1; }
+inline constexpr char kBoundMustBe[] =
+    ": the bound must be a number of milliseconds > 0, at least 1e-06 (a nanosecond, "
+    "LoadGen's unit), or left out for LoadGen's 100 ms";
 
 // SingleStream's and MultiStream's expected latency, from `query_s`, the
 // best measured time of one query (a sample, or samples_per_query in

@@ -479,10 +479,10 @@ absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
   SetLoadGenSettings(serve, kTextServeSamples, settings);
   settings.use_token_latencies = true;
   if (serve.ttft_bound_ms > 0) {
-    settings.server_ttft_latency = static_cast<uint64_t>(serve.ttft_bound_ms * 1e6);
+    settings.server_ttft_latency = BoundNanoseconds(serve.ttft_bound_ms);
   }
   if (serve.tpot_bound_ms > 0) {
-    settings.server_tpot_latency = static_cast<uint64_t>(serve.tpot_bound_ms * 1e6);
+    settings.server_tpot_latency = BoundNanoseconds(serve.tpot_bound_ms);
   }
   mlperf::LogSettings log;
   log.log_output.outdir = folder;

@@ -88,6 +88,7 @@ std::string FamilyFactsJson(const std::vector<Family>& families) {
   doc["default_batch_timeout_us"] = kDefaultBatchTimeoutUs;
   doc["loadgen_samples_per_query"] = kLoadGenSamplesPerQuery;
   doc["default_target_qps"] = kDefaultTargetQps;
+  doc["default_offline_samples"] = OfflineQuerySamples(ServeSettings{});
   doc["loadgen_bound_ms"] = kLoadGenBoundMs;
   doc["default_suite_min_time"] = kDefaultSuiteMinTime;
   // How a run measures, where the Python suite must do the same.

@@ -807,12 +807,9 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   ServeSettings& serve = sweep.serve;
   serve.phase = absl::GetFlag(FLAGS_serve_phase);
   serve.latency_bound_ms = absl::GetFlag(FLAGS_latency_bound_ms);
-  if (SuiteFlagGiven("latency_bound_ms") &&
-      !(serve.latency_bound_ms > 0 && std::isfinite(serve.latency_bound_ms))) {
+  if (SuiteFlagGiven("latency_bound_ms") && !BoundInNanoseconds(serve.latency_bound_ms)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--latency_bound_ms=", absl::GetFlag(FLAGS_latency_bound_ms),
-        ": the bound must be a number of milliseconds > 0 (or left out for LoadGen's "
-        "100 ms)"));
+        "--latency_bound_ms=", absl::GetFlag(FLAGS_latency_bound_ms), kBoundMustBe));
   }
   if (absl::Status named = NamedAsGiven("latency_bound_ms", serve.latency_bound_ms);
       !named.ok()) {
@@ -842,11 +839,9 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
   for (const auto& [flag, bound] :
        {std::pair<const char*, double>{"ttft_bound_ms", serve.ttft_bound_ms},
         {"tpot_bound_ms", serve.tpot_bound_ms}}) {
-    if (SuiteFlagGiven(flag) && !(bound > 0 && std::isfinite(bound))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--", flag, "=", bound,
-          ": the bound must be a number of milliseconds > 0 (or left out for LoadGen's "
-          "100 ms)"));
+    if (SuiteFlagGiven(flag) && !BoundInNanoseconds(bound)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, "=", bound, kBoundMustBe));
     }
     if (absl::Status named = NamedAsGiven(flag, bound); !named.ok()) return named;
   }

@@ -1756,10 +1756,11 @@ class ServeTest(unittest.TestCase):
              "--serve_min_queries=16", "--max_batch=4", "--target_qps=100", *GIVEN_PEAKS]
     NAME = "GPT2/nano/cpu/serve/scenario:{}/max_batch:4/seq:16/fp32"
 
-    def named(self, scenario, qps=100):
-        """NAME of a scenario: Offline's expected rate (SERVE's
-        --target_qps, unless given) sizes its query and is in its name."""
-        return self.NAME.format(f"Offline/expected_qps:{qps:g}" if scenario == "Offline"
+    def named(self, scenario, samples=22):
+        """NAME of a scenario: Offline's one query holds (and is named by)
+        the minimum count or 1.1 x the rate x the minimum duration, whichever
+        is more: SERVE's 1.1 x 100 QPS x 0.2 s, unless given."""
+        return self.NAME.format(f"Offline/samples:{samples}" if scenario == "Offline"
                                 else scenario)
 
     def test_a_scenario_that_serves_nothing_the_filter_selects_says_so(self):
@@ -1827,6 +1828,8 @@ class ServeTest(unittest.TestCase):
             with open(os.path.join(folder, "mlperf_log_detail.txt")) as f:
                 detail = f.read()
             self.assertIn(f'"effective_scenario", "value": "{scenario}"', detail)
+            if scenario == "Offline":  # the samples its name carries
+                self.assertIn('"effective_samples_per_query", "value": 22,', detail)
             self.assertIn('"result_validity"', detail)
             self.assertTrue(os.path.isfile(os.path.join(folder, "mlperf_log_summary.txt")))
 
@@ -1928,6 +1931,12 @@ class ServeTest(unittest.TestCase):
                  "--ttft_bound_ms=0: the bound must be a number of milliseconds > 0"),
                 (["--scenario=Server", "--serve_phase=generate", "--tpot_bound_ms=0"],
                  "--tpot_bound_ms=0: the bound must be a number of milliseconds > 0"),
+                # Under a nanosecond, LoadGen's unit: a bound of 0, none at all.
+                (["--scenario=Server", "--serve_phase=generate", "--ttft_bound_ms=1e-07"],
+                 "--ttft_bound_ms=1e-07: the bound must be a number of milliseconds > 0, at "
+                 "least 1e-06 (a nanosecond, LoadGen's unit)"),
+                (["--scenario=Server", "--latency_bound_ms=5e-07"],
+                 "--latency_bound_ms=5e-07: the bound must be"),
                 (["--scenario=Server", "--serve_phase=train_step"], "valid: forward, encode"),
                 (["--scenario=Offline", "--find_peak=true"],
                  "Server scenario only; valid: --scenario=Server"),
@@ -1958,7 +1967,7 @@ class ServeTest(unittest.TestCase):
                  "--benchmark_out_format=json"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for line in proc.stdout:  # the console prints each result as it ends
-                if line.startswith(self.named("Offline", 1)):
+                if line.startswith(self.named("Offline", 66)):
                     break
             else:
                 proc.kill()
@@ -1973,7 +1982,7 @@ class ServeTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 130, err)
             with open(out) as f:
                 entries = self.entries(json.load(f))
-            offline = entries[self.named("Offline", 1) + "/iterations:1/manual_time"]
+            offline = entries[self.named("Offline", 66) + "/iterations:1/manual_time"]
             self.assertFalse(offline.get("error_occurred", False))
             self.assertGreater(offline["samples/s"], 0)
             [server] = [b for n, b in entries.items() if "scenario:Server" in n]

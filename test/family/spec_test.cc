@@ -441,12 +441,30 @@ TEST(BenchSpecName, ServerBoundsOtherThanLoadGensAreInTheName) {
   // Other scenarios have no bound to meet.
   s.serve.scenario = "Offline";
   EXPECT_EQ(s.Name(), "GPT2/small/cpu/serve/scenario:Offline/max_batch:8/seq:64/fp32");
-  // Offline's expected rate sizes its one query: named where not the default.
-  s.serve.target_qps = 2000;
-  EXPECT_EQ(
-      s.Name(),
-      "GPT2/small/cpu/serve/scenario:Offline/expected_qps:2000/max_batch:8/seq:64/fp32");
-  s.serve.target_qps = kDefaultTargetQps;
+  // Offline's one query holds the minimum count (32), or 1.1 x the expected
+  // rate x the minimum duration where more (LoadGen's sizing): named by
+  // its samples where they are not the defaults' 32.
+  const auto offline = [&](double qps, double min_s, int64_t min_queries) {
+    BenchSpec o = s;
+    o.serve.target_qps = qps;
+    o.serve.min_s = min_s;
+    o.serve.min_queries = min_queries;
+    return std::make_pair(OfflineQuerySamples(o.serve), o.Name());
+  };
+  const std::string at = "GPT2/small/cpu/serve/scenario:Offline/";
+  EXPECT_EQ(offline(2000, 1, 32),
+            std::make_pair(int64_t{2200}, at + "samples:2200/max_batch:8/seq:64/fp32"));
+  // 20 QPS for a second is 22 samples: the 32 hold, as by default.
+  EXPECT_EQ(offline(20, 1, 32),
+            std::make_pair(int64_t{32}, at + "max_batch:8/seq:64/fp32"));
+  EXPECT_EQ(offline(10, 1, 200),
+            std::make_pair(int64_t{200}, at + "samples:200/max_batch:8/seq:64/fp32"));
+  EXPECT_EQ(offline(10, 3, 32),
+            std::make_pair(int64_t{33}, at + "samples:33/max_batch:8/seq:64/fp32"));
+  // Whole milliseconds, truncated: 2.09 ms is 2, and 1.1 x 0.002 s x 1e6 QPS
+  // is 2200 (not 2299).
+  EXPECT_EQ(offline(1e6, 0.00209, 1).first, 2200);
+  EXPECT_EQ(offline(0, 0, 1).first, 1);
 
   BenchSpec g = SpecFor("GPT2", "small", "generate", 8, 0);
   g.phase = kServe;

@@ -511,6 +511,25 @@ TEST(SetExpectedLatency, SetsTheStreamsIntervalFromAQuerysTime) {
                    kMaxGeneratedQueries);
 }
 
+TEST(BoundNanoseconds, LoadGensWholeNanosecondsRoundedAndNoneBelowOne) {
+  EXPECT_EQ(BoundNanoseconds(37.5), 37'500'000u);
+  EXPECT_EQ(BoundNanoseconds(0.1), 100'000u);
+  EXPECT_EQ(BoundNanoseconds(1e-6), 1u);
+  EXPECT_EQ(BoundNanoseconds(2.7e-6), 3u);
+  EXPECT_TRUE(BoundInNanoseconds(1e-6));
+  for (const double ms : {5e-7, 0.0, -1.0, std::numeric_limits<double>::infinity(),
+                          std::numeric_limits<double>::quiet_NaN()}) {
+    EXPECT_FALSE(BoundInNanoseconds(ms)) << ms;
+  }
+  ServeSettings serve;
+  serve.scenario = "Server";
+  serve.latency_bound_ms = 5e-7;  // 0 ns: no bound at all
+  const absl::Status s = ValidateServe(serve);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("at least 1e-06 (a nanosecond"), std::string::npos)
+      << s.message();
+}
+
 TEST(ValidateServe, RefusesWhatCannotRunNamingTheValidChoices) {
   ServeSettings serve;
   serve.scenario = "Server";
@@ -584,10 +603,9 @@ TEST(ServeName, CarriesTheScenarioServersRateAndTheBatchersLimit) {
       spec.Name(),
       "ResNet/resnet18/cpu/serve/scenario:Server/find_peak_from:40/max_batch:8/fp32");
   spec.serve.find_peak = false;
-  spec.serve.scenario = "Offline";  // its expected rate, which sizes its query
-  EXPECT_EQ(
-      spec.Name(),
-      "ResNet/resnet18/cpu/serve/scenario:Offline/expected_qps:40/max_batch:8/fp32");
+  spec.serve.scenario = "Offline";  // its query: 1.1 x 40 QPS x 1 s, not 32
+  EXPECT_EQ(spec.Name(),
+            "ResNet/resnet18/cpu/serve/scenario:Offline/samples:44/max_batch:8/fp32");
   BenchSpec gpt = SpecFor("GPT2", "small", "forward", 4, 128);
   gpt.phase = kServe;
   gpt.serve.scenario = "SingleStream";

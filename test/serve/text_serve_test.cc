@@ -577,7 +577,7 @@ TEST(TextServeName, CarriesTheSlotsAndTheLengthsOrTheirRanges) {
   s.serve.output_min = 8;
   s.serve.scenario = "Offline";
   EXPECT_EQ(s.Name(),
-            "GPT2/nano/cpu/serve/scenario:Offline/expected_qps:50/max_batch:4/prompt:12/"
+            "GPT2/nano/cpu/serve/scenario:Offline/samples:16/max_batch:4/prompt:12/"
             "output:8/fp32");
 }
 

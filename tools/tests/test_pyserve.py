@@ -113,6 +113,12 @@ class DetailTest(unittest.TestCase):
         self.assertEqual(serve.early_stopping_why(""),
                          "too few queries for the percentile's bound")
 
+    def test_offlines_query_is_sized_as_loadgen_sizes_it(self):
+        # As bench's spec_test: max(min count, 1.1 x rate x whole-ms duration).
+        for args, samples in (((2000, 1, 32), 2200), ((20, 1, 32), 32), ((10, 1, 200), 200),
+                              ((10, 3, 32), 33), ((1e6, 0.00209, 1), 2200), ((0, 0, 1), 1)):
+            self.assertEqual(serve.offline_query_samples(*args), samples, args)
+
     def test_the_streams_expected_latency_is_a_querys_time(self):
         # As bench's SetExpectedLatency.SetsTheStreamsIntervalFromAQuerysTime.
         class Settings:
@@ -299,7 +305,8 @@ class PybenchServeTest(unittest.TestCase):
         code, out, err = self.pybench(*common, "--benchmark_list_tests")
         self.assertEqual(code, 0, err)
         self.assertEqual(sorted(line.split("/py_")[0] for line in out.split()), [
-            "GPT2/nano/cpu/serve/scenario:Offline/expected_qps:100/max_batch:4/seq:16/fp32",
+            # 1.1 x 100 QPS x 1 s: Offline's one query holds 110 samples.
+            "GPT2/nano/cpu/serve/scenario:Offline/samples:110/max_batch:4/seq:16/fp32",
             "GPT2/nano/cpu/serve/scenario:Server/qps:100/max_batch:4/seq:16/fp32",
             "GPT2/nano/cpu/serve/scenario:Server/qps:200/max_batch:4/seq:16/fp32"])
         with tempfile.TemporaryDirectory() as tmp:
@@ -312,6 +319,12 @@ class PybenchServeTest(unittest.TestCase):
             self.assertEqual(code, 0, err)
             with open(path) as f:
                 [e] = json.load(f)["benchmarks"]
+            self.assertTrue(e["name"].startswith(
+                "GPT2/nano/cpu/serve/scenario:Offline/samples:33/"), e["name"])
+            with open(os.path.join(tmp, "py.loadgen", os.listdir(
+                    os.path.join(tmp, "py.loadgen"))[0], "mlperf_log_detail.txt")) as f:
+                detail = serve.parse_detail(f.read())
+            self.assertEqual(detail["effective_samples_per_query"], 33)
             self.assertEqual(e["iterations"], 1)
             self.assertGreater(e["samples/s"], 0)
             self.assertAlmostEqual(e["tokens/s"] / e["samples/s"], 16)
@@ -327,6 +340,13 @@ class PybenchServeTest(unittest.TestCase):
                                  "--ttft_bound_ms=0"], "--ttft_bound_ms=0: the bound must be"),
                                (["--scenario=Server", "--serve_phase=generate",
                                  "--tpot_bound_ms=0"], "--tpot_bound_ms=0: the bound must be"),
+                               (["--scenario=Server", "--serve_phase=generate",
+                                 "--ttft_bound_ms=1e-07"],
+                                "--ttft_bound_ms=1e-07: the bound must be a number of "
+                                "milliseconds > 0, at least 1e-06 (a nanosecond, LoadGen's "
+                                "unit)"),
+                               (["--scenario=Server", "--latency_bound_ms=5e-07"],
+                                "--latency_bound_ms=5e-07: the bound must be"),
                                (["--scenario=Server", "--target_qps=x"], "not a rate"),
                                # Names hold six digits: these two would share one.
                                (["--scenario=Server", "--target_qps=12.3456789,12.3456781"],
@@ -349,7 +369,8 @@ class PybenchServeTest(unittest.TestCase):
                                       "--benchmark_list_tests")
         self.assertEqual(code, 0, err)
         self.assertEqual(sorted(line.split("/py_")[0] for line in out.split()), [
-            "GPT2/nano/cpu/serve/scenario:Offline/expected_qps:20/max_batch:4/seq:16/fp32",
+            # 1.1 x 20 QPS x 1 s is 22: the minimum count's 32, as by default.
+            "GPT2/nano/cpu/serve/scenario:Offline/max_batch:4/seq:16/fp32",
             "GPT2/nano/cpu/serve/scenario:Server/find_peak_from:20/max_batch:4/seq:16/fp32"])
         code, out, err = self.pybench(*common, "--scenario=Offline,SingleStream")
         self.assertEqual(code, 2, err)
@@ -405,10 +426,10 @@ class PybenchServeTest(unittest.TestCase):
                     "--prompt_len=4:8", "--output_len=3"]
         for base, extra, want in (
                 (forward, ["--latency_bound_ms=100"],
-                 [f"{prefix}Offline/expected_qps:20/max_batch:4/seq:16/fp32",
+                 [f"{prefix}Offline/max_batch:4/seq:16/fp32",
                   f"{prefix}Server/qps:20/max_batch:4/seq:16/fp32"]),
                 (forward, ["--latency_bound_ms=37.5", "--find_peak=true"],
-                 [f"{prefix}Offline/expected_qps:20/max_batch:4/seq:16/fp32",
+                 [f"{prefix}Offline/max_batch:4/seq:16/fp32",
                   f"{prefix}Server/find_peak_from:20/max_batch:4/seq:16/"
                   "latency_bound_ms:37.5/fp32"]),
                 (generate, ["--ttft_bound_ms=250", "--tpot_bound_ms=100"],
@@ -610,13 +631,13 @@ class CompareTest(unittest.TestCase):
             ("GPT2/nano/cpu/max_batch:8/prompt:8:16/output:4:8/fp32", "Offline",
              "tokens/s", "60", "30", "2.00x")])
 
-    def test_offlines_expected_rate_is_shown_with_its_scenario(self):
+    def test_offlines_query_is_shown_with_its_scenario(self):
         from ltb.results import serving
-        docs = [doc([served("GPT2/nano", "Offline", "expected_qps:300/seq:16/", side,
+        docs = [doc([served("GPT2/nano", "Offline", "samples:330/seq:16/", side,
                             samples_per_s=rate)])
                 for side, rate in ((False, 900.0), (True, 600.0))]
         self.assertEqual(serving.rows(*docs), [
-            ("GPT2/nano/cpu/max_batch:8/seq:16/fp32", "Offline at 300 expected QPS",
+            ("GPT2/nano/cpu/max_batch:8/seq:16/fp32", "Offline of 330 samples",
              "samples/s", "900", "600", "1.50x")])
 
     def test_repetitions_are_compared_by_their_medians(self):

@@ -18,6 +18,7 @@ DEFAULT_DATASET_SAMPLES = facts.load()["default_dataset_samples"]
 DEFAULT_BATCH_TIMEOUT_US = facts.load()["default_batch_timeout_us"]
 LOADGEN_SAMPLES_PER_QUERY = facts.load()["loadgen_samples_per_query"]
 DEFAULT_TARGET_QPS = facts.load()["default_target_qps"]
+DEFAULT_OFFLINE_SAMPLES = facts.load()["default_offline_samples"]  # Offline's one query
 LOADGEN_BOUND_MS = facts.load()["loadgen_bound_ms"]  # Server's p99 bounds
 DEFAULT_SUITE_MIN_TIME = facts.load()["default_suite_min_time"]
 GB_MIN_TIME = 0.5  # Google Benchmark's default --benchmark_min_time
@@ -339,9 +340,8 @@ def serve_flags(a):
     # lib/suite/flags.cc: 0 is "not given"; given, it would quietly be LoadGen's 100 ms.
     for flag in ("ttft_bound_ms", "tpot_bound_ms"):
         bound = getattr(a, flag)
-        if bound is not None and not (bound > 0 and math.isfinite(bound)):
-            raise BadFlag(f"--{flag}={bound:g}: the bound must be a number of milliseconds > 0 "
-                          "(or left out for LoadGen's 100 ms)")
+        if bound is not None and not serve.bound_in_nanoseconds(bound):
+            raise BadFlag(f"--{flag}={bound:g}{serve.BOUND_MUST_BE}")
         if bound is not None:
             named_as_given(flag, bound)
     a.ttft_bound_ms = a.ttft_bound_ms or 0
@@ -379,10 +379,8 @@ def serve_flags(a):
         named_as_given("target_qps", qps)
         if qps not in a.serve_qps:
             a.serve_qps.append(qps)
-    if a.latency_bound_ms is not None and not (a.latency_bound_ms > 0
-                                               and math.isfinite(a.latency_bound_ms)):
-        raise BadFlag(f"--latency_bound_ms={a.latency_bound_ms:g}: the bound must be a number of "
-                  "milliseconds > 0 (or left out for LoadGen's 100 ms)")
+    if a.latency_bound_ms is not None and not serve.bound_in_nanoseconds(a.latency_bound_ms):
+        raise BadFlag(f"--latency_bound_ms={a.latency_bound_ms:g}{serve.BOUND_MUST_BE}")
     if a.latency_bound_ms is not None:
         named_as_given("latency_bound_ms", a.latency_bound_ms)
     if a.samples_per_query < 0:

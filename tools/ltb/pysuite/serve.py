@@ -10,6 +10,7 @@ waits for the device and completes each sample. The counters are LoadGen's,
 read from its detail log as lib/serve/serve.cc reads them."""
 import collections
 import json
+import math
 import os
 import re
 import threading
@@ -330,6 +331,30 @@ def loadgen_settings(lg, scenario, *, target_qps, min_s, min_queries, find_peak=
     return settings
 
 
+# lib/serve/serve.h: LoadGen takes a bound in whole nanoseconds.
+BOUND_MUST_BE = (": the bound must be a number of milliseconds > 0, at least 1e-06 (a "
+                 "nanosecond, LoadGen's unit), or left out for LoadGen's 100 ms")
+
+
+def bound_in_nanoseconds(ms):
+    """Whether a bound is a number of milliseconds LoadGen can take: finite
+    and at least a nanosecond (lib/serve/serve.h BoundInNanoseconds)."""
+    return math.isfinite(ms) and ms * 1e6 >= 1
+
+
+def bound_nanoseconds(ms):
+    """A bound in LoadGen's whole nanoseconds, rounded (BoundNanoseconds)."""
+    return int(round(ms * 1e6))
+
+
+def offline_query_samples(target_qps, min_s, min_queries):
+    """The samples of Offline's one query as LoadGen sizes it: the minimum
+    count, or 1.1 x the expected rate x the minimum duration in whole
+    milliseconds, whichever is more (lib/family/spec.cc OfflineQuerySamples)."""
+    seconds = int(min_s * 1000) / 1000
+    return max(int(min_queries), int(1.1 * seconds * target_qps))
+
+
 # The most queries SingleStream's and MultiStream's expected latency lets
 # LoadGen generate before a test (lib/serve/serve.h kMaxGeneratedQueries).
 MAX_GENERATED_QUERIES = 1e6
@@ -426,7 +451,7 @@ def serve(forward, batch_inputs, scenario, log_dir, *, target_qps=10, latency_bo
                                 min_queries=min_queries, find_peak=find_peak,
                                 samples_per_query=samples_per_query)
     if latency_bound_ms > 0:
-        settings.server_target_latency_ns = int(latency_bound_ms * 1e6)
+        settings.server_target_latency_ns = bound_nanoseconds(latency_bound_ms)
     os.makedirs(log_dir, exist_ok=True)
     samples = [None] * SAMPLES
     shape = (max_batch, *batch_inputs.shape[1:])

@@ -7,9 +7,9 @@ import re
 from ltb.pysuite import families, quant, weights
 from ltb.pysuite.family import DEPTH_FAMILIES, FAMILIES, TRAINING_PHASES
 from ltb.pysuite.flags import (DEFAULT_BATCH_TIMEOUT_US, DEFAULT_DATASET_SAMPLES,
-                               DEFAULT_NEW_TOKENS, DEFAULT_PROMPT, DEFAULT_TARGET_QPS,
-                               LOADGEN_BOUND_MS,
-                               LOADGEN_SAMPLES_PER_QUERY, RUNTIMES, BadFlag)
+                               DEFAULT_NEW_TOKENS, DEFAULT_OFFLINE_SAMPLES, DEFAULT_PROMPT,
+                               LOADGEN_BOUND_MS, LOADGEN_SAMPLES_PER_QUERY, RUNTIMES, BadFlag)
+from ltb.pysuite.serve import offline_query_samples
 
 
 class Spec:
@@ -37,9 +37,11 @@ class Spec:
             name = f"{self.family}/{self.size}/{self.device}/serve/scenario:{sv['scenario']}"
             if sv["scenario"] == "Server":
                 name += f"/{'find_peak_from' if sv.get('find_peak') else 'qps'}:{sv['qps']:g}"
-            # Offline's expected rate sizes its one query, and every latency.
-            if sv["scenario"] == "Offline" and sv["qps"] != DEFAULT_TARGET_QPS:
-                name += f"/expected_qps:{sv['qps']:g}"
+            # What Offline's one query holds sets every latency.
+            if sv["scenario"] == "Offline":
+                samples = offline_query_samples(sv["qps"], sv["min_s"], sv["min_queries"])
+                if samples != DEFAULT_OFFLINE_SAMPLES:
+                    name += f"/samples:{samples}"
             name += f"/max_batch:{sv['max_batch']}"
             if sv["scenario"] == "MultiStream" and sv.get("samples_per_query", 0) not in (
                     0, LOADGEN_SAMPLES_PER_QUERY):
@@ -166,6 +168,8 @@ def specs(args):
                                               dtype, runtime, seq=first, weights=args.weights,
                                               quant=q))
                                     v.serve = {"scenario": scenario, "qps": qps,
+                                               "min_s": args.serve_min_s,
+                                               "min_queries": args.serve_min_queries,
                                                "max_batch": args.max_batch,
                                                "find_peak": args.find_peak and scenario == "Server",
                                                "phase": phase, "prompt": args.prompt_range,

@@ -332,8 +332,8 @@ def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_
     settings = batch_serve.loadgen_settings(lg, scenario, target_qps=target_qps, min_s=min_s,
                                             min_queries=min_queries, find_peak=find_peak)
     settings.use_token_latencies = True
-    settings.ttft_latency = int(ttft_bound_ms * 1e6)
-    settings.tpot_latency = int(tpot_bound_ms * 1e6)
+    settings.ttft_latency = batch_serve.bound_nanoseconds(ttft_bound_ms)
+    settings.tpot_latency = batch_serve.bound_nanoseconds(tpot_bound_ms)
     if output[0] < 2 or output[1] < output[0] or prompt[0] < 1 or prompt[1] < prompt[0]:
         raise ValueError("output lengths must be 2 <= MIN <= MAX (LoadGen times the tokens "
                          "after the first) and prompt lengths 1 <= MIN <= MAX")

@@ -14,7 +14,7 @@ from ltb.results.runtimes import CPP_EAGER, REFERENCE, runtime_of, split_runtime
 HEADERS = ("Benchmark", "Scenario", "Figure", "C++", "Python", "C++ vs Python")
 SCENARIO_ORDER = ("SingleStream", "MultiStream", "Server", "Offline")
 # The name's settings that say how the load was made, shown in its own column.
-_LOAD_SETTINGS = ("scenario", "qps", "expected_qps", "find_peak_from")
+_LOAD_SETTINGS = ("scenario", "qps", "samples", "find_peak_from")
 
 
 def served(doc):
@@ -48,8 +48,8 @@ def _ratio(cpp, py, bigger_is_better):
 def _row(name, cpp, py):
     settings = parse_name(name)["settings"]
     scenario = settings.get("scenario", "")
-    if "expected_qps" in settings:  # Offline's, which sizes its query
-        scenario += f" at {settings['expected_qps']} expected QPS"
+    if "samples" in settings:  # Offline's query, where not the default's
+        scenario += f" of {settings['samples']} samples"
     benchmark = _benchmark(name)
     if "find_peak_from" in settings:
         return _peak_row(benchmark, settings, cpp, py)
