@@ -15,16 +15,19 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "family/registry.h"
 #include "measure/accuracy.h"
 #include "models/decoder_family.h"
@@ -709,6 +712,29 @@ TEST(RunTextServe, EveryShapeTheTestRunsRanBeforeIt) {
     }
     EXPECT_EQ(kinds, (std::set<std::string>{"prefill", "decode"})) << scenario;
     if (fixed) EXPECT_GT(most_rows, 1) << "prompts of one length joined";
+  }
+}
+
+// SingleStream's and MultiStream's expected latency is a query served to its
+// end in the warm-up: LoadGen's 1 and 8 ms ran out of queries on a fast
+// model, and the test ended early, invalid.
+TEST(RunTextServe, TheStreamsExpectedLatencyIsAQueryServedInTheWarmUp) {
+  for (const std::string scenario : {"SingleStream", "MultiStream"}) {
+    BenchSpec spec = LoggedTextServeSpec("GPT2", scenario);
+    spec.serve.samples_per_query = 3;
+    const TextServeRun run = RunOneTextServe(spec, "TextServe_Stream" + scenario);
+    ASSERT_TRUE(run.status.ok()) << run.status.message();
+    std::ifstream in(std::filesystem::path(ServeLogFolder(spec.serve.log_dir, spec)) /
+                     "mlperf_log_detail.txt");
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::map<std::string, std::string> detail = ParseDetailLog(text.str());
+    const bool single = scenario == "SingleStream";
+    EXPECT_EQ(detail.at("effective_samples_per_query"), single ? "1" : "3");
+    const double expected = std::stod(detail.at(absl::StrCat(
+        "requested_", single ? "single" : "multi", "_stream_expected_latency_ns")));
+    EXPECT_GT(expected, 0) << scenario;
+    EXPECT_NE(expected, single ? 1e6 : 8e6) << scenario;
   }
 }
 

@@ -4,6 +4,7 @@ orders and slot counts, over slots reused on purpose; the request draws
 are bench's; one LoadGen test that reports tokens and token latencies;
 pybench's served generation with bench's names, counters and refusals."""
 import importlib.util
+import os
 import random
 import tempfile
 import unittest
@@ -204,6 +205,25 @@ class ContinuousBatchingTest(unittest.TestCase):
                     self.assertLessEqual(counters["goodput"], counters["samples/s"] + 1e-9)
         with self.assertRaisesRegex(ValueError, "2 <= MIN"):
             textserve.serve_text(model, "Offline", "/tmp", prompt=(4, 4), output=(0, 0))
+
+    def test_the_streams_query_is_timed_and_holds_its_samples(self):
+        # MultiStream's samples a query reach LoadGen (they were left at its
+        # 8 while the name said 3), and both streams' expected latency is a
+        # query timed in the warm-up, not LoadGen's 1 or 8 ms.
+        from ltb.pysuite import serve
+        model = self.model("GPT2")
+        for scenario, key, per_query in (("SingleStream", "single", 1),
+                                         ("MultiStream", "multi", 3)):
+            with tempfile.TemporaryDirectory() as d:
+                textserve.serve_text(model, scenario, d, prompt=(3, 6), output=(2, 4),
+                                     max_batch=4, min_s=0.1, min_queries=8,
+                                     samples_per_query=3)
+                with open(os.path.join(d, "mlperf_log_detail.txt")) as f:
+                    detail = serve.parse_detail(f.read())
+            self.assertEqual(detail["effective_samples_per_query"], per_query, scenario)
+            expected = detail[f"requested_{key}_stream_expected_latency_ns"]
+            self.assertGreater(expected, 0, scenario)
+            self.assertNotIn(expected, (1e6, 8e6), scenario)
         with self.assertRaisesRegex(ValueError, "Server scenario only"):
             textserve.serve_text(model, "Offline", "/tmp", prompt=(4, 4), output=(2, 2),
                                  find_peak=True)

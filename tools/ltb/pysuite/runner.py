@@ -179,7 +179,8 @@ def serve_one(spec, args):
             max_batch=sv["max_batch"], target_qps=sv["qps"], min_s=args.serve_min_s,
             min_queries=args.serve_min_queries, ttft_bound_ms=args.ttft_bound_ms or 100,
             tpot_bound_ms=args.tpot_bound_ms or 100, device=spec.device,
-            find_peak=sv["find_peak"], prefill_chunk=sv["prefill_chunk"])
+            find_peak=sv["find_peak"], prefill_chunk=sv["prefill_chunk"],
+            samples_per_query=args.samples_per_query)
         return [serve_entry(name, seconds, cpu, counters, label)]
     warm_up(workload, args)
     # Google Benchmark's cpu_time: the calling thread's, over the test.

@@ -246,6 +246,31 @@ def warm_up(model, cache, requests, buckets, max_batch, prefill_chunk=0):
             v.zero_()
 
 
+def time_query(model, cache, requests, buckets, per_query, prefill_chunk=0):
+    """The fastest of three queries of per_query requests (of `requests`,
+    (prompt, output length) each, from the first on) served together to
+    their end, in seconds (bench's RunTextServe); clears the cache after."""
+    import torch
+
+    best = None
+    with torch.inference_mode():
+        for trial in range(3):
+            batcher = ContinuousBatcher(model, cache, lambda r, t: None,
+                                        lambda r, tokens: None, prefill_chunk, buckets)
+            start = time.perf_counter()
+            for j in range(per_query):
+                prompt, n = requests[(trial * per_query + j) % len(requests)]
+                batcher.add(Request(j, prompt, n))
+            while batcher.step():
+                pass
+            seconds = time.perf_counter() - start
+            best = seconds if best is None else min(best, seconds)
+        for k, v in cache:
+            k.zero_()
+            v.zero_()
+    return best
+
+
 class Server(batch_serve.Worker):
     """A ContinuousBatcher on a worker thread, in inference mode."""
 
@@ -320,7 +345,7 @@ def counters_from_detail(detail, scenario, stats, good, ttft_bound_ms, tpot_boun
 
 def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_qps=10,
                min_s=1, min_queries=32, ttft_bound_ms=100, tpot_bound_ms=100,
-               device="cpu", find_peak=False, prefill_chunk=0):
+               device="cpu", find_peak=False, prefill_chunk=0, samples_per_query=0):
     """One LoadGen test of `model` (a Decoder twin) generating for requests
     of prompt and output lengths in the (min, max) ranges `prompt` and
     `output`: (counters, label, seconds per sample). find_peak (Server):
@@ -330,7 +355,8 @@ def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_
     import torch
 
     settings = batch_serve.loadgen_settings(lg, scenario, target_qps=target_qps, min_s=min_s,
-                                            min_queries=min_queries, find_peak=find_peak)
+                                            min_queries=min_queries, find_peak=find_peak,
+                                            samples_per_query=samples_per_query)
     settings.use_token_latencies = True
     settings.ttft_latency = batch_serve.bound_nanoseconds(ttft_bound_ms)
     settings.tpot_latency = batch_serve.bound_nanoseconds(tpot_bound_ms)
@@ -387,9 +413,15 @@ def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_
 
     def warm():
         # Every shape the test can meet, run first on the server's thread
-        # (warm_up), as bench does.
+        # (warm_up), as bench does; then SingleStream's or MultiStream's
+        # query timed for its expected latency (time_query).
         load(range(SAMPLES))
         warm_up(model, cache, samples, buckets, max_batch, prefill_chunk)
+        if scenario in ("SingleStream", "MultiStream"):
+            per_query = 1 if scenario == "SingleStream" else settings.multi_stream_samples_per_query
+            batch_serve.set_expected_latency(
+                settings, scenario,
+                time_query(model, cache, samples, buckets, per_query, prefill_chunk), min_s)
         unload(range(SAMPLES))
 
     text = batch_serve.run_test(lg, settings, log_dir, server, issue, load, unload, warm)
