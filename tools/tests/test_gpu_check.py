@@ -196,16 +196,17 @@ class RehearsalTest(unittest.TestCase):
                 self.assertIn(counter, e)
         # Graphed against eager serving: the CPU has no graphs, so eager alone.
         offline = self.load("serve_graphs")
-        self.assertEqual(list(offline), ["GPT2/nano/cpu/serve/scenario:Offline/max_batch:4/"
-                                         "prompt:4:16/output:2:8/fp32/iterations:1"])
+        # Offline's query holds the rehearsal's minimum count, 8 samples.
+        self.assertEqual(list(offline), ["GPT2/nano/cpu/serve/scenario:Offline/samples:8/"
+                                         "max_batch:4/prompt:4:16/output:2:8/fp32/iterations:1"])
         for e in offline.values():
             self.assertGreater(e["tokens/s"], 0)
             self.assertGreater(e["decode_steps"], 0)
         self.assertIn("serve_graphs: eager alone (no device with CUDA graphs)", self.summary)
         # And Llama's in bf16 (cuDNN's attention on a Hopper GPU).
         bf16 = self.load("serve_graphs_bf16")
-        self.assertEqual(list(bf16), ["Llama/nano/cpu/serve/scenario:Offline/max_batch:4/"
-                                      "prompt:4:16/output:2:8/bf16/iterations:1"])
+        self.assertEqual(list(bf16), ["Llama/nano/cpu/serve/scenario:Offline/samples:8/"
+                                      "max_batch:4/prompt:4:16/output:2:8/bf16/iterations:1"])
         self.assertTrue(all(e["tokens/s"] > 0 for e in bf16.values()))
         self.assertIn("serve_graphs_bf16: eager alone (no device with CUDA graphs)",
                       self.summary)
@@ -278,12 +279,13 @@ class ServeCommandTest(unittest.TestCase):
         bench = built_bench()
         if not os.access(bench, os.X_OK):
             self.skipTest(f"no bench binary at {bench} (set LTB_BENCH)")
-        offline = "/serve/scenario:Offline/max_batch:{}/prompt:{}/output:{}/{}"
+        # Offline's one query holds the minimum count: 64 samples, 8 rehearsing.
+        offline = "/serve/scenario:Offline/samples:{}/max_batch:{}/prompt:{}/output:{}/{}"
         gpu = types.SimpleNamespace(gpu=True, gpus=["cuda"], step_devices=["cpu", "cuda"],
                                     sizes={"GPT2": "small", "Llama": "1B"})
         cpu = types.SimpleNamespace(gpu=False, gpus=[], step_devices=["cpu"],
                                     sizes={"GPT2": "nano", "Llama": "nano"})
-        gpu_lengths, cpu_lengths = (8, "32:128", "16:64"), (4, "4:16", "2:8")
+        gpu_lengths, cpu_lengths = (64, 8, "32:128", "16:64"), (8, 4, "4:16", "2:8")
         for r, family, dtype, expected in (
                 # A GPU's names list without one: registered all the same.
                 (gpu, "GPT2", "fp32",
@@ -308,7 +310,8 @@ class GraphedServingTest(unittest.TestCase):
     """The serve step's graphed-against-eager notes and failures, from
     results as bench writes them."""
 
-    NAME = "GPT2/small/cuda/serve/scenario:Offline/max_batch:8/prompt:32:128/output:16:64/fp32"
+    NAME = ("GPT2/small/cuda/serve/scenario:Offline/samples:64/max_batch:8/prompt:32:128/"
+            "output:16:64/fp32")
 
     def check(self, entries, gpu=True):
         import types

@@ -33,7 +33,7 @@ TEXT_REHEARSAL = ["--target_qps=10", "--serve_min_s=1", "--serve_min_queries=8",
 GRAPH_COUNTERS = ("tokens/s", "tpot_p50_ms", "tpot_p99_ms", "decode_steps",
                   "mean_active_slots")
 # (Without a minimum duration, Offline's query holds the minimum count
-# whatever its expected rate, which stays the default, out of the names.)
+# whatever its expected rate: /samples:64, or 8 rehearsing, in the names.)
 GRAPHS_GPU = ["--serve_min_s=0", "--serve_min_queries=64", *TEXT_LENGTHS_GPU]
 GRAPHS_REHEARSAL = ["--serve_min_s=0", "--serve_min_queries=8", *TEXT_LENGTHS_REHEARSAL]
 
