@@ -166,6 +166,14 @@ absl::StatusOr<Family> ModelFamilyFromOptions(const FamilyOptions& options) {
     std::error_code ec;
     const double bytes = static_cast<double>(std::filesystem::file_size(m.path, ec));
     plan.memory.weights = static_cast<int64_t>(bytes);  // the file holds the weights
+    // And the inputs at this batch. What the graph holds between them the
+    // guard cannot know from a file: the estimate is a floor
+    // (docs/devices.md, "Memory guard").
+    for (const InputSpec& in : m.inputs) {
+      int64_t n = static_cast<int64_t>(c10::elementSize(in.dtype));
+      for (size_t i = 0; i < in.shape.size(); ++i) n *= i == 0 ? s.batch : in.shape[i];
+      plan.memory.activations += n;
+    }
     return plan;
   };
   f.build = [cases, flops](const BenchSpec& s) -> std::unique_ptr<Workload> {

@@ -1412,6 +1412,17 @@ class CompiledTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
+    def test_a_model_files_inputs_are_in_the_memory_guards_estimate(self):
+        # The estimate was the file's size alone: inputs of 1.1 TiB passed
+        # the guard and ran into the allocator. 1e8 x 3 x 32 x 32 fp32 =
+        # 1,228,800,000,000 bytes, 1144.41 GiB.
+        doc = run_json(f"--model={self.ts}", "--inputs=100000000x3x32x32:fp32", "--devices=cpu",
+                       "--warmup_s=0", "--peak_flops=1e12")
+        [b] = doc["benchmarks"]
+        self.assertTrue(b["error_occurred"])
+        self.assertIn("does not fit: needs about 1144.41 GiB (weights ", b["error_message"])
+        self.assertIn("activations 1144.41 GiB)", b["error_message"])
+
     def test_compiled_files_run_beside_the_eager_benchmarks_they_compile(self):
         doc = run_json("--benchmark_filter=(Transformer|CNN)/nano/cpu/forward/", *FAST,
                        "--seq=16", f"--compiled={self.dir}")
