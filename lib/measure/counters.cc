@@ -228,7 +228,12 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
     // mbu_peak): a measured peak may have been raised by an earlier
     // benchmark, or by this one.
     const auto report = [&](const std::string& name, const Utilisation& u) {
-      if (!u.note.empty()) std::cerr << "bench: " << name << ": " << u.note << "\n";
+      // Once a benchmark, not once each of Google Benchmark's rounds of
+      // growing iterations (the label keeps the final round's words).
+      static std::set<std::string>* const said = new std::set<std::string>;
+      if (!u.note.empty() && said->insert(absl::StrCat(spec.Name(), " ", name)).second) {
+        std::cerr << "bench: " << name << ": " << u.note << "\n";
+      }
       if (u.value >= 0) {
         c[name] = u.value;
         c[name + "_peak"] = u.peak;

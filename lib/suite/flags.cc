@@ -826,7 +826,7 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
                    &serve.prompt_max},
         std::tuple{"output_len", absl::GetFlag(FLAGS_output_len), &serve.output_min,
                    &serve.output_max}}) {
-    if (text.empty()) continue;
+    if (text.empty() && !SuiteFlagGiven(flag)) continue;  // given empty: refused below
     absl::StatusOr<std::pair<int64_t, int64_t>> range =
         ParseLengthRange(flag, text, std::string(flag) == "output_len" ? 2 : 1);
     if (!range.ok()) return range.status();
@@ -915,9 +915,13 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
         "0, which --depth leaves out; valid: --depth with 0 among its values, or left "
         "out");
   }
-  if (SuiteFlagGiven("serve_phase") && sweep.serve_scenarios.empty()) {
+  // Without --scenario nothing serves, but a bad serve value is refused all
+  // the same, as every flag's is.
+  if (sweep.serve_scenarios.empty()) {
     ServeSettings check = serve;
     check.scenario = "Server";
+    check.target_qps = sweep.serve_qps.front();
+    check.find_peak = false;
     if (absl::Status valid = ValidateServe(check); !valid.ok()) return valid;
   }
 

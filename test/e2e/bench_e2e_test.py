@@ -1074,8 +1074,16 @@ class PeaksTest(unittest.TestCase):
         # are a direct convolution's; for a decoder, causal attention's full
         # square.
         args = [a for a in FAST if not a.startswith("--peak_flops")]
-        doc = run_json(*args, "--devices=cpu", "--peak_flops=1e6",
-                       "--benchmark_filter=CNN/nano/cpu/forward/|Transformer/nano/cpu/forward/")
+        proc = run_bench("--benchmark_format=json", *args, "--devices=cpu", "--peak_flops=1e6",
+                         "--benchmark_filter=CNN/nano/cpu/forward/|Transformer/nano/cpu/forward/")
+        doc = json.loads(proc.stdout)
+        # Said on stderr once a benchmark, not once each of Google
+        # Benchmark's rounds of growing iterations.
+        said = [line for line in proc.stderr.splitlines()
+                if line.startswith("bench: mfu: ") and "above the fp32 FLOP/s peak" in line]
+        self.assertEqual(sorted(line.split()[2] for line in said),
+                         sorted(b["run_name"].replace("/manual_time", "")
+                                for b in doc["benchmarks"]), proc.stderr)
         by_family = {b["run_name"].split("/")[0]: b for b in doc["benchmarks"]}
         self.assertEqual(set(by_family), {"CNN", "Transformer"})
         for family, b in by_family.items():
@@ -1959,7 +1967,15 @@ class ServeTest(unittest.TestCase):
                 (["--scenario=Server", "--serve_min_s=inf"], "--serve_min_s must be a number"),
                 (["--scenario=MultiStream", "--samples_per_query=-3"],
                  "--samples_per_query=-3: MultiStream's samples a query must be a whole "
-                 "number >= 1")):
+                 "number >= 1"),
+                # Refused without --scenario too, as every flag's bad value is
+                # (they were accepted, and pybench refused them).
+                (["--samples_per_query=-3"], "--samples_per_query=-3: MultiStream's"),
+                (["--batch_timeout_us=-1"], "--batch_timeout_us must be a whole number >= 0"),
+                (["--serve_min_s=-1"], "--serve_min_s must be a number of seconds >= 0"),
+                # Given empty: refused, not served as forward.
+                (["--scenario=Offline", "--prompt_len="],
+                 "--prompt_len=: valid: a length N or a range MIN:MAX")):
             proc = run_bench("--benchmark_filter=GPT2/nano/cpu/serve/", *args, check=False)
             self.assertEqual(proc.returncode, 2, (args, proc.stderr))
             self.assertIn(expected, proc.stderr, args)

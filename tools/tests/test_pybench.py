@@ -619,6 +619,53 @@ class UntakenSettingsTest(ToolTest):
                 if line.startswith(f"{tool}: ")
                 and ("adds no" in line or "does not set" in line)]
 
+    def test_lists_filters_and_refusals_are_benchs(self):
+        """Repeats are one benchmark, a dtype the filter names is registered,
+        a flag given empty is refused, a --scenario that serves nothing is
+        said, as bench does each (pybench listed repeats twice, selected no
+        bf16 through a filter, and ran --new_tokens= as the default)."""
+        def names(out):
+            return sorted(re.sub(r"/py_\w+", "", n).split("/iterations")[0]
+                          .replace("/manual_time", "") for n in out.split())
+        listed = (
+            (["--benchmark_filter=^GPT2/nano/cpu/forward/", "--quant=int4,int4",
+              "--quant_group=64,64,32"], 2),
+            (["--benchmark_filter=^GPT2/nano/", "--dtype=bf16,bf16,fp32", "--batch=2,2",
+              "--seq=16,16", "--prompt=4, 4"], 8),
+            (["--benchmark_filter=^GPT2/nano/.*/bf16"], 4),
+            (["--benchmark_filter=^GPT2/nano/", "--dtype=fp32, bf16"], 8))
+        bench = runnable_bench()
+        for args, count in listed:
+            code, out, err = pybench_outputs(*args, "--benchmark_list_tests")
+            self.assertEqual(code, 0, (args, err))
+            self.assertEqual(len(names(out)), count, (args, out))
+            self.assertEqual(len(set(names(out))), count, (args, out))
+            if bench:
+                proc = subprocess.run([bench, *args, "--benchmark_list_tests"],
+                                      capture_output=True, text=True, timeout=120)
+                self.assertEqual(names(proc.stdout), names(out), args)
+        for args, message in ((["--new_tokens="], "--new_tokens needs at least one value"),
+                              (["--batch="], "--batch needs at least one value"),
+                              (["--dtype="], "--dtype needs at least one value"),
+                              (["--scenario=Offline", "--prompt_len="],
+                               "--prompt_len=: valid: a length N or a range MIN:MAX")):
+            code, err = pybench_in_process("--benchmark_filter=^GPT2/nano/", *args,
+                                           "--benchmark_list_tests")
+            self.assertEqual(code, 2, (args, err))
+            self.assertIn(message, err)
+        said = ("--scenario adds no benchmark that the filter selects: a family serves one "
+                "of its phases")
+        code, _, err = pybench_outputs("--benchmark_filter=^GPT2/nano/cpu/train",
+                                       "--scenario=Offline", "--benchmark_list_tests")
+        self.assertEqual(code, 0, err)
+        self.assertIn("pybench: " + said, err)
+        # A checkpoint that is not there: refused before anything runs.
+        code, err = pybench_in_process("--benchmark_filter=^GPT2/nano/cpu/forward/",
+                                       "--weights=/nonexistent/model.safetensors")
+        self.assertEqual(code, 2, err)
+        self.assertIn("--weights=/nonexistent/model.safetensors: no such file or folder; "
+                      "valid: a .safetensors file", err)
+
     def test_said_as_bench_says_it(self):
         proc = self.run_tool("pybench", *self.ARGS)
         self.assertExit(proc, 0)

@@ -68,11 +68,24 @@ def pybench_main(argv):
               f"families: {', '.join(FAMILIES)} (--benchmark_list_tests lists them)",
               file=sys.stderr)
         return 2
+    if args.scenarios and not any(s.serve for s in selected):
+        # lib/suite/suite.cc's words, as --tf32 and --cuda_graphs say theirs.
+        print("pybench: --scenario adds no benchmark that the filter selects: a family serves "
+              "one of its phases (forward; GPT2 and Llama generate too, Whisper encode "
+              "alone; --serve_phase picks it); list what serves with the same --scenario "
+              "and --benchmark_filter=/serve/ --benchmark_list_tests", file=sys.stderr)
     for said in untaken_settings(args, selected):
         print(f"pybench: {said}", file=sys.stderr)
     if args.list_tests:
         print("\n".join(s.full_name() for s in selected))
         return 0
+    # As bench: a checkpoint that is not there fails before anything runs,
+    # not as every loading benchmark's error.
+    if args.weights and not os.path.exists(args.weights):
+        print(f"pybench: --weights={args.weights}: no such file or folder; valid: a "
+              ".safetensors file, a folder holding model.safetensors or "
+              "model.safetensors.index.json, or such an index", file=sys.stderr)
+        return 2
     threads = configure_threads(args)
     try:
         configure_fp32(cuda=any(s.device.startswith("cuda") for s in selected),

@@ -30,7 +30,7 @@ DATA_SOURCES = ("memory",)
 # bench's flags that have no meaning here: refused, saying why.
 NOT_HERE = {
     "cuda_graphs": "CUDA graphs are bench's", "cpu_linear": "packed oneDNN linears are "
-    "bench's", "memory_format": "no convolution family here", "tf32": "fp32 is fp32 here",
+    "bench's", "memory_format": "ResNet and CNN run contiguous here", "tf32": "fp32 is fp32 here",
     "profile": "profile with torch.profiler",
     "data_dir": "train_epoch's data is in memory here (--data=memory): no shards on disk",
     "regenerate": "train_epoch's data is in memory here (--data=memory): no shards on disk",
@@ -55,14 +55,30 @@ class BadFlag(Exception):
     """A bad flag: exit 2."""
 
 
+def split_list(text):
+    """bench's SplitList: comma-separated items, blanks around each stripped."""
+    return [item.strip() for item in text.split(",")]
+
+
+def unique(values):
+    """bench's ParseList keeps the first of duplicates: one benchmark a name."""
+    out = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return out
+
+
 def ints(text, what):
+    if text == "":
+        raise BadFlag(f"--{what} needs at least one value")
     try:
-        values = [int(v) for v in text.split(",")]
+        values = [int(v) for v in split_list(text)]
     except ValueError:
         values = []
     if not values or any(v <= 0 for v in values):
         raise BadFlag(f"--{what}={text}: expected positive integers such as 1,8,32")
-    return values
+    return unique(values)
 
 
 def whole_ints(text, what):
@@ -70,12 +86,12 @@ def whole_ints(text, what):
     if text == "":
         raise BadFlag(f"--{what} needs at least one value")
     values = []
-    for item in text.split(","):
-        if not re.fullmatch(r"[+-]?\d+", item.strip()) or int(item) < 0:
+    for item in split_list(text):
+        if not re.fullmatch(r"[+-]?\d+", item) or int(item) < 0:
             raise BadFlag(f"--{what}={text}: '{item}' is not a whole number; valid: whole "
                       "numbers >= 0 separated by commas, e.g. 0,1024,4096")
         values.append(int(item))
-    return values
+    return unique(values)
 
 
 def switch(text, what):
@@ -110,26 +126,29 @@ def quant_flags(quants, groups):
     for text, what in ((quants, "quant"), (groups, "quant_group")):
         if text == "":
             raise BadFlag(f"--{what} needs at least one value")
-    kinds = quants.split(",")
+    kinds = unique(split_list(quants))
     for k in kinds:
         if k not in quant.NAMES:
             raise BadFlag(f"bad --quant value '{quants}': unknown quantisation '{k}'; valid: "
                       + ", ".join(quant.NAMES))
     sizes = []
-    for g in groups.split(","):
-        if not re.fullmatch(r"[+-]?\d+", g.strip()) or int(g) not in quant.GROUPS:
+    for g in split_list(groups):
+        if not re.fullmatch(r"[+-]?\d+", g) or int(g) not in quant.GROUPS:
             raise BadFlag(f"bad --quant_group value '{groups}': unknown group size '{g}'; "
                       "valid: " + ", ".join(map(str, quant.GROUPS)))
-        sizes.append(int(g))
+        if int(g) not in sizes:
+            sizes.append(int(g))
     return [quant.Quant(k, g) for k in kinds for g in (sizes if k == "int4" else [0])]
 
 
 def choices(text, valid, what):
-    values = text.split(",")
+    if text == "":
+        raise BadFlag(f"--{what} needs at least one value")
+    values = split_list(text)
     for v in values:
         if v not in valid:
             raise BadFlag(f"--{what}={text}: unknown '{v}'; valid: {', '.join(valid)}")
-    return values
+    return unique(values)
 
 
 def named_as_given(flag, value):
@@ -245,6 +264,9 @@ def parse_flags(argv):
         given = any(arg == f"--{name}" or arg.startswith(f"--{name}=") for arg in argv)
         if given and not getattr(a, name):
             raise BadFlag(f"--{name}= is empty: give a path, or leave the flag out")
+    # Given empty, a length range is refused as bench refuses it (not left out).
+    a.lengths_given = {name for name in ("prompt_len", "output_len")
+                       if any(arg == f"--{name}" or arg.startswith(f"--{name}=") for arg in argv)}
     a.list_tests = gb_switch(a.benchmark_list_tests)
     # Google Benchmark: report_aggregates_only is the file's and the
     # display's, display_aggregates_only the display's alone.
@@ -270,10 +292,10 @@ def parse_flags(argv):
         raise BadFlag(f"--data={a.data}: pybench runs train_epoch from a dataset in memory only "
                   f"(bench's --data=disk reads shards it writes); valid: "
                   f"{', '.join(DATA_SOURCES)}")
-    a.batches = ints(a.batch, "batch") if a.batch else None
-    a.seqs = ints(a.seq, "seq") if a.seq else None
+    a.batches = ints(a.batch, "batch") if a.batch is not None else None
+    a.seqs = ints(a.seq, "seq") if a.seq is not None else None
     a.prompts = ints(a.prompt, "prompt") if a.prompt is not None else None
-    a.news = ints(a.new_tokens, "new_tokens") if a.new_tokens else None
+    a.news = ints(a.new_tokens, "new_tokens") if a.new_tokens is not None else None
     a.depths = whole_ints(a.depth, "depth")
     a.print_tokens = switch(a.print_tokens, "print_tokens")
     # bench's --sync=false times steps without waiting for the device and
@@ -285,6 +307,12 @@ def parse_flags(argv):
     a.sync = "true"
     a.dtypes = choices(a.dtype, tuple(DTYPES), "dtype")
     a.dtypes_given = any(x == "--dtype" or x.startswith("--dtype=") for x in argv)
+    # As bench's SweepFor: a dtype the filter names as a part of a name
+    # (".../bf16") without --dtype is registered beside the default.
+    if not a.dtypes_given and a.benchmark_filter:
+        for name in ("fp32", "bf16", "fp16"):
+            if re.search(rf"(^|/){name}($|/)", a.benchmark_filter) and name not in a.dtypes:
+                a.dtypes.append(name)
     a.quants = quant_flags(a.quant, a.quant_group)
     a.runtimes = choices("eager,compile" if a.compile else a.runtime, tuple(RUNTIMES),
                          "runtime")
@@ -313,9 +341,9 @@ def serve_flags(a):
     a.serve_phase_given = a.serve_phase != ""
     # (0, 0): not given, the sweep's --prompt and --new_tokens stand.
     a.prompt_range, a.output_range = (0, 0), (0, 0)
-    if a.prompt_len:
+    if a.prompt_len or "prompt_len" in a.lengths_given:
         a.prompt_range = length_range("prompt_len", a.prompt_len, 1)
-    if a.output_len:
+    if a.output_len or "output_len" in a.lengths_given:
         a.output_range = length_range("output_len", a.output_len, 2)
     if (a.prompt_len or a.output_len) and not a.serve_phase_given:
         a.serve_phase = "generate"
