@@ -133,6 +133,21 @@ class ScalingToolTest(ToolTest):
         self.assertAlmostEqual(step["scaling_efficiency"], 1800 / (2 * 1000), places=12)
         self.assertIn(f"| `{STEP}` | 1k tokens/s (100%) | 1.8k tokens/s (90%) |", proc.stdout)
 
+    def test_a_bucket_size_pairs_with_one_rank_that_has_no_buckets(self):
+        # One rank without a process group has no gradient buckets, so its
+        # name has no /bucket_mb: --bucket_mb=1 left every run unpaired, and
+        # scaling said no data-parallel benchmark was measured.
+        one = doc(entry(STEP, 8.0, tokens_per_s=1000.0), world_size="1")
+        two = doc(entry(STEP + "/bucket_mb:1/ranks:2", 9.0, tokens_per_s=1800.0,
+                        grad_buckets=7, comm_exposed_ms=2.0), world_size="2")
+        merged, proc = self.merge(one, two)
+        by_name = {e["name"]: e for e in merged["benchmarks"]}
+        self.assertAlmostEqual(
+            by_name[f"{STEP}/bucket_mb:1/ranks:2/manual_time"]["scaling_efficiency"], 0.9)
+        self.assertEqual(by_name[f"{STEP}/ranks:1/manual_time"]["scaling_efficiency"], 1.0)
+        self.assertIn(f"| `{STEP}` | 1k tokens/s (100%) | 1.8k tokens/s (90%) | 2 ms |",
+                      proc.stdout)
+
     def test_without_one_rank_the_fewest_ranks_are_the_base(self):
         merged, proc = self.merge(run_at(2, 2000.0), run_at(4, 3600.0))
         effs = {e["world_size"]: e["scaling_efficiency"] for e in merged["benchmarks"]

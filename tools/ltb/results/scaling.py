@@ -2,6 +2,7 @@
 one, and the efficiency table."""
 
 import collections
+import re
 
 from ltb.base import BadInput
 from ltb.results.entries import collect
@@ -50,6 +51,15 @@ def world_size(doc, path="results"):
     return n
 
 
+def series_key(name):
+    """(the name without /ranks:N nor /bucket_mb:N, N ranks): one rank
+    without a process group has no gradient buckets to name, so a run
+    given --bucket_mb pairs with it across world sizes (one launch is one
+    bucket size)."""
+    key, ranks = split_ranks(name)
+    return re.sub(r"/bucket_mb:\d+(?=/|$)", "", key), ranks
+
+
 def scaling_table(doc):
     """The weak scaling of a file of several world sizes (tools/scaling):
     benchmark name without /ranks -> (counter, ranks -> (throughput,
@@ -61,7 +71,7 @@ def scaling_table(doc):
     (tokens/s where all report it, else samples/s)."""
     series = collections.OrderedDict()  # name -> ranks -> Benchmark
     for name, bench in collect(doc).items():
-        key, ranks = split_ranks(name)
+        key, ranks = series_key(name)
         if ranks:
             series.setdefault(key, {})[ranks] = bench
     table = collections.OrderedDict()
@@ -102,7 +112,7 @@ def scaling_markdown(doc):
                       if n.isdigit()})
     exposed = {}
     for name, bench in collect(doc).items():
-        key, ranks = split_ranks(name)
+        key, ranks = series_key(name)
         if key in table and ranks == max(table[key][1]) and bench.has("comm_exposed_ms"):
             exposed[key] = bench.median("comm_exposed_ms")
     headers = ["benchmark"] + [f"{n} rank{'s' if n > 1 else ''}" for n in sizes] + [
@@ -153,7 +163,7 @@ def merge_world_sizes(docs, paths):
     merged = {"context": context, "benchmarks": entries}
     table = scaling_table(merged)
     for entry in entries:
-        key, ranks = split_ranks(base_name(entry))
+        key, ranks = series_key(base_name(entry))
         if (key in table and ranks in table[key][1] and not entry.get("error_occurred")
                 and entry.get("run_type", "iteration") == "iteration"):
             entry["scaling_efficiency"] = table[key][1][ranks][1]
