@@ -124,10 +124,14 @@ Divergence Diverge(const at::Tensor& logits, const at::Tensor& ref) {
 std::vector<std::pair<std::string, double>> DivergenceCounters(const Divergence& d) {
   if (d.positions == 0) return {};
   std::vector<std::pair<std::string, double>> out;
+  // Where a position's logits are not finite, neither its KL nor its top
+  // token (argmax takes a NaN as the largest) means anything.
   if (d.non_finite == 0) {
-    out = {{"kld_mean", d.kld_mean}, {"kld_p99", d.kld_p99}, {"kld_max", d.kld_max}};
+    out = {{"kld_mean", d.kld_mean},
+           {"kld_p99", d.kld_p99},
+           {"kld_max", d.kld_max},
+           {"same_top1_%", d.same_top1}};
   }
-  out.emplace_back("same_top1_%", d.same_top1);
   return out;
 }
 
@@ -416,7 +420,13 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
     if (ref == nullptr) return with_own_ppl({});
     expected = ref->Evaluate();
     if (!quantised) {
-      result.push_back(Drift(out, expected));
+      if (at::isFloatingType(out.scalar_type()) && !out.isfinite().all().item<bool>()) {
+        missing.push_back(absl::StrCat(
+            "rel_err left out: ", out.numel() - out.isfinite().sum().item<int64_t>(),
+            " of the output's ", out.numel(), " values are not finite"));
+      } else {
+        result.push_back(Drift(out, expected));
+      }
     } else {
       // Quantised: the predictions (logits of the prompt, or the forward's
       // output) and, for generation, the greedy tokens.
@@ -428,8 +438,19 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
         ref_logits = expected;
       }
       if (logits.defined()) {
-        result.emplace_back("top1_agree_%", Top1Agreement(logits, ref_logits));
-        result.emplace_back("rel_err", RelativeError(logits, ref_logits));
+        // Logits that are not finite agree on nothing: two all-NaN models
+        // both "predict" token 0 everywhere.
+        const int64_t positions = logits.numel() / std::max<int64_t>(1, logits.size(-1));
+        if (const int64_t bad = std::max(NonFinite(logits), NonFinite(ref_logits));
+            bad > 0) {
+          missing.push_back(absl::StrCat("top1_agree_% and rel_err left out: the ",
+                                         NonFinite(logits) > 0 ? "" : "reference's ",
+                                         "logits of ", bad, " of ", positions,
+                                         " positions are not finite"));
+        } else {
+          result.emplace_back("top1_agree_%", Top1Agreement(logits, ref_logits));
+          result.emplace_back("rel_err", RelativeError(logits, ref_logits));
+        }
       }
       if (!at::isFloatingType(out.scalar_type())) result.push_back(Drift(out, expected));
     }
@@ -473,8 +494,19 @@ std::vector<std::pair<std::string, double>> Accuracy(const Family& family,
     if (!scored) d = TeacherForced(workload, out, *ref, expected);
     if (d.positions > 0) {
       if (d.non_finite > 0) {
-        missing.push_back(absl::StrCat("kld left out: the logits of ", d.non_finite,
-                                       " of ", d.positions, " positions are not finite"));
+        missing.push_back(absl::StrCat("kld and same_top1_% left out: the logits of ",
+                                       d.non_finite, " of ", d.positions,
+                                       " positions are not finite"));
+        // Greedy tokens that follow them are no prediction either.
+        const auto match = std::find_if(result.begin(), result.end(), [](const auto& c) {
+          return c.first == "token_match_%";
+        });
+        if (match != result.end()) {
+          result.erase(match);
+          missing.push_back(
+              "token_match_% left out: its greedy tokens follow logits that are not "
+              "finite");
+        }
       }
       const std::vector<std::pair<std::string, double>> kl = DivergenceCounters(d);
       counters.insert(counters.end(), kl.begin(), kl.end());
