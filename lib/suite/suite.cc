@@ -45,6 +45,13 @@
 namespace ltb {
 namespace {
 
+// The context's "precision": what a dtype in a name means in each kind of
+// phase; tools/ltb/pysuite/context.py says the same.
+constexpr char kPrecision[] =
+    "inference phases: weights, activations and caches in the dtype; training phases "
+    "(/bf16, /fp16): fp32 weights, forward and loss under autocast to the dtype, fp16 "
+    "with dynamic loss scaling";
+
 constexpr int kUsageError = 2;
 
 // Whether `path` can be written: the file if it exists, else its directory.
@@ -297,6 +304,9 @@ Context SettingsContext(const SuiteOptions& o, const CommandLine& command_line,
       // generation.cc); tools/pybench records its own, and the C++ and
       // Python comparison names a difference.
       {"grad_mode", "inference_mode"},
+      // What /bf16 and /fp16 mean, which differs by phase (docs/flags.md,
+      // "Precision").
+      {"precision", kPrecision},
       {"memory_guard",
        o.run.memory_guard
            ? "on: a benchmark whose estimate does not fit is refused before it is built"

@@ -1694,6 +1694,9 @@ class HostTest(unittest.TestCase):
                              capture_output=True, text=True, timeout=300, check=True)
         bench = json.loads(out.stdout)["context"]
         self.assertEqual({k: bench.get(k) for k in c}, c)
+        # What /bf16 means by phase (autocast in training), said alike.
+        from ltb.pysuite.context import PRECISION
+        self.assertEqual(bench["precision"], PRECISION)
 
 
 class MallocTest(unittest.TestCase):

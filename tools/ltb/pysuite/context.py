@@ -18,6 +18,12 @@ from ltb.pysuite.flags import COMPILE_CACHES
 from ltb.pysuite.host import tf32_text
 
 
+# lib/suite/suite.cc kPrecision: what a dtype in a name means by phase.
+PRECISION = ("inference phases: weights, activations and caches in the dtype; training phases "
+             "(/bf16, /fp16): fp32 weights, forward and loss under autocast to the dtype, fp16 "
+             "with dynamic loss scaling")
+
+
 def shared_cache_text():
     """Where Inductor's on-disk cache is and how many files it held when
     the run started: a compile_s over a cache that held the same graphs
@@ -112,6 +118,7 @@ def context(args, threads, peaks):
                                 "peak_mem on the CPU)",
         "intra_op_threads": str(threads), "inter_op_threads": str(torch.get_num_interop_threads()),
         "malloc": args.malloc_text, "grad_mode": args.grad_mode,
+        "precision": PRECISION,
         "grad_mode_detail": grad + "; training phases with "
                      "autograd, AdamW(lr=1e-4) for train_step (vision: SGD, lr 0.1, "
                      "momentum 0.9)",
