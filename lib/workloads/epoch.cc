@@ -33,9 +33,11 @@ class EpochWorkload final : public Workload {
   // The sampler's thread starts, and is joined (which can wait out its
   // sampling interval), outside the timed epochs.
   void BeginMeasurement() override {
+    skipped_from_ = trainer_.skipped();
     if (gpu_util_) gpu_util_->Start();
   }
   void EndMeasurement() override {
+    skipped_ = trainer_.skipped() - skipped_from_;
     if (gpu_util_) gpu_util_->Stop();
   }
 
@@ -43,7 +45,12 @@ class EpochWorkload final : public Workload {
     return ModuleTensors(trainer_.module());
   }
 
-  std::string Caveat() const override { return loader_->caveat(); }
+  std::string Caveat() const override {
+    const std::string skipped = Trainer::SkippedCaveat(skipped_);
+    const std::string loader = loader_->caveat();
+    return loader.empty() || skipped.empty() ? loader + skipped
+                                             : absl::StrCat(loader, "; ", skipped);
+  }
 
   void ResetStats() override {
     epochs_.clear();
@@ -72,7 +79,8 @@ class EpochWorkload final : public Workload {
   std::unique_ptr<Loader> loader_;
   StepTimer timer_;
   std::vector<double> epochs_;
-  std::unique_ptr<UtilSampler> gpu_util_;  // where the device's backend has one
+  std::unique_ptr<UtilSampler> gpu_util_;   // where the device's backend has one
+  int64_t skipped_from_ = 0, skipped_ = 0;  // the scaler's, over the measured epochs
 };
 
 }  // namespace

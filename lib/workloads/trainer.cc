@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "base/interrupt.h"
 #include "device/autocast.h"
 #include "device/timer.h"
@@ -97,6 +98,14 @@ bool LossScaler::UnscaleAndCheck(const std::vector<at::Tensor>& params) {
   return finite;
 }
 
+std::string Trainer::SkippedCaveat(int64_t skipped) {
+  if (skipped <= 0) return {};
+  return absl::StrCat(skipped,
+                      " of the measured steps skipped the optimizer: fp16's loss "
+                      "scaler found gradients that are not finite (and lowered its "
+                      "scale), so those steps changed no weight");
+}
+
 namespace {
 
 // Pairs of steps, with and without gradient averaging, timed after the
@@ -108,7 +117,12 @@ class TrainStepWorkload final : public Workload {
   TrainStepWorkload(const BenchSpec& spec, TrainFns fns, at::Tensor batch)
       : trainer_(spec, std::move(fns)), batch_(std::move(batch)), device_(spec.device) {}
   void Step() override { trainer_.Step(batch_); }
-  void ResetStats() override { exposed_ms_ = -1; }
+  void ResetStats() override {
+    exposed_ms_ = -1;
+    skipped_ = 0;
+  }
+  void BeginMeasurement() override { skipped_from_ = trainer_.skipped(); }
+  std::string Caveat() const override { return Trainer::SkippedCaveat(skipped_); }
 
   // Data-parallel: what communication adds to a step, measured after the
   // timed steps as the median difference between a step and the same step
@@ -116,6 +130,7 @@ class TrainStepWorkload final : public Workload {
   // rank takes rank 0's weights again. Every rank does it (no collective
   // runs in the steps without averaging, so none can wait on another).
   void EndMeasurement() override {
+    skipped_ = trainer_.skipped() - skipped_from_;  // before the steps below
     if (trainer_.sync() == nullptr || StopRequested()) return;
     StepTimer timer(device_, /*sync=*/true);
     std::vector<double> differences;
@@ -149,6 +164,7 @@ class TrainStepWorkload final : public Workload {
   at::Tensor batch_;
   c10::Device device_;
   double exposed_ms_ = -1;
+  int64_t skipped_from_ = 0, skipped_ = 0;  // the scaler's, over the measured steps
 };
 
 }  // namespace

@@ -65,6 +65,8 @@ class Trainer {
   void Resync();
   // Steps the scaler skipped (inf or nan in fp16); 0 without one.
   int64_t skipped() const { return scaler_ ? scaler_->skipped() : 0; }
+  // The label's words for `skipped` of the measured steps skipped ("": none).
+  static std::string SkippedCaveat(int64_t skipped);
   const torch::nn::Module& module() const { return *fns_.module; }
   // Data-parallel: how gradients are averaged over the ranks; else nullptr.
   const GradientSync* sync() const { return sync_.get(); }

@@ -5,11 +5,16 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <limits>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "family/spec.h"
 #include "operators_called.h"
+#include "workloads/phases.h"
+#include "workloads/trainer.h"
 
 namespace ltb {
 namespace {
@@ -151,6 +156,50 @@ TEST(MakeOptimizer, TheCpuStepsParameterByParameterAsPythonsDefault) {
   EXPECT_NE(dynamic_cast<PerParameterAdamW*>(adamw.get()), nullptr);
   auto sgd = MakeSGD(cpu, p, torch::optim::SGDOptions(0.1));
   EXPECT_EQ(dynamic_cast<ForeachSGD*>(sgd.get()), nullptr);
+}
+
+// fp16's loss scaler skips a step whose gradients are not finite: the
+// measured steps it skipped (not those before) are said in the label.
+TEST(TrainStep, StepsTheLossScalerSkippedAreSaid) {
+  auto module = std::make_shared<torch::nn::Module>();
+  at::Tensor w = module->register_parameter("w", torch::ones({3}));
+  bool overflow = false;
+  TrainFns fns;
+  fns.module = module;
+  fns.loss = [&](const at::Tensor&) {
+    return (w * (overflow ? std::numeric_limits<float>::infinity() : 1.0f)).sum();
+  };
+  fns.make_optimizer = [&] {
+    return std::make_unique<torch::optim::SGD>(module->parameters(),
+                                               torch::optim::SGDOptions(0.1));
+  };
+  BenchSpec spec;
+  spec.family = "Test";
+  spec.phase = kTrainStep;
+  spec.dtype = c10::kHalf;
+  spec.device = c10::Device(c10::kCPU);
+  std::unique_ptr<Workload> step = MakeTrainStepWorkload(spec, fns, at::zeros({1, 1}));
+  overflow = true;
+  step->Step();  // a warm-up step skipped: not a measured one
+  step->ResetStats();
+  step->BeginMeasurement();
+  step->Step();  // skipped
+  overflow = false;
+  step->Step();
+  overflow = true;
+  step->Step();  // skipped
+  step->EndMeasurement();
+  EXPECT_EQ(
+      step->Caveat(),
+      "2 of the measured steps skipped the optimizer: fp16's loss scaler found "
+      "gradients that are not finite (and lowered its scale), so those steps changed "
+      "no weight");
+  step->ResetStats();
+  step->BeginMeasurement();
+  overflow = false;
+  step->Step();
+  step->EndMeasurement();
+  EXPECT_EQ(step->Caveat(), "");
 }
 
 }  // namespace
