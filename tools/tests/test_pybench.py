@@ -666,6 +666,47 @@ class UntakenSettingsTest(ToolTest):
         self.assertIn("--weights=/nonexistent/model.safetensors: no such file or folder; "
                       "valid: a .safetensors file", err)
 
+    def test_steps_fp16s_loss_scaler_skipped_are_said_as_bench_says_them(self):
+        # Llama/nano's weights x 1000 overflow fp16: every step's gradients
+        # are not finite, and GradScaler skips the optimizer in each.
+        import torch
+
+        from ltb.pysuite import families as ltb_models
+        torch.manual_seed(0)
+        tensors = {k: (v * 1000).float().contiguous()
+                   for k, v in ltb_models.build("Llama", "nano").state_dict().items()
+                   if not k.endswith("inv_freq")}
+        header, data = {}, b""
+        for key, t in tensors.items():
+            raw = t.numpy().tobytes()
+            header[key] = {"dtype": "F32", "shape": list(t.shape),
+                           "data_offsets": [len(data), len(data) + len(raw)]}
+            data += raw
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "big.safetensors")
+            text = json.dumps(header).encode()
+            with open(path, "wb") as f:
+                f.write(len(text).to_bytes(8, "little") + text + data)
+            args = ["--benchmark_filter=^Llama/nano/cpu/train_step/", "--dtype=fp16",
+                    "--seq=16", "--batch=1", f"--weights={path}", "--steps=3",
+                    "--warmup_s=0"]
+            out = os.path.join(tmp, "py.json")
+            proc = self.run_tool("pybench", *args, f"--benchmark_out={out}")
+            self.assertExit(proc, 0)
+            with open(out) as f:
+                [py] = json.load(f)["benchmarks"]
+            said = ("3 of the measured steps skipped the optimizer: fp16's loss scaler found "
+                    "gradients that are not finite (and lowered its scale), so those steps "
+                    "changed no weight")
+            self.assertIn(said, py.get("label", ""))
+            bench = runnable_bench()
+            if bench:
+                proc = subprocess.run([bench, *args, "--benchmark_format=json"],
+                                      capture_output=True, text=True, timeout=300)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                [cpp] = json.loads(proc.stdout)["benchmarks"]
+                self.assertIn(said, cpp.get("label", ""))
+
     def test_said_as_bench_says_it(self):
         proc = self.run_tool("pybench", *self.ARGS)
         self.assertExit(proc, 0)
@@ -1310,7 +1351,7 @@ class BandwidthUtilisationTest(unittest.TestCase):
                                phase="generate", new_tokens=8)
         workload = SimpleNamespace(
             flops_per_step=0, params=1, tokens_per_step=1, samples_per_step=0,
-            audio_per_step=0, cpu_seconds=1.0,
+            audio_per_step=0, cpu_seconds=1.0, skipped=lambda: 0,
             counters=lambda: {"weight_GB/s": rate / 1e9, "read_GB/s": rate / 1e9,
                               "tpot_ms": tpot_ms})
         peaks = {("cpu", "bandwidth"): (3e10, "measured")}

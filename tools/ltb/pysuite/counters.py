@@ -137,6 +137,10 @@ def entry(spec, reps, index, iterations, seconds, steps, workload, peaks, rss_re
         bandwidth_utilisation(rate, rate * c["tpot_ms"] / 1e3, bandwidth)
     if spec.phase == "generate" and spec.new_tokens == 1:
         omitted.append(NO_DECODE_STEP)
+    if workload.skipped() > 0:  # lib/workloads/trainer.cc Trainer::SkippedCaveat
+        omitted.append(f"{workload.skipped()} of the measured steps skipped the optimizer: "
+                       "fp16's loss scaler found gradients that are not finite (and lowered "
+                       "its scale), so those steps changed no weight")
     if omitted:
         e["label"] = "; ".join(omitted)
     if getattr(workload, "compile_s", None) is not None:

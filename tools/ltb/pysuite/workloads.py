@@ -61,6 +61,7 @@ class Workload:
         self.samples_per_step = counts.get("samples", 0)
         self.audio_per_step = counts.get("audio_s", 0)
         self.epochs = []
+        self.train_steps = self.optimizer_steps = 0  # the Trainer's, and those not skipped
         self.weight_change = 0
         self.kind.setup(self, model, args)
         self._step = self.kind.steps(self)[s.phase]
@@ -86,6 +87,15 @@ class Workload:
         self.forward = torch.compile(model) if s.runtime == "compile" else model
         if s.phase in TRAINER_PHASES:
             self.optimizer, self.scaler = self.kind.optimizer(self)
+            if self.scaler:
+                # GradScaler calls the optimizer's step only where the
+                # gradients are finite: the steps it skipped are the others.
+                inner = self.optimizer.step
+
+                def counted(*args, **kwargs):
+                    self.optimizer_steps += 1
+                    return inner(*args, **kwargs)
+                self.optimizer.step = counted
 
     # --- the steps a kind's phases take ----------------------------------------
 
@@ -123,6 +133,7 @@ class Workload:
         forward and loss under autocast, backward (scaled in fp16), the
         optimizer's step (skipped by the scaler on inf or nan)."""
         s = self.spec
+        self.train_steps += 1
         self.optimizer.zero_grad(set_to_none=True)
         with torch.enable_grad():
             with autocast(s.device, s.dtype):
@@ -152,6 +163,12 @@ class Workload:
         self.decode_steps = []
         self.steps = 0
         self.epochs = []
+        self.train_steps = self.optimizer_steps = 0
+
+    def skipped(self):
+        """The Trainer's steps since reset_stats that fp16's loss scaler
+        skipped (their gradients not finite); 0 without a scaler."""
+        return self.train_steps - self.optimizer_steps if getattr(self, "scaler", None) else 0
 
     def counters(self):
         """The workload's own counters: the epochs' (EpochWorkload),
