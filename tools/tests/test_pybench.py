@@ -65,6 +65,19 @@ def pybench_in_process(*args):
     return code, err
 
 
+def save_safetensors(path, tensors):
+    """A safetensors file of fp32 tensors by name, written by hand."""
+    header, data = {}, b""
+    for key, t in tensors.items():
+        raw = t.contiguous().float().numpy().tobytes()
+        header[key] = {"dtype": "F32", "shape": list(t.shape),
+                       "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + data)
+
+
 def runnable_bench():
     path = built_bench()
     return path if os.access(path, os.X_OK) else None
@@ -673,20 +686,12 @@ class UntakenSettingsTest(ToolTest):
 
         from ltb.pysuite import families as ltb_models
         torch.manual_seed(0)
-        tensors = {k: (v * 1000).float().contiguous()
+        tensors = {k: v * 1000
                    for k, v in ltb_models.build("Llama", "nano").state_dict().items()
                    if not k.endswith("inv_freq")}
-        header, data = {}, b""
-        for key, t in tensors.items():
-            raw = t.numpy().tobytes()
-            header[key] = {"dtype": "F32", "shape": list(t.shape),
-                           "data_offsets": [len(data), len(data) + len(raw)]}
-            data += raw
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "big.safetensors")
-            text = json.dumps(header).encode()
-            with open(path, "wb") as f:
-                f.write(len(text).to_bytes(8, "little") + text + data)
+            save_safetensors(path, tensors)
             args = ["--benchmark_filter=^Llama/nano/cpu/train_step/", "--dtype=fp16",
                     "--seq=16", "--batch=1", f"--weights={path}", "--steps=3",
                     "--warmup_s=0"]
@@ -1033,17 +1038,6 @@ class DepthAndWeightsTest(ToolTest):
         from ltb.pysuite import families as ltb_models
         from ltb.pysuite import weights as ltb_weights
 
-        def save(path, tensors):
-            header, data = {}, b""
-            for key, t in tensors.items():
-                raw = t.contiguous().float().numpy().tobytes()
-                header[key] = {"dtype": "F32", "shape": list(t.shape),
-                               "data_offsets": [len(data), len(data) + len(raw)]}
-                data += raw
-            text = json.dumps(header).encode()
-            with open(path, "wb") as f:
-                f.write(len(text).to_bytes(8, "little") + text + data)
-
         torch.manual_seed(1)
         source = ltb_models.build("GPT2", "nano").eval()
         conv1d = (".c_attn.weight", ".c_proj.weight", ".c_fc.weight")  # stored (in, out)
@@ -1052,7 +1046,7 @@ class DepthAndWeightsTest(ToolTest):
         hf["transformer.h.0.attn.bias"] = torch.ones(1, 1, 8, 8)
         folder = os.path.join(self.tmp, "gpt2-hf")
         os.makedirs(folder)
-        save(os.path.join(folder, "model.safetensors"), hf)
+        save_safetensors(os.path.join(folder, "model.safetensors"), hf)
         torch.manual_seed(2)
         model = ltb_models.build("GPT2", "nano").eval()
         ltb_weights.load_family_weights(model, "GPT2", "nano", folder, torch.float32)
@@ -1065,14 +1059,14 @@ class DepthAndWeightsTest(ToolTest):
         renamed = dict(llama)
         renamed["model.final_norm.weight"] = renamed.pop("model.norm.weight")
         path = os.path.join(self.tmp, "renamed.safetensors")
-        save(path, renamed)
+        save_safetensors(path, renamed)
         with self.assertRaises(ltb_weights.BadWeights) as caught:
             ltb_weights.load_family_weights(ltb_models.build("Llama", "nano"), "Llama", "nano",
                                             path, torch.float32, tied=True)
         self.assertEqual(str(caught.exception), f"{path} has no tensor 'model.norm.weight', "
                          "which Llama/nano needs with shape [64]")
         extra = dict(llama, **{"model.layers.2.mlp.up_proj.weight": torch.zeros(256, 64)})
-        save(path, extra)
+        save_safetensors(path, extra)
         with self.assertRaises(ltb_weights.BadWeights) as caught:
             ltb_weights.load_family_weights(ltb_models.build("Llama", "nano"), "Llama", "nano",
                                             path, torch.float32, tied=True)
@@ -1085,7 +1079,7 @@ class DepthAndWeightsTest(ToolTest):
         self.assertEqual(ltb_weights.weights_name("/m/L/model.safetensors.index.json"), "L")
         self.assertEqual(ltb_weights.weights_name("/m/Llama-3.1-8B/"), "Llama-3.1-8B")
         self.assertEqual(ltb_weights.weights_name("tiny.safetensors"), "tiny")
-        save(os.path.join(folder, "model-2.safetensors"), {"x": torch.zeros(1)})
+        save_safetensors(os.path.join(folder, "model-2.safetensors"), {"x": torch.zeros(1)})
         hexes = []
         for name in ("model-2.safetensors", "model.safetensors"):
             with open(os.path.join(folder, name), "rb") as f:
