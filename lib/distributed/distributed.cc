@@ -235,6 +235,10 @@ class BackendGroup final : public DataParallel {
   }
 
   void Barrier() override { backend_->barrier()->wait(timeout_); }
+  void Post(const std::string& key) override {
+    store_->set(key, std::vector<uint8_t>{1});
+  }
+  bool Posted(const std::string& key) override { return store_->check({key}); }
 
   void Shutdown() override {
     if (shut_) return;

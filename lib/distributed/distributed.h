@@ -81,6 +81,11 @@ class DataParallel {
   virtual void Broadcast(const std::vector<at::Tensor>& tensors,
                          int64_t bucket_bytes = kBroadcastBucketBytes) = 0;
   virtual void Barrier() = 0;
+  // A mark on the group's store that every rank can see: Post sets `key`,
+  // Posted says at once whether it is set (no collective, no timeout: a rank
+  // may poll it for as long as another takes).
+  virtual void Post(const std::string& key) = 0;
+  virtual bool Posted(const std::string& key) = 0;
   // Shuts the collectives down, once the run is over; later collectives
   // fail. Also done when the group is destroyed.
   virtual void Shutdown() = 0;

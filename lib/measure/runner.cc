@@ -2,10 +2,12 @@
 
 #include <c10/util/Exception.h>
 
+#include <chrono>
 #include <iostream>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -190,9 +192,53 @@ bool Runner::Measure(benchmark::State& state, const Family& family, const BenchS
   return false;
 }
 
+std::string Runner::LeftKey(const std::string& name) {
+  return absl::StrCat("ltb/rank0_left/", name);
+}
+
+bool Runner::TakeTurn(benchmark::State& state, const BenchSpec& spec) {
+  DataParallel* group = CurrentProcessGroup();
+  if (group == nullptr || group->world_size() == 1) return true;
+  const std::string name = spec.Name();
+  if (group->rank() == 0) {
+    // Google Benchmark calls a benchmark several times (growing iterations,
+    // repetitions) before the next: a new name is the last one left.
+    if (name != entered_) {
+      if (!entered_.empty()) group->Post(LeftKey(entered_));
+      entered_ = name;
+    }
+    return true;
+  }
+  if (spec.data_parallel) return true;
+  try {
+    while (!group->Posted(LeftKey(name))) {
+      if (StopRequested()) {
+        state.SkipWithError(kNotRunMessage);
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (const std::exception& e) {  // rank 0, which serves the store, is gone
+    RequestStop(1, absl::StrCat("not run: rank 0 stopped answering (", e.what(), ")"));
+    state.SkipWithError(kNotRunMessage);
+    return false;
+  }
+  // Only rank 0 reports: this line is never shown.
+  state.SkipWithError("not run here: rank 0 runs what is not data-parallel alone");
+  return false;
+}
+
+void Runner::Finish() {
+  DataParallel* group = CurrentProcessGroup();
+  if (group == nullptr || group->world_size() == 1) return;
+  if (group->rank() == 0 && !entered_.empty()) group->Post(LeftKey(entered_));
+  group->Barrier();
+}
+
 void Runner::Run(benchmark::State& state, const Family& family, const BenchSpec& spec) {
   const RunOptions& options = options_;
   if (StopRequested()) return state.SkipWithError(kNotRunMessage);
+  if (!TakeTurn(state, spec)) return;
   if (std::optional<std::string> why = WhyDeviceUnusable(spec.device)) {
     return Fail(state, absl::StrCat("not run: ", DeviceName(spec.device),
                                     " is unusable: ", *why));

@@ -31,9 +31,23 @@ class Runner {
   // Drops the kept workload and gives its memory back (the run's end).
   void Release() { cache_.Release(); }
 
+  // The run's end under a process group of several ranks: rank 0 says it
+  // has left its last benchmark, and every rank waits for the others, so
+  // that no rank leaves while another still reads the group's store.
+  void Finish();
+
+  // Store keys: rank 0 has left the benchmark `name`.
+  static std::string LeftKey(const std::string& name);
+
   const RunOptions& options() const { return options_; }
 
  private:
+  // Under a process group of several ranks, a benchmark that is not
+  // data-parallel runs on rank 0 alone: the other ranks wait, polling the
+  // store (however long it takes), until rank 0 has left it, and skip it;
+  // it never shares the machine, its cores or its memory bandwidth with
+  // another rank's copy of it. Whether this rank runs `spec`.
+  bool TakeTurn(benchmark::State& state, const BenchSpec& spec);
   void Fail(benchmark::State& state, const std::string& message);
   void FailRun(benchmark::State& state, const BenchSpec& spec, std::string message);
   absl::Status Guard(const BenchSpec& spec, const Plan& plan, bool on);
@@ -42,6 +56,7 @@ class Runner {
 
   RunOptions options_;
   WorkloadCache cache_;
+  std::string entered_;  // rank 0 of several: the benchmark it is in
 };
 
 }  // namespace ltb

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 
@@ -30,9 +31,13 @@ class SelftestWorkload final : public Workload {
  public:
   explicit SelftestWorkload(std::string kind) : kind_(std::move(kind)) {
     if (kind_ == "spin") spin_seconds_ = SpinSeconds();
+    // Which ranks built it: an empty file KIND.rankN in LTB_SELFTEST_MARKS.
+    if (const char* dir = std::getenv("LTB_SELFTEST_MARKS")) {
+      std::ofstream(absl::StrCat(dir, "/", kind_, ".rank", CurrentRank()));
+    }
   }
   void Step() override {
-    if (kind_ == "rank1_fails") return CollectiveStep();
+    if (kind_ == "rank1_fails" || kind_ == "together") return CollectiveStep();
     if (kind_ == "abort") std::abort();
     if (kind_ == "kill") std::raise(SIGKILL);
     if (kind_ == "slow") std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -46,13 +51,14 @@ class SelftestWorkload final : public Workload {
   }
 
  private:
-  // rank1_fails: every rank sums a tensor over the process group each step
-  // (a data-parallel step's collective); rank 1 fails at its fifth step,
-  // while the others wait for it in the collective.
+  // together and rank1_fails: every rank sums a tensor over the process
+  // group each step (a data-parallel step's collective); in rank1_fails,
+  // rank 1 fails at its fifth step, while the others wait for it in the
+  // collective.
   void CollectiveStep() {
     DataParallel* group = CurrentProcessGroup();
     if (group == nullptr) return;
-    if (group->rank() == 1 && ++steps_ == 5) {
+    if (kind_ == "rank1_fails" && group->rank() == 1 && ++steps_ == 5) {
       throw std::runtime_error("Selftest: rank 1 fails at its fifth step");
     }
     at::Tensor t = at::ones({1}, at::TensorOptions(at::kDouble).device(group->device()));
@@ -65,8 +71,8 @@ class SelftestWorkload final : public Workload {
 };
 
 const std::vector<std::string>& Kinds() {
-  static const auto* kinds =
-      new std::vector<std::string>{"ok", "slow", "abort", "spin", "kill", "rank1_fails"};
+  static const auto* kinds = new std::vector<std::string>{
+      "ok", "slow", "abort", "spin", "kill", "rank1_fails", "together"};
   return *kinds;
 }
 
@@ -81,7 +87,7 @@ Family SelftestFamily() {
     Case c{size, f.phases[0]};
     // Its ranks step together, and its failure stops the run, as a
     // data-parallel training step's does.
-    c.phase.data_parallel = size == "rank1_fails";
+    c.phase.data_parallel = size == "rank1_fails" || size == "together";
     c.sweeps_dtype = false;
     f.cases.push_back(c);
   }

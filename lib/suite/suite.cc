@@ -840,6 +840,14 @@ int Suite::Run() {
     std::fflush(nullptr);
     std::_Exit(StopExitCode());
   }
+  try {
+    runner_->Finish();
+  } catch (const std::exception& e) {
+    std::cerr << "bench: the ranks' last wait for each other failed: " << e.what()
+              << "\n";
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
   if (matched == 0) {
     std::vector<std::string> devices;
     for (const c10::Device& d : devices_) devices.push_back(DeviceName(d));

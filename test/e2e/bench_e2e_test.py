@@ -738,7 +738,7 @@ class TwoMachinesTest(unittest.TestCase):
                 "Transformer/nano/cpu/train_step/batch:2/seq:16/fp32/"), one["run_name"])
             self.assertNotIn("ranks:", one["run_name"])
             forward = next(b for b in runs[2]["benchmarks"] if "/forward/" in b["name"])
-            self.assertNotIn("ranks:", forward["name"])  # each rank's own forward
+            self.assertNotIn("ranks:", forward["name"])  # rank 0's forward, alone
             by_name = {b["name"]: b for b in merged["benchmarks"]}
             self.assertIn(one["name"].replace("/fp32/", "/fp32/ranks:1/"), by_name)
             merged_two = by_name[two["name"]]
@@ -868,6 +868,39 @@ class TwoMachinesTest(unittest.TestCase):
             by_kind = {b["run_name"].split("/")[1]: b for b in doc["benchmarks"]}
             self.assertFalse(by_kind["ok"].get("error_occurred", False), by_kind["ok"])
             self.assertTrue(by_kind["rank1_fails"]["error_occurred"])
+
+    def test_what_is_not_data_parallel_runs_on_rank_0_alone(self):
+        # Selftest/slow is no data-parallel step (0.2 s of sleep a step, 3 s
+        # in all), Selftest/together is (a sum over the ranks a step). Rank 1
+        # builds no slow workload: it waits for rank 0 to leave it, polling
+        # the store rather than in a collective, so the 2 s process-group
+        # timeout never runs out; then both run together. A slow run alone
+        # ends with rank 1 waiting for rank 0's last benchmark.
+        for kinds, built in (("slow|together", ["slow.rank0", "together.rank0",
+                                                "together.rank1"]),
+                             ("slow", ["slow.rank0"])):
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "out.json")
+                marks = os.path.join(tmp, "marks")
+                os.mkdir(marks)
+                proc = subprocess.run(
+                    [self.LAUNCH, "--nproc_per_node=2", BENCH,
+                     f"--benchmark_filter=^Selftest/({kinds})/", "--devices=cpu",
+                     "--threads=1", "--steps=15", "--warmup_s=0", "--dist_timeout_s=2",
+                     f"--benchmark_out={out}", "--benchmark_out_format=json"],
+                    capture_output=True, text=True, timeout=600,
+                    env=dict(os.environ, LTB_SELFTEST="1", LTB_SELFTEST_MARKS=marks))
+                self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+                self.assertEqual(sorted(os.listdir(marks)), built)
+                with open(out) as f:
+                    doc = json.load(f)
+                by_kind = {b["run_name"].split("/")[1]: b for b in doc["benchmarks"]}
+                self.assertEqual(sorted(by_kind), sorted(kinds.split("|")))
+                for b in by_kind.values():
+                    self.assertFalse(b.get("error_occurred", False), b)
+                self.assertEqual(by_kind["slow"]["iterations"], 15)
+                slow = by_kind["slow"]
+                self.assertGreaterEqual(slow["real_time"] * TIME_UNITS[slow["time_unit"]], 0.2)
 
     def test_a_machine_that_dies_stops_the_other_with_what_it_measured(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -98,7 +98,8 @@ TEST(SelftestFamily, AddedAsOneRowIsNamedSweptAndPlanned) {
             (std::vector<std::string>{
                 "Selftest/ok/cpu/step/fp32", "Selftest/slow/cpu/step/fp32",
                 "Selftest/abort/cpu/step/fp32", "Selftest/spin/cpu/step/fp32",
-                "Selftest/kill/cpu/step/fp32", "Selftest/rank1_fails/cpu/step/fp32"}));
+                "Selftest/kill/cpu/step/fp32", "Selftest/rank1_fails/cpu/step/fp32",
+                "Selftest/together/cpu/step/fp32"}));
   selftest[0].build(registrations.front().spec)->Step();
 }
 

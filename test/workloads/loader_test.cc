@@ -41,6 +41,11 @@ class RankOnly final : public DataParallel {
   void MaxInPlace(at::Tensor&) override { Fail(); }
   void Broadcast(const std::vector<at::Tensor>&, int64_t) override { Fail(); }
   void Barrier() override { Fail(); }
+  void Post(const std::string&) override { Fail(); }
+  bool Posted(const std::string&) override {
+    Fail();
+    return false;
+  }
   void Shutdown() override {}
   void Abort() override {}
 
