@@ -16,11 +16,14 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/format.h"
 #include "base/interrupt.h"
@@ -214,10 +217,24 @@ absl::Status ValidateServe(const ServeSettings& serve) {
         "--find_peak=true: LoadGen searches a peak QPS in the Server scenario only, not ",
         serve.scenario, "; valid: --scenario=Server"));
   }
-  if (!(serve.min_s >= 0) || std::isinf(serve.min_s) || serve.min_queries < 1) {
+  if (!(serve.min_s >= 0 && serve.min_s <= kMaxServeSeconds)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--serve_min_s must be a number of seconds >= 0 (not ", serve.min_s,
-        ") and --serve_min_queries a whole number >= 1 (not ", serve.min_queries, ")"));
+        "--serve_min_s=", serve.min_s, ": LoadGen's minimum duration must be ",
+        "a number of seconds from 0 to ", kMaxServeSeconds, " (11.6 days)"));
+  }
+  if (serve.min_queries < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--serve_min_queries=", serve.min_queries,
+                     ": LoadGen's minimum query count must be a whole number >= 1"));
+  }
+  if (serve.scenario == "Offline" &&
+      1.1 * serve.min_s * serve.target_qps > kMaxOfflineSamples) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Offline at --target_qps=%g for --serve_min_s=%g: its one query would hold "
+        "%.3g samples (1.1 x the rate x the duration), over the %g one query may hold; "
+        "lower --target_qps or --serve_min_s",
+        serve.target_qps, serve.min_s, 1.1 * serve.min_s * serve.target_qps,
+        kMaxOfflineSamples));
   }
   if (serve.samples_per_query < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -287,7 +304,7 @@ int64_t CountAfter(const std::string& text, const std::string& after) {
 
 }  // namespace
 
-std::string EarlyStoppingWhy(const std::string& result) {
+std::string EarlyStoppingWhy(const std::string& result, int64_t over) {
   const int64_t done = CountAfter(result, "Only processed ");
   const int64_t needed = CountAfter(result, "Need to process at least ");
   if (done >= 0 && needed > 0) {
@@ -298,10 +315,51 @@ std::string EarlyStoppingWhy(const std::string& result) {
   const int64_t processed = CountAfter(result, "Processed ");
   const int64_t more = CountAfter(result, "Would need to run at least ");
   if (processed >= 0 && more > 0) {
-    return absl::StrCat(processed, " queries, too many of them over the bound: ", more,
-                        " more within it would be needed");
+    // LoadGen's count assumes every further query within the bound.
+    if (over == 0) {
+      return absl::StrCat(processed,
+                          " queries, none over the bound, too few for its "
+                          "percentile: ",
+                          more,
+                          " more would be needed; --serve_min_queries=", processed + more,
+                          " runs them");
+    }
+    if (over > 0) {
+      return absl::StrCat(processed, " queries, ", over,
+                          " of them over the bound: ", more,
+                          " more, all within it, would be needed");
+    }
+    return absl::StrCat(processed, " queries: ", more,
+                        " more, all within the bound, would be needed");
   }
   return "too few queries for the percentile's bound";
+}
+
+std::string EarlyStoppingClause(const std::map<std::string, std::string>& detail) {
+  const auto text = [&](const std::string& key) -> std::optional<std::string> {
+    const auto it = detail.find(key);
+    if (it == detail.end()) return std::nullopt;
+    return it->second;
+  };
+  if (const std::optional<std::string> result = text("early_stopping_result")) {
+    const auto over = detail.find("result_overlatency_query_count");
+    int64_t n = -1;
+    if (over == detail.end() || !absl::SimpleAtoi(over->second, &n)) n = -1;
+    return EarlyStoppingWhy(*result, n);
+  }
+  // Token latencies: a result for each, one of which (or both) was not met.
+  std::vector<std::string> unmet;
+  for (const auto& [name, key] :
+       {std::pair<std::string, std::string>{"TTFT", "early_stopping_ttft_result"},
+        {"TPOT", "early_stopping_tpot_result"}}) {
+    const std::optional<std::string> result = text(key);
+    if (result && (absl::StrContains(*result, "unsuccessful") ||
+                   absl::StrContains(*result, "Only processed"))) {
+      unmet.push_back(absl::StrCat(name, ": ", EarlyStoppingWhy(*result)));
+    }
+  }
+  if (unmet.empty()) return EarlyStoppingWhy("");
+  return absl::StrJoin(unmet, "; ");
 }
 
 ServeCounters CountersFromDetail(const std::map<std::string, std::string>& detail,
@@ -373,10 +431,8 @@ ServeCounters CountersFromDetail(const std::map<std::string, std::string>& detai
     }
     const auto early = detail.find("early_stopping_met");
     if (early != detail.end() && early->second == "false") {
-      const auto result = detail.find("early_stopping_result");
-      absl::StrAppend(&out.label, " (early stopping not met: ",
-                      EarlyStoppingWhy(result == detail.end() ? "" : result->second),
-                      ")");
+      absl::StrAppend(&out.label,
+                      " (early stopping not met: ", EarlyStoppingClause(detail), ")");
     }
   }
   out.seconds_per_sample = samples_per_s > 0 ? 1 / samples_per_s : 0;

@@ -129,12 +129,24 @@ class BatchRunner {
 // An error naming the valid choices where a serve setting cannot run: an
 // unknown scenario, a bound, rate or count out of range.
 absl::Status ValidateServe(const ServeSettings& serve);
+// The longest minimum duration (--serve_min_s), in seconds, and the most
+// samples Offline's one query may hold (1.1 x rate x duration, as LoadGen
+// sizes it): beyond them LoadGen's whole milliseconds and counts overflow,
+// or its query would not fit in memory.
+inline constexpr double kMaxServeSeconds = 1e6;
+inline constexpr double kMaxOfflineSamples = 1e9;
 
 // Why LoadGen's early stopping was not met, from its early_stopping_result
 // (results.cc EarlyStopping), in its own counts: SingleStream's and
 // MultiStream's queries run and needed, with the flag that runs them;
-// Server's queries and how many more within the bound it would need.
-std::string EarlyStoppingWhy(const std::string& result);
+// Server's queries and how many more within the bound it would need, and
+// `over` of them over the bound (-1: not known): none over, the count
+// alone was too small, and the flag that runs enough says so.
+std::string EarlyStoppingWhy(const std::string& result, int64_t over = -1);
+// The label's clause of an unmet early stopping, from the detail log: the
+// sample latencies' result (Server's over-latency count with it), or served
+// generation's TTFT and TPOT results, each that was not met named.
+std::string EarlyStoppingClause(const std::map<std::string, std::string>& detail);
 
 // LoadGen's detail log (mlperf_log_detail.txt) as key -> value text, the
 // last value of each key.

@@ -890,9 +890,11 @@ absl::StatusOr<SuiteOptions> OptionsFromFlags() {
        absl::StrSplit(absl::GetFlag(FLAGS_scenario), ',', absl::SkipWhitespace())) {
     ServeSettings check = serve;
     check.scenario = std::string(absl::StripAsciiWhitespace(scenario));
-    check.target_qps = sweep.serve_qps.front();
     check.find_peak = serve.find_peak && check.scenario == "Server";
-    if (absl::Status valid = ValidateServe(check); !valid.ok()) return valid;
+    for (const double qps : sweep.serve_qps) {  // Offline's query grows with each
+      check.target_qps = qps;
+      if (absl::Status valid = ValidateServe(check); !valid.ok()) return valid;
+    }
     if (absl::Status valid = ValidateTextServe(check); !valid.ok()) return valid;
     if (std::find(sweep.serve_scenarios.begin(), sweep.serve_scenarios.end(),
                   check.scenario) == sweep.serve_scenarios.end()) {

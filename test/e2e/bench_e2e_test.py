@@ -1998,8 +1998,16 @@ class ServeTest(unittest.TestCase):
                 (["--scenario=Server", "--target_qps=12.3456789,12.3456781"],
                  "--target_qps=12.3456789: a benchmark's name holds it to six significant "
                  "digits (12.3457)"),
-                (["--scenario=Server", "--serve_min_s=nan"], "--serve_min_s must be a number"),
-                (["--scenario=Server", "--serve_min_s=inf"], "--serve_min_s must be a number"),
+                (["--scenario=Server", "--serve_min_s=nan"],
+                 "--serve_min_s=nan: LoadGen's minimum duration must be a number of seconds"),
+                (["--scenario=Server", "--serve_min_s=inf"], "--serve_min_s=inf: LoadGen's"),
+                # Past LoadGen's whole milliseconds: it ran no duration at all.
+                (["--scenario=Offline", "--serve_min_s=1e300"],
+                 "--serve_min_s=1e+300: LoadGen's minimum duration must be a number of "
+                 "seconds from 0 to 1e+06"),
+                (["--scenario=Offline", "--target_qps=1,1e9"],
+                 "Offline at --target_qps=1e+09 for --serve_min_s=1: its one query would "
+                 "hold 1.1e+09 samples"),
                 (["--scenario=MultiStream", "--samples_per_query=-3"],
                  "--samples_per_query=-3: MultiStream's samples a query must be a whole "
                  "number >= 1"),
@@ -2007,7 +2015,7 @@ class ServeTest(unittest.TestCase):
                 # (they were accepted, and pybench refused them).
                 (["--samples_per_query=-3"], "--samples_per_query=-3: MultiStream's"),
                 (["--batch_timeout_us=-1"], "--batch_timeout_us must be a whole number >= 0"),
-                (["--serve_min_s=-1"], "--serve_min_s must be a number of seconds >= 0"),
+                (["--serve_min_s=-1"], "--serve_min_s=-1: LoadGen's minimum duration"),
                 # Given empty: refused, not served as forward.
                 (["--scenario=Offline", "--prompt_len="],
                  "--prompt_len=: valid: a length N or a range MIN:MAX")):

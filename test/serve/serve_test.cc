@@ -412,8 +412,58 @@ TEST(CountersFromDetail, EarlyStoppingUnmetSaysLoadGensCountsAndTheFlag) {
   EXPECT_EQ(
       server.label,
       "scenario:Server INVALID: Reduce target QPS to improve latency. (early stopping "
-      "not met: 120 queries, too many of them over the bound: 57 more within it "
-      "would be needed)");
+      "not met: 120 queries: 57 more, all within the bound, would be needed)");
+  // Server's count of queries over the bound, which LoadGen logs beside it:
+  // with none over, the run was only too short, and the label says so
+  // (93 queries of the 459 a p99 needs with none over the bound).
+  const std::string unmet =
+      " * Run unsuccessful.  * Processed 93 queries.  * Would need to run at least 366 "
+      "more queries,  with the run being successful if every additional  query were "
+      "under latency.";
+  const ServeCounters short_run =
+      CountersFromDetail({{"result_validity", "INVALID"},
+                          {"early_stopping_met", "false"},
+                          {"early_stopping_result", unmet},
+                          {"result_overlatency_query_count", "0"}},
+                         serve, 0);
+  EXPECT_EQ(short_run.label,
+            "scenario:Server INVALID (early stopping not met: 93 queries, none over the "
+            "bound, too few for its percentile: 366 more would be needed; "
+            "--serve_min_queries=459 runs them)");
+  EXPECT_EQ(EarlyStoppingWhy(unmet, 3),
+            "93 queries, 3 of them over the bound: 366 more, all within it, would be "
+            "needed");
+  // Served generation's token latencies: a result each for TTFT and TPOT,
+  // the one not met named (LoadGen's over-latency count is of whole
+  // requests there, not of either).
+  const ServeCounters tokens =
+      CountersFromDetail({{"result_validity", "INVALID"},
+                          {"early_stopping_met", "false"},
+                          {"early_stopping_ttft_result", " * Run successful."},
+                          {"early_stopping_tpot_result", unmet},
+                          {"result_overlatency_query_count", "0"}},
+                         serve, 0);
+  EXPECT_EQ(
+      tokens.label,
+      "scenario:Server INVALID (early stopping not met: TPOT: 93 queries: 366 more, "
+      "all within the bound, would be needed)");
+  serve.scenario = "MultiStream";
+  const ServeCounters both = CountersFromDetail(
+      {{"result_validity", "INVALID"},
+       {"early_stopping_met", "false"},
+       {"early_stopping_ttft_result",
+        " * Only processed 144 queries.  * Need to process at least 1001 queries for "
+        "early stopping."},
+       {"early_stopping_tpot_result",
+        " * Only processed 144 queries.  * Need to process at least 662 queries for "
+        "early stopping."}},
+      serve, 0);
+  EXPECT_EQ(
+      both.label,
+      "scenario:MultiStream INVALID (early stopping not met: TTFT: 144 queries of the "
+      "1001 its percentile's bound needs; --serve_min_queries=1001 runs them; TPOT: "
+      "144 queries of the 662 its percentile's bound needs; --serve_min_queries=662 "
+      "runs them)");
   // A result in words LoadGen no longer writes: the general reason.
   EXPECT_EQ(EarlyStoppingWhy(""), "too few queries for the percentile's bound");
   EXPECT_EQ(EarlyStoppingWhy(" * Only processed many queries."),
@@ -563,18 +613,36 @@ TEST(ValidateServe, RefusesWhatCannotRunNamingTheValidChoices) {
   EXPECT_TRUE(ValidateServe(serve).ok());
   serve.phase = "encode";
   EXPECT_TRUE(ValidateServe(serve).ok());
-  // A duration LoadGen cannot hold (NaN or infinity cast to its whole
-  // milliseconds), an unbounded bound, and a negative query size.
+  // A duration LoadGen cannot hold (NaN, infinity or 1e300 s cast to its
+  // whole milliseconds), an unbounded bound, and a negative query size.
   for (const double min_s :
-       {std::nan(""), std::numeric_limits<double>::infinity(), -1.0}) {
+       {std::nan(""), std::numeric_limits<double>::infinity(), -1.0, 1e300, 1.000001e6}) {
     ServeSettings bad = serve;
     bad.min_s = min_s;
     s = ValidateServe(bad);
     ASSERT_FALSE(s.ok()) << min_s;
-    EXPECT_NE(s.message().find("--serve_min_s must be a number of seconds >= 0"),
+    EXPECT_NE(s.message().find("LoadGen's minimum duration must be a number of seconds "
+                               "from 0 to 1e+06 (11.6 days)"),
               std::string::npos)
         << s.message();
   }
+  ServeSettings longest = serve;
+  longest.min_s = kMaxServeSeconds;
+  EXPECT_TRUE(ValidateServe(longest).ok());
+  // Offline's one query: 1.1 x 1e6 QPS x 1000 s = 1.1e9 samples, over the
+  // most; 1e5 QPS holds 1.1e8.
+  ServeSettings offline = serve;
+  offline.scenario = "Offline";
+  offline.find_peak = false;
+  offline.min_s = 1000;
+  offline.target_qps = 1e6;
+  s = ValidateServe(offline);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("its one query would hold 1.1e+09 samples"),
+            std::string::npos)
+      << s.message();
+  offline.target_qps = 1e5;
+  EXPECT_TRUE(ValidateServe(offline).ok());
   ServeSettings unbounded = serve;
   unbounded.latency_bound_ms = std::numeric_limits<double>::infinity();
   EXPECT_FALSE(ValidateServe(unbounded).ok());

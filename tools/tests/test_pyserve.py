@@ -108,10 +108,44 @@ class DetailTest(unittest.TestCase):
                                      "being successful if every additional  query were under "
                                      "latency."}, "Server")
         self.assertEqual(label, "scenario:Server INVALID: Reduce target QPS to improve "
-                                "latency. (early stopping not met: 120 queries, too many of "
-                                "them over the bound: 57 more within it would be needed)")
+                                "latency. (early stopping not met: 120 queries: 57 more, all "
+                                "within the bound, would be needed)")
         self.assertEqual(serve.early_stopping_why(""),
                          "too few queries for the percentile's bound")
+        # With none over the bound the run was only too short (93 queries of
+        # the 459 a p99 needs); some over, LoadGen's count assumes the rest in.
+        unmet = (" * Run unsuccessful.  * Processed 93 queries.  * Would need to run at least "
+                 "366 more queries,  with the run being successful if every additional  "
+                 "query were under latency.")
+        _, label, _ = serve.counters_from_detail({
+            "result_validity": "INVALID", "early_stopping_met": False,
+            "early_stopping_result": unmet, "result_overlatency_query_count": 0}, "Server")
+        self.assertEqual(label, "scenario:Server INVALID (early stopping not met: 93 queries, "
+                                "none over the bound, too few for its percentile: 366 more "
+                                "would be needed; --serve_min_queries=459 runs them)")
+        self.assertEqual(serve.early_stopping_why(unmet, 3),
+                         "93 queries, 3 of them over the bound: 366 more, all within it, "
+                         "would be needed")
+        # Served generation: TTFT's and TPOT's results, the unmet one named.
+        _, label, _ = serve.counters_from_detail({
+            "result_validity": "INVALID", "early_stopping_met": False,
+            "early_stopping_ttft_result": " * Run successful.",
+            "early_stopping_tpot_result": unmet, "result_overlatency_query_count": 0},
+            "Server")
+        self.assertEqual(label, "scenario:Server INVALID (early stopping not met: TPOT: 93 "
+                                "queries: 366 more, all within the bound, would be needed)")
+        _, label, _ = serve.counters_from_detail({
+            "result_validity": "INVALID", "early_stopping_met": False,
+            "early_stopping_ttft_result": " * Only processed 144 queries.  * Need to process "
+                                          "at least 1001 queries for early stopping.",
+            "early_stopping_tpot_result": " * Only processed 144 queries.  * Need to process "
+                                          "at least 662 queries for early stopping."},
+            "MultiStream")
+        self.assertEqual(label, "scenario:MultiStream INVALID (early stopping not met: TTFT: "
+                                "144 queries of the 1001 its percentile's bound needs; "
+                                "--serve_min_queries=1001 runs them; TPOT: 144 queries of "
+                                "the 662 its percentile's bound needs; "
+                                "--serve_min_queries=662 runs them)")
 
     def test_offlines_query_is_sized_as_loadgen_sizes_it(self):
         # As bench's spec_test: max(min count, 1.1 x rate x whole-ms duration).
@@ -353,8 +387,20 @@ class PybenchServeTest(unittest.TestCase):
                                 "--target_qps=12.3456789: a benchmark's name holds it to six "
                                 "significant digits (12.3457)"),
                                # LoadGen would run no minimum duration.
-                               (["--scenario=Server", "--serve_min_s=nan"], "--serve_min_s"),
+                               (["--scenario=Server", "--serve_min_s=nan"],
+                                "--serve_min_s=nan: LoadGen's minimum duration must be"),
                                (["--scenario=Server", "--serve_min_s=inf"], "--serve_min_s"),
+                               # Past LoadGen's whole milliseconds, as bench refuses them.
+                               (["--scenario=Offline", "--serve_min_s=1e300"],
+                                "--serve_min_s=1e+300: LoadGen's minimum duration must be a "
+                                "number of seconds from 0 to 1e+06"),
+                               (["--scenario=Offline", "--target_qps=1,1e9"],
+                                "Offline at --target_qps=1e+09 for --serve_min_s=1: its one "
+                                "query would hold 1.1e+09 samples"),
+                               (["--serve_min_queries=99999999999999999999"],
+                                "--serve_min_queries=99999999999999999999: LoadGen's minimum "
+                                "query count must be a whole number >= 1"),
+                               (["--max_batch=0"], "--max_batch must be a whole number >= 1"),
                                (["--scenario=MultiStream", "--samples_per_query=-3"],
                                 "--samples_per_query=-3: MultiStream's samples a query must "
                                 "be a whole number >= 1")):

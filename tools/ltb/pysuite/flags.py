@@ -415,10 +415,26 @@ def serve_flags(a):
         raise BadFlag(f"--samples_per_query={a.samples_per_query}: MultiStream's samples a "
                       "query must be a whole number >= 1, or left out for LoadGen's "
                       f"{LOADGEN_SAMPLES_PER_QUERY}")
-    if a.max_batch < 1 or a.batch_timeout_us < 0 or not (a.serve_min_s >= 0) or \
-            math.isinf(a.serve_min_s) or a.serve_min_queries < 1:
-        raise BadFlag("--max_batch and --serve_min_queries must be >= 1, --batch_timeout_us and "
-                  "--serve_min_s >= 0")
+    # Each in bench's words (lib/serve/serve.cc ValidateServe).
+    if a.max_batch < 1:
+        raise BadFlag("--max_batch must be a whole number >= 1")
+    if a.batch_timeout_us < 0:
+        raise BadFlag("--batch_timeout_us must be a whole number >= 0")
+    if not 0 <= a.serve_min_s <= serve.MAX_SERVE_SECONDS:
+        raise BadFlag(f"--serve_min_s={a.serve_min_s:g}: LoadGen's minimum duration must be a "
+                      f"number of seconds from 0 to {serve.MAX_SERVE_SECONDS:g} (11.6 days)")
+    if not 1 <= a.serve_min_queries <= 2 ** 63 - 1:
+        raise BadFlag(f"--serve_min_queries={a.serve_min_queries}: LoadGen's minimum query "
+                      "count must be a whole number >= 1 (and at most 2^63 - 1)")
+    if "Offline" in a.scenarios:
+        for qps in a.serve_qps:
+            samples = 1.1 * a.serve_min_s * qps
+            if samples > serve.MAX_OFFLINE_SAMPLES:
+                raise BadFlag(f"Offline at --target_qps={qps:g} for --serve_min_s="
+                              f"{a.serve_min_s:g}: its one query would hold {samples:.3g} "
+                              "samples (1.1 x the rate x the duration), over the "
+                              f"{serve.MAX_OFFLINE_SAMPLES:g} one query may hold; lower "
+                              "--target_qps or --serve_min_s")
     a.find_peak = switch(a.find_peak, "find_peak")
     if a.find_peak and "Server" not in a.scenarios:
         raise BadFlag(serve.FIND_PEAK_OUTSIDE_SERVER)

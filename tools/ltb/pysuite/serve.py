@@ -234,8 +234,7 @@ def counters_from_detail(detail, scenario, tokens_per_sample=0):
         if reason:
             label += f": {reason}"
         if detail.get("early_stopping_met") is False:
-            why = early_stopping_why(str(detail.get("early_stopping_result", "")))
-            label += f" (early stopping not met: {why})"
+            label += f" (early stopping not met: {early_stopping_clause(detail)})"
     return out, label, (1 / rate if rate else 0)
 
 
@@ -244,8 +243,9 @@ def _count_after(text, after):
     return int(m.group(1)) if m else -1
 
 
-def early_stopping_why(result):
-    """Why LoadGen's early stopping was not met, in its own counts
+def early_stopping_why(result, over=-1):
+    """Why LoadGen's early stopping was not met, in its own counts, `over`
+    of Server's queries over the bound (-1: not known)
     (lib/serve/serve.cc EarlyStoppingWhy)."""
     done = _count_after(result, "Only processed ")
     needed = _count_after(result, "Need to process at least ")
@@ -255,9 +255,33 @@ def early_stopping_why(result):
     processed = _count_after(result, "Processed ")
     more = _count_after(result, "Would need to run at least ")
     if processed >= 0 and more > 0:
-        return (f"{processed} queries, too many of them over the bound: {more} more "
-                "within it would be needed")
+        # LoadGen's count assumes every further query within the bound.
+        if over == 0:
+            return (f"{processed} queries, none over the bound, too few for its percentile: "
+                    f"{more} more would be needed; --serve_min_queries={processed + more} "
+                    "runs them")
+        if over > 0:
+            return (f"{processed} queries, {over} of them over the bound: {more} more, all "
+                    "within it, would be needed")
+        return f"{processed} queries: {more} more, all within the bound, would be needed"
     return "too few queries for the percentile's bound"
+
+
+def early_stopping_clause(detail):
+    """The label's clause of an unmet early stopping: the sample latencies'
+    result, or served generation's TTFT and TPOT results, each not met
+    named (lib/serve/serve.cc EarlyStoppingClause)."""
+    if "early_stopping_result" in detail:
+        over = _number(detail, "result_overlatency_query_count")
+        return early_stopping_why(str(detail["early_stopping_result"]),
+                                  -1 if over is None else int(over))
+    unmet = []
+    for name, key in (("TTFT", "early_stopping_ttft_result"),
+                      ("TPOT", "early_stopping_tpot_result")):
+        result = str(detail.get(key, ""))
+        if "unsuccessful" in result or "Only processed" in result:
+            unmet.append(f"{name}: {early_stopping_why(result)}")
+    return "; ".join(unmet) if unmet else early_stopping_why("")
 
 
 _PEAK_FOUND = "FindPeakPerformance: Found peak performance field: "
@@ -354,6 +378,11 @@ def offline_query_samples(target_qps, min_s, min_queries):
     seconds = int(min_s * 1000) / 1000
     return max(int(min_queries), int(1.1 * seconds * target_qps))
 
+
+# The longest minimum duration in seconds, and the most samples Offline's
+# one query may hold (lib/serve/serve.h kMaxServeSeconds, kMaxOfflineSamples).
+MAX_SERVE_SECONDS = 1e6
+MAX_OFFLINE_SAMPLES = 1e9
 
 # The most queries SingleStream's and MultiStream's expected latency lets
 # LoadGen generate before a test (lib/serve/serve.h kMaxGeneratedQueries).
