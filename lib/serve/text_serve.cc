@@ -350,7 +350,8 @@ double TextDetailNumber(const std::map<std::string, std::string>& detail,
 
 ServeCounters TextCountersFromDetail(const std::map<std::string, std::string>& detail,
                                      const ServeSettings& serve,
-                                     const SchedulerStats& stats, double good) {
+                                     const SchedulerStats& stats, double good,
+                                     double tokens_per_sample) {
   ServeCounters out = CountersFromDetail(detail, serve, 0);
   // LoadGen's over-latency count is of whole requests against the sample
   // bound, which token latencies replace: goodput is counted below.
@@ -368,9 +369,15 @@ ServeCounters TextCountersFromDetail(const std::map<std::string, std::string>& d
     if (name == "samples/s") samples_per_s = value;
   }
   const bool offline = serve.scenario == "Offline";
-  add("tokens/s",
-      TextDetailNumber(detail, offline ? "result_tokens_per_second"
-                                       : "result_completed_tokens_per_second"));
+  if (serve.scenario == "MultiStream") {
+    if (samples_per_s >= 0 && tokens_per_sample > 0) {
+      add("tokens/s", samples_per_s * tokens_per_sample);
+    }
+  } else {
+    add("tokens/s",
+        TextDetailNumber(detail, offline ? "result_tokens_per_second"
+                                         : "result_completed_tokens_per_second"));
+  }
   for (const char* p : {"50.00", "90.00", "99.00"}) {
     const std::string q = std::string(p).substr(0, 2);
     const double ttft = TextDetailNumber(
@@ -504,7 +511,7 @@ absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
       (serve.tpot_bound_ms > 0 ? serve.tpot_bound_ms : 100) * 1e-3;
   std::mutex mu;
   std::map<uintptr_t, std::chrono::steady_clock::time_point> first_at;
-  int64_t completed = 0, within = 0;
+  int64_t completed = 0, within = 0, tokens_done = 0;
   bool interrupted = false;
   ContinuousServer* server_ptr = nullptr;
   ContinuousServer server(
@@ -526,8 +533,13 @@ absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
       },
       [&](const TextRequest& r, const std::vector<int64_t>& tokens) {
         const auto now = std::chrono::steady_clock::now();
+        // An abandoned request counts as long as it was drawn, so that LoadGen
+        // records a TPOT (it needs 2 tokens or more) and ends its test.
+        const auto n = static_cast<int64_t>(std::max(tokens.size(), size_t{2}));
         {
           std::lock_guard<std::mutex> lock(mu);
+          ++completed;
+          tokens_done += n;
           const auto first = first_at.find(r.id);
           if (first != first_at.end()) {
             const double ttft =
@@ -540,11 +552,7 @@ absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
             if (ttft <= ttft_bound_s && tpot <= tpot_bound_s) ++within;
             first_at.erase(first);
           }
-          ++completed;
         }
-        // An abandoned request counts as long as it was drawn, so that LoadGen
-        // records a TPOT (it needs 2 tokens or more) and ends its test.
-        const auto n = static_cast<int64_t>(std::max(tokens.size(), size_t{2}));
         mlperf::QuerySampleResponse response(r.id, 0, 0, n);
         mlperf::QuerySamplesComplete(&response, 1);
       },
@@ -625,7 +633,7 @@ absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
     std::ifstream in(std::filesystem::path(folder) / "mlperf_log_detail.txt");
     std::stringstream text;
     text << in.rdbuf();
-    double good = -1;
+    double good = -1, tokens_per_sample = -1;
     {
       std::lock_guard<std::mutex> lock(mu);
       if (const std::string error = server.error(); !error.empty()) {
@@ -639,10 +647,15 @@ absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
       // A peak search's requests span every rate it tried: no one goodput.
       if (completed > 0 && !serve.find_peak)
         good = static_cast<double>(within) / static_cast<double>(completed);
+      if (completed > 0) {
+        tokens_per_sample =
+            static_cast<double>(tokens_done) / static_cast<double>(completed);
+      }
     }
-    const ServeCounters counters = WithPeak(
-        TextCountersFromDetail(ParseDetailLog(text.str()), serve, server.stats(), good),
-        text.str(), serve);
+    const ServeCounters counters =
+        WithPeak(TextCountersFromDetail(ParseDetailLog(text.str()), serve, server.stats(),
+                                        good, tokens_per_sample),
+                 text.str(), serve);
     state.SetIterationTime(counters.seconds_per_sample);
     for (const auto& [name, value] : counters.counters) state.counters[name] = value;
     state.counters["max_batch"] = static_cast<double>(serve.max_batch);

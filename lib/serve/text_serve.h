@@ -169,10 +169,15 @@ inline constexpr uint64_t kTextServeSeed = 55;
 // TPOT percentiles (Server), goodput against the TTFT and TPOT bounds
 // (`good`: the share of requests within both, by the server's clock) and
 // the scheduler's own: mean active slots a decode step, prefill and decode
-// shares of the time.
+// shares of the time. MultiStream's tokens/s is its samples/s (a query's
+// samples over its mean latency) times `tokens_per_sample`, the mean output
+// of the requests the server completed (-1: unknown), so that both count
+// the same span: LoadGen's own is over the test's wall time, with the gaps
+// between queries.
 ServeCounters TextCountersFromDetail(const std::map<std::string, std::string>& detail,
                                      const ServeSettings& serve,
-                                     const SchedulerStats& stats, double good);
+                                     const SchedulerStats& stats, double good,
+                                     double tokens_per_sample = -1);
 
 // One serve benchmark of generation: one LoadGen test over `decoder`'s
 // slots (spec.batch of them, spec.prompt + spec.new_tokens positions each),

@@ -215,15 +215,20 @@ class ContinuousBatchingTest(unittest.TestCase):
         for scenario, key, per_query in (("SingleStream", "single", 1),
                                          ("MultiStream", "multi", 3)):
             with tempfile.TemporaryDirectory() as d:
-                textserve.serve_text(model, scenario, d, prompt=(3, 6), output=(2, 4),
-                                     max_batch=4, min_s=0.1, min_queries=8,
-                                     samples_per_query=3)
+                counters, _, _ = textserve.serve_text(
+                    model, scenario, d, prompt=(3, 6), output=(4, 4), max_batch=4, min_s=0.1,
+                    min_queries=8, samples_per_query=3)
                 with open(os.path.join(d, "mlperf_log_detail.txt")) as f:
                     detail = serve.parse_detail(f.read())
             self.assertEqual(detail["effective_samples_per_query"], per_query, scenario)
             expected = detail[f"requested_{key}_stream_expected_latency_ns"]
             self.assertGreater(expected, 0, scenario)
             self.assertNotIn(expected, (1e6, 8e6), scenario)
+            if scenario == "MultiStream":
+                # tokens/s over the span samples/s counts (without the gaps
+                # between queries): 4 tokens a sample, exactly, as bench's.
+                self.assertAlmostEqual(counters["tokens/s"], 4 * counters["samples/s"],
+                                       delta=1e-9 * counters["tokens/s"])
         with self.assertRaisesRegex(ValueError, "Server scenario only"):
             textserve.serve_text(model, "Offline", "/tmp", prompt=(4, 4), output=(2, 2),
                                  find_peak=True)

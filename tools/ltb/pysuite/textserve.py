@@ -320,15 +320,21 @@ class Server(batch_serve.Worker):
                     self.cv.notify_all()
 
 
-def counters_from_detail(detail, scenario, stats, good, ttft_bound_ms, tpot_bound_ms):
-    """lib/serve's TextCountersFromDetail."""
+def counters_from_detail(detail, scenario, stats, good, ttft_bound_ms, tpot_bound_ms,
+                         tokens_per_sample=None):
+    """lib/serve's TextCountersFromDetail: MultiStream's tokens/s is its
+    samples/s times the completed requests' mean output (`tokens_per_sample`),
+    over the same span."""
     out, label, seconds = batch_serve.counters_from_detail(detail, scenario)
     out.pop("goodput", None)
     out.pop("bound_ms", None)
     number = batch_serve._number
     key = "result_tokens_per_second" if scenario == "Offline" else \
         "result_completed_tokens_per_second"
-    if number(detail, key) is not None:
+    if scenario == "MultiStream":
+        if "samples/s" in out and tokens_per_sample:
+            out["tokens/s"] = out["samples/s"] * tokens_per_sample
+    elif number(detail, key) is not None:
         out["tokens/s"] = number(detail, key)
     for p in ("50.00", "90.00", "99.00"):
         for name, k in ((f"ttft_p{p[:2]}_ms", f"result_first_token_{p}_percentile_latency_ns"),
@@ -376,7 +382,7 @@ def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_
             v.zero_()
     samples = [None] * SAMPLES
     lock = threading.Lock()
-    first_at, tally = {}, {"done": 0, "within": 0}
+    first_at, tally = {}, {"done": 0, "within": 0, "tokens": 0}
 
     def first(r, token):
         with lock:
@@ -392,6 +398,7 @@ def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_
                 if at - r.arrived <= ttft_bound_ms / 1e3 and tpot <= tpot_bound_ms / 1e3:
                     tally["within"] += 1
             tally["done"] += 1
+            tally["tokens"] += max(len(tokens), 2)
         lg.QuerySamplesComplete([lg.QuerySampleResponse(r.id, 0, 0, max(len(tokens), 2))])
 
     buckets = key_buckets(prompt[0] + 1, context)
@@ -427,8 +434,10 @@ def serve_text(model, scenario, log_dir, *, prompt, output, max_batch=8, target_
     text = batch_serve.run_test(lg, settings, log_dir, server, issue, load, unload, warm)
     # A peak search's requests span every rate it tried: no one goodput.
     good = tally["within"] / tally["done"] if tally["done"] and not find_peak else None
+    per_sample = tally["tokens"] / tally["done"] if tally["done"] else None
     counters, label, seconds = batch_serve.with_peak(
         counters_from_detail(batch_serve.parse_detail(text), scenario, server.batcher.stats(),
-                             good, ttft_bound_ms, tpot_bound_ms), text, find_peak, target_qps)
+                             good, ttft_bound_ms, tpot_bound_ms, per_sample),
+        text, find_peak, target_qps)
     counters["max_batch"] = max_batch
     return counters, label, seconds
