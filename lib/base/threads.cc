@@ -318,6 +318,22 @@ absl::Status ConfigureThreads(const ThreadSettings& settings) {
                      ", --interop_threads=", settings.inter_op, ")"));
   }
   const int intra = settings.intra_op > 0 ? settings.intra_op : DefaultIntraOpThreads();
+  // OpenMP's own limits, where they would run LibTorch's parallel regions on
+  // fewer threads than this run reports (and measures its peaks with).
+  if (auto limit = FindGet("omp_get_thread_limit"); limit != nullptr && limit() < intra) {
+    const char* env = std::getenv("OMP_THREAD_LIMIT");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "OMP_THREAD_LIMIT=", env != nullptr ? env : "?", " holds OpenMP to ", limit(),
+        limit() == 1 ? " thread" : " threads", ", fewer than the ", intra,
+        " intra-op threads this run would report (--threads, OMP_NUM_THREADS or the "
+        "cores): unset it, or run --threads=",
+        limit()));
+  }
+  if (auto dynamic = FindGet("omp_get_dynamic"); dynamic != nullptr && dynamic() != 0) {
+    return absl::InvalidArgumentError(
+        "OMP_DYNAMIC=true lets OpenMP run fewer threads than asked as the machine's load "
+        "goes, so no step's thread count is known: unset it");
+  }
   // set_num_threads also sets MKL's count and OpenMP's.
   at::set_num_threads(intra);
   if (auto fn = FindSet("openblas_set_num_threads")) fn(intra);

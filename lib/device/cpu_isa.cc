@@ -80,12 +80,12 @@ std::string MatchCpuSimulation() {
     SimulationNote() = absl::StrCat(
         "in part: ", absl::StrJoin(alone, " and "),
         " without ATEN_CPU_CAPABILITY, so LibTorch's own kernels run this CPU's "
-        "instructions (cpu_capability), and so does whatever no limit names (oneDNN, "
-        "MKL, the peaks' loop); ATEN_CPU_CAPABILITY=avx2 or default simulates an older "
-        "CPU throughout");
+        "instructions (cpu_capability), and so does whichever of oneDNN, MKL and the "
+        "peaks' loop no limit here names; ATEN_CPU_CAPABILITY=avx2 or default simulates "
+        "an older CPU throughout");
     return SimulationNote();
   }
-  const std::string level = absl::AsciiStrToLower(aten);
+  const std::string level = aten;  // as ATen reads it (CheckCpuIsaLimit)
   const char* onednn = level == "avx2" ? "AVX2" : level == "default" ? "SSE41" : nullptr;
   if (onednn == nullptr) return "";
   // MKL's limit: on Intel CPUs its GEMMs otherwise run AVX-512 under the
@@ -110,6 +110,19 @@ std::string MatchCpuSimulation() {
 std::string CpuSimulationNote() { return SimulationNote(); }
 
 absl::Status CheckCpuIsaLimit() {
+#if defined(__x86_64__)
+  // ATen compares the value as it is (DispatchStub.cpp), and warns once that
+  // it ignores another.
+  if (const char* aten = std::getenv("ATEN_CPU_CAPABILITY");
+      aten != nullptr && *aten != '\0' && std::string_view(aten) != "default" &&
+      std::string_view(aten) != "avx2" && std::string_view(aten) != "avx512") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ATEN_CPU_CAPABILITY=", aten,
+        " is not a value ATen reads: it ignores it and runs this CPU's own kernels, "
+        "while oneDNN, MKL and the peaks would follow it; valid: ",
+        kCpuIsaLimits, " (lower case)"));
+  }
+#endif
   if (LimitLevel() >= 0) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("bad LTB_MAX_CPU_ISA value '",
                                                  std::getenv("LTB_MAX_CPU_ISA"),

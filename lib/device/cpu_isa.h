@@ -17,7 +17,10 @@ namespace ltb {
 // Unset or empty: the CPU's own.
 constexpr char kCpuIsaLimits[] = "default, avx2, avx512";
 
-// An error naming the valid values when LTB_MAX_CPU_ISA holds another.
+// An error naming the valid values when LTB_MAX_CPU_ISA holds another, or
+// when ATEN_CPU_CAPABILITY holds one ATen does not read (on x86, other than
+// default, avx2 and avx512, in lower case: ATen ignores it and runs this
+// CPU's own kernels, while oneDNN, MKL and the peaks would follow it).
 absl::Status CheckCpuIsaLimit();
 
 // The limit in force ("avx2"), or "" for none.

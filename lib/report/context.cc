@@ -116,7 +116,8 @@ Context CollectContext(const Context& extra) {
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry(*e);
     const std::string name = entry.substr(0, entry.find('='));
-    for (const char* prefix : {"PYTORCH_", "TORCH_", "CUBLAS", "CUDNN_", "NCCL_"}) {
+    for (const char* prefix : {"PYTORCH_", "TORCH_", "TORCHDYNAMO_", "TORCHINDUCTOR_",
+                               "CUBLAS", "CUDNN_", "NCCL_"}) {
       if (absl::StartsWith(name, prefix)) prefixed.emplace_back(name);
     }
   }
@@ -140,11 +141,30 @@ Context CollectContext(const Context& extra) {
   // oneDNN primitives stay cached, and a library preloaded in front of the
   // process's own (jemalloc, tcmalloc, Intel's OpenMP: glibc's malloc
   // settings, the context's malloc, then do nothing).
-  for (const char* var :
-       {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_PROC_BIND",
-        "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY", "THP_MEM_ALLOC_ENABLE",
-        "LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY",
-        "DNNL_PRIMITIVE_CACHE_CAPACITY", "LD_PRELOAD"}) {
+  // OpenMP's thread limit and dynamic teams (refused where they would cut
+  // the threads: base/threads.cc), MKL's code path (MKL_CBWR=AVX2 runs its
+  // GEMMs as on an AVX2 CPU) and the libraries' verbose modes, which slow
+  // every call they log.
+  for (const char* var : {"OMP_WAIT_POLICY",
+                          "GOMP_SPINCOUNT",
+                          "KMP_BLOCKTIME",
+                          "OMP_PROC_BIND",
+                          "OMP_PLACES",
+                          "GOMP_CPU_AFFINITY",
+                          "KMP_AFFINITY",
+                          "OMP_THREAD_LIMIT",
+                          "OMP_DYNAMIC",
+                          "MKL_DYNAMIC",
+                          "MKL_CBWR",
+                          "MKL_DEBUG_CPU_TYPE",
+                          "MKL_VERBOSE",
+                          "ONEDNN_VERBOSE",
+                          "DNNL_VERBOSE",
+                          "THP_MEM_ALLOC_ENABLE",
+                          "LRU_CACHE_CAPACITY",
+                          "ONEDNN_PRIMITIVE_CACHE_CAPACITY",
+                          "DNNL_PRIMITIVE_CACHE_CAPACITY",
+                          "LD_PRELOAD"}) {
     if (const char* v = std::getenv(var); v != nullptr && *v != '\0') {
       ctx.emplace_back(absl::AsciiStrToLower(var), v);
     }

@@ -321,6 +321,26 @@ class BadInputTest(unittest.TestCase):
             if code:
                 self.assertIn("ONEDNN_DEFAULT_FPMATH_MODE=BF16 lets oneDNN compute fp32 in "
                               "a narrower type", proc.stderr)
+        # OpenMP's limits that would run fewer threads than the context
+        # reports (one thread where it said two: the step took twice as
+        # long), and an ATEN_CPU_CAPABILITY that ATen ignores while oneDNN,
+        # MKL and the peaks would follow it: refused; a limit the threads
+        # fit under is not.
+        for extra, args, code, said in (
+                ({"OMP_THREAD_LIMIT": "1"}, ["--threads=2"], 2,
+                 "OMP_THREAD_LIMIT=1 holds OpenMP to 1 thread, fewer than the 2 intra-op "
+                 "threads this run would report"),
+                ({"OMP_THREAD_LIMIT": "1"}, ["--threads=1"], 0, ""),
+                ({"OMP_DYNAMIC": "true"}, [], 2,
+                 "OMP_DYNAMIC=true lets OpenMP run fewer threads than asked"),
+                ({"ATEN_CPU_CAPABILITY": "AVX2"}, [], 2,
+                 "ATEN_CPU_CAPABILITY=AVX2 is not a value ATen reads")):
+            proc = subprocess.run([BENCH, "--devices=cpu", "--benchmark_list_tests",
+                                   "--benchmark_filter=^GPT2/nano/cpu/forward/", *args],
+                                  capture_output=True, text=True, timeout=600,
+                                  env=dict(os.environ, **extra))
+            self.assertEqual(proc.returncode, code, (extra, proc.stderr))
+            self.assertIn(said, proc.stderr)
         # A path given empty ("--weights=$UNSET") is refused, not run as if
         # left out (random weights, the default suite in place of --model).
         for flag in ("weights", "eval_tokens", "compiled", "model", "inputs", "data_dir",

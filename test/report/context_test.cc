@@ -90,7 +90,8 @@ TEST(CollectContext, RecordsPyTorchsAndNvidiasVariables) {
                    {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "0"},
                    {"CUBLAS_WORKSPACE_CONFIG", ":4096:8"},
                    {"NCCL_P2P_DISABLE", "1"},
-                   {"TORCHINDUCTOR_CACHE_DIR", "/tmp/x"}});
+                   {"TORCHINDUCTOR_CACHE_DIR", "/tmp/x"},
+                   {"TORCHELASTIC_RESTART_COUNT", "0"}});
     for (const auto& [key, value] : CollectContext({})) {
       ctx[key] = value;
       keys.push_back(key);
@@ -102,7 +103,10 @@ TEST(CollectContext, RecordsPyTorchsAndNvidiasVariables) {
   EXPECT_EQ(ctx["torch_allow_tf32_cublas_override"], "0");
   EXPECT_EQ(ctx["cublas_workspace_config"], ":4096:8");
   EXPECT_EQ(ctx["nccl_p2p_disable"], "1");
-  EXPECT_EQ(ctx.count("torchinductor_cache_dir"), 0u);  // no prefix of theirs
+  // torch.compile's and Inductor's (freezing, say, changes the code an
+  // AOTInductor package was built from) are theirs too; torchrun's are not.
+  EXPECT_EQ(ctx["torchinductor_cache_dir"], "/tmp/x");
+  EXPECT_EQ(ctx.count("torchelastic_restart_count"), 0u);
   EXPECT_EQ(std::count(keys.begin(), keys.end(), "torch_allow_tf32_cublas_override"), 1);
 }
 
@@ -118,6 +122,9 @@ TEST(CollectContext, RecordsThreadPinningHugePagesCachesAndPreloads) {
                    {"THP_MEM_ALLOC_ENABLE", "1"},
                    {"ONEDNN_PRIMITIVE_CACHE_CAPACITY", "4096"},
                    {"LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"},
+                   {"MKL_CBWR", "AVX2"},
+                   {"MKL_VERBOSE", "1"},
+                   {"TORCHDYNAMO_DISABLE", "1"},
                    {"GOMP_CPU_AFFINITY", nullptr}});
     for (const auto& [key, value] : CollectContext({})) ctx[key] = value;
   }
@@ -127,6 +134,11 @@ TEST(CollectContext, RecordsThreadPinningHugePagesCachesAndPreloads) {
   EXPECT_EQ(ctx["thp_mem_alloc_enable"], "1");
   EXPECT_EQ(ctx["onednn_primitive_cache_capacity"], "4096");
   EXPECT_EQ(ctx["ld_preload"], "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2");
+  // MKL's GEMMs on an older code path, a verbose mode that slows every
+  // call, torch.compile turned off.
+  EXPECT_EQ(ctx["mkl_cbwr"], "AVX2");
+  EXPECT_EQ(ctx["mkl_verbose"], "1");
+  EXPECT_EQ(ctx["torchdynamo_disable"], "1");
   EXPECT_EQ(ctx.count("gomp_cpu_affinity"), 0u);
 }
 

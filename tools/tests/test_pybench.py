@@ -1581,22 +1581,28 @@ class ContextTest(unittest.TestCase):
         c = self.context_of("--benchmark_filter=GPT2/", env={
             "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "CUDA_LAUNCH_BLOCKING": "1",
             "TORCH_CUDNN_SDPA_DEPRIORITIZED": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
-            "NCCL_P2P_DISABLE": "1", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x"})
+            "NCCL_P2P_DISABLE": "1", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x",
+            "TORCHELASTIC_RESTART_COUNT": "0"})
         self.assertEqual((c["pytorch_cuda_alloc_conf"], c["cuda_launch_blocking"],
                           c["torch_cudnn_sdpa_deprioritized"], c["cublas_workspace_config"],
                           c["nccl_p2p_disable"]),
                          ("expandable_segments:True", "1", "1", ":4096:8", "1"))
-        self.assertNotIn("torchinductor_cache_dir", c)
+        self.assertEqual(c["torchinductor_cache_dir"], "/tmp/x")  # as bench
+        self.assertNotIn("torchelastic_restart_count", c)
         # As bench: where OpenMP's threads run, huge pages asked for, oneDNN's
         # primitive cache, a preloaded allocator.
         c = self.context_of("--benchmark_filter=GPT2/", env={
             "OMP_PROC_BIND": "close", "OMP_PLACES": "cores", "THP_MEM_ALLOC_ENABLE": "1",
             "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "4096",
-            "LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"})
+            "LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+            "MKL_CBWR": "AVX2", "TORCHINDUCTOR_FREEZING": "1"})
         self.assertEqual((c["omp_proc_bind"], c["omp_places"], c["thp_mem_alloc_enable"],
                           c["onednn_primitive_cache_capacity"], c["ld_preload"]),
                          ("close", "cores", "1", "4096",
                           "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"))
+        # MKL's GEMMs on an older code path, Inductor's freezing (a compiled
+        # run's code): recorded, as bench records them.
+        self.assertEqual((c["mkl_cbwr"], c["torchinductor_freezing"]), ("AVX2", "1"))
         self.assertIn("cpu_affinity", c)
         self.assertIn("cpu_quota", c)
         # Found here by plain text search in the build summary.
@@ -1889,6 +1895,32 @@ class Tf32OverrideTest(unittest.TestCase):
                                               "--batch=1", "--seq=8",
                                               "--benchmark_min_time=0.01", "--warmup_s=0")
             self.assertEqual(code, 0, stderr)
+
+    def test_settings_that_would_run_other_than_the_context_says_are_refused(self):
+        # As bench refuses them (lib/base/threads.cc, lib/device/cpu_isa.cc):
+        # OpenMP's limits under the threads asked, an ATEN_CPU_CAPABILITY
+        # ATen ignores, and torch.compile turned off under a /py_compile run.
+        for extra, args, said in (
+                ({"OMP_THREAD_LIMIT": "1"}, ["--threads=2"],
+                 "OMP_THREAD_LIMIT=1 holds OpenMP to 1 thread, fewer than the 2 intra-op "
+                 "threads this run would report"),
+                ({"OMP_DYNAMIC": "TRUE"}, [],
+                 "OMP_DYNAMIC=true lets OpenMP run fewer threads than asked"),
+                ({"ATEN_CPU_CAPABILITY": "AVX2"}, [],
+                 "ATEN_CPU_CAPABILITY=AVX2 is not a value ATen reads"),
+                ({"TORCHDYNAMO_DISABLE": "1"}, ["--runtime=compile"],
+                 "TORCHDYNAMO_DISABLE=1 turns torch.compile off, so a /py_compile run "
+                 "would be eager")):
+            with unittest.mock.patch.dict(os.environ, extra):
+                code, stderr = pybench_in_process("--benchmark_filter=^GPT2/nano/cpu/forward/",
+                                                  "--batch=1", "--seq=8", *args)
+            self.assertEqual(code, 2, (extra, stderr))
+            self.assertIn(said, stderr)
+        with unittest.mock.patch.dict(os.environ, {"OMP_THREAD_LIMIT": "1"}):
+            code, stderr = pybench_in_process("--benchmark_filter=^GPT2/nano/cpu/forward/",
+                                              "--batch=1", "--seq=8", "--threads=1",
+                                              "--benchmark_min_time=0.01", "--warmup_s=0")
+        self.assertEqual(code, 0, stderr)
 
     def test_a_cpu_fp32_run_is_refused_where_onednn_may_narrow_fp32(self):
         for name in ("ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE"):

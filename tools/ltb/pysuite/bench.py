@@ -55,8 +55,8 @@ def reported(entries, aggregates_only):
 def pybench_main(argv):
     if argv[:1] == ["--compare"]:  # C++ beside Python under load, nothing run
         return compare_main(argv[1:])
-    simulation = match_cpu_simulation()  # before oneDNN or MKL runs anything
     try:
+        simulation = match_cpu_simulation()  # before oneDNN or MKL runs anything
         args = parse_flags(argv)
         args.cpu_simulation = simulation
         selected = specs(args)
@@ -86,8 +86,8 @@ def pybench_main(argv):
               ".safetensors file, a folder holding model.safetensors or "
               "model.safetensors.index.json, or such an index", file=sys.stderr)
         return 2
-    threads = configure_threads(args)
     try:
+        threads = configure_threads(args)
         configure_fp32(cuda=any(s.device.startswith("cuda") for s in selected),
                        cpu_fp32=any(s.device == "cpu" and s.dtype == "fp32" for s in selected))
         args.malloc_text = configure_malloc(args.malloc)

@@ -148,12 +148,15 @@ def context(args, threads, peaks):
     # CUDA allocator's configuration, a launch waiting for the last, an
     # attention kernel passed over, cuBLAS's workspace, NCCL's transport).
     prefixed = sorted(v for v in os.environ
-                      if v.startswith(("PYTORCH_", "TORCH_", "CUBLAS", "CUDNN_", "NCCL_")))
+                      if v.startswith(("PYTORCH_", "TORCH_", "TORCHDYNAMO_", "TORCHINDUCTOR_",
+                                       "CUBLAS", "CUDNN_", "NCCL_")))
     for var in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "LTB_MAX_CPU_ISA",
                 "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_DEFAULT_FPMATH_MODE",
                 "DNNL_DEFAULT_FPMATH_MODE", "NVIDIA_TF32_OVERRIDE", "CUDA_LAUNCH_BLOCKING",
                 *prefixed, "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME",
                 "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY",
+                "OMP_THREAD_LIMIT", "OMP_DYNAMIC", "MKL_DYNAMIC", "MKL_CBWR",
+                "MKL_DEBUG_CPU_TYPE", "MKL_VERBOSE", "ONEDNN_VERBOSE", "DNNL_VERBOSE",
                 "THP_MEM_ALLOC_ENABLE", "LRU_CACHE_CAPACITY",
                 "ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY",
                 "LD_PRELOAD"):

@@ -316,6 +316,11 @@ def parse_flags(argv):
     a.quants = quant_flags(a.quant, a.quant_group)
     a.runtimes = choices("eager,compile" if a.compile else a.runtime, tuple(RUNTIMES),
                          "runtime")
+    # torch.compile then returns the model as it is: a /py_compile run eager.
+    for var in ("TORCHDYNAMO_DISABLE", "TORCH_COMPILE_DISABLE"):
+        if "compile" in a.runtimes and os.environ.get(var, "") == "1":
+            raise BadFlag(f"{var}=1 turns torch.compile off, so a /py_compile run would be "
+                          "eager: unset it, or leave compile out of --runtime")
     if a.grad_mode not in GRAD_MODES:
         raise BadFlag(f"--grad_mode={a.grad_mode}: valid: {', '.join(GRAD_MODES)}")
     a.device_list = devices(a.devices)

@@ -207,7 +207,18 @@ def tf32_text():
 
 
 def configure_threads(args):
+    """The intra-op threads, set; BadFlag where OpenMP's own settings would
+    run fewer than that, as bench refuses them (lib/base/threads.cc)."""
     intra = args.threads or physical_cores()
+    limit = os.environ.get("OMP_THREAD_LIMIT", "").strip()
+    if limit.isdigit() and 0 < int(limit) < intra:
+        raise BadFlag(f"OMP_THREAD_LIMIT={limit} holds OpenMP to {int(limit)} "
+                      f"thread{'' if int(limit) == 1 else 's'}, fewer than the {intra} intra-op "
+                      "threads this run would report (--threads, OMP_NUM_THREADS or the "
+                      f"cores): unset it, or run --threads={int(limit)}")
+    if os.environ.get("OMP_DYNAMIC", "").strip().lower() == "true":
+        raise BadFlag("OMP_DYNAMIC=true lets OpenMP run fewer threads than asked as the "
+                      "machine's load goes, so no step's thread count is known: unset it")
     torch.set_num_threads(intra)  # also MKL's and OpenMP's, as at::set_num_threads
     try:
         torch.set_num_interop_threads(args.interop_threads)

@@ -48,7 +48,13 @@ def match_cpu_simulation(environ=os.environ):
     either library first reads its own (oneDNN at its first primitive, MKL
     at its first call). Returns what it set, as bench's cpu_simulation
     says it, or ""."""
-    level = (environ.get("ATEN_CPU_CAPABILITY") or "").lower()
+    level = environ.get("ATEN_CPU_CAPABILITY") or ""
+    # ATen reads the value as it is written, and ignores another (AVX2
+    # included): refused as bench refuses it (CheckCpuIsaLimit).
+    if level and level not in ISA_LEVELS and platform.machine() in ("x86_64", "AMD64"):
+        raise BadFlag(f"ATEN_CPU_CAPABILITY={level} is not a value ATen reads: it ignores it "
+                      "and runs this CPU's own kernels, while oneDNN, MKL and the peaks would "
+                      "follow it; valid: default, avx2, avx512 (lower case)")
     if level not in ("avx2", "default"):
         return ""
     wanted = (("ONEDNN_MAX_CPU_ISA", "AVX2" if level == "avx2" else "SSE41"),
