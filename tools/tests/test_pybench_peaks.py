@@ -99,6 +99,34 @@ class PeaksTest(unittest.TestCase):
         self.assertEqual(p[("cpu", "fp32")], (1e12, "given (--peak_flops)"))
         self.assertEqual(p[("cpu", "bandwidth")][0], 3.246e10)
 
+    def test_peaks_measured_under_other_threads_or_instructions_are_refused(self):
+        """A bench file's CPU peaks hold for its threads and instructions:
+        divided into a run of one thread, or of a simulated AVX2 CPU, they
+        would be another machine's (mfu against two threads' AVX-512 peak)."""
+        from ltb.pysuite.flags import BadFlag
+        here = {"intra_op_threads": str(torch.get_num_threads()),
+                "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+        path = bench_file(self.tmp.name, dict(FP32_ONLY, **here))
+        self.assertEqual(self.peaks(peaks_from=path)[("cpu", "fp32")][0], 4.203e11)
+        for other, said in (({"intra_op_threads": str(torch.get_num_threads() + 1)},
+                             f"intra_op_threads {torch.get_num_threads() + 1} there, "
+                             f"{torch.get_num_threads()} here"),
+                            ({"onednn_max_cpu_isa": "AVX2"},
+                             "onednn_max_cpu_isa AVX2 there, unset here")):
+            path = bench_file(self.tmp.name, {**FP32_ONLY, **here, **other})
+            with self.assertRaisesRegex(BadFlag, "its CPU peaks were measured under other "
+                                                 "settings than this run's"):
+                self.peaks(peaks_from=path)
+            try:
+                self.peaks(peaks_from=path)
+            except BadFlag as e:
+                self.assertIn(said, str(e))
+        # A run on no CPU takes the file as it is (its CPU peaks unused).
+        self.assertEqual(self.peaks(peaks_from=path, device_list=[], dtypes=[])
+                         [("cpu", "fp32")][0], 4.203e11)
+        with unittest.mock.patch.dict(os.environ, {"ONEDNN_MAX_CPU_ISA": "AVX2"}):
+            self.assertEqual(self.peaks(peaks_from=path)[("cpu", "fp32")][0], 4.203e11)
+
     def test_a_dtype_peak_flops_leaves_out_is_measured(self):
         p = self.peaks(peak_flops="bf16=1e12", dtypes=["fp32", "bf16"])
         self.assertEqual(p[("cpu", "bf16")], (1e12, "given (--peak_flops)"))

@@ -157,6 +157,34 @@ def whole_peak(doc, kind, what, value):
     return min(whole, default=value)
 
 
+# What a bench run's CPU peaks were measured under: its threads and the
+# instructions each library could use (a simulated older CPU's limits).
+CPU_PEAK_SETTINGS = ("intra_op_threads", "cpu_capability", "aten_cpu_capability",
+                     "onednn_max_cpu_isa", "dnnl_max_cpu_isa", "mkl_enable_instructions",
+                     "mkl_cbwr", "ltb_max_cpu_isa")
+
+
+def check_cpu_peaks_apply(path, context):
+    """BadFlag where a bench file's CPU peaks were measured under other
+    threads or instructions than this run has: its mfu would divide by
+    another machine's peak (two threads' for one, AVX-512's for a simulated
+    AVX2 CPU)."""
+    here = {"intra_op_threads": str(torch.get_num_threads()),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    for var in CPU_PEAK_SETTINGS[2:]:
+        here[var] = os.environ.get(var.upper()) or None
+    # bench records each limit where set; its threads and capability always
+    # (a file without them, written by hand, is taken as it is).
+    differ = [f"{k} {context.get(k) or 'unset'} there, {here[k] or 'unset'} here"
+              for k in CPU_PEAK_SETTINGS
+              if (context.get(k) or None) != here[k] and
+              not (k in CPU_PEAK_SETTINGS[:2] and k not in context)]
+    if differ:
+        raise BadFlag(f"--peaks_from={path}: its CPU peaks were measured under other settings "
+                      f"than this run's ({'; '.join(differ)}): run bench with the same threads "
+                      "and environment for them, or give --peak_flops")
+
+
 def peak_flops(args):
     """{(device kind, dtype or 'bandwidth'): (FLOP/s or bytes/s, how it was
     found)}."""
@@ -177,6 +205,8 @@ def peak_flops(args):
                     peaks[(kind, d)] = (number, "given (--peak_flops)")
     if args.peaks_from:
         doc = load(args.peaks_from)
+        if any(d.split(":")[0] == "cpu" for d in args.device_list):
+            check_cpu_peaks_apply(args.peaks_from, doc["context"])
         for key, text in doc["context"].items():
             m = (re.fullmatch(r"peak_flops_(cpu|cuda)_(fp32|bf16|fp16)", key)
                  or re.fullmatch(r"peak_bandwidth_(cpu|cuda)()", key))
