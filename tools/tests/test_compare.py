@@ -141,6 +141,27 @@ class CompareTest(ToolTest):
         self.assertExit(proc, 0)
         self.assertNotIn("settings differ", proc.stderr)
 
+    def test_a_simulated_cpu_another_libtorch_blas_or_seed_are_named(self):
+        # An AVX2-simulated run against a native one compared silently (-37%).
+        native = dict(cpu_capability="AVX512", libtorch_version="2.15.0",
+                      blas="mkl (linked into LibTorch)", seed="0")
+        simulated = dict(native, cpu_capability="AVX2", aten_cpu_capability="avx2",
+                         onednn_max_cpu_isa="AVX2", mkl_enable_instructions="AVX2")
+        base = self.write("base.json", doc(entry(FWD, 10.0), **native))
+        new = self.write("new.json", doc(entry(FWD, 16.0), **simulated))
+        proc = self.run_tool("compare", base, new, "--no-color")
+        self.assertExit(proc, 0)
+        self.assertIn("instructions AVX512 vs AVX2 (aten_cpu_capability=avx2, "
+                      "onednn_max_cpu_isa=AVX2, mkl_enable_instructions=AVX2)", proc.stderr)
+        other = self.write("other.json", doc(entry(FWD, 9.0), **dict(
+            native, libtorch_version="2.14.1", blas="openblas", seed="7")))
+        proc = self.run_tool("compare", base, other, "--no-color")
+        self.assertExit(proc, 0)
+        self.assertIn("LibTorch 2.15.0 vs 2.14.1; BLAS mkl (linked into LibTorch) vs openblas; "
+                      "seed 0 vs 7", proc.stderr)
+        proc = self.run_tool("compare", base, base, "--no-color")
+        self.assertNotIn("settings differ", proc.stderr)
+
     def test_cpus_held_back_and_another_malloc_are_named(self):
         # One run under taskset -c 0 and a preloaded jemalloc, the other on
         # the whole machine with glibc's tuned malloc: both were silent.

@@ -165,6 +165,21 @@ class GateTest(ToolTest):
         a, b = [1, 2, 3, 3], [4, 5, 6, 7]
         self.assertEqual(u_test(a, b), mannwhitneyu(a, b, method="asymptotic").pvalue)
 
+    def test_settings_the_runs_differ_in_are_said_beside_the_verdicts(self):
+        # Two threads against one: a "+73%" regression with no word that the
+        # runs differed; said now, and the verdict stays the gate's.
+        proc = self.gate(doc(repeated(NANO, BASE_MS), intra_op_threads="2",
+                             cpu_capability="AVX512"),
+                         doc(repeated(NANO, scaled(BASE_MS, 1.73)), intra_op_threads="1",
+                             cpu_capability="AVX512"))
+        self.assertExit(proc, 1)
+        self.assertIn("The runs' settings differ, so a change is not the code's alone: "
+                      "threads 2 vs 1.", proc.stdout)
+        proc = self.gate(doc(repeated(NANO, BASE_MS), intra_op_threads="2"),
+                         doc(repeated(NANO, BASE_MS), intra_op_threads="2"))
+        self.assertExit(proc, 0)
+        self.assertNotIn("settings differ", proc.stdout)
+
     def test_peak_memory_growth_fails(self):
         proc = self.gate(doc(repeated(NANO, BASE_MS, peak_mem=1_000_000)),
                          doc(repeated(NANO, BASE_MS, peak_mem=1_200_000)))

@@ -14,6 +14,7 @@ from ltb.base import EXIT_OK, EXIT_REGRESSION, BadInput, reader_may_stop, requir
 from ltb.gate.options import add_gate_arguments, load_thresholds
 from ltb.gate.verdicts import (LOST, REGRESSION, compare, differences, render,
                                repetition_note)
+from ltb.results import runtimes
 from ltb.results.entries import all_names, collect
 from ltb.results.load import load_all
 
@@ -41,8 +42,16 @@ def judge(args):
                        f"{args.baseline} and {args.contender}")
     regressed = any(r.verdict == REGRESSION for r in rows)
     status = EXIT_REGRESSION if regressed or failing_lost else EXIT_OK
+    notes = [repetition_note(base_doc, new_doc, args.alpha)]
+    # Settings the runs differ in (threads, a simulated CPU, LibTorch, ...):
+    # said beside the verdicts, which they may explain; never a failure.
+    differ = runtimes.setting_notes(runtimes.settings(base_doc, None),
+                                    runtimes.settings(new_doc, None), None)
+    if differ:
+        notes.append("The runs' settings differ, so a change is not the code's alone: "
+                     + "; ".join(differ) + ".")
     with reader_may_stop():  # the exit status stays the gate's
-        print(render(rows, lists, args, repetition_note(base_doc, new_doc, args.alpha)))
+        print(render(rows, lists, args, "\n\n".join(n for n in notes if n) or None))
     return status
 
 

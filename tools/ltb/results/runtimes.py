@@ -112,7 +112,25 @@ def settings(doc, phase):
             "threads": c.get("intra_op_threads"), "interop threads": c.get("inter_op_threads"),
             "grad mode": grad,
             "malloc": _malloc(c.get("malloc", "system" if c.get("runtime") == "python" else None)),
+            "instructions": _instructions(c), "LibTorch": c.get("libtorch_version"),
+            "BLAS": c.get("blas"), "seed": c.get("seed"),
             "warm-up": _warmup(c.get("warmup"))}
+
+
+# The context's keys that limit the instructions a CPU run used (a
+# simulated older CPU, MKL's code path), beside ATen's capability.
+_INSTRUCTION_LIMITS = ("aten_cpu_capability", "onednn_max_cpu_isa", "dnnl_max_cpu_isa",
+                       "mkl_enable_instructions", "mkl_cbwr", "ltb_max_cpu_isa")
+
+
+def _instructions(context):
+    """ATen's CPU capability and the limits set beside it ('AVX2
+    (onednn_max_cpu_isa=AVX2, ...)'), or None where the context has neither."""
+    capability = context.get("cpu_capability")
+    limits = [f"{k}={context[k]}" for k in _INSTRUCTION_LIMITS if context.get(k)]
+    if capability is None and not limits:
+        return None
+    return f"{capability or '?'}" + (f" ({', '.join(limits)})" if limits else "")
 
 
 def _malloc(text):
@@ -132,7 +150,8 @@ def setting_notes(mine, reference, runtime):
     """Sentences for the settings that differ from the reference run's, and
     for a TorchScript run whose warm-up may have timed its profiling runs."""
     notes = []
-    for key in ("machine", "cpus", "threads", "interop threads", "grad mode", "malloc"):
+    for key in ("machine", "cpus", "threads", "interop threads", "grad mode", "malloc",
+                "instructions", "LibTorch", "BLAS", "seed"):
         if mine[key] is not None and reference[key] is not None and \
                 str(mine[key]) != str(reference[key]):
             notes.append(f"{key} {mine[key]} vs {reference[key]}")
