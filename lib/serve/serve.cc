@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -480,6 +481,19 @@ ServeCounters WithPeak(ServeCounters out, const std::string& detail_text,
     while (!why.empty() && why.back() == ' ') why.pop_back();
     out.label = absl::StrCat("scenario:Server no peak: the starting rate ",
                              serve.target_qps, " QPS misses the bound: ", why);
+    // Google Benchmark reports no counter of an error: the starting test's
+    // figures go in its message.
+    std::vector<std::string> figures;
+    for (const auto& [name, value] : out.counters) {
+      if (name == "samples/s" || name == "p99_ms" || name == "ttft_p99_ms" ||
+          name == "tpot_p99_ms") {
+        figures.push_back(absl::StrFormat("%s %.4g", name, value));
+      }
+    }
+    out.error = absl::StrCat("no peak: the starting rate ", serve.target_qps,
+                             " QPS misses the bound: ", why,
+                             " (that test: ", absl::StrJoin(figures, ", "),
+                             "); search from a lower --target_qps");
   }
   return out;
 }
@@ -529,7 +543,15 @@ int PeakSearchDecimals(double target_qps) {
 }
 
 absl::StatusOr<std::string> MakeServeLogFolder(const BenchSpec& spec) {
-  const std::string folder = ServeLogFolder(spec.serve.log_dir, spec);
+  // Google Benchmark calls a serve benchmark once a repetition (its one
+  // iteration), its repetitions one after another.
+  static auto* const last = new std::pair<std::string, int>("", 0);
+  if (last->first == spec.Name()) {
+    ++last->second;
+  } else {
+    *last = {spec.Name(), 0};
+  }
+  const std::string folder = ServeLogFolder(spec.serve.log_dir, spec, last->second);
   std::error_code ec;
   std::filesystem::create_directories(folder, ec);
   if (ec) {
@@ -539,11 +561,13 @@ absl::StatusOr<std::string> MakeServeLogFolder(const BenchSpec& spec) {
   return folder;
 }
 
-std::string ServeLogFolder(const std::string& log_dir, const BenchSpec& spec) {
+std::string ServeLogFolder(const std::string& log_dir, const BenchSpec& spec,
+                           int repetition) {
   std::string name = spec.Name();
   for (char& c : name) {
     if (c == '/' || c == ':') c = c == '/' ? '_' : '-';
   }
+  if (repetition > 0) absl::StrAppend(&name, "_repetition", repetition);
   return (std::filesystem::path(log_dir) / name).string();
 }
 
@@ -819,6 +843,7 @@ absl::Status RunLoadGenTest(benchmark::State& state, Workload& workload,
       state.counters["batches"] = static_cast<double>(test->batches());
     }
     state.SetLabel(ValidUtf8(label));
+    if (!counters.error.empty()) return absl::NotFoundError(counters.error);
   }
   return absl::OkStatus();
 }

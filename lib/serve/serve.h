@@ -161,6 +161,10 @@ struct ServeCounters {
   std::vector<std::pair<std::string, double>> counters;
   std::string label;
   double seconds_per_sample = 0;  // 1 / samples/s: the benchmark's time
+  // A peak search that found no peak: the benchmark's error, for its time
+  // would read as a rate; it names the starting test's samples/s and p99
+  // (Google Benchmark reports no counter of an error; the label stays).
+  std::string error;
 };
 ServeCounters CountersFromDetail(const std::map<std::string, std::string>& detail,
                                  const ServeSettings& serve, double tokens_per_sample);
@@ -220,10 +224,13 @@ inline constexpr double kMaxGeneratedQueries = 1e6;
 // that make a step at most 1% of the starting rate.
 int PeakSearchDecimals(double target_qps);
 
-// The folder of one serve benchmark's LoadGen logs under `log_dir`.
-std::string ServeLogFolder(const std::string& log_dir, const BenchSpec& spec);
-// That folder under spec.serve.log_dir, made; an error naming it where it
-// cannot be.
+// The folder of one serve benchmark's LoadGen logs under `log_dir`; of its
+// repetition `repetition` (from 0), the folder's name then _repetitionN
+// from the second on, so that no repetition's logs replace another's.
+std::string ServeLogFolder(const std::string& log_dir, const BenchSpec& spec,
+                           int repetition = 0);
+// That folder under spec.serve.log_dir, made, for this repetition of `spec`
+// (the calls with its name in a row); an error naming it where it cannot be.
 absl::StatusOr<std::string> MakeServeLogFolder(const BenchSpec& spec);
 
 // LoadGen's scenario of a --scenario name (SingleStream, MultiStream,

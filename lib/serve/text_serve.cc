@@ -660,6 +660,7 @@ absl::Status RunTextServe(benchmark::State& state, SlotDecoder& decoder,
     for (const auto& [name, value] : counters.counters) state.counters[name] = value;
     state.counters["max_batch"] = static_cast<double>(serve.max_batch);
     state.SetLabel(ValidUtf8(counters.label));
+    if (!counters.error.empty()) return absl::NotFoundError(counters.error);
   }
   return absl::OkStatus();
 }

@@ -1994,6 +1994,32 @@ class ServeTest(unittest.TestCase):
             self.assertIn("FindPeakPerformance: Found peak performance field: "
                           f"{b['peak_qps']:.6f}", detail)
 
+    def test_a_search_with_no_peak_is_an_error_and_repetitions_keep_their_logs(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            # A bound no rate meets: its time, the starting test's, read as a
+            # rate above any peak found; now the benchmark's error, naming
+            # that test's figures (an error has no counters).
+            doc = run_json("--benchmark_filter=GPT2/nano/cpu/serve/", *self.SERVE,
+                           "--scenario=Server", "--find_peak=true",
+                           "--latency_bound_ms=0.000001", f"--serve_log_dir={tmp}/peak")
+            [b] = doc["benchmarks"]
+            self.assertTrue(b["error_occurred"])
+            self.assertRegex(b["error_message"],
+                             r"^no peak: the starting rate 100 QPS misses the bound: .+ \(that "
+                             r"test: samples/s [0-9.e+]+, p99_ms [0-9.e+]+\); search from a "
+                             r"lower --target_qps$")
+            # Each repetition's LoadGen logs in a folder of its own.
+            doc = run_json("--benchmark_filter=GPT2/nano/cpu/serve/", *self.SERVE,
+                           "--scenario=Offline", "--benchmark_repetitions=2",
+                           f"--serve_log_dir={tmp}/reps")
+            self.assertEqual(len([e for e in doc["benchmarks"]
+                                  if e["run_type"] == "iteration"]), 2)
+            [first, second] = sorted(os.listdir(os.path.join(tmp, "reps")))
+            self.assertEqual(second, first + "_repetition1")
+            for folder in (first, second):
+                self.assertTrue(os.path.exists(os.path.join(tmp, "reps", folder,
+                                                            "mlperf_log_detail.txt")))
+
     def test_refusals_name_the_valid_choices(self):
         for args, expected in (
                 (["--scenario=Burst"], "valid: SingleStream, MultiStream, Server, Offline"),

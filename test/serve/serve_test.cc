@@ -515,7 +515,13 @@ TEST(CountersFromLog, AStartThatMissesTheBoundIsNoPeakWithLoadGensReason) {
   EXPECT_EQ(c.label,
             "scenario:Server no peak: the starting rate 50 QPS misses the bound: Reduce "
             "target QPS to improve latency.");
-  EXPECT_DOUBLE_EQ(c.seconds_per_sample, 1 / 51.25);
+  // The benchmark's error: its time, the starting test's 1 / 51.25 s, would
+  // read as a rate faster than a search that found 40 QPS.
+  EXPECT_EQ(c.error,
+            "no peak: the starting rate 50 QPS misses the bound: Reduce target QPS to "
+            "improve latency. (that test: samples/s 51.25); search from a lower "
+            "--target_qps");
+  EXPECT_EQ(CountersFromLog(kPeakFound, serve, 0).error, "");
 }
 
 TEST(PeakSearchDecimals, ResolveOnePercentOfTheStart) {
@@ -683,6 +689,11 @@ TEST(ServeName, CarriesTheScenarioServersRateAndTheBatchersLimit) {
   EXPECT_EQ(
       ServeLogFolder("/tmp/logs", gpt),
       "/tmp/logs/GPT2_small_cpu_serve_scenario-SingleStream_max_batch-4_seq-128_fp32");
+  // A second repetition's logs beside the first's, not over them.
+  EXPECT_EQ(
+      ServeLogFolder("/tmp/logs", gpt, 2),
+      "/tmp/logs/"
+      "GPT2_small_cpu_serve_scenario-SingleStream_max_batch-4_seq-128_fp32_repetition2");
 }
 
 }  // namespace

@@ -234,6 +234,15 @@ class PeakTest(unittest.TestCase):
         self.assertEqual(label, "scenario:Server no peak: the starting rate 50 QPS misses the "
                                 "bound: Reduce target QPS to improve latency.")
         self.assertAlmostEqual(seconds, 1 / 51.25)
+        # The benchmark's error, as bench's: its time (1 / 51.25 s) would
+        # read as a rate above a search that found 40 QPS.
+        self.assertEqual(serve.no_peak_error(counters, label, True),
+                         "no peak: the starting rate 50 QPS misses the bound: Reduce target "
+                         "QPS to improve latency. (that test: samples/s 51.25); search from "
+                         "a lower --target_qps")
+        found, label, _ = serve.counters_from_log("\n".join(FOUND), "Server", find_peak=True,
+                                                  target_qps=50)
+        self.assertIsNone(serve.no_peak_error(found, label, True))
 
     def test_without_find_peak_there_is_no_peak_counter(self):
         counters, _, _ = serve.counters_from_log("\n".join(FOUND), "Server")
@@ -364,6 +373,43 @@ class PybenchServeTest(unittest.TestCase):
             self.assertAlmostEqual(e["tokens/s"] / e["samples/s"], 16)
             self.assertRegex(e["label"], r"^scenario:Offline (VALID|INVALID)")
             self.assertEqual(len(os.listdir(os.path.join(tmp, "py.loadgen"))), 1)
+
+    def test_repetitions_each_run_a_test_and_a_search_with_no_peak_is_an_error(self):
+        import json
+        import os
+        common = ["--benchmark_filter=GPT2/nano/cpu/serve/", "--devices=cpu", "--seq=16",
+                  "--max_batch=4", "--warmup_s=0", "--serve_min_s=0.1",
+                  "--serve_min_queries=16", "--peak_flops=1e12"]
+        with tempfile.TemporaryDirectory() as tmp:
+            # --benchmark_repetitions ran one test and wrote one entry, as if
+            # 1; now each repetition is a test, with its own logs, and the
+            # aggregates follow, as bench's.
+            path = os.path.join(tmp, "py.json")
+            code, _, err = self.pybench(*common, "--scenario=Offline", "--target_qps=300",
+                                        "--benchmark_repetitions=2", f"--benchmark_out={path}")
+            self.assertEqual(code, 0, err)
+            with open(path) as f:
+                entries = json.load(f)["benchmarks"]
+            self.assertEqual([e.get("repetition_index", e.get("aggregate_name"))
+                              for e in entries], [0, 1, "mean", "median", "stddev", "cv"])
+            self.assertEqual(sorted(os.listdir(os.path.join(tmp, "py.loadgen"))), [
+                "GPT2_nano_cpu_serve_scenario-Offline_samples-33_max_batch-4_seq-16_fp32",
+                "GPT2_nano_cpu_serve_scenario-Offline_samples-33_max_batch-4_seq-16_fp32"
+                "_repetition1"])
+            # A bound no rate meets: no peak, the benchmark's error (exit 1),
+            # naming the starting test's figures, as bench's.
+            path = os.path.join(tmp, "peak.json")
+            code, _, err = self.pybench(*common, "--scenario=Server", "--target_qps=50",
+                                        "--find_peak=true", "--latency_bound_ms=0.000001",
+                                        f"--benchmark_out={path}")
+            self.assertEqual(code, 1, err)
+            with open(path) as f:
+                [e] = json.load(f)["benchmarks"]
+            self.assertTrue(e["error_occurred"])
+            self.assertTrue(e["error_message"].startswith(
+                "no peak: the starting rate 50 QPS misses the bound: "), e["error_message"])
+            self.assertIn("(that test: p99_ms ", e["error_message"])
+            self.assertNotIn("peak_qps", e)
 
     def test_refusals_name_the_valid_choices(self):
         for args, expected in ((["--scenario=Burst"], "SingleStream, MultiStream, Server"),
@@ -606,9 +652,16 @@ def serve_docs():
                               **latencies))
             out.append(served(family, "SingleStream", rest, side, samples_per_s=30,
                               p50_ms=20 * scale, p90_ms=32 * scale, p99_ms=40 * scale))
-            out.append(served(family, "Server", "".join(("find_peak_from:10/", rest)), side,
-                              samples_per_s=20, peak_qps=(24 if family[0] == "R" else 0) / scale,
-                              bound_ms=100.0, **latencies))
+            search = served(family, "Server", "".join(("find_peak_from:10/", rest)), side,
+                            samples_per_s=20, peak_qps=(24 if family[0] == "R" else 0) / scale,
+                            bound_ms=100.0, **latencies)
+            if not search["peak_qps"]:  # no peak: the benchmark's error, no counter
+                search = {k: v for k, v in search.items() if k in (
+                    "name", "run_name", "run_type", "iterations", "real_time", "cpu_time",
+                    "time_unit")}
+                search.update(error_occurred=True, error_message="no peak: the starting rate "
+                              "10 QPS misses the bound: Reduce target QPS to improve latency.")
+            out.append(search)
         out.append(served("ResNet/resnet18", "Server", "qps:20/", side, samples_per_s=19,
                           p50_ms=30.0, p90_ms=50.0, p99_ms=80 * scale, bound_ms=100.0))
         out.append(entry("ResNet/resnet18/cpu/forward/batch:8/fp32"
@@ -625,8 +678,8 @@ class CompareTest(unittest.TestCase):
 | Benchmark | Scenario | Figure | C++ | Python | C++ vs Python |
 |---|---|---|---|---|---|
 | GPT2/small/cpu/max_batch:8/seq:64/fp32 | SingleStream | p90 ms | 32 | 40 | 1.25x |
-| GPT2/small/cpu/max_batch:8/seq:64/fp32 | Server, search from 10 QPS | peak QPS at p99 <= 100 ms \
-| no peak | no peak | — |
+| GPT2/small/cpu/max_batch:8/seq:64/fp32 | Server, search from 10 QPS | peak QPS | no peak \
+| no peak | — |
 | GPT2/small/cpu/max_batch:8/seq:64/fp32 | Offline | samples/s | 40 | 32 | 1.25x |
 | ResNet/resnet18/cpu/max_batch:8/fp32 | SingleStream | p90 ms | 32 | 40 | 1.25x |
 | ResNet/resnet18/cpu/max_batch:8/fp32 | Server, search from 10 QPS | peak QPS at p99 <= 100 ms \

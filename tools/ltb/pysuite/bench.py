@@ -119,6 +119,9 @@ def pybench_main(argv):
             except Exception as e:  # noqa: BLE001 - any failure is that benchmark's error
                 entries = [error_entry(spec, f"PyTorch error: {type(e).__name__}: {e}")]
                 failed = True
+            # An entry the run made an error of (a peak search with no peak).
+            failed = failed or any(e.get("error_occurred") for e in entries
+                                   if stopped is None)
             doc["benchmarks"] += reported(entries, args.report_aggregates_only)
             shown += reported(entries, args.display_aggregates_only)
             if args.benchmark_format == "console":

@@ -168,42 +168,58 @@ def serve_one(spec, args):
     name = spec.full_name()
     folder = os.path.join(args.serve_log_dir,
                           spec.name().rsplit("/", 1)[0].replace("/", "_").replace(":", "-"))
-    if sv["phase"] == "generate":
-        # lib/serve/text_serve: continuous batching over the slots of one
-        # cache, not the generate step's fixed batch; no warm-up, as bench.
+    generate = sv["phase"] == "generate"
+    if not generate:
+        warm_up(workload, args)  # served generation warms up in its test, as bench's
+    entries = []
+    repetitions = args.benchmark_repetitions
+    for index in range(repetitions):
+        # One LoadGen test a repetition, as bench, each logging beside the
+        # first (lib/serve/serve.cc ServeLogFolder).
+        logs = folder + (f"_repetition{index}" if index else "")
+        # Google Benchmark's cpu_time: the calling thread's, over the test.
         cpu = time.thread_time()
-        lengths = [(lo or hi, hi) for (lo, _), hi in ((sv["prompt"], spec.prompt),
-                                                      (sv["output"], spec.new_tokens))]
-        counters, label, seconds = textserve.serve_text(
-            workload.model, sv["scenario"], folder, prompt=lengths[0], output=lengths[1],
-            max_batch=sv["max_batch"], target_qps=sv["qps"], min_s=args.serve_min_s,
-            min_queries=args.serve_min_queries, ttft_bound_ms=args.ttft_bound_ms or 100,
-            tpot_bound_ms=args.tpot_bound_ms or 100, device=spec.device,
-            find_peak=sv["find_peak"], prefill_chunk=sv["prefill_chunk"],
-            samples_per_query=args.samples_per_query)
-        return [serve_entry(name, seconds, cpu, counters, label)]
-    warm_up(workload, args)
-    # Google Benchmark's cpu_time: the calling thread's, over the test.
-    cpu = time.thread_time()
-    counters, label, seconds = serve.serve(
-        getattr(workload, "serve_forward", workload.forward), workload.serve_inputs,
-        sv["scenario"], folder,
-        target_qps=sv["qps"], latency_bound_ms=args.latency_bound_ms or 0,
-        samples_per_query=args.samples_per_query, min_s=args.serve_min_s,
-        min_queries=args.serve_min_queries, max_batch=sv["max_batch"],
-        batch_timeout_us=args.batch_timeout_us,
-        tokens_per_sample=workload.tokens_per_step / spec.batch if workload.tokens_per_step
-        else 0, synchronize=lambda: synchronize(spec.device), find_peak=sv["find_peak"])
+        if generate:
+            # lib/serve/text_serve: continuous batching over the slots of one
+            # cache, not the generate step's fixed batch.
+            lengths = [(lo or hi, hi) for (lo, _), hi in ((sv["prompt"], spec.prompt),
+                                                          (sv["output"], spec.new_tokens))]
+            counters, label, seconds = textserve.serve_text(
+                workload.model, sv["scenario"], logs, prompt=lengths[0], output=lengths[1],
+                max_batch=sv["max_batch"], target_qps=sv["qps"], min_s=args.serve_min_s,
+                min_queries=args.serve_min_queries, ttft_bound_ms=args.ttft_bound_ms or 100,
+                tpot_bound_ms=args.tpot_bound_ms or 100, device=spec.device,
+                find_peak=sv["find_peak"], prefill_chunk=sv["prefill_chunk"],
+                samples_per_query=args.samples_per_query)
+        else:
+            counters, label, seconds = serve.serve(
+                getattr(workload, "serve_forward", workload.forward), workload.serve_inputs,
+                sv["scenario"], logs,
+                target_qps=sv["qps"], latency_bound_ms=args.latency_bound_ms or 0,
+                samples_per_query=args.samples_per_query, min_s=args.serve_min_s,
+                min_queries=args.serve_min_queries, max_batch=sv["max_batch"],
+                batch_timeout_us=args.batch_timeout_us,
+                tokens_per_sample=workload.tokens_per_step / spec.batch
+                if workload.tokens_per_step else 0,
+                synchronize=lambda: synchronize(spec.device), find_peak=sv["find_peak"])
+        error = serve.no_peak_error(counters, label, sv["find_peak"])
+        # As Google Benchmark reports an error: its label, no counter, no time.
+        entry = serve_entry(name, 0 if error else seconds, cpu, {} if error else counters,
+                            label, repetitions, index)
+        if error:
+            entry.update(error_occurred=True, error_message=error)
+        entries.append(entry)
     del workload
-    return [serve_entry(name, seconds, cpu, counters, label)]
+    measured = [e for e in entries if not e.get("error_occurred")]
+    return entries + (aggregates(measured) if len(measured) > 1 else [])
 
 
-def serve_entry(name, seconds, cpu, counters, label):
+def serve_entry(name, seconds, cpu, counters, label, repetitions=1, index=0):
     """A LoadGen test as Google Benchmark's JSON entry (cpu: thread_time at
-    its start)."""
+    its start), repetition `index` of `repetitions`."""
     e = {"name": name, "family_index": 0, "per_family_instance_index": 0, "run_name": name,
-         "run_type": "iteration", "repetitions": 1, "repetition_index": 0, "threads": 1,
-         "iterations": 1, "real_time": seconds * 1e3,
+         "run_type": "iteration", "repetitions": repetitions, "repetition_index": index,
+         "threads": 1, "iterations": 1, "real_time": seconds * 1e3,
          "cpu_time": (time.thread_time() - cpu) * 1e3,
          "time_unit": "ms"}
     e.update(sorted(counters.items()))

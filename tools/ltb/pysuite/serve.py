@@ -325,6 +325,18 @@ def with_peak(result, text, find_peak, target_qps):
             f"the bound: {why}", seconds)
 
 
+def no_peak_error(counters, label, find_peak):
+    """The error of a peak search that found no peak (its time, the
+    starting test's, would read as a rate), naming that test's samples/s
+    and p99, as lib/serve/serve.cc WithPeak says it; None otherwise."""
+    if not find_peak or counters.get("peak_qps"):
+        return None
+    why = label.split("scenario:Server ", 1)[-1].removesuffix("; " + FIND_PEAK_BATCHES)
+    figures = ", ".join(f"{k} {counters[k]:.4g}" for k in sorted(counters)
+                        if k in ("samples/s", "p99_ms", "ttft_p99_ms", "tpot_p99_ms"))
+    return f"{why} (that test: {figures}); search from a lower --target_qps"
+
+
 def counters_from_log(text, scenario, tokens_per_sample=0, find_peak=False, target_qps=0):
     """counters_from_detail over a detail log's text, with_peak."""
     return with_peak(counters_from_detail(parse_detail(text), scenario, tokens_per_sample),

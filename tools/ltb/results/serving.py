@@ -19,9 +19,13 @@ _LOAD_SETTINGS = ("scenario", "qps", "samples", "find_peak_from")
 
 def served(doc):
     """name without runtime -> entry, for a document's measured serve
-    entries; a benchmark's repetitions merged into their medians."""
+    entries and its peak searches that found no peak (an error whose
+    counters are kept: shown as no peak); a benchmark's repetitions merged
+    into their medians."""
     runs = {}
-    for e in iterations(doc):
+    no_peak = [e for e in doc["benchmarks"] if e.get("run_type", "iteration") == "iteration"
+               and str(e.get("error_message", "")).startswith("no peak:")]
+    for e in iterations(doc) + no_peak:
         name, _ = split_runtime(base_name(e))
         if parse_name(name)["phase"] == "serve":
             runs.setdefault(name, []).append(e)
@@ -84,14 +88,16 @@ def _peak_row(benchmark, settings, cpp, py):
     """Server's peak QPS within the same bounds: a sample's p99 latency, or
     served generation's TTFT and TPOT p99."""
     keys = ("ttft_bound_ms", "tpot_bound_ms") if "output" in settings else ("bound_ms",)
+    # A search with no peak is an error entry, with no counter: no bounds.
     bounds = [tuple(e.get(k) for k in keys) for e in (cpp, py)]
+    known = [b for b in bounds if all(x is not None for x in b)]
     names = {"bound_ms": "p99", "ttft_bound_ms": "TTFT p99", "tpot_bound_ms": "TPOT p99"}
     figure = "peak QPS"
-    if all(b is not None for b in bounds[0]):
+    if known:
         figure += " at " + ", ".join(f"{names[k]} <= {_number(b)} ms"
-                                     for k, b in zip(keys, bounds[0]))
+                                     for k, b in zip(keys, known[0]))
     values = [_number(e["peak_qps"]) if e.get("peak_qps") else "no peak" for e in (cpp, py)]
-    if bounds[0] != bounds[1]:
+    if len(known) == 2 and bounds[0] != bounds[1]:
         ratio = "bounds differ: " + " and ".join(
             ", ".join(_number(b) for b in side) for side in bounds) + " ms"
     else:
