@@ -598,6 +598,18 @@ std::vector<std::string> UntakenSettings(
                        [scenario](const BenchSpec& s) { return scenario(s, "Server"); },
                        "it bounds Server's p99"});
     }
+    // Served generation's token bounds: its Server's.
+    for (const auto& [flag, ms] :
+         {std::pair<const char*, double>{"ttft_bound_ms", serve.ttft_bound_ms},
+          {"tpot_bound_ms", serve.tpot_bound_ms}}) {
+      if (ms > 0) {
+        given.push_back({absl::StrCat("--", flag, "=", ms),
+                         [scenario](const BenchSpec& s) {
+                           return scenario(s, "Server") && s.prompt > 0;
+                         },
+                         "it bounds the token latencies of served generation's Server"});
+      }
+    }
     if (serve.batch_timeout_us != kDefaultBatchTimeoutUs) {
       given.push_back({absl::StrCat("--batch_timeout_us=", serve.batch_timeout_us),
                        [](const BenchSpec& s) {

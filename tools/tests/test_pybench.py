@@ -740,14 +740,24 @@ class UntakenSettingsTest(ToolTest):
                 "bounds Server's p99",
                 "--target_qps=40 adds no benchmark that the filter selects (GPT2): a rate "
                 "after the first is Server's alone"]
-        proc = self.run_tool("pybench", *args)
-        self.assertExit(proc, 0)
-        self.assertEqual(self.said(proc.stderr, "pybench"), said)
+        # Served generation's token bounds, which Offline does not read
+        # (they went unsaid).
+        tokens = ["--benchmark_list_tests", "--benchmark_filter=^GPT2/nano/cpu/serve/",
+                  "--scenario=Offline", "--prompt_len=8", "--output_len=4",
+                  "--ttft_bound_ms=5", "--tpot_bound_ms=2"]
+        bounds = [f"--{flag} adds no benchmark that the filter selects (GPT2): it bounds the "
+                  "token latencies of served generation's Server"
+                  for flag in ("ttft_bound_ms=5", "tpot_bound_ms=2")]
         bench = runnable_bench()
-        if bench:
-            proc = subprocess.run([bench, *args], capture_output=True, text=True, timeout=300)
-            self.assertEqual(proc.returncode, 0, proc.stderr)
-            self.assertEqual(self.said(proc.stderr, "bench"), said)
+        for flags, expected in ((args, said), (tokens, bounds)):
+            proc = self.run_tool("pybench", *flags)
+            self.assertExit(proc, 0)
+            self.assertEqual(self.said(proc.stderr, "pybench"), expected)
+            if bench:
+                proc = subprocess.run([bench, *flags], capture_output=True, text=True,
+                                      timeout=300)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                self.assertEqual(self.said(proc.stderr, "bench"), expected)
 
 
 class OneNewTokenTest(ToolTest):

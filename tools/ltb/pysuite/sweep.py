@@ -219,6 +219,11 @@ def untaken_settings(args, selected):
         if args.latency_bound_ms:
             given.append((f"--latency_bound_ms={args.latency_bound_ms:g}",
                           lambda s: scenario(s, "Server"), "it bounds Server's p99"))
+        for flag in ("ttft_bound_ms", "tpot_bound_ms"):  # served generation's Server's
+            if getattr(args, flag):
+                given.append((f"--{flag}={getattr(args, flag):g}",
+                              lambda s: scenario(s, "Server") and bool(s.prompt),
+                              "it bounds the token latencies of served generation's Server"))
         if args.batch_timeout_us != DEFAULT_BATCH_TIMEOUT_US:
             given.append((f"--batch_timeout_us={args.batch_timeout_us}",
                           lambda s: bool(s.serve) and not s.prompt
