@@ -12,6 +12,8 @@ std::string DtypeName(c10::ScalarType dtype) {
       return "bf16";
     case c10::kHalf:
       return "fp16";
+    case c10::kDouble:  // a --model file's inputs may be
+      return "fp64";
     default:
       return c10::toString(dtype);
   }

@@ -31,7 +31,8 @@ struct ModelCase {
 
 // The model's dtype: its first floating input's, else what tools/export
 // recorded, else (a model of token ids) a TorchScript file's first floating
-// parameter's, else fp32.
+// parameter's or an AOTInductor package's weights', where bf16 or fp16,
+// else fp32.
 c10::ScalarType CaseDtype(const ModelCase& m) {
   for (const InputSpec& s : m.inputs) {
     if (at::isFloatingType(s.dtype)) return s.dtype;
@@ -158,8 +159,11 @@ absl::StatusOr<Family> ModelFamilyFromOptions(const FamilyOptions& options) {
     Plan plan;
     plan.samples_per_step = s.batch;  // rows of the first input
     const InputSpec& first = m.inputs.front();
-    if (first.shape.size() == 2 && !at::isFloatingType(first.dtype)) {
-      plan.tokens_per_step = s.batch * first.shape[1];  // token ids (B, T)
+    // Token ids (B, T): int64 or int32, as an embedding takes them (a
+    // flattened uint8 image or a boolean mask is no sequence of tokens).
+    if (first.shape.size() == 2 &&
+        (first.dtype == at::kLong || first.dtype == at::kInt)) {
+      plan.tokens_per_step = s.batch * first.shape[1];
     }
     plan.flops_per_step = flops;
     plan.counts_flops_when_built = flops <= 0;

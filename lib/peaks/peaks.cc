@@ -59,18 +59,25 @@ absl::StatusOr<std::map<c10::ScalarType, double>> ParsePeakFlops(
   const auto bad = [&] {
     return absl::InvalidArgumentError(
         absl::StrCat("valid: FLOP/s for every dtype (1.2e14) or dtype=FLOP/s pairs "
-                     "(fp32=6.7e13,bf16=9.9e14) with dtypes fp32, bf16, fp16"));
+                     "(fp32=6.7e13,bf16=9.9e14) with dtypes fp32, bf16, fp16, fp64"));
   };
   double v = 0;
   if (absl::SimpleAtod(text, &v)) {
     if (!std::isfinite(v) || v <= 0) return bad();
-    for (c10::ScalarType t : {c10::kFloat, c10::kBFloat16, c10::kHalf}) out[t] = v;
+    // fp64 too: a --model file's dtype may be, and the suite measures no
+    // fp64 peak of its own.
+    for (c10::ScalarType t : {c10::kFloat, c10::kBFloat16, c10::kHalf, c10::kDouble}) {
+      out[t] = v;
+    }
     return out;
   }
   for (absl::string_view item : absl::StrSplit(text, ',')) {
     std::pair<std::string, std::string> kv =
         absl::StrSplit(item, absl::MaxSplits('=', 1));
-    absl::StatusOr<c10::ScalarType> dtype = ParseDtype(kv.first);
+    // fp64: a --model file's dtype, which no family sweeps.
+    absl::StatusOr<c10::ScalarType> dtype =
+        kv.first == "fp64" ? absl::StatusOr<c10::ScalarType>(c10::kDouble)
+                           : ParseDtype(kv.first);
     if (!dtype.ok() || !absl::SimpleAtod(kv.second, &v) || !std::isfinite(v) || v <= 0) {
       return bad();
     }
@@ -270,6 +277,13 @@ void Peaks::Prepare(const c10::Device& device, c10::ScalarType dtype, bool bandw
 
 Peak Peaks::MeasureCpuFlops(c10::ScalarType dtype) {
   const c10::Device cpu = HostDevice();
+  if (dtype != c10::kFloat && dtype != c10::kBFloat16 && dtype != c10::kHalf) {
+    return {0,
+            absl::StrCat("none: the suite measures no ", DtypeName(dtype),
+                         " peak (its loops are fp32's, bf16's and fp16's), so no mfu is "
+                         "reported for it; --peak_flops gives one (a number, or ",
+                         DtypeName(dtype), "=FLOP/s)")};
+  }
   const LoopPeak loop = MeasureLoopPeak(dtype);
   if (loop.flops <= 0) {
     // Under a simulated older CPU, the limit is what has none.

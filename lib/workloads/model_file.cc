@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <set>
 #include <stdexcept>
 
@@ -290,7 +291,32 @@ class ModelFileWorkload final : public Workload {
 }  // namespace
 
 std::optional<c10::ScalarType> ModelParameterDtype(const ModelFile& file) {
-  if (file.format != ModelFormat::kTorchScript) return std::nullopt;
+  if (file.format == ModelFormat::kAoti) {
+#if LTB_HAS_AOTI_PACKAGE
+    // A package's weights are its constants, in no order: the floating
+    // dtype that holds the most of their bytes. One compiled for another
+    // device than the CPU cannot load here: none.
+    try {
+      torch::inductor::AOTIModelPackageLoader loader(file.path, "model",
+                                                     /*run_single_threaded=*/false,
+                                                     /*num_runners=*/1,
+                                                     /*device_index=*/-1);
+      std::map<c10::ScalarType, int64_t> bytes;
+      for (const auto& [name, t] : loader.get_runner()->extract_constants_map(false)) {
+        if (t.defined() && at::isFloatingType(t.scalar_type())) {
+          bytes[t.scalar_type()] += static_cast<int64_t>(t.nbytes());
+        }
+      }
+      if (bytes.empty()) return std::nullopt;
+      return std::max_element(
+                 bytes.begin(), bytes.end(),
+                 [](const auto& a, const auto& b) { return a.second < b.second; })
+          ->first;
+    } catch (const std::exception&) {
+    }
+#endif
+    return std::nullopt;
+  }
   try {
     const torch::jit::Module module = torch::jit::load(file.path, c10::Device(c10::kCPU));
     for (const at::Tensor& t : module.parameters()) {
@@ -351,6 +377,9 @@ absl::StatusOr<ModelFile> InspectModelFile(const std::string& path) {
 #else
       file.metadata = AotiMetadata(*reader);
 #endif
+    } catch (const c10::Error& e) {
+      return ModelFileError(
+          path, absl::StrCat("not an AOTInductor package: ", e.what_without_backtrace()));
     } catch (const std::exception& e) {
       return ModelFileError(path, absl::StrCat("not an AOTInductor package: ", e.what()));
     }
@@ -470,6 +499,10 @@ absl::StatusOr<std::optional<SavedIO>> LoadSavedIO(const ModelFile& file) {
     }
     if (dict.contains("compile_s")) io.compile_s = dict.at("compile_s").toDouble();
     return std::optional<SavedIO>(std::move(io));
+  } catch (const c10::Error& e) {
+    return ModelFileError(path,
+                          absl::StrCat("not the inputs and outputs tools/export saves: ",
+                                       e.what_without_backtrace()));
   } catch (const std::exception& e) {
     return ModelFileError(
         path, absl::StrCat("not the inputs and outputs tools/export saves: ", e.what()));

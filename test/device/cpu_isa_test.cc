@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "scoped_env.h"
 
 namespace ltb {
@@ -41,7 +42,7 @@ TEST(MatchCpuSimulation, AtenAloneLimitsOneDnnAndThePeaksToItsLevel) {
   }
   {
     // What the user set stays; only what is missing follows.
-    ScopedEnv aten({{"ATEN_CPU_CAPABILITY", "DEFAULT"},
+    ScopedEnv aten({{"ATEN_CPU_CAPABILITY", "default"},
                     {"ONEDNN_MAX_CPU_ISA", "AVX512_CORE"},
                     {"MKL_ENABLE_INSTRUCTIONS", nullptr},
                     {"LTB_MAX_CPU_ISA", nullptr}});
@@ -133,6 +134,32 @@ TEST(CpuIsa, AnUnknownLimitIsAnErrorNamingTheValidOnes) {
   EXPECT_NE(s.message().find("avx9000"), std::string::npos) << s;
   EXPECT_NE(s.message().find("default, avx2, avx512"), std::string::npos) << s;
 }
+
+#if defined(__x86_64__)
+// ATen reads ATEN_CPU_CAPABILITY as written and ignores another value
+// (AVX2 included) with a warning, running this CPU's kernels: refused, not
+// half simulated (MatchCpuSimulation sets nothing for it either).
+TEST(CpuIsa, AValueAtenIgnoresIsAnError) {
+  for (const char* level : {"AVX2", "DEFAULT", "avx2 ", "sse"}) {
+    ScopedEnv aten({{"ATEN_CPU_CAPABILITY", level},
+                    {"ONEDNN_MAX_CPU_ISA", nullptr},
+                    {"MKL_ENABLE_INSTRUCTIONS", nullptr},
+                    {"LTB_MAX_CPU_ISA", nullptr}});
+    EXPECT_EQ(MatchCpuSimulation(), "") << level;
+    EXPECT_EQ(std::getenv("ONEDNN_MAX_CPU_ISA"), nullptr) << level;
+    const absl::Status s = CheckCpuIsaLimit();
+    EXPECT_FALSE(s.ok()) << level;
+    EXPECT_NE(s.message().find(absl::StrCat("ATEN_CPU_CAPABILITY=", level,
+                                            " is not a value ATen reads")),
+              std::string::npos)
+        << s;
+  }
+  for (const char* level : {"default", "avx2", "avx512"}) {
+    ScopedEnv aten({{"ATEN_CPU_CAPABILITY", level}, {"LTB_MAX_CPU_ISA", nullptr}});
+    EXPECT_TRUE(CheckCpuIsaLimit().ok()) << level;
+  }
+}
+#endif
 
 TEST(OneDnnRunsBf16, AsksTheHardwareAsATenDoesAndHonoursOneDnnsLimit) {
   ScopedEnv unset({{"ONEDNN_MAX_CPU_ISA", nullptr}, {"DNNL_MAX_CPU_ISA", nullptr}});

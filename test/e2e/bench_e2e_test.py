@@ -1541,6 +1541,65 @@ class CompiledTest(unittest.TestCase):
                                        "--peak_flops=1e12")["benchmarks"]]
         self.assertEqual(entries[ts]["peak_mem"], alone["peak_mem"])
 
+    def test_a_files_dtype_and_tokens_follow_what_it_holds(self):
+        """A package of token ids with bf16 weights was named fp32 and its mfu
+        divided by the fp32 peak; a flattened uint8 image counted as tokens;
+        fp64 inputs were named Double, their mfu left out as unconverted
+        arithmetic."""
+        folder = os.path.join(self.tmp.name, "kinds")
+        os.makedirs(folder, exist_ok=True)
+        code = f"""
+import torch
+class Tokens(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.e = torch.nn.Embedding(100, 16)
+        self.l = torch.nn.Linear(16, 8)
+    def forward(self, ids):
+        return self.l(self.e(ids))
+m = Tokens().to(torch.bfloat16).eval()
+ep = torch.export.export(m, (torch.randint(0, 100, (4, 8)),))
+torch._inductor.aoti_compile_and_package(ep, package_path={folder!r} + "/tokbf16.pt2")
+class Image(torch.nn.Module):  # a flattened 28 x 28 image of bytes
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(784, 10)
+    def forward(self, x):
+        return self.l(x.float() / 255)
+torch.jit.script(Image()).save({folder!r} + "/image.pt")
+torch.jit.script(torch.nn.Linear(64, 64).double()).save({folder!r} + "/lin64.pt")
+"""
+        script = os.path.join(folder, "make.py")  # TorchScript reads its classes' source
+        with open(script, "w") as f:
+            f.write(code)
+        proc = subprocess.run([sys.executable, script], capture_output=True, text=True,
+                              timeout=900)
+        self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+        common = ("--devices=cpu", "--benchmark_min_time=0.01", "--warmup_s=0")
+        [tok] = run_json(f"--model={folder}/tokbf16.pt2", "--inputs=4x8:int64[0,100)",
+                         "--flops_per_step=2048", "--peak_flops=fp32=1e12,bf16=4e12",
+                         *common)["benchmarks"]
+        self.assertTrue(tok["run_name"].startswith(
+            "Model/tokbf16/cpu/forward/batch:4/bf16/aoti/"), tok["run_name"])
+        self.assertEqual(tok["mfu_peak"], 4e12)
+        self.assertAlmostEqual(tok["tokens/s"] / tok["samples/s"], 8)
+        [image] = run_json(f"--model={folder}/image.pt", "--inputs=4x784:uint8[0,256)",
+                           "--peak_flops=1e12", *common)["benchmarks"]
+        self.assertFalse(image.get("error_occurred", False), image.get("error_message"))
+        self.assertNotIn("tokens/s", image)
+        [image] = run_json(f"--model={folder}/image.pt", "--inputs=4x784:int64[0,2)",
+                           "--peak_flops=1e12", *common)["benchmarks"]
+        self.assertIn("tokens/s", image)  # int64 (B, T): token ids
+        [wide] = run_json(f"--model={folder}/lin64.pt", "--inputs=8x64:fp64",
+                          "--peak_flops=1e12", *common)["benchmarks"]
+        self.assertTrue(wide["run_name"].startswith(
+            "Model/lin64/cpu/forward/batch:8/fp64/torchscript/"), wide["run_name"])
+        self.assertEqual(wide["mfu_peak"], 1e12)  # one number for every dtype
+        [wide] = run_json(f"--model={folder}/lin64.pt", "--inputs=8x64:fp64",
+                          "--peak_flops=fp32=1e12", *common)["benchmarks"]
+        self.assertNotIn("mfu", wide)
+        self.assertIn("the suite measures no fp64 peak", wide["label"])
+
     def test_one_stem_as_a_package_and_as_torchscript_is_two_benchmarks(self):
         import shutil
         dirs = []

@@ -92,14 +92,17 @@ TEST(LookupDatasheet, GivesDensePeaksWithTheirSource) {
 }
 
 TEST(ParsePeakFlops, OneNumberOrPerDtype) {
+  // One number for every dtype: fp64 too (a --model file's may be).
   const auto all = ParsePeakFlops("1.5e14").value();
-  EXPECT_EQ(all.size(), 3u);
+  EXPECT_EQ(all.size(), 4u);
   EXPECT_DOUBLE_EQ(all.at(c10::kBFloat16), 1.5e14);
+  EXPECT_DOUBLE_EQ(all.at(c10::kDouble), 1.5e14);
+  EXPECT_DOUBLE_EQ(ParsePeakFlops("fp64=2e12").value().at(c10::kDouble), 2e12);
   const auto some = ParsePeakFlops("fp32=6.7e13,bf16=9.9e14").value();
   EXPECT_EQ(some.size(), 2u);
   EXPECT_DOUBLE_EQ(some.at(c10::kFloat), 6.7e13);
   for (const char* bad :
-       {"", "x", "-1", "0", "fp64=1e12", "fp32=", "fp32=inf", "fp32:1e12"}) {
+       {"", "x", "-1", "0", "int8=1e12", "fp32=", "fp32=inf", "fp32:1e12"}) {
     const auto r = ParsePeakFlops(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("valid: FLOP/s for every dtype"),

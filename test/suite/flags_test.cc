@@ -135,10 +135,10 @@ TEST(Choices, NameTheValidOnes) {
 }
 
 TEST(PeakFlagValues, OneNumberOrPerDtype) {
-  EXPECT_EQ(Parsed<PeakFlopsValue>("1.5e14").per_dtype.size(), 3u);
+  EXPECT_EQ(Parsed<PeakFlopsValue>("1.5e14").per_dtype.size(), 4u);  // fp64's too
   EXPECT_DOUBLE_EQ(Parsed<PeakFlopsValue>("fp32=6.7e13").per_dtype.at(c10::kFloat),
                    6.7e13);
-  ErrorOf<PeakFlopsValue>("fp64=1");
+  ErrorOf<PeakFlopsValue>("int8=1");
   EXPECT_DOUBLE_EQ(Parsed<PeakBandwidthValue>("3.35e12").value, 3.35e12);
   ErrorOf<PeakBandwidthValue>("0");
 }

@@ -1775,6 +1775,7 @@ class CpuSimulationTest(unittest.TestCase):
     beside it runs AVX2's)."""
 
     def test_the_older_cpus_limits_follow_aten_where_unset(self):
+        from ltb.pysuite.flags import BadFlag
         from ltb.pysuite.peaks import match_cpu_simulation
         env = {"ATEN_CPU_CAPABILITY": "avx2"}
         note = match_cpu_simulation(env)
@@ -1783,14 +1784,23 @@ class CpuSimulationTest(unittest.TestCase):
         self.assertEqual(note, "ONEDNN_MAX_CPU_ISA=AVX2 and MKL_ENABLE_INSTRUCTIONS=AVX2 and "
                                "LTB_MAX_CPU_ISA=avx2, set to match ATEN_CPU_CAPABILITY=avx2 (an "
                                "older CPU for oneDNN, MKL and the peaks too)")
-        env = {"ATEN_CPU_CAPABILITY": "DEFAULT", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}
+        env = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}
         self.assertTrue(match_cpu_simulation(env).startswith(
             "MKL_ENABLE_INSTRUCTIONS=SSE4_2 and LTB_MAX_CPU_ISA=default, set to match"))
         self.assertEqual(env["ONEDNN_MAX_CPU_ISA"], "AVX512_CORE")  # what was set stays
-        for level in ("avx512", "AVX512", ""):
+        for level in ("avx512", ""):
             env = {"ATEN_CPU_CAPABILITY": level}
             self.assertEqual(match_cpu_simulation(env), "")
             self.assertEqual(env, {"ATEN_CPU_CAPABILITY": level})
+        # ATen reads the value as written, and ignores AVX2 or DEFAULT: refused,
+        # nothing set (oneDNN, MKL and the peaks would follow what ATen did not).
+        if platform.machine() in ("x86_64", "AMD64"):
+            for level in ("AVX2", "DEFAULT", "AVX512"):
+                env = {"ATEN_CPU_CAPABILITY": level}
+                with self.assertRaisesRegex(BadFlag, f"ATEN_CPU_CAPABILITY={level} is not a "
+                                                     "value ATen reads"):
+                    match_cpu_simulation(env)
+                self.assertEqual(env, {"ATEN_CPU_CAPABILITY": level})
         env = {}
         self.assertEqual(match_cpu_simulation(env), "")
         self.assertEqual(env, {})
