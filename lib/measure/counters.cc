@@ -263,6 +263,11 @@ void SetCounters(benchmark::State& state, const BenchSpec& spec, Plan plan,
                         spec.device, spec.dtype, spec.tf32, per_device * steps_per_s,
                         per_device / fastest, spec.Name(),
                         /*exact=*/plan.count_beyond_arithmetic.empty()));
+      // The peak mfu divides the ranks' FLOP/s by: the ranks' devices',
+      // so that FLOP/s / mfu_peak is mfu, as for one device.
+      if (const auto it = c.find("mfu_peak"); it != c.end() && devices > 1) {
+        it->second = it->second.value * devices;
+      }
     }
     const bool reads = c.find("read_GB/s") != c.end() || c.find("weight_GB/s") != c.end();
     if (ReportsMbu(plan) && reads) {

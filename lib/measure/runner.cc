@@ -23,6 +23,7 @@
 #include "measure/warmup.h"
 #include "serve/serve.h"
 #include "serve/text_serve.h"
+#include "workloads/loader.h"
 
 namespace ltb {
 
@@ -75,6 +76,16 @@ absl::StatusOr<Plan> PlanRun(const Family& family, const BenchSpec& spec) {
   std::string why;
   if (!DeviceAvailable(spec.device, &why)) return absl::UnavailableError(why);
   if (!DtypeRuns(spec.device, spec.dtype, &why)) return absl::UnimplementedError(why);
+  // An epoch of no whole batch on a rank: said before anything is built,
+  // the benchmark's error alone (built, it failed every rank in a
+  // collective and stopped the run).
+  if (spec.iterations == Iterations::kEpochs &&
+      RankShare(spec.epochs.dataset_samples, spec.batch).count == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dataset_samples=", spec.epochs.dataset_samples, " gives no whole batch of ",
+        spec.batch, " per rank (", CurrentWorldSize(),
+        CurrentWorldSize() == 1 ? " rank" : " ranks", ")"));
+  }
   absl::StatusOr<Plan> plan = family.PlanFor(spec);
   if (!plan.ok()) return plan.status();
   // Unless the family says otherwise, the model is built as fp32 on the host.

@@ -822,8 +822,9 @@ class TwoMachinesTest(unittest.TestCase):
                 self.assertIn(f"mfu left out: 2 data-parallel ranks on one machine run "
                               f"{2 * threads} threads together on {len(cores)} physical "
                               f"core", entry.get("label", ""))
-            else:  # per device: both ranks' FLOP/s over two peaks
-                self.assertEqual(entry["mfu_peak"], 1e12)
+            else:  # per device: both ranks' FLOP/s over two peaks, which
+                # mfu_peak is (it was one, and FLOP/s / mfu_peak twice mfu)
+                self.assertEqual(entry["mfu_peak"], 2e12)
                 self.assertAlmostEqual(entry["mfu"], entry["FLOP/s"] / 2e12,
                                        delta=1e-9 * entry["mfu"])
                 self.assertNotIn("mfu left out", entry.get("label", ""))
@@ -888,6 +889,28 @@ class TwoMachinesTest(unittest.TestCase):
             by_kind = {b["run_name"].split("/")[1]: b for b in doc["benchmarks"]}
             self.assertFalse(by_kind["ok"].get("error_occurred", False), by_kind["ok"])
             self.assertTrue(by_kind["rank1_fails"]["error_occurred"])
+
+    def test_an_epoch_of_no_whole_batch_is_that_benchmarks_error_alone(self):
+        # 3 samples over 2 ranks of batch 2: no whole batch on either. Every
+        # rank failed it in a collective, which stopped the run before the
+        # benchmarks after it; now it is refused before anything is built.
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "out.json")
+            proc = subprocess.run(
+                [self.LAUNCH, "--nproc_per_node=2", BENCH,
+                 "--benchmark_filter=^(Transformer/nano/cpu/train_epoch|"
+                 "EncDec/nano/cpu/train_step)/", "--devices=cpu", "--threads=1",
+                 "--batch=2", "--seq=16", "--steps=2", "--warmup_s=0", "--dataset_samples=3",
+                 *GIVEN_PEAKS, f"--benchmark_out={out}", "--benchmark_out_format=json"],
+                capture_output=True, text=True, timeout=600)
+            self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+            with open(out) as f:
+                doc = json.load(f)
+            by_family = {b["run_name"].split("/")[0]: b for b in doc["benchmarks"]}
+            self.assertIn("--dataset_samples=3 gives no whole batch of 2 per rank (2 ranks)",
+                          by_family["Transformer"]["error_message"])
+            self.assertFalse(by_family["EncDec"].get("error_occurred", False),
+                             by_family["EncDec"].get("error_message"))
 
     def test_what_is_not_data_parallel_runs_on_rank_0_alone(self):
         # Selftest/slow is no data-parallel step (0.2 s of sleep a step, 3 s

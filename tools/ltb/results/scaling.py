@@ -157,7 +157,9 @@ def merge_world_sizes(docs, paths):
     context["world_sizes"] = ",".join(str(sizes[i]) for i in order)
     context["scaling"] = ("weak: --batch is per rank; scaling_efficiency at N ranks is the "
                           "throughput per rank over that at the fewest ranks measured, "
-                          "T(N) / (N x T(1)) from one rank")
+                          "T(N) / (N x T(1)) from one rank; a train_epoch splits "
+                          "--dataset_samples over the ranks (strong scaling), whose "
+                          "efficiency the same ratio of throughputs is")
     names = list(collections.OrderedDict.fromkeys(base_name(e) for e in entries))
     entries = [in_family(e, names.index(base_name(e))) for e in entries]
     merged = {"context": context, "benchmarks": entries}
