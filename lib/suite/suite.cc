@@ -532,6 +532,17 @@ absl::StatusOr<std::vector<Registration>> RegistrationsFor(
       return absl::InvalidArgumentError(absl::StrCat(
           "--compiled=", sweep.compiled_dir, " holds no model file tools/export wrote"));
     }
+    // A file whose eager benchmark these flags do not make (another batch,
+    // seq or dtype) would be passed over without a word.
+    std::set<std::string> eager;
+    for (const Registration& r : registrations) eager.insert(r.spec.Name());
+    for (const auto& [name, file] : compiled) {
+      if (!eager.count(name) && !quiet) {
+        std::cerr << "bench: --compiled: " << file.path << " compiles " << name
+                  << ", which these flags make no benchmark of (give its shapes and "
+                     "dtype)\n";
+      }
+    }
     registrations = WithCompiled(registrations, compiled);
   }
   return registrations;

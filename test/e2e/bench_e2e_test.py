@@ -1529,6 +1529,17 @@ class CompiledTest(unittest.TestCase):
             # The weights count, also where the package holds them itself.
             self.assertGreater(compiled["peak_mem"], 0.5 * eager["peak_mem"], name)
 
+    def test_a_compiled_file_of_no_benchmark_made_here_is_said(self):
+        # The files are of batch 2: at batch 8 none pairs, and that was silent.
+        proc = run_bench("--benchmark_filter=CNN/nano/cpu/forward/", "--batch=8",
+                         f"--compiled={self.dir}", "--benchmark_list_tests")
+        self.assertIn(f"bench: --compiled: {self.ts} compiles CNN/nano/cpu/forward/batch:2/"
+                      "fp32, which these flags make no benchmark of", proc.stderr)
+        proc = run_bench("--benchmark_filter=(Transformer|CNN)/nano/cpu/forward/",
+                         "--batch=2", "--seq=16", f"--compiled={self.dir}",
+                         "--benchmark_list_tests")
+        self.assertNotIn("make no benchmark of", proc.stderr)
+
     def test_user_model_files_run_as_the_model_family(self):
         bad = os.path.join(self.tmp.name, "broken.pt2")
         with open(bad, "w") as f:
