@@ -49,6 +49,13 @@ void Runner::FailRun(benchmark::State& state, const BenchSpec& spec,
     RequestStop(
         1, absl::StrCat("not run: data-parallel rank ", CurrentProcessGroup()->rank(),
                         " failed in ", spec.Name()));
+    // Rank 0 writes the results: where its failure is a collective's that
+    // another rank left, that rank's reason is on its own stderr.
+    if (CurrentProcessGroup()->world_size() > 1) {
+      absl::StrAppend(&message,
+                      " (in a data-parallel run: where another rank failed first, its "
+                      "reason is on its stderr, and tools/launch names that rank)");
+    }
   }
   Fail(state, message);
 }

@@ -889,6 +889,11 @@ class TwoMachinesTest(unittest.TestCase):
             by_kind = {b["run_name"].split("/")[1]: b for b in doc["benchmarks"]}
             self.assertFalse(by_kind["ok"].get("error_occurred", False), by_kind["ok"])
             self.assertTrue(by_kind["rank1_fails"]["error_occurred"])
+            # Rank 0's error is the collective's that rank 1 left: it says
+            # where the cause is.
+            self.assertIn("where another rank failed first, its reason is on its stderr, "
+                          "and tools/launch names that rank",
+                          by_kind["rank1_fails"]["error_message"])
 
     def test_an_epoch_of_no_whole_batch_is_that_benchmarks_error_alone(self):
         # 3 samples over 2 ranks of batch 2: no whole batch on either. Every
