@@ -587,6 +587,7 @@ std::vector<std::string> UntakenSettings(
                        [v, field](const BenchSpec& s) { return s.*field == v; }});
     }
   };
+  each("batch", sweep.batches, &BenchSpec::batch);
   each("seq", sweep.seqs, &BenchSpec::seq);
   each("prompt", sweep.prompts, &BenchSpec::prompt);
   each("new_tokens", sweep.new_tokens, &BenchSpec::new_tokens);

@@ -113,6 +113,7 @@ TEST(UntakenSettings, ASettingNoSelectedBenchmarkTakesIsNamedWithTheFamiliesThat
   sweep.devices = {HostDevice()};
   sweep.dtypes = {c10::kFloat, c10::kBFloat16};
   sweep.quants = {Quant{QuantKind::kInt8}};
+  sweep.batches = {3};  // Ops' shapes are fixed: it went unsaid
   sweep.seqs = {32};
   sweep.prompts = {7};
   sweep.depths = {0, 600};
@@ -125,8 +126,8 @@ TEST(UntakenSettings, ASettingNoSelectedBenchmarkTakesIsNamedWithTheFamiliesThat
       UntakenSettings(registrations, sweep, /*dtypes_given=*/true, family_is({"Ops"}));
   std::set<std::string> flags;
   for (const std::string& said : ops) flags.insert(said.substr(0, said.find(' ')));
-  EXPECT_EQ(flags, (std::set<std::string>{"--quant=int8", "--seq=32", "--prompt=7",
-                                          "--depth=600"}))
+  EXPECT_EQ(flags, (std::set<std::string>{"--quant=int8", "--batch=3", "--seq=32",
+                                          "--prompt=7", "--depth=600"}))
       << absl::StrJoin(ops, "\n");
   EXPECT_NE(std::find(ops.begin(), ops.end(),
                       "--depth=600 adds no benchmark that the filter selects (Ops): it "

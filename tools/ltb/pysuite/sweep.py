@@ -203,7 +203,8 @@ def untaken_settings(args, selected):
              for d in (args.dtypes if args.dtypes_given else [])]
     given += [(f"--quant={q.kind}" + (f" --quant_group={q.group}" if q.group else ""),
                lambda s, q=q: s.quant == q) for q in args.quants if not q.none]
-    for flag, values, field in (("seq", args.seqs, "seq"), ("prompt", args.prompts, "prompt"),
+    for flag, values, field in (("batch", args.batches, "batch"), ("seq", args.seqs, "seq"),
+                                ("prompt", args.prompts, "prompt"),
                                 ("new_tokens", args.news, "new_tokens"),
                                 ("depth", args.depths, "depth")):
         given += [(f"--{flag}={v}", lambda s, v=v, field=field: getattr(s, field) == v)
