@@ -104,15 +104,21 @@ class PeaksTest(unittest.TestCase):
         divided into a run of one thread, or of a simulated AVX2 CPU, they
         would be another machine's (mfu against two threads' AVX-512 peak)."""
         from ltb.pysuite.flags import BadFlag
+        from ltb.pysuite import allowed_cpus, cpu_host
+        host = cpu_host.entries(allowed_cpus(), os.cpu_count())
         here = {"intra_op_threads": str(torch.get_num_threads()),
-                "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+                "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                "cpu_affinity": host["cpu_affinity"], "cpu_quota": host["cpu_quota"]}
         path = bench_file(self.tmp.name, dict(FP32_ONLY, **here))
         self.assertEqual(self.peaks(peaks_from=path)[("cpu", "fp32")][0], 4.203e11)
         for other, said in (({"intra_op_threads": str(torch.get_num_threads() + 1)},
                              f"intra_op_threads {torch.get_num_threads() + 1} there, "
                              f"{torch.get_num_threads()} here"),
                             ({"onednn_max_cpu_isa": "AVX2"},
-                             "onednn_max_cpu_isa AVX2 there, unset here")):
+                             "onednn_max_cpu_isa AVX2 there, unset here"),
+                            # measured under taskset -c 0: one CPU's peak
+                            ({"cpu_affinity": "0 (1 of 64 logical CPUs)"},
+                             "cpu_affinity 0 (1 of 64 logical CPUs) there")):
             path = bench_file(self.tmp.name, {**FP32_ONLY, **here, **other})
             with self.assertRaisesRegex(BadFlag, "its CPU peaks were measured under other "
                                                  "settings than this run's"):
@@ -121,6 +127,7 @@ class PeaksTest(unittest.TestCase):
                 self.peaks(peaks_from=path)
             except BadFlag as e:
                 self.assertIn(said, str(e))
+        path = bench_file(self.tmp.name, {**FP32_ONLY, **here, "onednn_max_cpu_isa": "AVX2"})
         # A run on no CPU takes the file as it is (its CPU peaks unused).
         self.assertEqual(self.peaks(peaks_from=path, device_list=[], dtypes=[])
                          [("cpu", "fp32")][0], 4.203e11)

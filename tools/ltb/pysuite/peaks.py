@@ -159,9 +159,12 @@ def whole_peak(doc, kind, what, value):
 
 # What a bench run's CPU peaks were measured under: its threads and the
 # instructions each library could use (a simulated older CPU's limits).
-CPU_PEAK_SETTINGS = ("intra_op_threads", "cpu_capability", "aten_cpu_capability",
-                     "onednn_max_cpu_isa", "dnnl_max_cpu_isa", "mkl_enable_instructions",
-                     "mkl_cbwr", "ltb_max_cpu_isa")
+CPU_PEAK_SETTINGS = ("intra_op_threads", "cpu_capability", "cpu_affinity", "cpu_quota",
+                     "aten_cpu_capability", "onednn_max_cpu_isa", "dnnl_max_cpu_isa",
+                     "mkl_enable_instructions", "mkl_cbwr", "ltb_max_cpu_isa")
+# bench records these always (a file written by hand may lack them); the
+# limits, where set.
+ALWAYS_RECORDED = CPU_PEAK_SETTINGS[:4]
 
 
 def check_cpu_peaks_apply(path, context):
@@ -169,16 +172,19 @@ def check_cpu_peaks_apply(path, context):
     threads or instructions than this run has: its mfu would divide by
     another machine's peak (two threads' for one, AVX-512's for a simulated
     AVX2 CPU)."""
+    from ltb.pysuite import allowed_cpus, cpu_host  # the CPUs it may run on, as bench's
+    host = cpu_host.entries(allowed_cpus(), os.cpu_count())
     here = {"intra_op_threads": str(torch.get_num_threads()),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
-    for var in CPU_PEAK_SETTINGS[2:]:
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cpu_affinity": host["cpu_affinity"], "cpu_quota": host["cpu_quota"]}
+    for var in CPU_PEAK_SETTINGS[len(ALWAYS_RECORDED):]:
         here[var] = os.environ.get(var.upper()) or None
     # bench records each limit where set; its threads and capability always
     # (a file without them, written by hand, is taken as it is).
     differ = [f"{k} {context.get(k) or 'unset'} there, {here[k] or 'unset'} here"
               for k in CPU_PEAK_SETTINGS
               if (context.get(k) or None) != here[k] and
-              not (k in CPU_PEAK_SETTINGS[:2] and k not in context)]
+              not (k in ALWAYS_RECORDED and k not in context)]
     if differ:
         raise BadFlag(f"--peaks_from={path}: its CPU peaks were measured under other settings "
                       f"than this run's ({'; '.join(differ)}): run bench with the same threads "
