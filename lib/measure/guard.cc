@@ -48,17 +48,24 @@ std::string Advice(const MemoryEstimate& need, int64_t available) {
 }  // namespace
 
 absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device,
-                       int host_ranks) {
+                       int host_ranks, bool heap_keeps_freed) {
   const int64_t host_available = DeviceAvailableBytes(HostDevice());
   const bool on_cpu = BackendOf(device).Caps().host;
+  // Freed blocks the heap keeps beside the live ones.
+  const int64_t kept = on_cpu && heap_keeps_freed ? need.activations : 0;
   // Built on the host first; on the CPU the build and the run share memory.
   const int64_t rank_need =
-      on_cpu ? std::max(need.Total(), need.host_build) : need.host_build;
+      on_cpu ? std::max(need.Total() + kept, need.host_build) : need.host_build;
   const int64_t host_need = rank_need * std::max(host_ranks, 1);
   if (host_available >= 0 && host_need > host_available) {
     std::string what =
-        on_cpu && need.Total() >= need.host_build
-            ? absl::StrCat(FormatBytes(need.Total()), " (", Parts(need), ")")
+        on_cpu && need.Total() + kept >= need.host_build
+            ? absl::StrCat(FormatBytes(need.Total() + kept), " (", Parts(need),
+                           kept > 0 ? absl::StrCat(", and as much as the activations "
+                                                   "again for the freed blocks the heap "
+                                                   "keeps under --malloc=tuned")
+                                    : "",
+                           ")")
             : absl::StrCat(
                   FormatBytes(need.host_build),
                   " of host memory (to build the model before it is converted or moved, "
@@ -71,7 +78,7 @@ absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device,
     return absl::ResourceExhaustedError(absl::StrCat(
         "does not fit: needs about ", what, " but cpu has ", FormatBytes(host_available),
         " available", Parenthesised(BackendOf(HostDevice()).AvailableNote(HostDevice())),
-        on_cpu && need.Total() >= need.host_build
+        on_cpu && need.Total() + kept >= need.host_build
             ? Advice(need, host_available / std::max(host_ranks, 1))
             : "; try a smaller size"));
   }

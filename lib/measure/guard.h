@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "family/family.h"
+#include "measure/memory.h"
 
 namespace ltb {
 
@@ -15,9 +16,13 @@ class DataParallel;
 // OK when `need` fits in what `device` has available; otherwise an error
 // that names both numbers and what the estimate is made of. `host_ranks`
 // ranks of a data-parallel benchmark run on this machine, each building its
-// own model in the host's memory (and on the CPU, running there too).
+// own model in the host's memory (and on the CPU, running there too). On
+// the CPU, where the heap keeps what it frees (`heap_keeps_freed`: the
+// tuned malloc's), the activations count twice: blocks freed within a step
+// stay resident beside those allocated after them.
 absl::Status CheckFits(const MemoryEstimate& need, const c10::Device& device,
-                       int host_ranks = 1);
+                       int host_ranks = 1,
+                       bool heap_keeps_freed = HeapKeepsFreedMemory());
 
 // The ranks of `group` (may be null: 1) that run on this machine (by
 // MachineKey: its kernel's boot id, else its host name). A collective on the

@@ -54,6 +54,16 @@ std::string MallocLibrary() {
   return info.dli_fname;
 }
 
+namespace {
+
+// What ConfigureMalloc set: the process's malloc, which is process-wide.
+bool& TunedHeap() {
+  static bool tuned = false;
+  return tuned;
+}
+
+}  // namespace
+
 std::string MallocDescription(const std::string& glibc, const std::string& library) {
   const std::string file = std::filesystem::path(library).filename().string();
   if (library.empty() || absl::StartsWith(file, "libc.so") ||
@@ -80,10 +90,13 @@ absl::Status ConfigureMalloc(const std::string& mode, std::string* description) 
                   mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1 &&
                   mallopt(M_TOP_PAD, 64 << 20) == 1;
   if (!ok) return absl::InternalError("mallopt rejected the tuned settings");
-  *description = MallocDescription(
-      "glibc malloc, tuned: M_MMAP_MAX=0, M_TRIM_THRESHOLD=1GiB, M_TOP_PAD=64MiB",
-      MallocLibrary());
+  const std::string glibc =
+      "glibc malloc, tuned: M_MMAP_MAX=0, M_TRIM_THRESHOLD=1GiB, M_TOP_PAD=64MiB";
+  *description = MallocDescription(glibc, MallocLibrary());
+  TunedHeap() = *description == glibc;  // not where another malloc serves it
   return absl::OkStatus();
 }
+
+bool HeapKeepsFreedMemory() { return TunedHeap(); }
 
 }  // namespace ltb

@@ -107,6 +107,7 @@ RecordedPeak PeakRecord::Merge(const std::string& key, double measured,
   if (!lock.error.empty()) {
     warn(absl::StrCat("the peak cache ", path_, " cannot be locked (", path_, ".lock: ",
                       lock.error, "), so this run's peaks are its own and are not kept"));
+    out.read = out.kept = false;
     return out;
   }
   nlohmann::json doc = nlohmann::json::object();
@@ -188,6 +189,7 @@ RecordedPeak PeakRecord::Merge(const std::string& key, double measured,
       std::remove(tmp.c_str());
       warn(absl::StrCat("the peak cache ", path_,
                         " cannot be written, so this run's peaks are not kept"));
+      out.kept = false;
       return out;
     }
   }
@@ -196,6 +198,7 @@ RecordedPeak PeakRecord::Merge(const std::string& key, double measured,
     std::remove(tmp.c_str());
     warn(absl::StrCat("the peak cache ", path_, " cannot be replaced (", ec.message(),
                       "), so this run's peaks are not kept"));
+    out.kept = false;
   }
   return out;
 }
@@ -205,8 +208,16 @@ std::string DescribeRecordedPeak(const RecordedPeak& r, const std::string& path)
     absl::ConsumePrefix(&source, "measured: ");
     return std::string(source);
   };
-  const std::string kept = absl::StrCat(
-      "kept in ", path, "; --peak_cache=off divides by this run's own measurement");
+  if (!r.read) {
+    return absl::StrCat("measured: ", how(r.best_source),
+                        "; this run's own, for the peak ", "cache ", path,
+                        " could not be used");
+  }
+  const std::string kept =
+      r.kept
+          ? absl::StrCat("kept in ", path,
+                         "; --peak_cache=off divides by this run's own measurement")
+          : absl::StrCat("not kept, for the peak cache ", path, " could not be written");
   if (r.from_record) {
     return absl::StrFormat(
         "measured: the best of %d runs on this machine, %.4g at %s (%s); this run "

@@ -28,6 +28,8 @@ struct RecordedPeak {
   std::string best_source;      // how the best was measured (the run's own words)
   int runs = 0;         // runs that have measured under this key, this one included
   std::string warning;  // the record could not be read or written: why
+  bool read = true;     // false: the record could not be used at all (locked)
+  bool kept = true;     // false: this run's measurement is not in the record
 };
 
 class PeakRecord {

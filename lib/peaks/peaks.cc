@@ -213,6 +213,8 @@ Peak Peaks::BestRecorded(const c10::Device& device, const std::string& quantity,
       PeakRecordKey(quantity, Key(device), BackendOf(device).DisplayName(device)),
       measured.value, measured.source);
   if (!r.warning.empty()) std::cerr << "bench: " << r.warning << "\n";
+  record_unread_ |= !r.read;
+  record_unkept_ |= !r.kept;
   return {r.value, DescribeRecordedPeak(r, record_.path()), true};
 }
 
@@ -466,12 +468,18 @@ std::vector<std::pair<std::string, std::string>> Peaks::Context() const {
   for (const auto& [key, p] : flops_) any_measured |= p.measured;
   for (const auto& [device, p] : bandwidth_) any_measured |= p.measured;
   if (!any_measured) return out;
-  out.emplace_back("peak_cache",
-                   record_.enabled()
-                       ? absl::StrCat(record_.path(),
-                                      " (this machine's best measured peaks: measured "
-                                      "peaks are the best of it and this run's)")
-                       : "off (measured peaks are this run's own)");
+  std::string cache = "off (measured peaks are this run's own)";
+  if (record_.enabled() && record_unread_) {
+    cache = absl::StrCat(record_.path(),
+                         " could not be used (measured peaks are this run's own)");
+  } else if (record_.enabled()) {
+    cache = absl::StrCat(record_.path(),
+                         " (this machine's best measured peaks: measured peaks are the "
+                         "best of it and this run's",
+                         record_unkept_ ? "; this run's could not be written to it" : "",
+                         ")");
+  }
+  out.emplace_back("peak_cache", cache);
   return out;
 }
 

@@ -114,6 +114,8 @@ class Peaks {
   std::map<std::pair<std::string, std::string>, double> default_gemm_;
   std::map<std::string, Peak> bandwidth_;
   PeakRecord record_;
+  // The peak cache could not be used or written: the context says so.
+  bool record_unread_ = false, record_unkept_ = false;
 };
 
 // The utilisation against `peak` as Peaks::FlopsUtilisation says, raising a

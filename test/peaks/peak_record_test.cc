@@ -194,6 +194,12 @@ TEST_F(PeakRecordTest, AnUnwritablePlaceWarnsAndTheRunKeepsItsOwn) {
   EXPECT_FALSE(r.from_record);
   EXPECT_NE(r.warning.find("cannot be locked"), std::string::npos) << r.warning;
   EXPECT_NE(r.warning.find("not kept"), std::string::npos) << r.warning;
+  // Its description said "kept in" the file that could not be made.
+  EXPECT_FALSE(r.read);
+  EXPECT_FALSE(r.kept);
+  const std::string said = DescribeRecordedPeak(r, record.path());
+  EXPECT_EQ(said, "measured: z; this run's own, for the peak cache " + record.path() +
+                      " could not be used");
 }
 
 TEST_F(PeakRecordTest, RunsAtOnceTakeTurns) {
