@@ -228,6 +228,8 @@ bool Runner::TakeTurn(benchmark::State& state, const BenchSpec& spec) {
     return true;
   }
   if (spec.data_parallel) return true;
+  // What the last benchmark left in memory is not kept beside rank 0's run.
+  cache_.Release();
   try {
     while (!group->Posted(LeftKey(name))) {
       if (StopRequested()) {
