@@ -408,7 +408,9 @@ class PybenchServeTest(unittest.TestCase):
             self.assertTrue(e["error_occurred"])
             self.assertTrue(e["error_message"].startswith(
                 "no peak: the starting rate 50 QPS misses the bound: "), e["error_message"])
-            self.assertIn("(that test: p99_ms ", e["error_message"])
+            self.assertRegex(e["error_message"], r"\(that test: samples/s [0-9.e+]+, p99_ms "
+                                                 r"[0-9.e+]+\); search from a lower "
+                                                 r"--target_qps$")
             self.assertNotIn("peak_qps", e)
 
     def test_refusals_name_the_valid_choices(self):
