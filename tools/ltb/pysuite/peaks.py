@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from ltb.pysuite import facts
+from ltb.pysuite import allowed_cpus, cpu_host, facts
 from ltb.pysuite.device import DTYPES, synchronize
 from ltb.pysuite.flags import BadFlag
 from ltb.results.load import load
@@ -172,7 +172,6 @@ def check_cpu_peaks_apply(path, context):
     threads or instructions than this run has: its mfu would divide by
     another machine's peak (two threads' for one, AVX-512's for a simulated
     AVX2 CPU)."""
-    from ltb.pysuite import allowed_cpus, cpu_host  # the CPUs it may run on, as bench's
     host = cpu_host.entries(allowed_cpus(), os.cpu_count())
     here = {"intra_op_threads": str(torch.get_num_threads()),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
